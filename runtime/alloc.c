@@ -1,0 +1,175 @@
+/* alloc.c: refcounted, 64-byte aligned array buffers with a size-exact
+ * cache.
+ *
+ * Every buffer is one block from posix_memalign: a 64-byte header, then the
+ * data, so the data stays 64-byte aligned and the header is found by pointer
+ * arithmetic. A block whose refcount drops to 0 goes onto the free list of
+ * its exact byte size (a chained hash table keyed by size) and is handed out
+ * again by the next request of that size: programs allocate the same shapes
+ * every step, and reusing blocks avoids page faults and zeroing of fresh
+ * memory (see platform-notes.md, "Memory"). Blocks leave the cache only at
+ * shd_finalize, or all at once when the system allocator runs out.
+ *
+ * Invariants: live_bytes is the sum of the requested sizes of blocks with
+ * refcount > 0 and never counts cached blocks; peak_bytes is its maximum.
+ * A header's magic is HDR_LIVE exactly while the block is live.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "shdrt_internal.h"
+
+#define HDR_LIVE 0x5348444c49564521ull  /* "SHDLIVE!" */
+#define HDR_FREE 0x5348444652454521ull  /* "SHDFREE!" */
+#define ALIGN 64
+#define NBUCKETS 256
+
+typedef struct header {
+    uint64_t magic;
+    size_t bytes;
+    int64_t refs;
+    struct header *next_free;
+} header;
+
+_Static_assert(sizeof(header) <= ALIGN, "header must fit before the data");
+
+/* One free list per distinct size. */
+typedef struct size_class {
+    size_t bytes;
+    header *free;
+    struct size_class *next;
+} size_class;
+
+static struct {
+    size_class *buckets[NBUCKETS];
+    size_t live, peak, cached;
+} g_alloc;
+
+static header *hdr_of(void *p)
+{
+    return (header *)((char *)p - ALIGN);
+}
+
+static size_t bucket_of(size_t bytes)
+{
+    uint64_t h = (uint64_t)bytes * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 56) % NBUCKETS;
+}
+
+static size_class *find_class(size_t bytes, bool create)
+{
+    size_class **head = &g_alloc.buckets[bucket_of(bytes)];
+    for (size_class *c = *head; c; c = c->next)
+        if (c->bytes == bytes)
+            return c;
+    if (!create)
+        return NULL;
+    size_class *c = calloc(1, sizeof *c);
+    if (!c)
+        shd_fatal("out of memory (allocator cache)");
+    c->bytes = bytes;
+    c->next = *head;
+    *head = c;
+    return c;
+}
+
+/* Returns every cached block to the system; keeps the (empty) classes. */
+static void drop_cache(void)
+{
+    for (size_t b = 0; b < NBUCKETS; b++)
+        for (size_class *c = g_alloc.buckets[b]; c; c = c->next)
+            while (c->free) {
+                header *h = c->free;
+                c->free = h->next_free;
+                free(h);
+            }
+    g_alloc.cached = 0;
+}
+
+static header *fresh_block(size_t bytes)
+{
+    if (bytes > SIZE_MAX - 2 * ALIGN)
+        shd_fatal("out of memory: cannot allocate %zu bytes", bytes);
+    void *raw = NULL;
+    if (posix_memalign(&raw, ALIGN, ALIGN + bytes) != 0) {
+        drop_cache();
+        if (posix_memalign(&raw, ALIGN, ALIGN + bytes) != 0)
+            shd_fatal("out of memory: cannot allocate %zu bytes "
+                      "(%zu bytes live)", bytes, g_alloc.live);
+    }
+    return raw;
+}
+
+void *shd_alloc(size_t bytes)
+{
+    size_class *c = find_class(bytes, false);
+    header *h;
+    if (c && c->free) {
+        h = c->free;
+        c->free = h->next_free;
+        g_alloc.cached -= bytes;
+    } else {
+        h = fresh_block(bytes);
+    }
+    h->magic = HDR_LIVE;
+    h->bytes = bytes;
+    h->refs = 1;
+    h->next_free = NULL;
+    g_alloc.live += bytes;
+    if (g_alloc.live > g_alloc.peak)
+        g_alloc.peak = g_alloc.live;
+    return (char *)h + ALIGN;
+}
+
+void *shd_zalloc(size_t bytes)
+{
+    void *p = shd_alloc(bytes);
+    memset(p, 0, bytes);
+    return p;
+}
+
+static header *live_header(void *p, const char *what)
+{
+    header *h = hdr_of(p);
+    if (h->magic == HDR_FREE)
+        shd_fatal("%s of a buffer that was already freed (%p)", what, p);
+    if (h->magic != HDR_LIVE)
+        shd_fatal("%s of a pointer that shd_alloc did not return (%p)", what, p);
+    return h;
+}
+
+void shd_retain(void *p)
+{
+    if (p)
+        live_header(p, "shd_retain")->refs++;
+}
+
+void shd_release(void *p)
+{
+    if (!p)
+        return;
+    header *h = live_header(p, "shd_release");
+    if (--h->refs > 0)
+        return;
+    size_class *c = find_class(h->bytes, true);
+    h->magic = HDR_FREE;
+    h->next_free = c->free;
+    c->free = h;
+    g_alloc.live -= h->bytes;
+    g_alloc.cached += h->bytes;
+}
+
+size_t shd_live_bytes(void) { return g_alloc.live; }
+size_t shd_peak_bytes(void) { return g_alloc.peak; }
+
+void shd_alloc_fini(void)
+{
+    drop_cache();
+    for (size_t b = 0; b < NBUCKETS; b++) {
+        while (g_alloc.buckets[b]) {
+            size_class *c = g_alloc.buckets[b];
+            g_alloc.buckets[b] = c->next;
+            free(c);
+        }
+    }
+}

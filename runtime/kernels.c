@@ -1,0 +1,432 @@
+/* kernels.c: local compute: matrix products, transposes and reductions.
+ *
+ * shd_gemm hands f32/f64 to CBLAS (row-major; transposes are passed as
+ * flags, never materialised, since OpenBLAS runs A^T B as fast as A B); the
+ * i32 product is a plain loop accumulating in int64 and wrapping to int32 as
+ * NumPy does. Degenerate sizes (M, N or K = 0) are handled here because
+ * BLAS rejects the leading dimensions callers naturally pass for them.
+ *
+ * shd_transpose and shd_reduce first normalise the problem: size-1 dims are
+ * dropped and neighbouring dims that stay contiguous are merged, so e.g. a
+ * rank-4 transpose that swaps two inner dims becomes a batched rank-2 one.
+ * The transpose then either copies contiguous runs or copies 32x32 tiles of
+ * its last two (strided) dims so both sides stay in cache. The reduction
+ * walks the input once in memory order, accumulating in double (floats; so
+ * f32 sums round once at the end) or int64 (i32, bool) per output element.
+ */
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shdrt_internal.h"
+
+/* ---- gemm ---------------------------------------------------------------- */
+
+static void check_ld(const char *name, int64_t ld, int64_t cols)
+{
+    int64_t need = cols > 1 ? cols : 1;
+    if (ld < need)
+        shd_fatal("gemm: %s = %lld, but a row has %lld elements", name,
+                  (long long)ld, (long long)cols);
+    if (ld > INT_MAX)
+        shd_fatal("gemm: %s = %lld exceeds the BLAS integer range", name,
+                  (long long)ld);
+}
+
+/* C = beta * C, the whole product when K == 0. */
+static void scale_c(shd_dtype dt, int64_t M, int64_t N, double beta, void *C,
+                    int64_t ldc)
+{
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            int64_t at = i * ldc + j;
+            if (dt == SHD_F32)
+                ((float *)C)[at] = beta == 0 ? 0.0f : (float)(beta * ((float *)C)[at]);
+            else if (dt == SHD_F64)
+                ((double *)C)[at] = beta == 0 ? 0.0 : beta * ((double *)C)[at];
+            else
+                ((int32_t *)C)[at] = beta == 0 ? 0 : (int32_t)llround(beta * ((int32_t *)C)[at]);
+        }
+}
+
+static int64_t scale_i64(double s, int64_t v)
+{
+    return s == 1.0 ? v : (int64_t)llround(s * (double)v);
+}
+
+static void gemm_i32(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                     double alpha, const int32_t *A, int64_t lda,
+                     const int32_t *B, int64_t ldb, double beta, int32_t *C,
+                     int64_t ldc)
+{
+    int64_t *row = malloc((size_t)N * sizeof *row);
+    if (!row)
+        shd_fatal("out of memory (gemm)");
+    for (int64_t i = 0; i < M; i++) {
+        memset(row, 0, (size_t)N * sizeof *row);
+        for (int64_t k = 0; k < K; k++) {
+            int64_t a = ta ? A[k * lda + i] : A[i * lda + k];
+            if (a == 0)
+                continue;
+            for (int64_t j = 0; j < N; j++)
+                row[j] += a * (tb ? B[j * ldb + k] : B[k * ldb + j]);
+        }
+        for (int64_t j = 0; j < N; j++) {
+            int64_t c = beta == 0 ? 0 : scale_i64(beta, C[i * ldc + j]);
+            C[i * ldc + j] = (int32_t)(uint32_t)(uint64_t)(scale_i64(alpha, row[j]) + c);
+        }
+    }
+    free(row);
+}
+
+void shd_gemm(shd_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+              double alpha, const void *A, int64_t lda, const void *B,
+              int64_t ldb, double beta, void *C, int64_t ldc)
+{
+    if (M < 0 || N < 0 || K < 0)
+        shd_fatal("gemm: negative size %lld x %lld x %lld", (long long)M,
+                  (long long)N, (long long)K);
+    if (M == 0 || N == 0)
+        return;
+    check_ld("ldc", ldc, N);
+    if (K == 0) {
+        scale_c(dt, M, N, beta, C, ldc);
+        return;
+    }
+    check_ld("lda", lda, ta ? M : K);
+    check_ld("ldb", ldb, tb ? K : N);
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
+        shd_fatal("gemm: %lld x %lld x %lld exceeds the BLAS integer range",
+                  (long long)M, (long long)N, (long long)K);
+    enum CBLAS_TRANSPOSE a = ta ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE b = tb ? CblasTrans : CblasNoTrans;
+    switch (dt) {
+    case SHD_F32:
+        cblas_sgemm(CblasRowMajor, a, b, (int)M, (int)N, (int)K, (float)alpha,
+                    A, (int)lda, B, (int)ldb, (float)beta, C, (int)ldc);
+        break;
+    case SHD_F64:
+        cblas_dgemm(CblasRowMajor, a, b, (int)M, (int)N, (int)K, alpha, A,
+                    (int)lda, B, (int)ldb, beta, C, (int)ldc);
+        break;
+    case SHD_I32:
+        gemm_i32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        break;
+    case SHD_BOOL:
+        shd_fatal("gemm: bool matrices are not supported");
+    }
+}
+
+/* ---- transpose ----------------------------------------------------------- */
+
+/* A transpose after normalisation: out is dense row-major over size[],
+ * and out dim i steps the input by stride[i] elements. */
+typedef struct {
+    int nd;
+    int64_t size[SHD_MAX_RANK];
+    int64_t stride[SHD_MAX_RANK];
+} strided;
+
+static void check_perm(int rank, const int *perm)
+{
+    if (rank < 0 || rank > SHD_MAX_RANK)
+        shd_fatal("transpose: rank %d (at most %d)", rank, SHD_MAX_RANK);
+    unsigned seen = 0;
+    for (int i = 0; i < rank; i++) {
+        if (perm[i] < 0 || perm[i] >= rank || (seen & (1u << perm[i])))
+            shd_fatal("transpose: perm is not a permutation of %d dims", rank);
+        seen |= 1u << perm[i];
+    }
+}
+
+static strided normalise_transpose(int rank, const int64_t *shape, const int *perm)
+{
+    int64_t istride[SHD_MAX_RANK];
+    int64_t s = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        istride[d] = s;
+        s *= shape[d];
+    }
+    strided t = { 0, { 0 }, { 0 } };
+    for (int i = 0; i < rank; i++) {
+        int64_t sz = shape[perm[i]], st = istride[perm[i]];
+        if (sz == 1)
+            continue;
+        /* Out dims i-1, i that are also neighbours in the input merge. */
+        if (t.nd > 0 && t.stride[t.nd - 1] == st * sz) {
+            t.size[t.nd - 1] *= sz;
+            t.stride[t.nd - 1] = st;
+            continue;
+        }
+        t.size[t.nd] = sz;
+        t.stride[t.nd] = st;
+        t.nd++;
+    }
+    if (t.nd == 0) {
+        t.size[0] = 1;
+        t.stride[0] = 1;
+        t.nd = 1;
+    }
+    return t;
+}
+
+#define TILE 32
+
+/* out[i][j] = in[i*si + j*sj] for an ni x nj block, in 32x32 tiles. */
+#define DEFINE_TILE_COPY(NAME, T)                                            \
+    static void NAME(const T *in, T *out, int64_t ni, int64_t nj,            \
+                     int64_t si, int64_t sj)                                 \
+    {                                                                        \
+        for (int64_t i0 = 0; i0 < ni; i0 += TILE)                            \
+            for (int64_t j0 = 0; j0 < nj; j0 += TILE) {                      \
+                int64_t i1 = i0 + TILE < ni ? i0 + TILE : ni;                \
+                int64_t j1 = j0 + TILE < nj ? j0 + TILE : nj;                \
+                for (int64_t i = i0; i < i1; i++)                            \
+                    for (int64_t j = j0; j < j1; j++)                        \
+                        out[i * nj + j] = in[i * si + j * sj];               \
+            }                                                                \
+    }
+
+DEFINE_TILE_COPY(tile_copy1, uint8_t)
+DEFINE_TILE_COPY(tile_copy2, uint16_t)
+DEFINE_TILE_COPY(tile_copy4, uint32_t)
+DEFINE_TILE_COPY(tile_copy8, uint64_t)
+
+static void tile_copy_bytes(const char *in, char *out, size_t elem, int64_t ni,
+                            int64_t nj, int64_t si, int64_t sj)
+{
+    for (int64_t i = 0; i < ni; i++)
+        for (int64_t j = 0; j < nj; j++)
+            memcpy(out + (size_t)(i * nj + j) * elem,
+                   in + (size_t)(i * si + j * sj) * elem, elem);
+}
+
+static void tile_copy(const char *in, char *out, size_t elem, int64_t ni,
+                      int64_t nj, int64_t si, int64_t sj)
+{
+    switch (elem) {
+    case 1: tile_copy1((const void *)in, (void *)out, ni, nj, si, sj); break;
+    case 2: tile_copy2((const void *)in, (void *)out, ni, nj, si, sj); break;
+    case 4: tile_copy4((const void *)in, (void *)out, ni, nj, si, sj); break;
+    case 8: tile_copy8((const void *)in, (void *)out, ni, nj, si, sj); break;
+    default: tile_copy_bytes(in, out, elem, ni, nj, si, sj); break;
+    }
+}
+
+/* Walks the out dims [0, nd - inner) with an odometer, calling the copy of
+ * the innermost `inner` dims (1 or 2) for each position. */
+static void transpose_walk(const char *in, char *out, size_t elem,
+                           const strided *t, int inner)
+{
+    int outer = t->nd - inner;
+    int64_t ni = inner == 2 ? t->size[t->nd - 2] : 1;
+    int64_t si = inner == 2 ? t->stride[t->nd - 2] : 0;
+    int64_t nj = t->size[t->nd - 1], sj = t->stride[t->nd - 1];
+    size_t chunk = (size_t)(ni * nj) * elem;
+    int64_t idx[SHD_MAX_RANK] = { 0 };
+    int64_t off = 0;
+    for (;;) {
+        if (inner == 1 && sj == 1)
+            memcpy(out, in + (size_t)off * elem, chunk);
+        else
+            tile_copy(in + (size_t)off * elem, out, elem, ni, nj, si, sj);
+        out += chunk;
+        int d = outer - 1;
+        for (; d >= 0; d--) {
+            off += t->stride[d];
+            if (++idx[d] < t->size[d])
+                break;
+            off -= t->stride[d] * t->size[d];
+            idx[d] = 0;
+        }
+        if (d < 0)
+            return;
+    }
+}
+
+void shd_transpose(const void *in, void *out, size_t elem, int rank,
+                   const int64_t *shape, const int *perm)
+{
+    check_perm(rank, perm);
+    if (shd_shape_count(rank, shape) == 0)
+        return;
+    strided t = normalise_transpose(rank, shape, perm);
+    bool contiguous_rows = t.stride[t.nd - 1] == 1;
+    int inner = contiguous_rows || t.nd == 1 ? 1 : 2;
+    transpose_walk(in, out, elem, &t, inner);
+}
+
+/* ---- reduce -------------------------------------------------------------- */
+
+/* A reduction after normalisation: alternating runs of kept and reduced
+ * dims, none of size 1. */
+typedef struct {
+    int nd;
+    int64_t size[SHD_MAX_RANK];
+    bool red[SHD_MAX_RANK];
+    int64_t ostride[SHD_MAX_RANK];   /* 0 for reduced dims */
+} reduction;
+
+static reduction normalise_reduce(int rank, const int64_t *shape, unsigned mask)
+{
+    reduction r = { 0, { 0 }, { false }, { 0 } };
+    for (int d = 0; d < rank; d++) {
+        bool red = (mask >> d) & 1u;
+        if (shape[d] == 1)
+            continue;
+        if (r.nd > 0 && r.red[r.nd - 1] == red) {
+            r.size[r.nd - 1] *= shape[d];
+            continue;
+        }
+        r.size[r.nd] = shape[d];
+        r.red[r.nd] = red;
+        r.nd++;
+    }
+    if (r.nd == 0) {   /* a single element: treat as one kept dim */
+        r.size[0] = 1;
+        r.nd = 1;
+    }
+    int64_t s = 1;
+    for (int d = r.nd - 1; d >= 0; d--) {
+        r.ostride[d] = r.red[d] ? 0 : s;
+        if (!r.red[d])
+            s *= r.size[d];
+    }
+    return r;
+}
+
+/* Folds one contiguous row x[0..n) into the accumulators: into acc[0] when
+ * the row's dim is reduced, elementwise into acc[0..n) when it is kept.
+ * NaN propagates through max/min as in NumPy. */
+#define DEFINE_ROW(NAME, T, A)                                               \
+    static void NAME(A *acc, const T *x, int64_t n, shd_redop op, bool fold) \
+    {                                                                        \
+        if (!fold) {                                                         \
+            if (op == SHD_SUM)                                               \
+                for (int64_t j = 0; j < n; j++) acc[j] += (A)x[j];           \
+            else if (op == SHD_MAX)                                          \
+                for (int64_t j = 0; j < n; j++) acc[j] = MAXOF(acc[j], (A)x[j]); \
+            else                                                             \
+                for (int64_t j = 0; j < n; j++) acc[j] = MINOF(acc[j], (A)x[j]); \
+            return;                                                          \
+        }                                                                    \
+        A s = acc[0];                                                        \
+        if (op == SHD_SUM) {                                                 \
+            A p[4] = { 0, 0, 0, 0 };                                         \
+            int64_t j = 0;                                                   \
+            for (; j + 4 <= n; j += 4)                                       \
+                for (int k = 0; k < 4; k++) p[k] += (A)x[j + k];             \
+            for (; j < n; j++) p[0] += (A)x[j];                              \
+            s += (p[0] + p[1]) + (p[2] + p[3]);                              \
+        } else if (op == SHD_MAX) {                                          \
+            for (int64_t j = 0; j < n; j++) s = MAXOF(s, (A)x[j]);           \
+        } else {                                                             \
+            for (int64_t j = 0; j < n; j++) s = MINOF(s, (A)x[j]);           \
+        }                                                                    \
+        acc[0] = s;                                                          \
+    }
+
+#define MAXOF(a, b) ((a) != (a) || (a) >= (b) ? (a) : (b))
+#define MINOF(a, b) ((a) != (a) || (a) <= (b) ? (a) : (b))
+
+DEFINE_ROW(row_f32, float, double)
+DEFINE_ROW(row_f64, double, double)
+DEFINE_ROW(row_i32, int32_t, int64_t)
+DEFINE_ROW(row_bool, uint8_t, int64_t)
+
+/* Bool reductions act on 0/1: SUM is OR, which MAX computes. */
+static shd_redop effective_op(shd_dtype dt, shd_redop op)
+{
+    return dt == SHD_BOOL && op == SHD_SUM ? SHD_MAX : op;
+}
+
+static void fill_identity(void *acc, int64_t n, shd_dtype dt, shd_redop op)
+{
+    bool fp = dt == SHD_F32 || dt == SHD_F64;
+    for (int64_t i = 0; i < n; i++) {
+        if (fp)   /* -0.0 so that a sum of -0.0 stays -0.0, as in NumPy */
+            ((double *)acc)[i] = op == SHD_SUM ? -0.0 : op == SHD_MAX ? -INFINITY : INFINITY;
+        else if (dt == SHD_I32)
+            ((int64_t *)acc)[i] = op == SHD_SUM ? 0 : op == SHD_MAX ? INT32_MIN : INT32_MAX;
+        else
+            ((int64_t *)acc)[i] = op == SHD_MIN ? 1 : 0;
+    }
+}
+
+static void store_result(void *out, const void *acc, int64_t n, shd_dtype dt)
+{
+    const double *fa = acc;
+    const int64_t *ia = acc;
+    for (int64_t i = 0; i < n; i++) {
+        switch (dt) {
+        case SHD_F32: ((float *)out)[i] = (float)fa[i]; break;
+        case SHD_F64: ((double *)out)[i] = fa[i]; break;
+        case SHD_I32: ((int32_t *)out)[i] = (int32_t)(uint32_t)(uint64_t)ia[i]; break;
+        case SHD_BOOL: ((uint8_t *)out)[i] = ia[i] != 0; break;
+        }
+    }
+}
+
+static void reduce_row(void *acc, const void *x, int64_t n, shd_dtype dt,
+                       shd_redop op, bool fold)
+{
+    switch (dt) {
+    case SHD_F32: row_f32(acc, x, n, op, fold); break;
+    case SHD_F64: row_f64(acc, x, n, op, fold); break;
+    case SHD_I32: row_i32(acc, x, n, op, fold); break;
+    case SHD_BOOL: row_bool(acc, x, n, op, fold); break;
+    }
+}
+
+/* Walks the input rows in memory order; the output offset of each row comes
+ * from an odometer over the dims before the last. */
+static void reduce_walk(const char *in, char *acc, const reduction *r,
+                        shd_dtype dt, shd_redop op)
+{
+    size_t es = shd_dtype_size(dt);
+    int last = r->nd - 1;
+    int64_t n = r->size[last];
+    int64_t idx[SHD_MAX_RANK] = { 0 };
+    int64_t o = 0;
+    for (;;) {
+        reduce_row(acc + (size_t)o * 8, in, n, dt, op, r->red[last]);
+        in += (size_t)n * es;
+        int d = last - 1;
+        for (; d >= 0; d--) {
+            o += r->ostride[d];
+            if (++idx[d] < r->size[d])
+                break;
+            o -= r->ostride[d] * r->size[d];
+            idx[d] = 0;
+        }
+        if (d < 0)
+            return;
+    }
+}
+
+void shd_reduce(const void *in, void *out, shd_dtype dt, shd_redop op,
+                int rank, const int64_t *shape, unsigned dims_mask)
+{
+    if (rank < 0 || rank > SHD_MAX_RANK || (rank < 32 && (dims_mask >> rank)))
+        shd_fatal("reduce: dims mask 0x%x on a rank-%d array", dims_mask, rank);
+    int64_t nout = 1;
+    for (int d = 0; d < rank; d++)
+        if (!((dims_mask >> d) & 1u))
+            nout *= shape[d];
+    if (nout == 0)
+        return;
+    op = effective_op(dt, op);
+    /* Accumulators are 8 bytes: double for floats, int64 otherwise. */
+    void *acc = malloc((size_t)nout * 8);
+    if (!acc)
+        shd_fatal("out of memory (reduce of %lld outputs)", (long long)nout);
+    fill_identity(acc, nout, dt, op);
+    if (shd_shape_count(rank, shape) > 0) {
+        reduction r = normalise_reduce(rank, shape, dims_mask);
+        reduce_walk(in, acc, &r, dt, op);
+    }
+    store_result(out, acc, nout, dt);
+    free(acc);
+}
