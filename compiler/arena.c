@@ -1,0 +1,122 @@
+/* arena.c: the compiler's one allocation choke point.
+ *
+ * Every node, type and IR object lives until the process exits, so memory is
+ * taken from large chunks and never freed one by one. Vec and Str are the two
+ * growable containers; they grow through realloc because their final size is
+ * unknown and they are few.
+ */
+#include "shdc.h"
+
+#define CHUNK (1u << 20)
+
+static char *chunk_cur, *chunk_end;
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n);
+  if (!p) {
+    fprintf(stderr, "shdc: out of memory\n");
+    exit(2);
+  }
+  return p;
+}
+
+void *arena_alloc(size_t n) {
+  n = (n + 15) & ~(size_t)15;
+  if (n > CHUNK / 4) {
+    void *p = xmalloc(n);
+    memset(p, 0, n);
+    return p;
+  }
+  if ((size_t)(chunk_end - chunk_cur) < n) {
+    chunk_cur = xmalloc(CHUNK);
+    chunk_end = chunk_cur + CHUNK;
+  }
+  void *p = chunk_cur;
+  chunk_cur += n;
+  memset(p, 0, n);
+  return p;
+}
+
+char *arena_strndup(const char *s, size_t n) {
+  char *p = arena_alloc(n + 1);
+  memcpy(p, s, n);
+  p[n] = 0;
+  return p;
+}
+
+char *arena_strdup(const char *s) { return arena_strndup(s, strlen(s)); }
+
+char *arena_vprintf(const char *fmt, va_list ap) {
+  va_list ap2;
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap2);
+  va_end(ap2);
+  char *p = arena_alloc((size_t)n + 1);
+  vsnprintf(p, (size_t)n + 1, fmt, ap);
+  return p;
+}
+
+char *arena_printf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *p = arena_vprintf(fmt, ap);
+  va_end(ap);
+  return p;
+}
+
+void vec_push(Vec *v, void *x) {
+  if (v->len == v->cap) {
+    v->cap = v->cap ? v->cap * 2 : 8;
+    void **d = realloc(v->data, sizeof(void *) * (size_t)v->cap);
+    if (!d) {
+      fprintf(stderr, "shdc: out of memory\n");
+      exit(2);
+    }
+    v->data = d;
+  }
+  v->data[v->len++] = x;
+}
+
+static void str_reserve(Str *s, size_t extra) {
+  if (s->len + extra + 1 <= s->cap)
+    return;
+  size_t cap = s->cap ? s->cap : 64;
+  while (cap < s->len + extra + 1)
+    cap *= 2;
+  char *b = realloc(s->buf, cap);
+  if (!b) {
+    fprintf(stderr, "shdc: out of memory\n");
+    exit(2);
+  }
+  s->buf = b;
+  s->cap = cap;
+}
+
+void str_vprintf(Str *s, const char *fmt, va_list ap) {
+  va_list ap2;
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap2);
+  va_end(ap2);
+  str_reserve(s, (size_t)n);
+  vsnprintf(s->buf + s->len, (size_t)n + 1, fmt, ap);
+  s->len += (size_t)n;
+}
+
+void str_printf(Str *s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  str_vprintf(s, fmt, ap);
+  va_end(ap);
+}
+
+void str_putc(Str *s, char c) {
+  str_reserve(s, 1);
+  s->buf[s->len++] = c;
+  s->buf[s->len] = 0;
+}
+
+const char *str_cstr(Str *s) {
+  str_reserve(s, 0);
+  s->buf[s->len] = 0;
+  return s->buf;
+}

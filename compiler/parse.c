@@ -1,0 +1,358 @@
+/* parse.c: drives the Lemon parser and builds the syntax tree.
+ *
+ * Input: a source file. Output: a Program (mesh, constants, functions).
+ * The grammar actions in grammar.y are one-liners that call the builders
+ * here (SQLite's habit), so all tree-building logic is in this file. Syntax
+ * errors are reported as [E_SYNTAX] in the user's terms; Lemon's `error`
+ * rule resynchronises at the next statement, so one run reports several.
+ */
+#include "shdc.h"
+#include "grammar.h"
+
+static const char *describe(Token t) {
+  const char *name = lex_token_name(t.kind);
+  if (t.kind == TK_STRING || t.kind == TK_IDENT || t.kind == TK_INT || t.kind == TK_FLOAT || t.kind == TK_DTYPE)
+    return arena_printf("%s '%.*s'", name, t.len, t.start);
+  if (name)
+    return name;
+  return arena_printf("'%.*s'", t.len, t.start);
+}
+
+void parse_syntax_error(ParseCtx *pc, Token tok) {
+  pc->failed = true;
+  const char *hint = "";
+  if (tok.kind == TK_NL || tok.kind == 0)
+    hint = "; the expression or statement is incomplete";
+  else if (tok.kind == TK_ASSIGN)
+    hint = "; bind a name with `let NAME = ...`, or assign a `var`";
+  else if (tok.kind == TK_LBRACE)
+    hint = "; a block must follow `fn NAME(...)`, `for`, `if` or `else`";
+  else if (tok.kind == TK_ELSE)
+    hint = "; `else` must follow the closing brace of an `if` block";
+  diag_error(tok.pos, "E_SYNTAX", "syntax error: unexpected %s%s", describe(tok), hint);
+}
+
+/* ---- types ------------------------------------------------------------ */
+
+static DType dtype_of(Token t) {
+  if (tok_eq(t, "f32")) return DT_F32;
+  if (tok_eq(t, "f64")) return DT_F64;
+  if (tok_eq(t, "i32")) return DT_I32;
+  return DT_BOOL;
+}
+
+TypeExpr *parse_type(ParseCtx *pc, Token dtype) {
+  TypeExpr *t = arena_alloc(sizeof *t);
+  t->pos = dtype.pos;
+  t->dtype = dtype_of(dtype);
+  return t;
+}
+
+DimExpr parse_dim(Token size, Vec *axes, bool paren) {
+  DimExpr d;
+  memset(&d, 0, sizeof d);
+  d.size = size;
+  d.paren = paren;
+  for (int i = 0; axes && i < axes->len; i++) {
+    if (d.naxes < MAX_AXES)
+      d.axes[d.naxes] = *(Token *)axes->data[i];
+    d.naxes++;
+  }
+  return d;
+}
+
+void parse_type_dim(ParseCtx *pc, TypeExpr *t, DimExpr d, Pos pos) {
+  if (t->ndims_written++ >= MAX_RANK) {
+    if (t->ndims_written == MAX_RANK + 1)
+      diag_error(pos, "E_SPEC", "arrays have at most %d dims", MAX_RANK);
+    return;
+  }
+  if (d.naxes > MAX_AXES) {
+    diag_error(pos, "E_SPEC", "a dim can be sharded over at most %d axes", MAX_AXES);
+    d.naxes = MAX_AXES;
+  }
+  t->dims[t->rank++] = d;
+}
+
+void parse_type_annot(ParseCtx *pc, TypeExpr *t, char kind, Vec *axes, Pos pos) {
+  if (t->nannots >= 6) {
+    diag_error(pos, "E_SPEC", "too many annotations on one type; write each of U, R, V once");
+    return;
+  }
+  AnnotExpr *a = &t->annots[t->nannots++];
+  a->kind = kind;
+  a->pos = pos;
+  for (int i = 0; i < axes->len && a->naxes < MAX_AXES; i++)
+    a->axes[a->naxes++] = *(Token *)axes->data[i];
+}
+
+/* ---- expressions -------------------------------------------------------- */
+
+static char *unescape(ParseCtx *pc, Token t) {
+  Str s = {0};
+  for (int i = 1; i < t.len - 1; i++) {
+    char c = t.start[i];
+    if (c != '\\') {
+      str_putc(&s, c);
+      continue;
+    }
+    c = t.start[++i];
+    switch (c) {
+    case 'n': str_putc(&s, '\n'); break;
+    case 't': str_putc(&s, '\t'); break;
+    case '\\': str_putc(&s, '\\'); break;
+    case '"': str_putc(&s, '"'); break;
+    default: {
+      Pos p = t.pos;
+      p.col += i - 1;
+      diag_error(p, "E_SYNTAX", "unknown escape '\\%c' in string; use \\n, \\t, \\\\ or \\\"", c);
+      pc->failed = true;
+    }
+    }
+  }
+  char *r = arena_strdup(str_cstr(&s));
+  free(s.buf);
+  return r;
+}
+
+Expr *parse_literal(ParseCtx *pc, ExprKind kind, Token tok) {
+  Expr *e = ast_expr(kind, tok.pos);
+  e->tok = tok;
+  switch (kind) {
+  case EX_INT: {
+    char *s = tok_str(tok);
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (v > 2147483647ULL * 4096ULL) {
+      diag_error(tok.pos, "E_SYNTAX", "integer literal %s is too large", s);
+      pc->failed = true;
+    }
+    e->ival = (int64_t)v;
+    e->fval = (double)v;
+    break;
+  }
+  case EX_FLOAT:
+    e->fval = strtod(tok_str(tok), NULL);
+    break;
+  case EX_STRING:
+    e->str = unescape(pc, tok);
+    break;
+  case EX_BOOL:
+    e->ival = tok_eq(tok, "true");
+    break;
+  case EX_NAME:
+    e->str = tok_str(tok);
+    break;
+  default:
+    break;
+  }
+  return e;
+}
+
+Expr *parse_binary(int op, Expr *l, Expr *r, Token optok) {
+  Expr *e = ast_expr(EX_BINARY, optok.pos);
+  e->op = op;
+  e->tok = optok;
+  e->lhs = l;
+  e->rhs = r;
+  return e;
+}
+
+Expr *parse_unary(int op, Expr *x, Token optok) {
+  Expr *e = ast_expr(EX_UNARY, optok.pos);
+  e->op = op;
+  e->tok = optok;
+  e->lhs = x;
+  return e;
+}
+
+Expr *parse_call(Expr *callee, Vec *args) {
+  Expr *e = ast_expr(EX_CALL, callee->pos);
+  e->callee = callee;
+  e->args = *args;
+  e->tok = callee->tok;
+  return e;
+}
+
+Expr *parse_kwarg(Token name, Expr *value) {
+  Expr *e = ast_expr(EX_KWARG, name.pos);
+  e->tok = name;
+  e->str = tok_str(name);
+  e->lhs = value;
+  return e;
+}
+
+Expr *parse_seq(ExprKind kind, Vec *elems, Pos pos) {
+  Expr *e = ast_expr(kind, pos);
+  e->args = *elems;
+  return e;
+}
+
+Expr *parse_as(Expr *x, TypeExpr *t, Token astok) {
+  Expr *e = ast_expr(EX_AS, astok.pos);
+  e->tok = astok;
+  e->lhs = x;
+  e->type = t;
+  return e;
+}
+
+Expr *parse_type_expr(TypeExpr *t) {
+  Expr *e = ast_expr(EX_TYPE, t->pos);
+  e->type = t;
+  return e;
+}
+
+/* ---- statements and blocks ---------------------------------------------- */
+
+Stmt *parse_stmt_let(Token kw, Token name, TypeExpr *t, Expr *e, StmtKind k) {
+  Stmt *s = ast_stmt(k, name.pos);
+  s->name = name;
+  s->type = t;
+  s->expr = e;
+  return s;
+}
+
+Stmt *parse_stmt_let_tuple(Token kw, Vec *names, Expr *e) {
+  Stmt *s = ast_stmt(ST_LET_TUPLE, kw.pos);
+  s->names = *names;
+  s->expr = e;
+  return s;
+}
+
+Stmt *parse_stmt_assign(Token name, Expr *e) {
+  Stmt *s = ast_stmt(ST_ASSIGN, name.pos);
+  s->name = name;
+  s->expr = e;
+  return s;
+}
+
+Stmt *parse_stmt_for(Token kw, Token var, Expr *lo, Expr *hi, Block *b) {
+  Stmt *s = ast_stmt(ST_FOR, kw.pos);
+  s->name = var;
+  s->expr = lo;
+  s->hi = hi;
+  s->body = b;
+  return s;
+}
+
+Stmt *parse_stmt_if(Token kw, Expr *c, Block *then, Block *els) {
+  Stmt *s = ast_stmt(ST_IF, kw.pos);
+  s->expr = c;
+  s->body = then;
+  s->els = els;
+  return s;
+}
+
+Stmt *parse_stmt_return(Token kw, Expr *e) {
+  Stmt *s = ast_stmt(ST_RETURN, kw.pos);
+  s->expr = e;
+  return s;
+}
+
+Stmt *parse_stmt_expr(Expr *e) {
+  Stmt *s = ast_stmt(ST_EXPR, e->pos);
+  s->expr = e;
+  return s;
+}
+
+Block *parse_block(Token lbrace, Vec *stmts) {
+  Block *b = arena_alloc(sizeof *b);
+  b->pos = lbrace.pos;
+  b->stmts = *stmts;
+  return b;
+}
+
+Block *parse_block_of(Stmt *s) {
+  Block *b = arena_alloc(sizeof *b);
+  b->pos = s->pos;
+  vec_push(&b->stmts, s);
+  return b;
+}
+
+/* ---- items ---------------------------------------------------------------- */
+
+Param *parse_param(Token name, TypeExpr *t) {
+  Param *p = arena_alloc(sizeof *p);
+  p->name = name;
+  p->type = t;
+  return p;
+}
+
+FuncDecl *parse_func_head(Token name, Vec *params, Vec *results, bool tuple) {
+  FuncDecl *f = arena_alloc(sizeof *f);
+  f->name = name;
+  f->pos = name.pos;
+  f->params = *params;
+  f->result_tuple = tuple;
+  for (int i = 0; i < results->len; i++) {
+    if (f->nresults < 16)
+      f->results[f->nresults++] = results->data[i];
+    else if (i == 16)
+      diag_error(((TypeExpr *)results->data[i])->pos, "E_SYNTAX", "a function returns at most 16 values");
+  }
+  return f;
+}
+
+void parse_func(ParseCtx *pc, FuncDecl *f) { vec_push(&pc->prog->funcs, f); }
+
+void parse_manual(ParseCtx *pc, FuncDecl *f, Token kw, Vec *axes) {
+  f->manual = true;
+  f->manual_pos = kw.pos;
+  for (int i = 0; i < axes->len; i++) {
+    if (f->nmanual >= MAX_AXES) {
+      diag_error(kw.pos, "E_SPEC", "a mesh has at most %d axes", MAX_AXES);
+      break;
+    }
+    f->manual_axes[f->nmanual++] = *(Token *)axes->data[i];
+  }
+  vec_push(&pc->prog->funcs, f);
+}
+
+void parse_mesh(ParseCtx *pc, Token kw, Vec *names, Vec *sizes) {
+  Program *p = pc->prog;
+  p->nmesh_decls++;
+  if (p->mesh) {
+    diag_error(kw.pos, "E_SYNTAX", "a file declares one mesh; this is a second `mesh`");
+    diag_note(p->mesh->pos, "the first mesh is declared here");
+    return;
+  }
+  MeshDecl *m = arena_alloc(sizeof *m);
+  m->pos = kw.pos;
+  for (int i = 0; i < names->len; i++) {
+    if (m->naxes >= MAX_AXES) {
+      diag_error(((Token *)names->data[i])->pos, "E_SPEC", "a mesh has at most %d axes", MAX_AXES);
+      break;
+    }
+    m->names[m->naxes] = *(Token *)names->data[i];
+    m->sizes[m->naxes] = sizes->data[i];
+    m->naxes++;
+  }
+  p->mesh = m;
+}
+
+void parse_const(ParseCtx *pc, Token name, Expr *value) {
+  ConstDecl *c = arena_alloc(sizeof *c);
+  c->name = name;
+  c->value = value;
+  vec_push(&pc->prog->consts, c);
+}
+
+Program *parse_file(const SourceFile *file) {
+  ParseCtx pc;
+  memset(&pc, 0, sizeof pc);
+  pc.file = file;
+  pc.prog = arena_alloc(sizeof *pc.prog);
+  pc.prog->file = file;
+  Lexer lx;
+  lex_init(&lx, file);
+  void *parser = ParseAlloc(malloc);
+  for (;;) {
+    Token t = lex_next(&lx);
+    pc.last = t;
+    Parse(parser, t.kind, t, &pc);
+    if (t.kind == 0)
+      break;
+  }
+  ParseFree(parser, free);
+  return pc.prog;
+}

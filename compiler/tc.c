@@ -1,0 +1,731 @@
+/* tc.c: the typechecker's top level: mesh, constants, function signatures,
+ * statements and scopes.
+ *
+ * Input: a parsed Program. Output: every Expr has a Type (Expr.ty), every
+ * name a Symbol, every function its global signature and, for a manual
+ * function, the local types its body sees (typing-rules 2.1). Errors are
+ * reported and checking continues with an error type, so one run reports
+ * many. Expressions are in tc_expr.c, builtins in tc_builtins.c, manual
+ * collectives and the manual boundary in tc_manual.c.
+ */
+#include "shdc.h"
+
+static Scope globals;   /* constants, functions and mesh axes */
+
+RuleCtx tc_rule(TcCtx *c, Pos pos, const char *opname) {
+  RuleCtx r = {c->mesh, c->manual, pos, opname};
+  return r;
+}
+
+/* ---- symbols ---------------------------------------------------------------- */
+
+static Symbol *find_in(Scope *s, const char *name) {
+  for (int i = s->syms.len - 1; i >= 0; i--) {
+    Symbol *sym = s->syms.data[i];
+    if (!strcmp(sym->name, name))
+      return sym;
+  }
+  return NULL;
+}
+
+Symbol *tc_lookup(TcCtx *c, const char *name) {
+  for (Scope *s = c->scope; s; s = s->up) {
+    Symbol *sym = find_in(s, name);
+    if (sym)
+      return sym;
+  }
+  return find_in(&globals, name);
+}
+
+Symbol *tc_bind(TcCtx *c, SymKind kind, Token name, Type t) {
+  Symbol *s = arena_alloc(sizeof *s);
+  s->kind = kind;
+  s->name = tok_str(name);
+  s->pos = name.pos;
+  s->type = t;
+  vec_push(&c->scope->syms, s);
+  if (c->fn && kind == SYM_LOCAL)
+    vec_push(&c->fn->bindings, s);
+  return s;
+}
+
+static void push_scope(TcCtx *c) {
+  Scope *s = arena_alloc(sizeof *s);
+  s->up = c->scope;
+  c->scope = s;
+}
+
+static void pop_scope(TcCtx *c) { c->scope = c->scope->up; }
+
+/* ---- constant expressions -------------------------------------------------- */
+
+typedef struct {
+  bool is_float;
+  int64_t i;
+  double f;
+} ConstVal;
+
+static bool const_eval(TcCtx *c, Expr *e, ConstVal *out, bool report) {
+  switch (e->kind) {
+  case EX_INT:
+    *out = (ConstVal){false, e->ival, (double)e->ival};
+    return true;
+  case EX_FLOAT:
+    *out = (ConstVal){true, 0, e->fval};
+    return true;
+  case EX_NAME: {
+    Symbol *s = tc_lookup(c, e->str);
+    if (s && s->kind == SYM_CONST) {
+      *out = (ConstVal){s->is_float_const, s->ival, s->fval};
+      return true;
+    }
+    if (report)
+      diag_error(e->pos, s ? "E_ARG" : "E_NAME", "%s '%s' is not a compile-time constant%s",
+                 s ? "name" : "unknown name", e->str, s ? "; use a `const` or a literal" : "");
+    return false;
+  }
+  case EX_UNARY: {
+    if (!const_eval(c, e->lhs, out, report))
+      return false;
+    out->i = -out->i;
+    out->f = -out->f;
+    return true;
+  }
+  case EX_BINARY: {
+    ConstVal a, b;
+    if (!const_eval(c, e->lhs, &a, report) || !const_eval(c, e->rhs, &b, report))
+      return false;
+    bool fl = a.is_float || b.is_float;
+    double fa = a.is_float ? a.f : (double)a.i, fb = b.is_float ? b.f : (double)b.i;
+    switch (e->op) {
+    case BIN_ADD: *out = (ConstVal){fl, a.i + b.i, fa + fb}; return true;
+    case BIN_SUB: *out = (ConstVal){fl, a.i - b.i, fa - fb}; return true;
+    case BIN_MUL: *out = (ConstVal){fl, a.i * b.i, fa * fb}; return true;
+    case BIN_DIV:
+      if (!fl && b.i == 0) {
+        if (report)
+          diag_error(e->pos, "E_ARG", "division by zero in a constant expression");
+        return false;
+      }
+      *out = (ConstVal){fl, fl ? 0 : a.i / b.i, fa / fb};
+      return true;
+    default:
+      break;
+    }
+    break;
+  }
+  default:
+    break;
+  }
+  if (report)
+    diag_error(e->pos, "E_ARG", "expected a compile-time constant (integers, consts and + - * /)");
+  return false;
+}
+
+bool tc_const_int(TcCtx *c, Expr *e, int64_t *out) {
+  ConstVal v;
+  if (!const_eval(c, e, &v, true))
+    return false;
+  if (v.is_float) {
+    diag_error(e->pos, "E_ARG", "expected an integer constant, not %g", v.f);
+    return false;
+  }
+  *out = v.i;
+  return true;
+}
+
+/* ---- types ------------------------------------------------------------------- */
+
+static int axis_index(TcCtx *c, Token t) {
+  for (int a = 0; a < c->mesh->naxes; a++)
+    if (tok_eq(t, c->mesh->names[a]))
+      return a;
+  return -1;
+}
+
+static bool resolve_axis(TcCtx *c, Token t, int *out) {
+  int a = axis_index(c, t);
+  if (a < 0) {
+    Str names = {0};
+    for (int i = 0; i < c->mesh->naxes; i++)
+      str_printf(&names, "%s%s", i ? ", " : "", c->mesh->names[i]);
+    diag_error(t.pos, "E_NAME", "unknown mesh axis '%.*s'; the mesh has %s", t.len, t.start, str_cstr(&names));
+    free(names.buf);
+    return false;
+  }
+  *out = a;
+  return true;
+}
+
+static bool resolve_size(TcCtx *c, Token t, int64_t *out) {
+  if (t.kind != 0 && t.start[0] >= '0' && t.start[0] <= '9') {
+    *out = strtoll(t.start, NULL, 10);
+  } else {
+    char *name = tok_str(t);
+    Symbol *s = tc_lookup(c, name);
+    if (!s || s->kind != SYM_CONST) {
+      diag_error(t.pos, "E_NAME", "%s '%s' in a type; sizes are integers or `const` names",
+                 s ? "non-constant name" : "unknown name", name);
+      return false;
+    }
+    if (s->is_float_const) {
+      diag_error(t.pos, "E_SHAPE", "const '%s' is not an integer and cannot be a size", name);
+      return false;
+    }
+    *out = s->ival;
+  }
+  if (*out < 1) {
+    diag_error(t.pos, "E_SHAPE", "array sizes must be at least 1, not %lld", (long long)*out);
+    return false;
+  }
+  return true;
+}
+
+bool tc_resolve_type(TcCtx *c, TypeExpr *te, Type *out) {
+  int64_t shape[MAX_RANK] = {0};
+  Type t = ty_array(te->dtype, te->rank, shape);
+  bool ok = te->ndims_written <= MAX_RANK;
+  for (int d = 0; d < te->rank; d++) {
+    DimExpr *de = &te->dims[d];
+    ok &= resolve_size(c, de->size, &t.shape[d]);
+    AxisSet seen = 0;
+    for (int i = 0; i < de->naxes; i++) {
+      int a;
+      if (!resolve_axis(c, de->axes[i], &a)) {
+        ok = false;
+        continue;
+      }
+      if (seen & (1u << a)) {
+        diag_error(de->axes[i].pos, "E_DUP", "mesh axis %s appears twice in one dim", c->mesh->names[a]);
+        ok = false;
+        continue;
+      }
+      seen |= 1u << a;
+      t.spec[d].axes[t.spec[d].n++] = (int8_t)a;
+    }
+  }
+  AxisSet *sets[3] = {&t.U, &t.R, &t.V};
+  for (int k = 0; k < te->nannots; k++) {
+    AnnotExpr *an = &te->annots[k];
+    AxisSet *set = sets[an->kind == 'U' ? 0 : an->kind == 'R' ? 1 : 2];
+    for (int i = 0; i < an->naxes; i++) {
+      int a;
+      if (!resolve_axis(c, an->axes[i], &a)) {
+        ok = false;
+        continue;
+      }
+      if (*set & (1u << a)) {
+        diag_error(an->axes[i].pos, "E_DUP", "mesh axis %s appears twice in <%c:..>", c->mesh->names[a], an->kind);
+        ok = false;
+      }
+      *set |= 1u << a;
+    }
+  }
+  if (ok)
+    ok = ty_check_wellformed(c->mesh, &t, te->pos, c->manual, "type");
+  *out = ok ? t : ty_error();
+  return ok;
+}
+
+/* ---- mesh and constants --------------------------------------------------------- */
+
+static void check_consts(TcCtx *c) {
+  for (int i = 0; i < c->prog->consts.len; i++) {
+    ConstDecl *cd = c->prog->consts.data[i];
+    char *name = tok_str(cd->name);
+    if (find_in(&globals, name)) {
+      diag_error(cd->name.pos, "E_NAME", "'%s' is already defined", name);
+      continue;
+    }
+    ConstVal v;
+    if (!const_eval(c, cd->value, &v, true))
+      continue;
+    Symbol *s = arena_alloc(sizeof *s);
+    s->kind = SYM_CONST;
+    s->name = name;
+    s->pos = cd->name.pos;
+    s->is_float_const = v.is_float;
+    s->ival = v.i;
+    s->fval = v.is_float ? v.f : (double)v.i;
+    s->type = ty_scalar(v.is_float ? DT_F32 : DT_I32);
+    s->type.weak = true;
+    cd->sym = s;
+    vec_push(&globals.syms, s);
+  }
+}
+
+static bool apply_override(Mesh *m, const char *ovr) {
+  const char *p = ovr;
+  while (p && *p) {
+    const char *eq = strchr(p, '=');
+    if (!eq)
+      return false;
+    int len = (int)(eq - p);
+    int a = -1;
+    for (int i = 0; i < m->naxes; i++)
+      if ((int)strlen(m->names[i]) == len && !strncmp(m->names[i], p, (size_t)len))
+        a = i;
+    if (a < 0)
+      return false;
+    m->sizes[a] = atoi(eq + 1);
+    p = strchr(eq, ',');
+    if (p)
+      p++;
+  }
+  return true;
+}
+
+static bool check_mesh(TcCtx *c, const char *ovr) {
+  Program *p = c->prog;
+  Mesh *m = c->mesh;
+  if (!p->mesh) {
+    Pos pos = {p->file, 1, 1};
+    diag_error(pos, "E_MESH", "the file declares no mesh; start it with a mesh declaration, e.g. `mesh {X: 2}`");
+    return false;
+  }
+  bool ok = true;
+  m->naxes = p->mesh->naxes;
+  for (int a = 0; a < m->naxes; a++) {
+    Token name = p->mesh->names[a];
+    m->names[a] = tok_str(name);
+    for (int b = 0; b < a; b++)
+      if (!strcmp(m->names[a], m->names[b])) {
+        diag_error(name.pos, "E_NAME", "mesh axis '%s' is declared twice", m->names[a]);
+        ok = false;
+      }
+    int64_t size = 1;
+    if (!tc_const_int(c, p->mesh->sizes[a], &size)) {
+      ok = false;
+    } else if (size < 1 || size > 1 << 20) {
+      diag_error(p->mesh->sizes[a]->pos, "E_MESH", "mesh axis '%s' has size %lld; sizes are at least 1",
+                 m->names[a], (long long)size);
+      ok = false;
+    }
+    m->sizes[a] = (int)size;
+  }
+  if (ovr && !apply_override(m, ovr))
+    diag_ice("mesh override '%s' was not validated", ovr);
+  for (int a = 0; a < m->naxes; a++) {
+    Symbol *s = arena_alloc(sizeof *s);
+    s->kind = SYM_AXIS;
+    s->name = m->names[a];
+    s->axis = a;
+    s->pos = p->mesh->names[a].pos;
+    s->type.kind = TY_AXIS;
+    vec_push(&globals.syms, s);
+  }
+  return ok;
+}
+
+/* ---- function signatures ------------------------------------------------------ */
+
+static bool check_signature(TcCtx *c, FuncDecl *f) {
+  bool ok = true;
+  char *name = tok_str(f->name);
+  int un;
+  if (tc_builtin_code(name, &un)) {
+    diag_error(f->name.pos, "E_NAME", "'%s' is a builtin function; choose another name", name);
+    ok = false;
+  }
+  Symbol *prev = find_in(&globals, name);
+  if (prev) {
+    diag_error(f->name.pos, "E_NAME", "'%s' is already defined", name);
+    diag_note(prev->pos, "previous definition is here");
+    ok = false;
+  } else {
+    Symbol *s = arena_alloc(sizeof *s);
+    s->kind = SYM_FUNC;
+    s->name = name;
+    s->pos = f->name.pos;
+    s->fn = f;
+    s->type.kind = TY_FUNC;
+    vec_push(&globals.syms, s);
+  }
+  for (int i = 0; i < f->nmanual; i++) {
+    int a;
+    if (!resolve_axis(c, f->manual_axes[i], &a)) {
+      ok = false;
+      continue;
+    }
+    if (f->manual_set & (1u << a)) {
+      diag_error(f->manual_axes[i].pos, "E_DUP", "manual axis %s is listed twice", c->mesh->names[a]);
+      ok = false;
+    }
+    f->manual_set |= 1u << a;
+  }
+  int np = f->params.len;
+  f->param_types = arena_alloc(sizeof(Type) * (size_t)(np + 1));
+  f->local_param_types = arena_alloc(sizeof(Type) * (size_t)(np + 1));
+  c->manual = 0;
+  for (int i = 0; i < np; i++) {
+    Param *p = f->params.data[i];
+    for (int j = 0; j < i; j++)
+      if (tok_eq(((Param *)f->params.data[j])->name, tok_str(p->name))) {
+        diag_error(p->name.pos, "E_NAME", "parameter '%.*s' is declared twice", p->name.len, p->name.start);
+        ok = false;
+      }
+    ok &= tc_resolve_type(c, p->type, &f->param_types[i]);
+    f->local_param_types[i] = f->param_types[i];
+    if (f->manual && f->param_types[i].kind == TY_ARRAY) {
+      bool lok = true;
+      f->local_param_types[i] = tc_manual_local(c, &f->param_types[i], f->manual_set, p->type->pos,
+                                                arena_printf("parameter '%s'", tok_str(p->name)), &lok);
+      ok &= lok;
+    }
+  }
+  f->result_types = arena_alloc(sizeof(Type) * (size_t)(f->nresults + 1));
+  for (int i = 0; i < f->nresults; i++)
+    ok &= tc_resolve_type(c, f->results[i], &f->result_types[i]);
+  if (f->manual)
+    for (int i = 0; i < f->nresults; i++)
+      if (f->result_types[i].kind == TY_ARRAY) {
+        bool lok = true;
+        tc_manual_local(c, &f->result_types[i], f->manual_set, f->results[i]->pos, "result", &lok);
+        ok &= lok;
+      }
+  return ok;
+}
+
+/* ---- statements ---------------------------------------------------------------- */
+
+static void check_block(TcCtx *c, Block *b, bool fn_body);
+
+static Type bind_value(TcCtx *c, Stmt *s, bool mutable_) {
+  Type t;
+  const char *what = arena_printf("%s %.*s", mutable_ ? "var" : "let", s->name.len, s->name.start);
+  if (s->type) {
+    Type annot;
+    if (!tc_resolve_type(c, s->type, &annot)) {
+      tc_expr(c, s->expr);
+      return ty_error();
+    }
+    t = tc_expr_annot(c, s->expr, &annot, what);
+    if (t.kind != TY_ERROR)
+      t = annot;
+  } else {
+    t = tc_expr(c, s->expr);
+  }
+  if (t.kind == TY_TUPLE) {
+    diag_error(s->expr->pos, "E_ARG", "this expression has %d values; bind them with `let (a, b, ...) = ...`",
+               t.nelems);
+    return ty_error();
+  }
+  if (t.kind == TY_VOID) {
+    diag_error(s->expr->pos, "E_ARG", "this expression has no value to bind");
+    return ty_error();
+  }
+  if (t.kind != TY_ARRAY && t.kind != TY_ERROR) {
+    diag_error(s->expr->pos, "E_ARG", "only arrays and scalars can be bound to names");
+    return ty_error();
+  }
+  if (mutable_ && t.weak) {
+    /* A var holds a run-time value: a literal initial value fixes it. */
+    t.weak = false;
+  }
+  return t;
+}
+
+static void check_assign(TcCtx *c, Stmt *s) {
+  char *name = tok_str(s->name);
+  Symbol *sym = tc_lookup(c, name);
+  if (!sym || sym->kind != SYM_LOCAL) {
+    diag_error(s->pos, "E_NAME", "%s '%s'; declare it first with `var %s = ...`",
+               sym ? "cannot assign to" : "unknown name", name, name);
+    tc_expr(c, s->expr);
+    return;
+  }
+  if (!sym->mutable_) {
+    diag_error(s->pos, "E_NAME", "'%s' is bound with let and cannot change; declare it with `var %s = ...`", name,
+               name);
+    diag_note(sym->pos, "'%s' is bound here", name);
+    tc_expr(c, s->expr);
+    return;
+  }
+  s->sym = sym;
+  if (sym->type.kind == TY_ERROR) {
+    tc_expr(c, s->expr);
+    return;
+  }
+  Type t;
+  if (tc_is_annotatable(c, s->expr)) {
+    t = tc_expr_annot(c, s->expr, &sym->type, arena_printf("assignment to %s", name));
+    return;
+  }
+  t = tc_expr(c, s->expr);
+  if (t.kind == TY_ERROR)
+    return;
+  Type tt = t;
+  tt.weak = false;
+  if (t.weak && t.kind == TY_ARRAY && t.rank == 0 && sym->type.rank == 0 &&
+      (ty_is_float(sym->type.dtype) || !ty_is_float(t.dtype)))
+    return; /* a literal takes the var's type */
+  if (!ty_equal(&tt, &sym->type)) {
+    diag_error(s->pos, "E_CARRY",
+               "assignment changes the type of var '%s' from %s to %s; a var keeps its type (reshard or cast the "
+               "value)",
+               name, ty_str(c->mesh, &sym->type), ty_str(c->mesh, &t));
+    diag_note(sym->pos, "'%s' is declared here", name);
+  }
+}
+
+static bool check_scalar_index(TcCtx *c, Expr *e, const char *what) {
+  Type t = tc_expr(c, e);
+  if (t.kind == TY_ERROR)
+    return false;
+  if (t.kind != TY_ARRAY || t.rank != 0 || t.dtype != DT_I32) {
+    diag_error(e->pos, "E_DTYPE", "%s must be an i32 scalar, not %s", what, ty_str(c->mesh, &t));
+    return false;
+  }
+  if (t.U) {
+    diag_error(e->pos, "E_UR", "%s is unreduced (%s); reduce it first", what, ty_str(c->mesh, &t));
+    return false;
+  }
+  return true;
+}
+
+static void check_for(TcCtx *c, Stmt *s) {
+  bool ok = check_scalar_index(c, s->expr, "a loop bound");
+  ok &= check_scalar_index(c, s->hi, "a loop bound");
+  AxisSet v = 0;
+  if (ok)
+    v = s->expr->ty->V | s->hi->ty->V;
+  push_scope(c);
+  Type it = ty_scalar(DT_I32);
+  it.V = v;
+  s->sym = tc_bind(c, SYM_LOCAL, s->name, it);
+  int depth = c->diverge.len;
+  if (v) {
+    Expr *cond = (s->expr->ty->V ? s->expr : s->hi);
+    vec_push(&c->diverge, cond);
+  }
+  check_block(c, s->body, false);
+  c->diverge.len = depth;
+  pop_scope(c);
+}
+
+static void check_if(TcCtx *c, Stmt *s) {
+  Type t = tc_expr(c, s->expr);
+  AxisSet v = 0;
+  if (t.kind != TY_ERROR) {
+    if (t.kind != TY_ARRAY || t.rank != 0 || t.dtype != DT_BOOL)
+      diag_error(s->expr->pos, "E_DTYPE", "an if condition must be a bool scalar, not %s; compare, e.g. x > 0",
+                 ty_str(c->mesh, &t));
+    else if (t.U)
+      diag_error(s->expr->pos, "E_UR", "the if condition %s is unreduced; reduce it first", ty_str(c->mesh, &t));
+    v = t.V;
+  }
+  int depth = c->diverge.len;
+  if (v)
+    vec_push(&c->diverge, s->expr);
+  push_scope(c);
+  check_block(c, s->body, false);
+  pop_scope(c);
+  if (s->els) {
+    push_scope(c);
+    check_block(c, s->els, false);
+    pop_scope(c);
+  }
+  c->diverge.len = depth;
+}
+
+static void check_return(TcCtx *c, Stmt *s, bool last_in_body) {
+  FuncDecl *f = c->fn;
+  if (!last_in_body) {
+    diag_error(s->pos, "E_RETURN",
+               "return must be the last statement of the function body (early returns are not supported)");
+    if (s->expr)
+      tc_expr(c, s->expr);
+    return;
+  }
+  int want = f->nresults;
+  if (!s->expr) {
+    if (want)
+      diag_error(s->pos, "E_RETURN", "'%.*s' must return %d value%s", f->name.len, f->name.start, want,
+                 want > 1 ? "s" : "");
+    return;
+  }
+  if (!want) {
+    diag_error(s->pos, "E_RETURN", "'%.*s' declares no result; add `-> TYPE` to the signature", f->name.len,
+               f->name.start);
+    tc_expr(c, s->expr);
+    return;
+  }
+  Expr *vals[16];
+  int n = 1;
+  vals[0] = s->expr;
+  if (s->expr->kind == EX_TUPLE && want > 1) {
+    n = s->expr->args.len < 16 ? s->expr->args.len : 16;
+    for (int i = 0; i < n; i++)
+      vals[i] = s->expr->args.data[i];
+  }
+  if (n != want && !(n == 1 && want > 1)) {
+    diag_error(s->pos, "E_RETURN", "'%.*s' returns %d values but this returns %d", f->name.len, f->name.start, want, n);
+    return;
+  }
+  if (n == 1 && want > 1) {
+    /* return f(...) where f returns the whole tuple */
+    Type t = tc_expr(c, s->expr);
+    Type decl = ty_tuple(want, f->result_types);
+    if (t.kind != TY_ERROR && !ty_equal(&t, &decl))
+      diag_error(s->pos, "E_ANNOT", "returns %s but '%.*s' declares %s", ty_str(c->mesh, &t), f->name.len,
+                 f->name.start, ty_str(c->mesh, &decl));
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    Type *decl = &f->result_types[i];
+    if (decl->kind == TY_ERROR) {
+      tc_expr(c, vals[i]);
+      continue;
+    }
+    if (!f->manual) {
+      tc_expr_annot(c, vals[i], decl, "the return type");
+      continue;
+    }
+    bool ok = true;
+    Type local = tc_manual_local(c, decl, f->manual_set, s->pos, "result", &ok);
+    if (!ok) {
+      tc_expr(c, vals[i]);
+      continue;
+    }
+    Type t;
+    c->annot_v_free = true;
+    if (tc_is_annotatable(c, vals[i]))
+      t = tc_expr_annot(c, vals[i], &local, "the return type");
+    else
+      t = tc_expr(c, vals[i]);
+    c->annot_v_free = false;
+    if (t.kind == TY_ARRAY)
+      tc_check_manual_result(c, &t, decl, vals[i]->pos);
+  }
+}
+
+static void check_stmt(TcCtx *c, Stmt *s, bool last_in_body) {
+  switch (s->kind) {
+  case ST_LET:
+  case ST_VAR: {
+    Type t = bind_value(c, s, s->kind == ST_VAR);
+    s->sym = tc_bind(c, SYM_LOCAL, s->name, t);
+    s->sym->mutable_ = s->kind == ST_VAR;
+    break;
+  }
+  case ST_LET_TUPLE: {
+    Type t = tc_expr(c, s->expr);
+    int n = s->names.len;
+    if (t.kind != TY_ERROR && (t.kind != TY_TUPLE || t.nelems != n)) {
+      diag_error(s->pos, "E_ARG", "cannot destructure %s into %d names", ty_str(c->mesh, &t), n);
+      t = ty_error();
+    }
+    for (int i = 0; i < n; i++) {
+      Type ti = t.kind == TY_TUPLE ? t.elems[i] : ty_error();
+      vec_push(&s->syms, tc_bind(c, SYM_LOCAL, *(Token *)s->names.data[i], ti));
+    }
+    break;
+  }
+  case ST_ASSIGN:
+    check_assign(c, s);
+    break;
+  case ST_FOR:
+    check_for(c, s);
+    break;
+  case ST_IF:
+    check_if(c, s);
+    break;
+  case ST_RETURN:
+    check_return(c, s, last_in_body);
+    break;
+  case ST_EXPR: {
+    Type t = tc_expr(c, s->expr);
+    (void)t;
+    break;
+  }
+  }
+}
+
+static void check_block(TcCtx *c, Block *b, bool fn_body) {
+  for (int i = 0; i < b->stmts.len; i++)
+    check_stmt(c, b->stmts.data[i], fn_body && i == b->stmts.len - 1);
+}
+
+static void check_body(TcCtx *c, FuncDecl *f) {
+  c->fn = f;
+  c->manual = f->manual ? f->manual_set : 0;
+  c->diverge.len = 0;
+  c->scope = NULL;
+  push_scope(c);
+  for (int i = 0; i < f->params.len; i++) {
+    Param *p = f->params.data[i];
+    p->sym = tc_bind(c, SYM_LOCAL, p->name, f->local_param_types[i]);
+  }
+  check_block(c, f->body, true);
+  Block *b = f->body;
+  bool returns = b->stmts.len && ((Stmt *)b->stmts.data[b->stmts.len - 1])->kind == ST_RETURN;
+  if (f->nresults && !returns)
+    diag_error(f->pos, "E_RETURN", "'%.*s' declares a result but does not end with `return`", f->name.len,
+               f->name.start);
+  pop_scope(c);
+  c->fn = NULL;
+  c->manual = 0;
+}
+
+/* Calls must form a DAG: a recursive function would need a dynamic call
+ * stack of shards, which the static buffer plan does not have. */
+static bool find_cycle(FuncDecl *f, int *state, Program *p, Pos *where) {
+  int idx = 0;
+  while (p->funcs.data[idx] != f)
+    idx++;
+  if (state[idx] == 2)
+    return false;
+  if (state[idx] == 1)
+    return true;
+  state[idx] = 1;
+  for (int i = 0; i < f->callees.len; i++) {
+    Expr *call = f->callees.data[i];
+    if (find_cycle(call->fn, state, p, where)) {
+      if (!where->file)
+        *where = call->pos;
+      return true;
+    }
+  }
+  state[idx] = 2;
+  return false;
+}
+
+static void check_recursion(Program *p) {
+  int *state = arena_alloc(sizeof(int) * (size_t)(p->funcs.len + 1));
+  for (int i = 0; i < p->funcs.len; i++) {
+    Pos where = {0};
+    FuncDecl *f = p->funcs.data[i];
+    if (state[i] == 0 && find_cycle(f, state, p, &where))
+      diag_error(where, "E_NAME", "recursive call: functions cannot call themselves, directly or indirectly");
+  }
+}
+
+bool tc_program(Program *p, Mesh *mesh_out, const char *mesh_override) {
+  TcCtx c;
+  memset(&c, 0, sizeof c);
+  c.prog = p;
+  c.mesh = mesh_out;
+  memset(&globals, 0, sizeof globals);
+  int errs = diag_error_count();
+  check_consts(&c);
+  if (!check_mesh(&c, mesh_override))
+    return false;
+  for (int i = 0; i < p->funcs.len; i++) {
+    FuncDecl *f = p->funcs.data[i];
+    f->ok = check_signature(&c, f);
+  }
+  for (int i = 0; i < p->funcs.len; i++)
+    check_body(&c, p->funcs.data[i]);
+  check_recursion(p);
+  return diag_error_count() == errs;
+}
+
+void tc_print_bindings(FILE *out, const Program *p, const Mesh *m) {
+  for (int i = 0; i < p->funcs.len; i++) {
+    FuncDecl *f = p->funcs.data[i];
+    for (int j = 0; j < f->bindings.len; j++) {
+      Symbol *s = f->bindings.data[j];
+      fprintf(out, "%.*s.%s: %s\n", f->name.len, f->name.start, s->name, ty_str(m, &s->type));
+    }
+  }
+}

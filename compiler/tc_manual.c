@@ -1,0 +1,520 @@
+/* tc_manual.c: manual functions: the boundary between the global and the
+ * per-device view (typing-rules 2.1, 2.4), and the collectives and casts of
+ * the table in 2.3, with divergence checking ([E_DIVERGE]).
+ *
+ * Inside `manual(X) fn` every manual axis of a value is varying, invariant,
+ * unreduced or reduced; the explicit axes keep their global-view rules.
+ */
+#include "shdc.h"
+
+#define TS(t) ty_str(c->mesh, (t))
+
+/* ---- the boundary -------------------------------------------------------------- */
+
+Type tc_manual_local(TcCtx *c, const Type *g, AxisSet manual, Pos pos, const char *what, bool *ok) {
+  Type l = *g;
+  for (int d = 0; d < g->rank; d++) {
+    DimSpec s = g->spec[d];
+    int lead = 0;
+    while (lead < s.n && (manual & (1u << s.axes[lead])))
+      lead++;
+    for (int i = lead; i < s.n; i++)
+      if (manual & (1u << s.axes[i])) {
+        diag_error(pos, "E_INSPEC",
+                   "%s: in %s, manual axis %s follows explicit axis %s in dim %d; the manual axes of a dim must lead "
+                   "its axis list, e.g. @(%s,%s)",
+                   what, TS(g), c->mesh->names[s.axes[i]], c->mesh->names[s.axes[0]], d, c->mesh->names[s.axes[i]],
+                   c->mesh->names[s.axes[0]]);
+        *ok = false;
+        return ty_error();
+      }
+    int64_t parts = 1;
+    for (int i = 0; i < lead; i++) {
+      parts *= c->mesh->sizes[s.axes[i]];
+      l.V |= 1u << s.axes[i];
+    }
+    l.shape[d] = g->shape[d] / parts;
+    DimSpec rest = {0};
+    for (int i = lead; i < s.n; i++)
+      rest.axes[rest.n++] = s.axes[i];
+    l.spec[d] = rest;
+  }
+  return l;
+}
+
+bool tc_check_manual_result(TcCtx *c, const Type *v, const Type *declared, Pos pos) {
+  bool ok = true;
+  AxisSet man = c->manual;
+  Type l = tc_manual_local(c, declared, man, pos, "result", &ok);
+  if (!ok)
+    return false;
+  if (v->dtype != l.dtype && !v->weak) {
+    diag_error(pos, "E_DTYPE", "the result is %s but the declared result type is %s; convert with cast(x, %s)", TS(v),
+               TS(declared), ty_dtype_name(l.dtype));
+    return false;
+  }
+  AxisSet extra = v->V & ~l.V;
+  if (extra) {
+    const char *ax = ty_axes_str(c->mesh, extra);
+    diag_error(pos, "E_OUTSPEC",
+               "the result %s is varying over %s, but the result type %s does not shard any dim over %s, which "
+               "promises the value is the same on every device along %s; reduce it with psum(x, %s), gather it "
+               "with all_gather(x, %s, dim=k, to=invariant), or shard a dim of the result type over %s",
+               TS(v), ax, TS(declared), ax, ax, ax, ax, ax);
+    return false;
+  }
+  AxisSet du = (v->U ^ l.U) & man, dr = (v->R ^ l.R) & man;
+  if (du || dr) {
+    AxisSet ax = du ? du : dr;
+    char k = du ? 'U' : 'R';
+    bool value_has = du ? (v->U & ax) != 0 : (v->R & ax) != 0;
+    diag_error(pos, "E_OUTSPEC",
+               "the result %s is %s over %s but the result type %s %s; %s", TS(v),
+               value_has ? (k == 'U' ? "unreduced" : "reduced") : (k == 'U' ? "not unreduced" : "not reduced"),
+               ty_axes_str(c->mesh, ax), TS(declared),
+               value_has ? arena_printf("does not say <%c:%s>", k, ty_axes_str(c->mesh, ax))
+                         : arena_printf("says <%c:%s>", k, ty_axes_str(c->mesh, ax)),
+               k == 'U' ? (value_has ? "reduce it with psum, or add the annotation to the result type"
+                                     : "make it unreduced with pcast(x, AXES, to=unreduced)")
+                        : "make the states match with pcast");
+    return false;
+  }
+  bool same_shape = v->rank == l.rank;
+  for (int d = 0; same_shape && d < l.rank; d++)
+    same_shape = v->shape[d] == l.shape[d];
+  if (!same_shape) {
+    diag_error(pos, "E_SHAPE", "the result %s has the wrong local shape: the result type %s needs %s on each device",
+               TS(v), TS(declared), TS(&l));
+    return false;
+  }
+  Type vv = *v, ll = l;
+  vv.V = ll.V = 0;
+  vv.U &= ~man, ll.U &= ~man, vv.R &= ~man, ll.R &= ~man;
+  vv.weak = false;
+  for (int d = 0; d < MAX_RANK; d++)
+    vv.shape[d] = ll.shape[d];
+  if (!ty_same_sharding(&vv, &ll)) {
+    diag_error(pos, "E_OUTSPEC",
+               "the result %s does not match the explicit axes of the result type %s (locally %s); reshard it "
+               "inside the function",
+               TS(v), TS(declared), TS(&l));
+    return false;
+  }
+  return true;
+}
+
+/* ---- arguments -------------------------------------------------------------------- */
+
+bool tc_axes_arg(TcCtx *c, Expr *e, int *axes, int *naxes, bool manual_only, const char *what) {
+  Expr *items[MAX_AXES + 1];
+  int n = 0;
+  if (e->kind == EX_TUPLE || e->kind == EX_LIST) {
+    for (int i = 0; i < e->args.len && n <= MAX_AXES; i++)
+      items[n++] = e->args.data[i];
+  } else {
+    items[n++] = e;
+  }
+  *naxes = 0;
+  AxisSet seen = 0;
+  for (int i = 0; i < n; i++) {
+    Expr *it = items[i];
+    int a = -1;
+    if (it->kind == EX_NAME)
+      for (int k = 0; k < c->mesh->naxes; k++)
+        if (!strcmp(c->mesh->names[k], it->str))
+          a = k;
+    if (a < 0) {
+      diag_error(it->pos, it->kind == EX_NAME ? "E_NAME" : "E_ARG",
+                 "%s: expected a mesh axis name or a list of them, e.g. %s or (X, Y)", what,
+                 c->mesh->naxes ? c->mesh->names[0] : "X");
+      return false;
+    }
+    if (manual_only && !(c->manual & (1u << a))) {
+      diag_error(it->pos, "E_MANUAL", "%s over axis %s, which is not a manual axis of this function (manual: %s)",
+                 what, c->mesh->names[a], c->manual ? ty_axes_str(c->mesh, c->manual) : "none");
+      return false;
+    }
+    if (seen & (1u << a)) {
+      diag_error(it->pos, "E_DUP", "%s: axis %s is named twice", what, c->mesh->names[a]);
+      return false;
+    }
+    seen |= 1u << a;
+    axes[(*naxes)++] = a;
+  }
+  return true;
+}
+
+static AxisSet axes_set(const int *axes, int n) {
+  AxisSet s = 0;
+  for (int i = 0; i < n; i++)
+    s |= 1u << axes[i];
+  return s;
+}
+
+static int64_t axes_size(TcCtx *c, const int *axes, int n) {
+  int64_t p = 1;
+  for (int i = 0; i < n; i++)
+    p *= c->mesh->sizes[axes[i]];
+  return p;
+}
+
+typedef enum { ST_V, ST_U, ST_R, ST_I, ST_MIXED } AxisState;
+
+static const char *state_name(AxisState s) {
+  static const char *n[] = {"varying", "unreduced", "reduced", "invariant", "mixed"};
+  return n[s];
+}
+
+static AxisState state_of(const Type *t, AxisSet a) {
+  if ((t->V & a) == a) return ST_V;
+  if ((t->U & a) == a) return ST_U;
+  if ((t->R & a) == a) return ST_R;
+  if (!((t->V | t->U | t->R) & a)) return ST_I;
+  return ST_MIXED;
+}
+
+static bool same_state(TcCtx *c, Expr *e, const Type *x, AxisSet a, AxisState *st) {
+  *st = state_of(x, a);
+  if (*st != ST_MIXED)
+    return true;
+  diag_error(e->pos, "E_PCAST",
+             "%s: the axes %s are in different states in %s (varying %s, unreduced %s, reduced %s); name axes "
+             "that are all in one state, or pcast first",
+             e->callee->str, ty_axes_str(c->mesh, a), TS(x), ty_axes_str(c->mesh, x->V & a),
+             ty_axes_str(c->mesh, x->U & a), ty_axes_str(c->mesh, x->R & a));
+  return false;
+}
+
+/* Collectives need every device to take part: none may sit under control
+ * flow whose condition differs between devices. */
+static bool check_diverge(TcCtx *c, Expr *e) {
+  if (!c->diverge.len)
+    return true;
+  Expr *cond = c->diverge.data[c->diverge.len - 1];
+  diag_error(e->pos, "E_DIVERGE",
+             "collective %s is reached under a condition that varies across devices (%s); every device must reach "
+             "every collective: make the condition invariant (e.g. reduce it with pmax or psum), or move %s out of "
+             "the branch or loop",
+             e->callee->str, cond->ty ? TS(cond->ty) : "varying", e->callee->str);
+  diag_note(cond->pos, "the varying condition is here");
+  return false;
+}
+
+static bool dim_kw(TcCtx *c, Expr *kw, int rank, int *dim, const char *name, const char *what) {
+  int64_t k = 0;
+  if (kw && !tc_const_int(c, kw, &k))
+    return false;
+  if (k < -rank || k >= rank) {
+    diag_error(kw ? kw->pos : (Pos){0}, "E_ARG", "%s: %s=%lld is out of range for rank %d", what, name, (long long)k,
+               rank);
+    return false;
+  }
+  *dim = (int)(k < 0 ? k + rank : k);
+  return true;
+}
+
+/* A collective along a dim that explicit axes also shard would interleave
+ * the wrong blocks. */
+static bool dim_unsharded(TcCtx *c, Expr *e, const Type *x, int d) {
+  if (!x->spec[d].n)
+    return true;
+  diag_error(e->pos, "E_AXIS",
+             "%s along dim %d of %s: that dim is also sharded over explicit axis %s; reshard it to replicated over "
+             "%s first",
+             e->callee->str, d, TS(x), ty_spec_str(c->mesh, x->spec[d]) + 1, ty_spec_str(c->mesh, x->spec[d]) + 1);
+  return false;
+}
+
+/* ---- the collectives ------------------------------------------------------------------ */
+
+static Type check_reduce_collective(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a) {
+  AxisState st;
+  if (!same_state(c, e, &x, a, &st))
+    return ty_error();
+  int code = e->builtin;
+  const char *name = e->callee->str;
+  info->redop = code == BI_PMAX ? RED_MAX : code == BI_PMIN ? RED_MIN : RED_SUM;
+  info->scale_by_count = code == BI_PMEAN;
+  info->count = (double)axes_size(c, info->axes, info->naxes);
+  if (code == BI_PMEAN && !ty_is_float(x.dtype)) {
+    diag_error(e->pos, "E_DTYPE", "pmean of %s; convert to a float first", TS(&x));
+    return ty_error();
+  }
+  Type out = x;
+  switch (st) {
+  case ST_V:
+    out.V &= ~a;
+    return out;
+  case ST_I:
+    /* Every device holds the same value: the sum is x * |a|, max is x. */
+    info->psum_invariant = (int)info->count;
+    return out;
+  case ST_U:
+    if (code != BI_PSUM && code != BI_PMEAN) {
+      diag_error(e->pos, "E_UR",
+                 "%s of %s: the value is unreduced (a pending sum) over %s, and the %s of the pieces is not the %s "
+                 "of the sum; use psum",
+                 name, TS(&x), ty_axes_str(c->mesh, a), name + 1, name + 1);
+      return ty_error();
+    }
+    out.U &= ~a;
+    return out;
+  case ST_R:
+    diag_error(e->pos, "E_UR",
+               "%s of %s: the value is reduced over %s (already the same on every device); to sum copies, pcast it "
+               "to varying first",
+               name, TS(&x), ty_axes_str(c->mesh, a));
+    return ty_error();
+  default:
+    return ty_error();
+  }
+}
+
+static bool needs_varying(TcCtx *c, Expr *e, const Type *x, AxisSet a) {
+  if ((x->U | x->R) & a) {
+    diag_error(e->pos, "E_UR", "%s of %s: the value is %s over %s; %s", e->callee->str, TS(x),
+               (x->U & a) ? "unreduced" : "reduced", ty_axes_str(c->mesh, (x->U | x->R) & a),
+               (x->U & a) ? "reduce it with psum or psum_scatter first" : "pcast it to varying first");
+    return false;
+  }
+  return true;
+}
+
+static Type check_all_gather(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a, Expr **kw) {
+  if (x.rank == 0) {
+    diag_error(e->pos, "E_SHAPE", "all_gather needs an array, not the scalar %s", TS(&x));
+    return ty_error();
+  }
+  if (!dim_kw(c, kw[0], x.rank, &info->dim, "dim", "all_gather") || !dim_unsharded(c, e, &x, info->dim))
+    return ty_error();
+  info->pcast_to = -1;
+  if (kw[1]) {
+    const char *to = kw[1]->kind == EX_NAME ? kw[1]->str : "";
+    if (!strcmp(to, "varying"))
+      info->pcast_to = -1;
+    else if (!strcmp(to, "invariant") || !strcmp(to, "invarying"))
+      info->pcast_to = PCAST_VARYING; /* marks the invariant form */
+    else if (!strcmp(to, "reduced"))
+      info->pcast_to = PCAST_REDUCED;
+    else {
+      diag_error(kw[1]->pos, "E_ARG", "all_gather: to= is varying, invariant or reduced");
+      return ty_error();
+    }
+  }
+  Type out = x;
+  out.shape[info->dim] *= axes_size(c, info->axes, info->naxes);
+  if (info->pcast_to == PCAST_REDUCED) {
+    if ((x.V & a) != a) {
+      diag_error(e->pos, "E_PCAST", "all_gather(..., to=reduced) of %s: every named axis must be varying, but %s is not",
+                 TS(&x), ty_axes_str(c->mesh, a & ~x.V));
+      return ty_error();
+    }
+    if (!needs_varying(c, e, &x, a))
+      return ty_error();
+    out.V &= ~a;
+    out.R |= a;
+    return out;
+  }
+  if (!needs_varying(c, e, &x, a))
+    return ty_error();
+  if (info->pcast_to == PCAST_VARYING)
+    out.V &= ~a;  /* invariant result */
+  else
+    out.V |= a;   /* auto-pvary of invariant axes; the result stays varying */
+  return out;
+}
+
+static Type check_psum_scatter(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a, Expr **kw) {
+  if (x.rank == 0) {
+    diag_error(e->pos, "E_SHAPE", "psum_scatter needs an array, not the scalar %s", TS(&x));
+    return ty_error();
+  }
+  if (!dim_kw(c, kw[0], x.rank, &info->dim, "dim", "psum_scatter") || !dim_unsharded(c, e, &x, info->dim))
+    return ty_error();
+  int64_t g = axes_size(c, info->axes, info->naxes);
+  if (x.shape[info->dim] % g) {
+    diag_error(e->pos, "E_SHAPE", "psum_scatter: dim %d of %s has size %lld, which does not divide into %lld blocks",
+               info->dim, TS(&x), (long long)x.shape[info->dim], (long long)g);
+    return ty_error();
+  }
+  AxisState st;
+  if (!same_state(c, e, &x, a, &st))
+    return ty_error();
+  Type out = x;
+  out.shape[info->dim] /= g;
+  if (st == ST_U) {
+    out.U &= ~a;
+    out.V |= a;
+    return out;
+  }
+  if (st == ST_R) {
+    diag_error(e->pos, "E_UR", "psum_scatter of %s: the value is reduced over %s; pcast it to varying first", TS(&x),
+               ty_axes_str(c->mesh, a));
+    return ty_error();
+  }
+  out.V |= a;
+  return out;
+}
+
+static Type check_all_to_all(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a, Expr **kw) {
+  if (!kw[0] || !kw[1]) {
+    diag_error(e->pos, "E_ARG", "all_to_all needs split= and concat=: all_to_all(x, AXIS, split=0, concat=1)");
+    return ty_error();
+  }
+  if (x.rank == 0) {
+    diag_error(e->pos, "E_SHAPE", "all_to_all needs an array, not the scalar %s", TS(&x));
+    return ty_error();
+  }
+  if (!dim_kw(c, kw[0], x.rank, &info->dim, "split", "all_to_all") ||
+      !dim_kw(c, kw[1], x.rank, &info->dim2, "concat", "all_to_all") || !dim_unsharded(c, e, &x, info->dim) ||
+      !dim_unsharded(c, e, &x, info->dim2) || !needs_varying(c, e, &x, a))
+    return ty_error();
+  int64_t g = axes_size(c, info->axes, info->naxes);
+  if (x.shape[info->dim] % g) {
+    diag_error(e->pos, "E_SHAPE", "all_to_all: split dim %d of %s has size %lld, which does not divide into %lld blocks",
+               info->dim, TS(&x), (long long)x.shape[info->dim], (long long)g);
+    return ty_error();
+  }
+  Type out = x;
+  out.shape[info->dim] /= g;
+  out.shape[info->dim2] *= g;
+  out.V |= a;
+  return out;
+}
+
+static Type check_pcast(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a, Expr **kw) {
+  if (!kw[0] || kw[0]->kind != EX_NAME) {
+    diag_error(e->pos, "E_ARG", "pcast needs to=varying, to=unreduced or to=reduced");
+    return ty_error();
+  }
+  const char *to = kw[0]->str;
+  AxisState st;
+  if (!same_state(c, e, &x, a, &st))
+    return ty_error();
+  Type out = x;
+  const char *ax = ty_axes_str(c->mesh, a);
+  if (!strcmp(to, "varying")) {
+    info->pcast_to = PCAST_VARYING;
+    if (st == ST_I) {
+      out.V |= a;
+      return out;
+    }
+    if (st == ST_R) {
+      out.R &= ~a;
+      out.V |= a;
+      return out;
+    }
+  } else if (!strcmp(to, "unreduced")) {
+    info->pcast_to = PCAST_UNREDUCED;
+    if (st == ST_V) {
+      out.V &= ~a;
+      out.U |= a;
+      return out;
+    }
+  } else if (!strcmp(to, "reduced")) {
+    info->pcast_to = PCAST_REDUCED;
+    if (st == ST_I) {
+      out.R |= a;
+      return out;
+    }
+  } else {
+    diag_error(kw[0]->pos, "E_ARG", "pcast: to= is varying, unreduced or reduced, not '%s'", to);
+    return ty_error();
+  }
+  diag_error(e->pos, "E_PCAST",
+             "unsupported pcast of %s over %s from %s to %s; the casts are invariant->varying, reduced->varying, "
+             "varying->unreduced and invariant->reduced%s",
+             TS(&x), ax, state_name(st), to,
+             st == ST_V && !strcmp(to, "varying") ? " (the value is already varying)"
+             : st == ST_U ? "; reduce an unreduced value with psum" : "");
+  return ty_error();
+}
+
+Type tc_collective(TcCtx *c, Expr *e) {
+  TcInfo *info = e->tc;
+  int code = e->builtin;
+  const char *name = e->callee->str;
+  if (!c->manual) {
+    diag_error(e->pos, "E_MANUAL",
+               "%s is only available inside a manual function body; in the global view, reshard and reductions "
+               "insert the collectives the types call for",
+               name);
+    return ty_error();
+  }
+  const char *kwn[2] = {0, 0};
+  int nkw = 0;
+  switch (code) {
+  case BI_ALL_GATHER: kwn[0] = "dim"; kwn[1] = "to"; nkw = 2; break;
+  case BI_PSUM_SCATTER: kwn[0] = "dim"; nkw = 1; break;
+  case BI_ALL_TO_ALL: kwn[0] = "split"; kwn[1] = "concat"; nkw = 2; break;
+  case BI_PPERMUTE: kwn[0] = "shift"; nkw = 1; break;
+  case BI_PCAST: kwn[0] = "to"; nkw = 1; break;
+  default: break;
+  }
+  Expr *pos[2], *kw[2];
+  int n;
+  bool ok = true;
+  tc_split_args(e, pos, code == BI_AXIS_INDEX ? 1 : 2, &n, kw, kwn, nkw, &ok);
+  if (!ok)
+    return ty_error();
+  if (code == BI_AXIS_INDEX) {
+    if (n != 1) {
+      diag_error(e->pos, "E_ARG", "usage: axis_index(AXIS)");
+      return ty_error();
+    }
+    if (!tc_axes_arg(c, pos[0], info->axes, &info->naxes, true, name))
+      return ty_error();
+    Type t = ty_scalar(DT_I32);
+    t.V = axes_set(info->axes, info->naxes);
+    return t;
+  }
+  if (n != 2) {
+    diag_error(e->pos, "E_ARG", "usage: %s(x, AXES%s)", name,
+               code == BI_ALL_GATHER ? ", dim=k" : code == BI_PSUM_SCATTER ? ", dim=k"
+               : code == BI_ALL_TO_ALL ? ", split=i, concat=j" : code == BI_PPERMUTE ? ", shift=s"
+               : code == BI_PCAST ? ", to=varying" : "");
+    return ty_error();
+  }
+  Type x = tc_expr(c, pos[0]);
+  if (!tc_axes_arg(c, pos[1], info->axes, &info->naxes, true, name) || x.kind == TY_ERROR)
+    return ty_error();
+  if (x.kind != TY_ARRAY) {
+    diag_error(pos[0]->pos, "E_ARG", "%s: expected an array value", name);
+    return ty_error();
+  }
+  info->x = pos[0];
+  if (x.weak) {
+    x.weak = false;
+  }
+  AxisSet a = axes_set(info->axes, info->naxes);
+  if (code != BI_PCAST && !check_diverge(c, e))
+    return ty_error();
+  switch (code) {
+  case BI_PSUM: case BI_PMAX: case BI_PMIN: case BI_PMEAN:
+    return check_reduce_collective(c, e, info, x, a);
+  case BI_ALL_GATHER:
+    return check_all_gather(c, e, info, x, a, kw);
+  case BI_PSUM_SCATTER:
+    return check_psum_scatter(c, e, info, x, a, kw);
+  case BI_ALL_TO_ALL:
+    return check_all_to_all(c, e, info, x, a, kw);
+  case BI_PPERMUTE: {
+    int64_t s;
+    if (!kw[0]) {
+      diag_error(e->pos, "E_ARG", "ppermute needs shift=: ppermute(x, AXIS, shift=1)");
+      return ty_error();
+    }
+    if (!tc_const_int(c, kw[0], &s) || !needs_varying(c, e, &x, a))
+      return ty_error();
+    int64_t g = axes_size(c, info->axes, info->naxes);
+    info->shift = (int)(((s % g) + g) % g);
+    Type out = x;
+    out.V |= a;
+    return out;
+  }
+  case BI_PCAST:
+    return check_pcast(c, e, info, x, a, kw);
+  default:
+    diag_ice("unknown builtin %d", code);
+  }
+}

@@ -1,0 +1,335 @@
+/* types.c: the type model: dtype, global shape, and one state per mesh axis.
+ *
+ * A mesh axis of an array type is in exactly one state: it shards one dim
+ * (spec, ordered major to minor within the dim), it is unreduced (U), reduced
+ * (R), varying (V, manual axes only), or it is none of these (replicated, or
+ * invariant in a manual body). All rules in rules.c are written against this
+ * model. This file owns the one canonical printer (language.md §2, fixed),
+ * equality, local shapes and the well-formedness check of rules 0.3.
+ */
+#include "shdc.h"
+
+Type ty_array(DType dt, int rank, const int64_t *shape) {
+  Type t;
+  memset(&t, 0, sizeof t);
+  t.kind = TY_ARRAY;
+  t.dtype = dt;
+  t.rank = rank;
+  for (int i = 0; i < rank; i++)
+    t.shape[i] = shape[i];
+  return t;
+}
+
+Type ty_scalar(DType dt) { return ty_array(dt, 0, NULL); }
+
+Type ty_void(void) {
+  Type t;
+  memset(&t, 0, sizeof t);
+  t.kind = TY_VOID;
+  return t;
+}
+
+Type ty_error(void) {
+  Type t;
+  memset(&t, 0, sizeof t);
+  t.kind = TY_ERROR;
+  return t;
+}
+
+Type ty_tuple(int n, const Type *elems) {
+  Type t;
+  memset(&t, 0, sizeof t);
+  t.kind = TY_TUPLE;
+  t.nelems = n;
+  t.elems = arena_alloc(sizeof(Type) * (size_t)(n ? n : 1));
+  for (int i = 0; i < n; i++)
+    t.elems[i] = elems[i];
+  return t;
+}
+
+bool ty_is_array(const Type *t) { return t->kind == TY_ARRAY; }
+bool ty_is_scalar(const Type *t) { return t->kind == TY_ARRAY && t->rank == 0; }
+bool ty_is_float(DType dt) { return dt == DT_F32 || dt == DT_F64; }
+
+bool ty_spec_equal(DimSpec a, DimSpec b) {
+  if (a.n != b.n)
+    return false;
+  for (int i = 0; i < a.n; i++)
+    if (a.axes[i] != b.axes[i])
+      return false;
+  return true;
+}
+
+AxisSet ty_spec_axes(DimSpec s) {
+  AxisSet m = 0;
+  for (int i = 0; i < s.n; i++)
+    m |= 1u << s.axes[i];
+  return m;
+}
+
+AxisSet ty_dim_axes(const Type *t) {
+  AxisSet m = 0;
+  for (int d = 0; d < t->rank; d++)
+    m |= ty_spec_axes(t->spec[d]);
+  return m;
+}
+
+AxisSet ty_used_axes(const Type *t) { return ty_dim_axes(t) | t->U | t->R | t->V; }
+
+bool ty_same_sharding(const Type *a, const Type *b) {
+  if (a->rank != b->rank || a->U != b->U || a->R != b->R || a->V != b->V)
+    return false;
+  for (int d = 0; d < a->rank; d++)
+    if (!ty_spec_equal(a->spec[d], b->spec[d]))
+      return false;
+  return true;
+}
+
+bool ty_equal(const Type *a, const Type *b) {
+  if (a->kind != b->kind)
+    return false;
+  if (a->kind == TY_TUPLE) {
+    if (a->nelems != b->nelems)
+      return false;
+    for (int i = 0; i < a->nelems; i++)
+      if (!ty_equal(&a->elems[i], &b->elems[i]))
+        return false;
+    return true;
+  }
+  if (a->kind != TY_ARRAY)
+    return true;
+  if (a->dtype != b->dtype || a->rank != b->rank)
+    return false;
+  for (int d = 0; d < a->rank; d++)
+    if (a->shape[d] != b->shape[d])
+      return false;
+  return ty_same_sharding(a, b);
+}
+
+int64_t ty_spec_parts(const Mesh *m, DimSpec s) {
+  int64_t p = 1;
+  for (int i = 0; i < s.n; i++)
+    p *= m->sizes[s.axes[i]];
+  return p;
+}
+
+int64_t ty_local_dim(const Mesh *m, const Type *t, int d) {
+  return t->shape[d] / ty_spec_parts(m, t->spec[d]);
+}
+
+void ty_local_shape(const Mesh *m, const Type *t, int64_t *out) {
+  for (int d = 0; d < t->rank; d++)
+    out[d] = ty_local_dim(m, t, d);
+}
+
+int64_t ty_local_count(const Mesh *m, const Type *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->rank; d++)
+    n *= ty_local_dim(m, t, d);
+  return n;
+}
+
+int64_t ty_global_count(const Type *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->rank; d++)
+    n *= t->shape[d];
+  return n;
+}
+
+size_t ty_dtype_size(DType dt) {
+  switch (dt) {
+  case DT_F32: return 4;
+  case DT_F64: return 8;
+  case DT_I32: return 4;
+  default: return 1;
+  }
+}
+
+const char *ty_dtype_name(DType dt) {
+  static const char *names[] = {"f32", "f64", "i32", "bool"};
+  return names[dt];
+}
+
+const char *ty_dtype_c(DType dt) {
+  static const char *names[] = {"float", "double", "int32_t", "bool"};
+  return names[dt];
+}
+
+/* ---- printing ------------------------------------------------------------ */
+
+const char *ty_axes_str(const Mesh *m, AxisSet s) {
+  Str out = {0};
+  for (int a = 0; a < m->naxes; a++)
+    if (s & (1u << a))
+      str_printf(&out, "%s%s", out.len ? "," : "", m->names[a]);
+  const char *r = arena_strdup(str_cstr(&out));
+  free(out.buf);
+  return r;
+}
+
+const char *ty_spec_str(const Mesh *m, DimSpec s) {
+  if (s.n == 0)
+    return "";
+  if (s.n == 1)
+    return arena_printf("@%s", m->names[s.axes[0]]);
+  Str out = {0};
+  str_printf(&out, "@(");
+  for (int i = 0; i < s.n; i++)
+    str_printf(&out, "%s%s", i ? "," : "", m->names[s.axes[i]]);
+  str_putc(&out, ')');
+  const char *r = arena_strdup(str_cstr(&out));
+  free(out.buf);
+  return r;
+}
+
+static void print_annots(Str *out, const Mesh *m, const Type *t) {
+  if (t->U)
+    str_printf(out, "<U:%s>", ty_axes_str(m, t->U));
+  if (t->R)
+    str_printf(out, "<R:%s>", ty_axes_str(m, t->R));
+  if (t->V)
+    str_printf(out, "<V:%s>", ty_axes_str(m, t->V));
+}
+
+static void print_type(Str *out, const Mesh *m, const Type *t, bool local) {
+  switch (t->kind) {
+  case TY_VOID: str_printf(out, "()"); return;
+  case TY_ERROR: str_printf(out, "<error>"); return;
+  case TY_STRING: str_printf(out, "string"); return;
+  case TY_FUNC: str_printf(out, "function"); return;
+  case TY_AXIS: str_printf(out, "mesh axis"); return;
+  case TY_TUPLE:
+    str_putc(out, '(');
+    for (int i = 0; i < t->nelems; i++) {
+      if (i)
+        str_putc(out, ',');
+      print_type(out, m, &t->elems[i], local);
+    }
+    str_putc(out, ')');
+    return;
+  case TY_ARRAY:
+    break;
+  }
+  str_printf(out, "%s", ty_dtype_name(t->dtype));
+  if (t->rank > 0) {
+    str_putc(out, '[');
+    for (int d = 0; d < t->rank; d++) {
+      if (d)
+        str_putc(out, ',');
+      if (local)
+        str_printf(out, "%lld", (long long)ty_local_dim(m, t, d));
+      else
+        str_printf(out, "%lld%s", (long long)t->shape[d], ty_spec_str(m, t->spec[d]));
+    }
+    str_putc(out, ']');
+  }
+  print_annots(out, m, t);
+}
+
+const char *ty_str(const Mesh *m, const Type *t) {
+  Str out = {0};
+  print_type(&out, m, t, false);
+  const char *r = arena_strdup(str_cstr(&out));
+  free(out.buf);
+  return r;
+}
+
+const char *ty_local_str(const Mesh *m, const Type *t) {
+  Str out = {0};
+  print_type(&out, m, t, true);
+  const char *r = arena_strdup(str_cstr(&out));
+  free(out.buf);
+  return r;
+}
+
+/* ---- well-formedness (typing-rules 0.3) ---------------------------------- */
+
+static const char *axis_name(const Mesh *m, int a) { return m->names[a]; }
+
+bool ty_check_wellformed(const Mesh *m, const Type *t, Pos pos, AxisSet manual, const char *what) {
+  if (t->kind != TY_ARRAY)
+    return true;
+  AxisSet seen = 0;
+  for (int d = 0; d < t->rank; d++) {
+    for (int i = 0; i < t->spec[d].n; i++) {
+      int a = t->spec[d].axes[i];
+      if (manual & (1u << a)) {
+        diag_error(pos, "E_SPEC",
+                   "%s: mesh axis %s is manual here, so a dim cannot be sharded over it; inside the body the "
+                   "array is already split: write the local size and <V:%s>",
+                   what, axis_name(m, a), axis_name(m, a));
+        return false;
+      }
+      if (seen & (1u << a)) {
+        diag_error(pos, "E_DUP", "%s: mesh axis %s is used by two dims of %s; a mesh axis may shard at most one dim",
+                   what, axis_name(m, a), ty_str(m, t));
+        return false;
+      }
+      seen |= 1u << a;
+    }
+    int64_t parts = ty_spec_parts(m, t->spec[d]);
+    if (t->shape[d] % parts != 0) {
+      diag_error(pos, "E_DIVIS",
+                 "%s: dim %d of %s has size %lld, which is not divisible by %lld (the size of %s); choose a size "
+                 "that is a multiple of %lld or shard it over other axes",
+                 what, d, ty_str(m, t), (long long)t->shape[d], (long long)parts,
+                 t->spec[d].n == 1 ? axis_name(m, t->spec[d].axes[0]) : ty_spec_str(m, t->spec[d]) + 1,
+                 (long long)parts);
+      return false;
+    }
+  }
+  struct { AxisSet set; char name; } ann[3] = {{t->U, 'U'}, {t->R, 'R'}, {t->V, 'V'}};
+  for (int k = 0; k < 3; k++) {
+    AxisSet both = ann[k].set & seen;
+    if (both) {
+      diag_error(pos, "E_SPEC",
+                 "%s: mesh axis %s both shards a dim and is in <%c:..> in %s; an axis is in one state only",
+                 what, ty_axes_str(m, both), ann[k].name, ty_str(m, t));
+      return false;
+    }
+    for (int j = k + 1; j < 3; j++) {
+      AxisSet ov = ann[k].set & ann[j].set;
+      if (ov) {
+        diag_error(pos, "E_SPEC", "%s: mesh axis %s is in both <%c:..> and <%c:..> in %s; an axis is in one state only",
+                   what, ty_axes_str(m, ov), ann[k].name, ann[j].name, ty_str(m, t));
+        return false;
+      }
+    }
+  }
+  if (t->V & ~manual) {
+    AxisSet bad = t->V & ~manual;
+    if (!manual)
+      diag_error(pos, "E_SPEC",
+                 "%s: <V:%s> (varying) exists only inside a manual function body; in the global view shard a dim "
+                 "instead, e.g. 8@%s",
+                 what, ty_axes_str(m, bad), ty_axes_str(m, bad));
+    else
+      diag_error(pos, "E_SPEC", "%s: <V:%s>: only the manual axes of this function (%s) can be varying", what,
+                 ty_axes_str(m, bad), ty_axes_str(m, manual));
+    return false;
+  }
+  return true;
+}
+
+Type ty_strip_sharding(const Type *t) {
+  Type r = *t;
+  for (int d = 0; d < r.rank; d++)
+    r.spec[d].n = 0;
+  r.U = r.R = r.V = 0;
+  r.weak = false;
+  return r;
+}
+
+Type ty_ct(const Type *t) {
+  Type r = *t;
+  if (r.kind == TY_TUPLE) {
+    r.elems = arena_alloc(sizeof(Type) * (size_t)(r.nelems ? r.nelems : 1));
+    for (int i = 0; i < r.nelems; i++)
+      r.elems[i] = ty_ct(&t->elems[i]);
+    return r;
+  }
+  r.U = t->R;
+  r.R = t->U;
+  r.weak = false;
+  return r;
+}
