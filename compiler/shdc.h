@@ -550,6 +550,7 @@ typedef enum {
   IR_SLICE_BLOCK,      /* SPMD: keep block (group index over axes) of dim */
   IR_EMBED_BLOCK,      /* SPMD: zeros except own block of dim */
   IR_ZERO_UNLESS_FIRST,/* SPMD: zeros unless group index over axes is 0 */
+  IR_RETYPE,           /* SPMD: same bytes, another type (R <-> replicated) */
   /* control and calls */
   IR_CALL,             /* callee */
   IR_FOR,              /* args: lo, hi, carried inits; region 0 args: i, carries */
@@ -624,6 +625,8 @@ struct Func {
   bool is_main;
   bool generated;      /* made by autodiff */
   FuncDecl *decl;
+  Type *sig_params;    /* global types at the call boundary (= body types */
+  Type *sig_results;   /* unless manual) */
 };
 
 typedef struct {
@@ -640,6 +643,10 @@ Value *ir_value(Module *mod, Type t);
 /* Appends an instruction with fresh results of the given types. */
 Inst *ir_emit(Module *mod, IrBlock *b, Opcode op, Pos pos, int nargs, Value **args, int nresults, const Type *rtypes);
 Value *ir_emit1(Module *mod, IrBlock *b, Opcode op, Pos pos, int nargs, Value **args, Type rtype);
+void ir_add_region(Inst *in, IrBlock *b);
+const char *ir_unop_name(int op);
+const char *ir_binop_name(int op);
+const char *ir_red_name(int op);
 void ir_print_module(FILE *out, const Module *mod);
 void ir_print_func(FILE *out, const Module *mod, const Func *f);
 const char *ir_opname(Opcode op);
@@ -661,8 +668,14 @@ bool ad_module(Module *mod);
 
 /* Rewrites every function into SPMD form: local shapes, explicit collectives. */
 bool part_module(Module *mod);
-/* Appends the SPMD instructions that move v to type `to` (reshard.c). */
+/* Appends the SPMD instructions that move v to type `to` (reshard.c): local
+ * slices, reduce-scatters, all-to-alls, all-reduces, all-gathers, embeds,
+ * or one whole-mesh permutation, chosen greedily for the least traffic. */
 Value *part_reshard(Module *mod, IrBlock *b, Pos pos, Value *v, const Type *to);
+/* For IR_PERMUTE: the world rank this rank sends to and receives from. */
+void part_permute_tables(const Mesh *m, const Type *from, const Type *to, int *dest, int *src);
+/* Offsets of rank r's local block of t along each dim (global coordinates). */
+void part_block_offset(const Mesh *m, const Type *t, int rank, int64_t *off);
 
 /* ---- optimize.c --------------------------------------------------------- */
 

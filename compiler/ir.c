@@ -1,0 +1,431 @@
+/* ir.c: the IR shared by the global view (after lowering) and the SPMD view
+ * (after partitioning): functions of structured blocks of instructions in
+ * SSA form. A `for` carries values through its block arguments and yields
+ * the next ones; an `if` yields its results from both blocks.
+ *
+ * Every value carries its global sharded type; in the SPMD IR an
+ * instruction works on the local block that type implies, and the printer
+ * shows local shapes. The text form is documented in docs/spmd-ir.md, and
+ * the verifier checks the invariants every pass relies on.
+ */
+#include "shdc.h"
+
+Module *ir_module(const Mesh *m) {
+  Module *mod = arena_alloc(sizeof *mod);
+  mod->mesh = *m;
+  return mod;
+}
+
+Value *ir_value(Module *mod, Type t) {
+  Value *v = arena_alloc(sizeof *v);
+  v->id = mod->next_value++;
+  v->type = t;
+  v->type.weak = false;
+  return v;
+}
+
+IrBlock *ir_block(int nargs, const Type *types, Module *mod) {
+  IrBlock *b = arena_alloc(sizeof *b);
+  b->nargs = nargs;
+  b->args = arena_alloc(sizeof(Value *) * (size_t)(nargs + 1));
+  for (int i = 0; i < nargs; i++) {
+    b->args[i] = ir_value(mod, types[i]);
+    b->args[i]->arg_of = b;
+    b->args[i]->index = i;
+  }
+  return b;
+}
+
+Func *ir_func(Module *mod, const char *name, int nparams, const Type *params, int nresults, const Type *results) {
+  Func *f = arena_alloc(sizeof *f);
+  f->name = name;
+  f->body = ir_block(nparams, params, mod);
+  f->nresults = nresults;
+  f->results = arena_alloc(sizeof(Type) * (size_t)(nresults + 1));
+  for (int i = 0; i < nresults; i++)
+    f->results[i] = results[i];
+  vec_push(&mod->funcs, f);
+  return f;
+}
+
+Inst *ir_emit(Module *mod, IrBlock *b, Opcode op, Pos pos, int nargs, Value **args, int nresults, const Type *rtypes) {
+  Inst *in = arena_alloc(sizeof *in);
+  in->op = op;
+  in->pos = pos;
+  in->nargs = nargs;
+  in->args = arena_alloc(sizeof(Value *) * (size_t)(nargs + 1));
+  for (int i = 0; i < nargs; i++)
+    in->args[i] = args[i];
+  in->nresults = nresults;
+  in->results = arena_alloc(sizeof(Value *) * (size_t)(nresults + 1));
+  for (int i = 0; i < nresults; i++) {
+    in->results[i] = ir_value(mod, rtypes[i]);
+    in->results[i]->def = in;
+    in->results[i]->index = i;
+  }
+  in->parent = b;
+  if (b)
+    vec_push(&b->insts, in);
+  return in;
+}
+
+void ir_add_region(Inst *in, IrBlock *b) {
+  if (in->nregions >= 2)
+    diag_ice("too many regions");
+  b->owner = in;
+  in->regions[in->nregions++] = b;
+}
+
+Value *ir_emit1(Module *mod, IrBlock *b, Opcode op, Pos pos, int nargs, Value **args, Type rtype) {
+  return ir_emit(mod, b, op, pos, nargs, args, 1, &rtype)->results[0];
+}
+
+/* ---- printing ------------------------------------------------------------- */
+
+const char *ir_opname(Opcode op) {
+  static const char *names[IR__COUNT] = {
+      [IR_CONST] = "const", [IR_FILL] = "fill", [IR_IOTA] = "iota", [IR_RANDOM] = "random",
+      [IR_UNARY] = "unary", [IR_BINARY] = "binary", [IR_SELECT] = "select", [IR_CAST] = "cast",
+      [IR_BROADCAST] = "broadcast", [IR_DOT] = "dot", [IR_REDUCE] = "reduce", [IR_TRANSPOSE] = "transpose",
+      [IR_RESHAPE] = "reshape", [IR_RESHARD] = "reshard", [IR_PCAST] = "pcast", [IR_COPY] = "copy",
+      [IR_ALL_REDUCE] = "all_reduce", [IR_ALL_GATHER] = "all_gather", [IR_REDUCE_SCATTER] = "reduce_scatter",
+      [IR_ALL_TO_ALL] = "all_to_all", [IR_PPERMUTE] = "ppermute", [IR_PERMUTE] = "permute",
+      [IR_AXIS_INDEX] = "axis_index", [IR_SLICE_BLOCK] = "slice_block", [IR_EMBED_BLOCK] = "embed_block",
+      [IR_ZERO_UNLESS_FIRST] = "zero_unless_first", [IR_RETYPE] = "retype", [IR_CALL] = "call", [IR_FOR] = "for", [IR_IF] = "if",
+      [IR_YIELD] = "yield", [IR_RETURN] = "return", [IR_PRINT] = "print", [IR_SAVE] = "save",
+      [IR_LOAD] = "load", [IR_ARG] = "arg", [IR_GRAD] = "grad",
+  };
+  return names[op];
+}
+
+static const char *unop_names[UN__COUNT] = {
+    [UN_NEG] = "neg", [UN_EXP] = "exp", [UN_LOG] = "log", [UN_SIN] = "sin", [UN_COS] = "cos",
+    [UN_TANH] = "tanh", [UN_SQRT] = "sqrt", [UN_ABS] = "abs", [UN_RELU] = "relu", [UN_SIGMOID] = "sigmoid",
+    [UN_NOT] = "not", [UN_SIGN] = "sign", [UN_STEP] = "step",
+};
+static const char *binop_names[BIN__COUNT] = {
+    [BIN_ADD] = "add", [BIN_SUB] = "sub", [BIN_MUL] = "mul", [BIN_DIV] = "div", [BIN_MAX] = "max",
+    [BIN_MIN] = "min", [BIN_POW] = "pow", [BIN_LT] = "lt", [BIN_LE] = "le", [BIN_GT] = "gt", [BIN_GE] = "ge",
+    [BIN_EQ] = "eq", [BIN_NE] = "ne", [BIN_AND] = "and", [BIN_OR] = "or",
+};
+static const char *red_names[] = {"sum", "max", "min"};
+
+const char *ir_unop_name(int op) { return unop_names[op]; }
+const char *ir_binop_name(int op) { return binop_names[op]; }
+const char *ir_red_name(int op) { return red_names[op]; }
+
+static void print_value(FILE *out, const Value *v) {
+  if (v->name)
+    fprintf(out, "%%%s.%d", v->name, v->id);
+  else
+    fprintf(out, "%%%d", v->id);
+}
+
+static void print_type(FILE *out, const Module *mod, const Type *t) {
+  if (mod->spmd) {
+    fputs(ty_local_str(&mod->mesh, t), out);
+    Type g = *t;
+    bool sharded = ty_dim_axes(t) != 0;
+    if (sharded)
+      fprintf(out, " (global %s)", ty_str(&mod->mesh, &g));
+  } else {
+    fputs(ty_str(&mod->mesh, t), out);
+  }
+}
+
+static void print_axes(FILE *out, const Module *mod, const Inst *in) {
+  fputs(" over (", out);
+  for (int i = 0; i < in->naxes; i++)
+    fprintf(out, "%s%s", i ? "," : "", mod->mesh.names[in->axes[i]]);
+  fputc(')', out);
+}
+
+static void print_ints(FILE *out, const char *name, const int *v, int n) {
+  fprintf(out, " %s=[", name);
+  for (int i = 0; i < n; i++)
+    fprintf(out, "%s%d", i ? "," : "", v[i]);
+  fputc(']', out);
+}
+
+static void print_attrs(FILE *out, const Module *mod, const Inst *in) {
+  switch (in->op) {
+  case IR_CONST:
+    if (ty_is_float(in->results[0]->type.dtype))
+      fprintf(out, " %.17g", in->fval);
+    else
+      fprintf(out, " %lld", (long long)in->ival);
+    break;
+  case IR_IOTA: fprintf(out, " dim=%d", in->dim); break;
+  case IR_RANDOM: fprintf(out, " %s", in->fn ? "uniform" : "normal"); break;
+  case IR_DOT:
+    print_ints(out, "lhs_batch", in->dot.lhs_batch, in->dot.nbatch);
+    print_ints(out, "rhs_batch", in->dot.rhs_batch, in->dot.nbatch);
+    print_ints(out, "lhs_contract", in->dot.lhs_contract, in->dot.ncontract);
+    print_ints(out, "rhs_contract", in->dot.rhs_contract, in->dot.ncontract);
+    break;
+  case IR_REDUCE: {
+    int dims[MAX_RANK], n = 0;
+    for (int d = 0; d < MAX_RANK; d++)
+      if (in->mask & (1u << d))
+        dims[n++] = d;
+    print_ints(out, "dims", dims, n);
+    break;
+  }
+  case IR_TRANSPOSE: print_ints(out, "perm", in->perm, in->args[0]->type.rank); break;
+  case IR_PCAST:
+    fprintf(out, " to=%s", in->fn == PCAST_VARYING ? "varying" : in->fn == PCAST_UNREDUCED ? "unreduced" : "reduced");
+    print_axes(out, mod, in);
+    break;
+  case IR_ALL_REDUCE:
+  case IR_AXIS_INDEX:
+  case IR_ZERO_UNLESS_FIRST:
+    print_axes(out, mod, in);
+    break;
+  case IR_ALL_GATHER:
+  case IR_SLICE_BLOCK:
+  case IR_EMBED_BLOCK:
+    fprintf(out, " dim=%d", in->dim);
+    print_axes(out, mod, in);
+    break;
+  case IR_REDUCE_SCATTER:
+    fprintf(out, " dim=%d", in->dim);
+    print_axes(out, mod, in);
+    break;
+  case IR_ALL_TO_ALL:
+    fprintf(out, " split=%d concat=%d", in->dim, in->dim2);
+    print_axes(out, mod, in);
+    break;
+  case IR_PPERMUTE:
+    fprintf(out, " shift=%d", in->shift);
+    print_axes(out, mod, in);
+    break;
+  case IR_CALL:
+  case IR_GRAD:
+    fprintf(out, " @%s", in->callee->name);
+    if (in->op == IR_GRAD)
+      fprintf(out, " wrt=0x%x%s", in->mask, in->ival ? " with_value" : "");
+    break;
+  case IR_SAVE:
+  case IR_LOAD:
+  case IR_ARG:
+    fprintf(out, " \"%s\"", in->str);
+    break;
+  default:
+    break;
+  }
+}
+
+static void print_block(FILE *out, const Module *mod, const IrBlock *b, int indent);
+
+static void print_inst(FILE *out, const Module *mod, const Inst *in, int indent) {
+  fprintf(out, "%*s", indent, "");
+  for (int i = 0; i < in->nresults; i++) {
+    if (i)
+      fputs(", ", out);
+    print_value(out, in->results[i]);
+  }
+  if (in->nresults)
+    fputs(" = ", out);
+  fputs(ir_opname(in->op), out);
+  if (in->op == IR_UNARY)
+    fprintf(out, ".%s", unop_names[in->fn]);
+  if (in->op == IR_BINARY)
+    fprintf(out, ".%s", binop_names[in->fn]);
+  if (in->op == IR_REDUCE || in->op == IR_ALL_REDUCE || in->op == IR_REDUCE_SCATTER)
+    fprintf(out, ".%s", red_names[in->fn]);
+  for (int i = 0; i < in->nargs; i++) {
+    fputs(i ? ", " : " ", out);
+    print_value(out, in->args[i]);
+  }
+  print_attrs(out, mod, in);
+  if (in->op == IR_PRINT && in->str) {
+    fputs(" texts=\"", out);
+    for (const char *p = in->str; *p; p++)
+      fputs(*p == '\x1f' ? "|" : *p == '\n' ? "\\n" : (char[]){*p, 0}, out);
+    fputc('"', out);
+  }
+  if (in->nresults == 1) {
+    fputs(" : ", out);
+    print_type(out, mod, &in->results[0]->type);
+  } else if (in->nresults > 1) {
+    fputs(" : (", out);
+    for (int i = 0; i < in->nresults; i++) {
+      if (i)
+        fputs(", ", out);
+      print_type(out, mod, &in->results[i]->type);
+    }
+    fputc(')', out);
+  }
+  if (in->pos.line)
+    fprintf(out, "  ; line %d", in->pos.line);
+  fputc('\n', out);
+  for (int r = 0; r < in->nregions; r++) {
+    fprintf(out, "%*s%s (", indent, "", r == 0 ? "{" : "} else {");
+    const IrBlock *b = in->regions[r];
+    for (int i = 0; i < b->nargs; i++) {
+      if (i)
+        fputs(", ", out);
+      print_value(out, b->args[i]);
+      fputs(": ", out);
+      print_type(out, mod, &b->args[i]->type);
+    }
+    fputs(")\n", out);
+    print_block(out, mod, b, indent + 2);
+  }
+  if (in->nregions)
+    fprintf(out, "%*s}\n", indent, "");
+}
+
+static void print_block(FILE *out, const Module *mod, const IrBlock *b, int indent) {
+  for (int i = 0; i < b->insts.len; i++)
+    print_inst(out, mod, b->insts.data[i], indent);
+}
+
+void ir_print_func(FILE *out, const Module *mod, const Func *f) {
+  fprintf(out, "func @%s%s(", f->name, f->manual ? arena_printf(" manual(%s)", ty_axes_str(&mod->mesh, f->manual_axes)) : "");
+  for (int i = 0; i < f->body->nargs; i++) {
+    if (i)
+      fputs(", ", out);
+    print_value(out, f->body->args[i]);
+    fputs(": ", out);
+    print_type(out, mod, &f->body->args[i]->type);
+  }
+  fputs(")", out);
+  if (f->nresults) {
+    fputs(" -> (", out);
+    for (int i = 0; i < f->nresults; i++) {
+      if (i)
+        fputs(", ", out);
+      print_type(out, mod, &f->results[i]);
+    }
+    fputs(")", out);
+  }
+  fputs(" {\n", out);
+  print_block(out, mod, f->body, 2);
+  fputs("}\n", out);
+}
+
+void ir_print_module(FILE *out, const Module *mod) {
+  fprintf(out, "; shdc %s IR, mesh {", mod->spmd ? "SPMD" : "global");
+  for (int a = 0; a < mod->mesh.naxes; a++)
+    fprintf(out, "%s%s: %d", a ? ", " : "", mod->mesh.names[a], mod->mesh.sizes[a]);
+  fputs("}\n", out);
+  for (int i = 0; i < mod->funcs.len; i++) {
+    fputc('\n', out);
+    ir_print_func(out, mod, mod->funcs.data[i]);
+  }
+}
+
+/* ---- verifier ---------------------------------------------------------------- */
+
+typedef struct {
+  const Module *mod;
+  const Func *f;
+  char *defined;   /* by value id: in scope */
+  int cap;
+} Verifier;
+
+__attribute__((noreturn)) static void vfail(Verifier *v, const Inst *in, const char *msg) {
+  fprintf(stderr, "IR verifier: in @%s, at %s (line %d): %s\n", v->f->name, in ? ir_opname(in->op) : "?",
+          in ? in->pos.line : 0, msg);
+  ir_print_func(stderr, v->mod, v->f);
+  diag_ice("IR verification failed");
+}
+
+static void define(Verifier *v, const Value *x) {
+  if (x->id >= v->cap)
+    diag_ice("value id %d out of range", x->id);
+  v->defined[x->id] = 1;
+}
+
+static void verify_block(Verifier *v, const IrBlock *b);
+static void undefine_block(Verifier *v, const IrBlock *b);
+
+static void verify_inst(Verifier *v, const Inst *in, const IrBlock *b, bool last) {
+  for (int i = 0; i < in->nargs; i++) {
+    if (!in->args[i])
+      vfail(v, in, "null operand");
+    if (!v->defined[in->args[i]->id])
+      vfail(v, in, arena_printf("operand %%%d used before its definition or out of scope", in->args[i]->id));
+  }
+  if (in->parent != b)
+    vfail(v, in, "instruction's parent block is wrong");
+  bool term = in->op == IR_YIELD || in->op == IR_RETURN;
+  if (term && !last)
+    vfail(v, in, "terminator in the middle of a block");
+  if (in->op == IR_FOR) {
+    if (in->nregions != 1 || in->nargs < 2 || in->regions[0]->nargs != in->nargs - 1 ||
+        in->nresults != in->nargs - 2)
+      vfail(v, in, "for: arity of bounds, carries, block arguments and results disagree");
+  }
+  if (in->op == IR_IF && (in->nregions != 2 || in->nargs != 1))
+    vfail(v, in, "if: needs a condition and two blocks");
+  for (int r = 0; r < in->nregions; r++) {
+    const IrBlock *rb = in->regions[r];
+    if (rb->owner != in)
+      vfail(v, in, "region's owner is wrong");
+    for (int i = 0; i < rb->nargs; i++)
+      define(v, rb->args[i]);
+    verify_block(v, rb);
+    const Inst *t = rb->insts.len ? rb->insts.data[rb->insts.len - 1] : NULL;
+    if (!t || t->op != IR_YIELD)
+      vfail(v, in, "region does not end with yield");
+    int want = in->nresults;
+    if (t->nargs != want)
+      vfail(v, in, "yield count differs from the results");
+    for (int i = 0; i < want; i++)
+      if (!ty_equal(&t->args[i]->type, &in->results[i]->type))
+        vfail(v, in, arena_printf("yield %d has type %s, result has %s", i, ty_str(&v->mod->mesh, &t->args[i]->type),
+                                  ty_str(&v->mod->mesh, &in->results[i]->type)));
+    /* A block's values go out of scope at its end. */
+    undefine_block(v, rb);
+    for (int i = 0; i < rb->nargs; i++)
+      v->defined[rb->args[i]->id] = 0;
+  }
+  for (int i = 0; i < in->nresults; i++)
+    define(v, in->results[i]);
+}
+
+static void verify_block(Verifier *v, const IrBlock *b) {
+  for (int i = 0; i < b->insts.len; i++)
+    verify_inst(v, b->insts.data[i], b, i == b->insts.len - 1);
+}
+
+static void undefine_block(Verifier *v, const IrBlock *b) {
+  for (int i = 0; i < b->insts.len; i++) {
+    const Inst *in = b->insts.data[i];
+    for (int k = 0; k < in->nresults; k++)
+      v->defined[in->results[k]->id] = 0;
+    for (int r = 0; r < in->nregions; r++)
+      undefine_block(v, in->regions[r]);
+  }
+}
+
+void ir_verify(const Module *mod) {
+  Verifier v = {mod, NULL, NULL, mod->next_value + 1};
+  v.defined = calloc((size_t)v.cap, 1);
+  for (int i = 0; i < mod->funcs.len; i++) {
+    const Func *f = mod->funcs.data[i];
+    v.f = f;
+    memset(v.defined, 0, (size_t)v.cap);
+    for (int k = 0; k < f->body->nargs; k++)
+      define(&v, f->body->args[k]);
+    const IrBlock *b = f->body;
+    for (int k = 0; k < b->insts.len; k++) {
+      const Inst *in = b->insts.data[k];
+      verify_inst(&v, in, b, k == b->insts.len - 1);
+      if (in->op == IR_RETURN) {
+        if (in->nargs != f->nresults)
+          vfail(&v, in, "return count differs from the signature");
+        for (int r = 0; r < in->nargs; r++)
+          if (!ty_equal(&in->args[r]->type, &f->results[r]))
+            vfail(&v, in, arena_printf("return %d has type %s, signature says %s", r,
+                                       ty_str(&mod->mesh, &in->args[r]->type), ty_str(&mod->mesh, &f->results[r])));
+      }
+    }
+    const Inst *t = b->insts.len ? b->insts.data[b->insts.len - 1] : NULL;
+    if (!t || t->op != IR_RETURN)
+      vfail(&v, t, "function body does not end with return");
+  }
+  free(v.defined);
+}
