@@ -2,17 +2,22 @@
  *
  * Arrays are row-major, so a collective along dim `dim` sees its input as
  * [outer][rows][inner] (outer = product of the dims before `dim`, inner = the
- * bytes of one row). MPI exchanges contiguous blocks, so blocks along a
- * non-leading dim are packed into [G][outer][rows/G][inner] first (or
- * unpacked after); along dim 0 (outer == 1) the blocks are already
- * contiguous and no copy is made.
+ * bytes of one row). Along dim 0 (outer == 1) the G blocks are contiguous
+ * and MPI moves them in place. Along a later dim a block is `outer` runs,
+ * described to MPI by a strided datatype (an hvector resized to one run) so
+ * that MPI's own copy does the gathering and scattering; with runs of
+ * 256 bytes or more that measured 10-35% faster than packing into scratch
+ * first. Packing remains for shorter runs, for MPI_Reduce_scatter_block (it
+ * needs contiguous blocks) and for runs too big for an int count.
  *
  * Algorithms, chosen from measurements on this machine (bench/collectives.sh
  * and platform-notes.md): reduce-scatter is a ring of MPI_Sendrecv plus a
- * local reduction (Open MPI's MPI_Reduce_scatter_block is several times
- * slower over shared memory); all-reduce is MPI_Allreduce in place. SHD_RS
- * and SHD_AR (ring | mpi) override either; rank 0's choice is broadcast at
- * start-up so all ranks always run the same algorithm.
+ * local reduction, 3-5x faster than Open MPI's MPI_Reduce_scatter_block over
+ * shared memory at 2, 4 and 8 ranks. All-reduce is MPI_Allreduce in place
+ * below 32 MiB and a ring (reduce-scatter then all-gather, in place) from
+ * 32 MiB up, where it is 15-40% faster. SHD_RS and SHD_AR (ring | mpi |
+ * auto) override the choice; rank 0's choice is broadcast at start-up so
+ * all ranks always run the same algorithm.
  *
  * Invariants: a group of size 1 never calls MPI (plain copy); every call
  * adds exactly one shd_trace_add with the formula `shdc explain` uses;
@@ -27,14 +32,25 @@
 
 #include "shdrt_internal.h"
 
-enum { ALGO_RING, ALGO_MPI };
+enum { ALGO_RING, ALGO_MPI, ALGO_AUTO };
+/* all_reduce "auto": from this buffer size up the ring beats Open MPI's
+ * MPI_Allreduce here (at 2, 4 and 8 ranks: 32 MiB 8.7 vs 12.8 ms at 2
+ * ranks), below it MPI_Allreduce is ~10% faster (bench/collectives.sh). */
+#define AR_RING_MIN_BYTES ((size_t)32 << 20)
 enum { NSCRATCH = 3 };
+enum { STRIDED_AUTO, STRIDED_DATATYPE, STRIDED_PACK };
+/* Strided MPI datatypes beat packing when each run is long enough; with
+ * runs of ~128 bytes (8 ranks splitting a 256-float row) Open MPI's
+ * datatype engine is slower than a memcpy pack (measured with
+ * bench/collectives.sh and variants). */
+#define MIN_STRIDED_RUN 256
 
 static struct {
     int rs_algo, ar_algo;
+    int strided_mode;  /* STRIDED_AUTO, or forced by tests and benchmarks */
     void *scratch[NSCRATCH];
     size_t cap[NSCRATCH];
-} g_coll = { .rs_algo = ALGO_RING, .ar_algo = ALGO_MPI };
+} g_coll = { .rs_algo = ALGO_RING, .ar_algo = ALGO_AUTO };
 
 /* ---- set-up ------------------------------------------------------------ */
 
@@ -47,7 +63,9 @@ static int parse_algo(const char *var, int def)
         return ALGO_RING;
     if (strcmp(v, "mpi") == 0)
         return ALGO_MPI;
-    shd_fatal("%s=%s: expected 'ring' or 'mpi'", var, v);
+    if (strcmp(v, "auto") == 0)
+        return ALGO_AUTO;
+    shd_fatal("%s=%s: expected 'ring', 'mpi' or 'auto'", var, v);
 }
 
 void shd_coll_init(void)
@@ -55,7 +73,7 @@ void shd_coll_init(void)
     int algo[2] = { g_coll.rs_algo, g_coll.ar_algo };
     if (shd_world_rank() == 0) {
         algo[0] = parse_algo("SHD_RS", ALGO_RING);
-        algo[1] = parse_algo("SHD_AR", ALGO_MPI);
+        algo[1] = parse_algo("SHD_AR", ALGO_AUTO);
     }
     MPI_Bcast(algo, 2, MPI_INT, 0, MPI_COMM_WORLD);
     g_coll.rs_algo = algo[0];
@@ -73,13 +91,27 @@ void shd_coll_fini(void)
 
 void shd_set_collective_algo(const char *collective, const char *algo)
 {
+    if (strcmp(collective, "strided_blocks") == 0) {
+        if (strcmp(algo, "pack") == 0)
+            g_coll.strided_mode = STRIDED_PACK;
+        else if (strcmp(algo, "datatype") == 0)
+            g_coll.strided_mode = STRIDED_DATATYPE;
+        else if (strcmp(algo, "auto") == 0)
+            g_coll.strided_mode = STRIDED_AUTO;
+        else
+            shd_fatal("strided_blocks: expected 'pack', 'datatype' or 'auto', "
+                      "not '%s'", algo);
+        return;
+    }
     int a;
     if (strcmp(algo, "ring") == 0)
         a = ALGO_RING;
     else if (strcmp(algo, "mpi") == 0)
         a = ALGO_MPI;
+    else if (strcmp(algo, "auto") == 0)
+        a = ALGO_AUTO;
     else
-        shd_fatal("collective algorithm '%s': expected 'ring' or 'mpi'", algo);
+        shd_fatal("collective algorithm '%s': expected 'ring', 'mpi' or 'auto'", algo);
     if (strcmp(collective, "reduce_scatter") == 0)
         g_coll.rs_algo = a;
     else if (strcmp(collective, "all_reduce") == 0)
@@ -263,6 +295,26 @@ static void unpack_blocks(const void *in, void *out, layout l, int G)
                   g * l.rows, l.outer, l.rows, l.inner);
 }
 
+/* One block of G along the middle dim of [outer][G*rows][inner] (l
+ * describes one block) as an MPI type: outer runs of rows*inner bytes,
+ * G*rows*inner apart, resized so block g starts g extents in. False when
+ * the runs are short (or packing is forced), or the sizes do not fit MPI's
+ * int counts: callers then pack. */
+static bool block_type(layout l, int G, MPI_Datatype *t)
+{
+    size_t run = (size_t)l.rows * l.inner;
+    if (l.outer > INT_MAX || run > INT_MAX || g_coll.strided_mode == STRIDED_PACK ||
+        (g_coll.strided_mode == STRIDED_AUTO && run < MIN_STRIDED_RUN))
+        return false;
+    MPI_Datatype v;
+    MPI_Type_create_hvector((int)l.outer, (int)run, (MPI_Aint)(run * (size_t)G),
+                            MPI_BYTE, &v);
+    MPI_Type_create_resized(v, 0, (MPI_Aint)run, t);
+    MPI_Type_commit(t);
+    MPI_Type_free(&v);
+    return true;
+}
+
 static int mod(int64_t a, int m)
 {
     int r = (int)(a % m);
@@ -324,7 +376,9 @@ void shd_all_reduce(void *buf, size_t count, shd_dtype dt, shd_redop op,
     if (G == 1 || count == 0)
         return;
     MPI_Comm comm = shd_group_comm(axes, naxes);
-    if (g_coll.ar_algo == ALGO_RING)
+    bool ring = g_coll.ar_algo == ALGO_RING ||
+                (g_coll.ar_algo == ALGO_AUTO && n >= AR_RING_MIN_BYTES);
+    if (ring)
         allreduce_ring(buf, count, dt, op, comm, shd_group_index(axes, naxes), (int)G);
     else
         allreduce_mpi(buf, count, dt, op, comm);
@@ -347,35 +401,89 @@ void shd_all_gather(const void *in, void *out, shd_dtype dt, int rank,
     if (n == 0)
         return;
     MPI_Comm comm = shd_group_comm(axes, naxes);
-    void *dst = l.outer == 1 ? out : scratch(0, n * (size_t)G);
     byte_run r = byte_run_make(n);
-    MPI_Allgather(in, r.count, r.type, dst, r.count, r.type, comm);
+    MPI_Datatype blocks;
+    if (l.outer == 1) {
+        MPI_Allgather(in, r.count, r.type, out, r.count, r.type, comm);
+    } else if (block_type(l, G, &blocks)) {
+        /* MPI places each block straight into its strided home. */
+        MPI_Allgather(in, r.count, r.type, out, 1, blocks, comm);
+        MPI_Type_free(&blocks);
+    } else {
+        void *tmp = scratch(0, n * (size_t)G);
+        MPI_Allgather(in, r.count, r.type, tmp, r.count, r.type, comm);
+        unpack_blocks(tmp, out, l, G);
+    }
     byte_run_free(&r);
-    if (l.outer != 1)
-        unpack_blocks(dst, out, l, G);
 }
 
 /* ---- reduce-scatter ------------------------------------------------------ */
 
-/* Ring over the G blocks of `packed` (each blk bytes): at step s this rank
- * sends its running sum of block g-s-1 to the next rank and receives the
- * running sum of block g-s-2 from the previous one, adding its own
- * contribution; after G-1 steps it holds the full sum of block g. */
-static void reduce_scatter_ring(const char *packed, void *out, size_t blk,
-                                shd_dtype dt, shd_redop op, MPI_Comm comm,
-                                int g, int G)
+/* The G blocks of a reduce-scatter input, packed or not: outer slice o of
+ * block b is the run of `run` bytes at base + b * bstride + o * slice. */
+typedef struct {
+    const char *base;
+    int64_t outer;
+    size_t run, slice, bstride;
+    bool strided;   /* blocks interleave in memory (not packed, outer > 1) */
+} block_set;
+
+static block_set blocks_of(const void *in, layout l, int G, bool strided)
 {
-    size_t count = blk / shd_dtype_size(dt);
+    size_t run = (size_t)(l.rows / G) * l.inner;
+    block_set b = { in, l.outer, run, run, (size_t)l.outer * run, strided };
+    if (strided) {
+        b.slice = run * (size_t)G;
+        b.bstride = run;
+    }
+    return b;
+}
+
+static void send_block(const block_set *b, int blk, int dest, void *recv,
+                       int src, MPI_Comm comm, MPI_Datatype strided_type)
+{
+    const char *at = b->base + (size_t)blk * b->bstride;
+    size_t bytes = (size_t)b->outer * b->run;
+    if (!b->strided) {
+        sendrecv_bytes(at, bytes, dest, recv, bytes, src, comm);
+        return;
+    }
+    byte_run r = byte_run_make(bytes);
+    MPI_Sendrecv(at, 1, strided_type, dest, 0x5d, recv, r.count, r.type, src,
+                 0x5d, comm, MPI_STATUS_IGNORE);
+    byte_run_free(&r);
+}
+
+/* dst = acc op (this rank's block blk), slice by slice. */
+static void add_own_block(void *dst, const void *acc, const block_set *b,
+                          int blk, shd_dtype dt, shd_redop op)
+{
+    size_t count = b->run / shd_dtype_size(dt);
+    const char *own = b->base + (size_t)blk * b->bstride;
+    for (int64_t o = 0; o < b->outer; o++)
+        reduce3((char *)dst + (size_t)o * b->run, (const char *)acc + (size_t)o * b->run,
+                own + (size_t)o * b->slice, count, dt, op);
+}
+
+/* Ring over the G blocks: at step s this rank sends its running sum of
+ * block g-s-1 to the next rank and receives the running sum of block g-s-2
+ * from the previous one, adding its own contribution; after G-1 steps it
+ * holds the full sum of block g. Its own blocks are read in place (strided
+ * when the dim is not the leading one), so the input is never packed. */
+static void reduce_scatter_ring(const block_set *b, void *out, shd_dtype dt,
+                                shd_redop op, MPI_Comm comm, int g, int G,
+                                MPI_Datatype strided_type)
+{
+    size_t blk = (size_t)b->outer * b->run;
     int next = mod(g + 1, G), prev = mod(g - 1, G);
     char *buf[2] = { scratch(1, blk), scratch(2, blk) };
-    const char *send = packed + (size_t)mod(g - 1, G) * blk;
     for (int s = 0; s < G - 1; s++) {
         char *recv = buf[s % 2];
-        sendrecv_bytes(send, blk, next, recv, blk, prev, comm);
-        const char *own = packed + (size_t)mod(g - s - 2, G) * blk;
-        char *dst = s == G - 2 ? out : recv;
-        reduce3(dst, recv, own, count, dt, op);
-        send = recv;
+        if (s == 0)
+            send_block(b, mod(g - 1, G), next, recv, prev, comm, strided_type);
+        else
+            sendrecv_bytes(buf[(s - 1) % 2], blk, next, recv, blk, prev, comm);
+        add_own_block(s == G - 2 ? out : recv, recv, b, mod(g - s - 2, G), dt, op);
     }
 }
 
@@ -398,22 +506,56 @@ void shd_reduce_scatter(const void *in, void *out, shd_dtype dt, shd_redop op,
     if (n == 0)
         return;
     MPI_Comm comm = shd_group_comm(axes, naxes);
-    const void *packed = in;
-    if (l.outer != 1) {
+    layout lb = { l.outer, l.rows / G, l.inner };
+    size_t blk = n / (size_t)G;
+    bool use_mpi = g_coll.rs_algo == ALGO_MPI && blk / es <= INT_MAX;
+    MPI_Datatype strided = MPI_DATATYPE_NULL;
+    const void *src = in;
+    /* MPI_Reduce_scatter_block needs contiguous blocks; the ring needs them
+     * only when the strided block does not fit an MPI type. */
+    if (l.outer != 1 && (use_mpi || !block_type(lb, G, &strided))) {
         void *p = scratch(0, n);
         pack_blocks(in, p, l, G);
-        packed = p;
+        src = p;
     }
-    size_t blk = n / (size_t)G;
-    if (g_coll.rs_algo == ALGO_MPI && blk / es <= INT_MAX)
-        MPI_Reduce_scatter_block(packed, out, (int)(blk / es), mpi_type(dt),
+    if (use_mpi) {
+        MPI_Reduce_scatter_block(src, out, (int)(blk / es), mpi_type(dt),
                                  mpi_op(dt, op), comm);
-    else
-        reduce_scatter_ring(packed, out, blk, dt, op, comm,
-                            shd_group_index(axes, naxes), G);
+        return;
+    }
+    block_set b = blocks_of(src, l, G, strided != MPI_DATATYPE_NULL);
+    reduce_scatter_ring(&b, out, dt, op, comm, shd_group_index(axes, naxes), G,
+                        strided);
+    if (strided != MPI_DATATYPE_NULL)
+        MPI_Type_free(&strided);
 }
 
 /* ---- all-to-all ---------------------------------------------------------- */
+
+/* One side of an all-to-all: contiguous blocks of `bytes`, or the strided
+ * block type of l when l.outer > 1 (packing only if that does not fit). */
+typedef struct {
+    const void *buf;
+    int count;
+    MPI_Datatype type;
+    bool owned, packed;
+} a2a_side;
+
+static a2a_side a2a_side_of(const void *buf, layout lb, int G, size_t bytes)
+{
+    a2a_side s = { buf, 0, MPI_DATATYPE_NULL, false, false };
+    if (lb.outer > 1 && block_type(lb, G, &s.type)) {
+        s.count = 1;
+        s.owned = true;
+        return s;
+    }
+    s.packed = lb.outer > 1;
+    byte_run r = byte_run_make(bytes);
+    s.count = r.count;
+    s.type = r.type;
+    s.owned = r.owned;
+    return s;
+}
 
 void shd_all_to_all(const void *in, void *out, shd_dtype dt, int rank,
                     const int64_t *shape, int split, int concat,
@@ -439,18 +581,24 @@ void shd_all_to_all(const void *in, void *out, shd_dtype dt, int rank,
     memcpy(bshape, shape, (size_t)rank * sizeof *shape);
     bshape[split] /= G;
     layout lc = layout_of(rank, bshape, concat, es, "all_to_all");
-    const void *send = in;
-    if (ls.outer != 1) {
+    layout lsb = { ls.outer, ls.rows / G, ls.inner };
+    /* Block k of the split dim goes out as a strided type, block j of the
+     * concat dim lands through one: MPI does the (un)packing in its copy. */
+    a2a_side snd = a2a_side_of(in, lsb, G, n / (size_t)G);
+    a2a_side rcv = a2a_side_of(out, lc, G, n / (size_t)G);
+    if (snd.packed) {
         void *p = scratch(0, n);
         pack_blocks(in, p, ls, G);
-        send = p;
+        snd.buf = p;
     }
-    void *recv = lc.outer == 1 ? out : scratch(1, n);
-    byte_run r = byte_run_make(n / (size_t)G);
-    MPI_Alltoall(send, r.count, r.type, recv, r.count, r.type, comm);
-    byte_run_free(&r);
-    if (lc.outer != 1)
-        unpack_blocks(recv, out, lc, G);
+    void *dst = rcv.packed ? scratch(1, n) : out;
+    MPI_Alltoall(snd.buf, snd.count, snd.type, dst, rcv.count, rcv.type, comm);
+    if (rcv.packed)
+        unpack_blocks(dst, out, lc, G);
+    if (snd.owned)
+        MPI_Type_free(&snd.type);
+    if (rcv.owned)
+        MPI_Type_free(&rcv.type);
 }
 
 /* ---- point to point ------------------------------------------------------ */

@@ -9,8 +9,9 @@
  * shd_transpose and shd_reduce first normalise the problem: size-1 dims are
  * dropped and neighbouring dims that stay contiguous are merged, so e.g. a
  * rank-4 transpose that swaps two inner dims becomes a batched rank-2 one.
- * The transpose then either copies contiguous runs or copies 32x32 tiles of
- * its last two (strided) dims so both sides stay in cache. The reduction
+ * The transpose then either copies contiguous runs or copies 32x32 tiles
+ * pairing out's last dim with the dim that is contiguous in the input, so
+ * both reads and writes stay in cache. The reduction
  * walks the input once in memory order, accumulating in double (floats; so
  * f32 sums round once at the end) or int64 (i32, bool) per output element.
  */
@@ -174,10 +175,11 @@ static strided normalise_transpose(int rank, const int64_t *shape, const int *pe
 
 #define TILE 32
 
-/* out[i][j] = in[i*si + j*sj] for an ni x nj block, in 32x32 tiles. */
+/* out[i*oi + j] = in[i*si + j*sj] for an ni x nj block, in TILE x TILE
+ * tiles so that the strided side of each tile stays in L1. */
 #define DEFINE_TILE_COPY(NAME, T)                                            \
     static void NAME(const T *in, T *out, int64_t ni, int64_t nj,            \
-                     int64_t si, int64_t sj)                                 \
+                     int64_t si, int64_t sj, int64_t oi)                     \
     {                                                                        \
         for (int64_t i0 = 0; i0 < ni; i0 += TILE)                            \
             for (int64_t j0 = 0; j0 < nj; j0 += TILE) {                      \
@@ -185,7 +187,7 @@ static strided normalise_transpose(int rank, const int64_t *shape, const int *pe
                 int64_t j1 = j0 + TILE < nj ? j0 + TILE : nj;                \
                 for (int64_t i = i0; i < i1; i++)                            \
                     for (int64_t j = j0; j < j1; j++)                        \
-                        out[i * nj + j] = in[i * si + j * sj];               \
+                        out[i * oi + j] = in[i * si + j * sj];               \
             }                                                                \
     }
 
@@ -195,50 +197,61 @@ DEFINE_TILE_COPY(tile_copy4, uint32_t)
 DEFINE_TILE_COPY(tile_copy8, uint64_t)
 
 static void tile_copy_bytes(const char *in, char *out, size_t elem, int64_t ni,
-                            int64_t nj, int64_t si, int64_t sj)
+                            int64_t nj, int64_t si, int64_t sj, int64_t oi)
 {
     for (int64_t i = 0; i < ni; i++)
         for (int64_t j = 0; j < nj; j++)
-            memcpy(out + (size_t)(i * nj + j) * elem,
+            memcpy(out + (size_t)(i * oi + j) * elem,
                    in + (size_t)(i * si + j * sj) * elem, elem);
 }
 
 static void tile_copy(const char *in, char *out, size_t elem, int64_t ni,
-                      int64_t nj, int64_t si, int64_t sj)
+                      int64_t nj, int64_t si, int64_t sj, int64_t oi)
 {
     switch (elem) {
-    case 1: tile_copy1((const void *)in, (void *)out, ni, nj, si, sj); break;
-    case 2: tile_copy2((const void *)in, (void *)out, ni, nj, si, sj); break;
-    case 4: tile_copy4((const void *)in, (void *)out, ni, nj, si, sj); break;
-    case 8: tile_copy8((const void *)in, (void *)out, ni, nj, si, sj); break;
-    default: tile_copy_bytes(in, out, elem, ni, nj, si, sj); break;
+    case 1: tile_copy1((const void *)in, (void *)out, ni, nj, si, sj, oi); break;
+    case 2: tile_copy2((const void *)in, (void *)out, ni, nj, si, sj, oi); break;
+    case 4: tile_copy4((const void *)in, (void *)out, ni, nj, si, sj, oi); break;
+    case 8: tile_copy8((const void *)in, (void *)out, ni, nj, si, sj, oi); break;
+    default: tile_copy_bytes(in, out, elem, ni, nj, si, sj, oi); break;
     }
 }
 
-/* Walks the out dims [0, nd - inner) with an odometer, calling the copy of
- * the innermost `inner` dims (1 or 2) for each position. */
-static void transpose_walk(const char *in, char *out, size_t elem,
-                           const strided *t, int inner)
+/* The innermost work of a transpose: out's last dim (contiguous writes)
+ * against the dim `tdim` whose input stride is 1 (contiguous reads); when
+ * they coincide, whole rows are memcpy'd. The other dims are walked by an
+ * odometer that tracks both offsets. */
+static void transpose_walk(const char *in, char *out, size_t elem, const strided *t)
 {
-    int outer = t->nd - inner;
-    int64_t ni = inner == 2 ? t->size[t->nd - 2] : 1;
-    int64_t si = inner == 2 ? t->stride[t->nd - 2] : 0;
-    int64_t nj = t->size[t->nd - 1], sj = t->stride[t->nd - 1];
-    size_t chunk = (size_t)(ni * nj) * elem;
-    int64_t idx[SHD_MAX_RANK] = { 0 };
-    int64_t off = 0;
+    int last = t->nd - 1, tdim = last;
+    for (int d = 0; d < t->nd; d++)
+        if (t->stride[d] == 1)
+            tdim = d;
+    int64_t ostride[SHD_MAX_RANK], s = 1;
+    for (int d = last; d >= 0; d--) {
+        ostride[d] = s;
+        s *= t->size[d];
+    }
+    int64_t nj = t->size[last], sj = t->stride[last];
+    int64_t ni = tdim == last ? 1 : t->size[tdim], oi = ostride[tdim];
+    int64_t idx[SHD_MAX_RANK] = { 0 }, ioff = 0, ooff = 0;
     for (;;) {
-        if (inner == 1 && sj == 1)
-            memcpy(out, in + (size_t)off * elem, chunk);
+        if (tdim == last)
+            memcpy(out + (size_t)ooff * elem, in + (size_t)ioff * elem,
+                   (size_t)nj * elem);
         else
-            tile_copy(in + (size_t)off * elem, out, elem, ni, nj, si, sj);
-        out += chunk;
-        int d = outer - 1;
+            tile_copy(in + (size_t)ioff * elem, out + (size_t)ooff * elem, elem,
+                      ni, nj, 1, sj, oi);
+        int d = last - 1;
         for (; d >= 0; d--) {
-            off += t->stride[d];
+            if (d == tdim)
+                continue;
+            ioff += t->stride[d];
+            ooff += ostride[d];
             if (++idx[d] < t->size[d])
                 break;
-            off -= t->stride[d] * t->size[d];
+            ioff -= t->stride[d] * t->size[d];
+            ooff -= ostride[d] * t->size[d];
             idx[d] = 0;
         }
         if (d < 0)
@@ -253,9 +266,7 @@ void shd_transpose(const void *in, void *out, size_t elem, int rank,
     if (shd_shape_count(rank, shape) == 0)
         return;
     strided t = normalise_transpose(rank, shape, perm);
-    bool contiguous_rows = t.stride[t.nd - 1] == 1;
-    int inner = contiguous_rows || t.nd == 1 ? 1 : 2;
-    transpose_walk(in, out, elem, &t, inner);
+    transpose_walk(in, out, elem, &t);
 }
 
 /* ---- reduce -------------------------------------------------------------- */
@@ -297,9 +308,31 @@ static reduction normalise_reduce(int rank, const int64_t *shape, unsigned mask)
     return r;
 }
 
+/* NaN-propagating max/min, as NumPy's: a NaN already in `a` survives (no
+ * comparison with it is true) and a NaN `v` wins. */
+#define MAXV(a, v) ((v) > (a) || (v) != (v) ? (v) : (a))
+#define MINV(a, v) ((v) < (a) || (v) != (v) ? (v) : (a))
+
+/* Folds a contiguous row into one accumulator with 8 independent partial
+ * results, so the adds or compares of neighbouring elements overlap. */
+#define FOLD8(A, s, x, n, STEP)                                              \
+    do {                                                                     \
+        A p_[8] = { s, s, s, s, s, s, s, s };                                \
+        int64_t j_ = 0;                                                      \
+        for (; j_ + 8 <= (n); j_ += 8)                                       \
+            for (int k_ = 0; k_ < 8; k_++)                                   \
+                p_[k_] = STEP(p_[k_], (A)(x)[j_ + k_]);                      \
+        for (; j_ < (n); j_++)                                               \
+            p_[0] = STEP(p_[0], (A)(x)[j_]);                                 \
+        for (int k_ = 1; k_ < 8; k_++)                                       \
+            p_[0] = STEP(p_[0], p_[k_]);                                     \
+        s = p_[0];                                                           \
+    } while (0)
+
+#define ADDV(a, v) ((a) + (v))
+
 /* Folds one contiguous row x[0..n) into the accumulators: into acc[0] when
- * the row's dim is reduced, elementwise into acc[0..n) when it is kept.
- * NaN propagates through max/min as in NumPy. */
+ * the row's dim is reduced, elementwise into acc[0..n) when it is kept. */
 #define DEFINE_ROW(NAME, T, A)                                               \
     static void NAME(A *acc, const T *x, int64_t n, shd_redop op, bool fold) \
     {                                                                        \
@@ -307,29 +340,22 @@ static reduction normalise_reduce(int rank, const int64_t *shape, unsigned mask)
             if (op == SHD_SUM)                                               \
                 for (int64_t j = 0; j < n; j++) acc[j] += (A)x[j];           \
             else if (op == SHD_MAX)                                          \
-                for (int64_t j = 0; j < n; j++) acc[j] = MAXOF(acc[j], (A)x[j]); \
+                for (int64_t j = 0; j < n; j++) acc[j] = MAXV(acc[j], (A)x[j]); \
             else                                                             \
-                for (int64_t j = 0; j < n; j++) acc[j] = MINOF(acc[j], (A)x[j]); \
+                for (int64_t j = 0; j < n; j++) acc[j] = MINV(acc[j], (A)x[j]); \
             return;                                                          \
         }                                                                    \
-        A s = acc[0];                                                        \
+        A s = op == SHD_SUM ? (A)-0.0 : acc[0];                              \
         if (op == SHD_SUM) {                                                 \
-            A p[4] = { 0, 0, 0, 0 };                                         \
-            int64_t j = 0;                                                   \
-            for (; j + 4 <= n; j += 4)                                       \
-                for (int k = 0; k < 4; k++) p[k] += (A)x[j + k];             \
-            for (; j < n; j++) p[0] += (A)x[j];                              \
-            s += (p[0] + p[1]) + (p[2] + p[3]);                              \
+            FOLD8(A, s, x, n, ADDV);                                         \
+            s = acc[0] + s;                                                  \
         } else if (op == SHD_MAX) {                                          \
-            for (int64_t j = 0; j < n; j++) s = MAXOF(s, (A)x[j]);           \
+            FOLD8(A, s, x, n, MAXV);                                         \
         } else {                                                             \
-            for (int64_t j = 0; j < n; j++) s = MINOF(s, (A)x[j]);           \
+            FOLD8(A, s, x, n, MINV);                                         \
         }                                                                    \
         acc[0] = s;                                                          \
     }
-
-#define MAXOF(a, b) ((a) != (a) || (a) >= (b) ? (a) : (b))
-#define MINOF(a, b) ((a) != (a) || (a) <= (b) ? (a) : (b))
 
 DEFINE_ROW(row_f32, float, double)
 DEFINE_ROW(row_f64, double, double)

@@ -20,6 +20,7 @@
  *                value is the f64 value rounded to float.
  */
 #include <math.h>
+#include <string.h>
 
 #include "shdrt_internal.h"
 
@@ -104,15 +105,55 @@ double shd_normal_at_dt(uint64_t seed, uint64_t g, shd_dtype dt)
     return dt == SHD_F32 ? (double)(float)z : z;
 }
 
-/* Stores element `i` of the block drawn at global index g. */
-static void store(void *out, int64_t i, shd_dtype dt, bool normal,
-                  uint64_t seed, uint64_t g)
+/* Philox on BATCH consecutive counters g, g+1, ... at once, keeping words
+ * 0 and 1. The lanes are independent and the loops have a fixed trip
+ * count, so the compiler vectorises or interleaves them; one counter at a
+ * time is a chain of dependent multiplies, about 4x slower. */
+enum { BATCH = 16 };
+
+static void philox_lanes(uint64_t seed, uint64_t g, uint32_t w0[BATCH],
+                         uint32_t w1[BATCH])
 {
-    philox_block b = draw(seed, g);
-    if (dt == SHD_F32)
-        ((float *)out)[i] = normal ? (float)normal_f64(b) : uniform_f32(b);
-    else
-        ((double *)out)[i] = normal ? normal_f64(b) : uniform_f64(b);
+    uint32_t c0[BATCH], c1[BATCH], c2[BATCH] = { 0 }, c3[BATCH] = { 0 };
+    for (int i = 0; i < BATCH; i++) {
+        c0[i] = (uint32_t)(g + (uint64_t)i);
+        c1[i] = (uint32_t)((g + (uint64_t)i) >> 32);
+    }
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int round = 0; round < 10; round++) {
+        for (int i = 0; i < BATCH; i++) {
+            uint64_t p0 = (uint64_t)PHILOX_M0 * c0[i];
+            uint64_t p1 = (uint64_t)PHILOX_M1 * c2[i];
+            uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[i] ^ k0;
+            uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3[i] ^ k1;
+            c1[i] = (uint32_t)p1;
+            c3[i] = (uint32_t)p0;
+            c0[i] = n0;
+            c2[i] = n2;
+        }
+        k0 += PHILOX_W0;
+        k1 += PHILOX_W1;
+    }
+    memcpy(w0, c0, sizeof c0);
+    memcpy(w1, c1, sizeof c1);
+}
+
+/* Fills out[0..n) with the elements at global indices g, g+1, ... */
+static void fill_run(void *out, int64_t n, shd_dtype dt, bool normal,
+                     uint64_t seed, uint64_t g)
+{
+    uint32_t w0[BATCH], w1[BATCH];
+    for (int64_t j0 = 0; j0 < n; j0 += BATCH) {
+        philox_lanes(seed, g + (uint64_t)j0, w0, w1);
+        int m = n - j0 < BATCH ? (int)(n - j0) : BATCH;
+        for (int i = 0; i < m; i++) {
+            philox_block b = { { w0[i], w1[i], 0, 0 } };
+            if (dt == SHD_F32)
+                ((float *)out)[j0 + i] = normal ? (float)normal_f64(b) : uniform_f32(b);
+            else
+                ((double *)out)[j0 + i] = normal ? normal_f64(b) : uniform_f64(b);
+        }
+    }
 }
 
 /* Walks the local block row by row; the global index of a row's first
@@ -138,13 +179,14 @@ static void fill(void *out, shd_dtype dt, bool normal, uint64_t seed, int rank,
         gstride[d] = gstride[d + 1] * gshape[d];
     }
     int64_t n = rank ? shape[rank - 1] : 1;
-    int64_t at = 0;
+    size_t row = (size_t)n * shd_dtype_size(dt);
+    char *at = out;
     for (;;) {
         uint64_t g = 0;
         for (int d = 0; d < rank; d++)
             g += (uint64_t)(offset[d] + idx[d]) * (uint64_t)gstride[d + 1];
-        for (int64_t j = 0; j < n; j++)
-            store(out, at++, dt, normal, seed, g + (uint64_t)j);
+        fill_run(at, n, dt, normal, seed, g);
+        at += row;
         int d = rank - 2;
         for (; d >= 0; d--) {
             if (++idx[d] < shape[d])

@@ -122,9 +122,14 @@ void shd_embed_block(const void *in, void *out, size_t elem, int rank,
 
 /* Algorithm of a collective, for benchmarks and tests: collective is
  * "reduce_scatter" or "all_reduce", algo "ring" (MPI_Sendrecv ring + local
- * reduction) or "mpi" (MPI_Reduce_scatter_block / MPI_Allreduce). Defaults
- * come from SHD_RS / SHD_AR as read by rank 0 in shd_init (reduce_scatter:
- * ring, all_reduce: mpi). Every rank must make the same call. */
+ * reduction), "mpi" (MPI_Reduce_scatter_block / MPI_Allreduce) or, for
+ * all_reduce, "auto" (ring from 32 MiB up, else mpi). Defaults come from
+ * SHD_RS / SHD_AR as read by rank 0 in shd_init (reduce_scatter: ring,
+ * all_reduce: auto). collective "strided_blocks" with algo "pack",
+ * "datatype" or "auto" (default: datatype for runs of 256 bytes and more)
+ * chooses how blocks along a non-leading dim are moved: copied into
+ * contiguous scratch, or described to MPI by a strided datatype. Every rank
+ * must make the same call. */
 void shd_set_collective_algo(const char *collective, const char *algo);
 
 /* ---- kernels.c: local compute ----------------------------------------- */

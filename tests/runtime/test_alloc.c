@@ -1,4 +1,4 @@
-// RANKS: 1 2
+// RANKS: 1 2 4 8
 /* test_alloc: the refcounted buffer cache.
  *
  * - alignment: every pointer is 64-byte aligned, sizes 0 included, and

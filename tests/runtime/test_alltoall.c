@@ -1,7 +1,7 @@
 // RANKS: 1 2 4 8
 /* test_alltoall: shd_all_to_all on rank-3 arrays for every (split, concat)
  * pair, split == concat included, over each group of a 2-D mesh, for every
- * dtype.
+ * dtype, with strided blocks moved by MPI datatypes and by packing.
  *
  * Input element c of world rank r holds v(r, c). Output element c (out shape
  * = shape with shape[split] / G and shape[concat] * G) must come from group
@@ -68,10 +68,14 @@ static void run_case(shd_dtype dt, const test_group *grp, int split, int concat)
 int main(int argc, char **argv)
 {
     start_2d(&argc, &argv);
-    for (int dt = SHD_F32; dt <= SHD_BOOL; dt++)
-        for (int g = 0; g < NGROUPS; g++)
-            for (int split = 0; split < 3; split++)
-                for (int concat = 0; concat < 3; concat++)
-                    run_case((shd_dtype)dt, &k_groups[g], split, concat);
+    static const char *const modes[] = { "datatype", "pack" };
+    for (int m = 0; m < 2; m++) {
+        shd_set_collective_algo("strided_blocks", modes[m]);
+        for (int dt = SHD_F32; dt <= SHD_BOOL; dt++)
+            for (int g = 0; g < NGROUPS; g++)
+                for (int split = 0; split < 3; split++)
+                    for (int concat = 0; concat < 3; concat++)
+                        run_case((shd_dtype)dt, &k_groups[g], split, concat);
+    }
     return finish("test_alltoall");
 }

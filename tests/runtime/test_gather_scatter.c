@@ -3,7 +3,8 @@
  * arrays along dim 0, the middle dim and the last dim, over each group of a
  * 2-D mesh (one axis, the pair in both orders, the empty group), for every
  * dtype, reduce-scatter with SUM/MAX/MIN and with both the ring and the
- * MPI_Reduce_scatter_block algorithms.
+ * MPI_Reduce_scatter_block algorithms, and with blocks along non-leading
+ * dims moved both ways (strided MPI datatypes, packing into scratch).
  *
  * Values are functions of (world rank, coordinates), so every output
  * element is checked exactly against the member of the group it must come
@@ -110,6 +111,9 @@ int main(int argc, char **argv)
 {
     start_2d(&argc, &argv);
     static const char *const algos[] = { "ring", "mpi" };
+    static const char *const modes[] = { "datatype", "pack" };
+    for (int m = 0; m < 2; m++) {
+    shd_set_collective_algo("strided_blocks", modes[m]);
     for (int dt = SHD_F32; dt <= SHD_BOOL; dt++)
         for (int g = 0; g < NGROUPS; g++)
             for (int dim = 0; dim < 3; dim++) {
@@ -120,5 +124,6 @@ int main(int argc, char **argv)
                         test_scatter((shd_dtype)dt, (shd_redop)op, &k_groups[g], dim);
                 }
             }
+    }
     return finish("test_gather_scatter");
 }

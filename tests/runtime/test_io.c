@@ -1,4 +1,4 @@
-// RANKS: 1 2
+// RANKS: 1 2 4 8
 /* test_io: printing and command-line arguments.
  *
  * Array text is captured from stdout and compared with what NumPy 1.24's

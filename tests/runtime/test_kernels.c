@@ -1,4 +1,4 @@
-// RANKS: 1 2
+// RANKS: 1 2 4 8
 /* test_kernels: the local compute kernels against naive loops.
  *
  * gemm: f32, f64 and i32, every ta/tb combination, leading dimensions wider

@@ -1,4 +1,4 @@
-// RANKS: 1 2 4
+// RANKS: 1 2 4 8
 /* test_openblas: shd_init's OpenBLAS fix-up, the way a generated program
  * meets it: shd_init is the first call (no MPI yet), so it may re-execute
  * the program with OPENBLAS_CORETYPE set.
