@@ -134,10 +134,16 @@ static const char *offset_lit(Emit *e, const Type *t) {
 }
 
 static const char *flit(DType dt, double v) {
-  if (dt == DT_F32)
-    return arena_printf("%.9gf", v);
-  if (dt == DT_F64)
-    return arena_printf("%.17g", v);
+  if (dt == DT_F32 || dt == DT_F64) {
+    if (v != v)
+      return "NAN";
+    if (v == 1.0 / 0.0 || v == -1.0 / 0.0)
+      return v > 0 ? "INFINITY" : "-INFINITY";
+    const char *s = arena_printf(dt == DT_F32 ? "%.9g" : "%.17g", v);
+    if (!strpbrk(s, ".e"))
+      s = arena_printf("%s.0", s);
+    return dt == DT_F32 ? arena_printf("%sf", s) : s;
+  }
   if (dt == DT_BOOL)
     return v != 0 ? "true" : "false";
   return arena_printf("%lld", (long long)v);
@@ -411,22 +417,16 @@ static void emit_save(Emit *e, const Inst *in) {
 
 /* ---- dot_general through BLAS --------------------------------------------------------------- */
 
-/* Puts an operand's dims in the order (batch, first group, second group);
- * returns whether a transpose was needed, setting *trans when the two
- * groups are swapped in memory (passed to gemm instead of moved). */
-typedef struct {
-  const char *ptr;
-  bool trans;
-} GemmOperand;
+/* A gemm operand must have its dims in the order (batch, first group,
+ * second group). When it has (batch, second, first) the transpose is passed
+ * to gemm; any other order needs a copy. */
+typedef enum { LAYOUT_DIRECT, LAYOUT_TRANS, LAYOUT_COPY } Layout;
 
-static GemmOperand gemm_operand(Emit *e, const Value *v, const int *batch, int nb, const int *g1, int n1,
-                                const int *g2, int n2) {
-  int order[MAX_RANK], k = 0;
+static Layout operand_layout(int rank, const int *batch, int nb, const int *g1, int n1, const int *g2, int n2,
+                             int *order) {
+  int swapped[MAX_RANK], k = 0, ks = 0;
   for (int i = 0; i < nb; i++)
-    order[k++] = batch[i];
-  int swapped[MAX_RANK], ks = 0;
-  for (int i = 0; i < nb; i++)
-    swapped[ks++] = batch[i];
+    order[k++] = swapped[ks++] = batch[i];
   for (int i = 0; i < n1; i++)
     order[k++] = g1[i];
   for (int i = 0; i < n2; i++)
@@ -440,23 +440,46 @@ static GemmOperand gemm_operand(Emit *e, const Value *v, const int *batch, int n
     ident &= order[i] == i;
     sw &= swapped[i] == i;
   }
-  GemmOperand g = {vname(v), false};
-  if (!is_array(v)) {
-    g.ptr = arena_printf("&%s", vname(v));
+  if (rank == 0 || ident)
+    return LAYOUT_DIRECT;
+  return sw ? LAYOUT_TRANS : LAYOUT_COPY;
+}
+
+/* The free dims of each operand of a dot, in order. */
+static void dot_free(const Inst *in, int *fa, int *nfa, int *fb, int *nfb) {
+  bool ua[MAX_RANK] = {0}, ub[MAX_RANK] = {0};
+  const DotDims *d = &in->dot;
+  for (int i = 0; i < d->nbatch; i++)
+    ua[d->lhs_batch[i]] = ub[d->rhs_batch[i]] = true;
+  for (int i = 0; i < d->ncontract; i++)
+    ua[d->lhs_contract[i]] = ub[d->rhs_contract[i]] = true;
+  *nfa = *nfb = 0;
+  for (int i = 0; i < in->args[0]->type.rank; i++)
+    if (!ua[i])
+      fa[(*nfa)++] = i;
+  for (int i = 0; i < in->args[1]->type.rank; i++)
+    if (!ub[i])
+      fb[(*nfb)++] = i;
+}
+
+typedef struct {
+  const char *ptr;
+  bool trans;
+} GemmOperand;
+
+static GemmOperand gemm_operand(Emit *e, const Value *v, const int *batch, int nb, const int *g1, int n1,
+                                const int *g2, int n2) {
+  int order[MAX_RANK];
+  Layout lay = operand_layout(v->type.rank, batch, nb, g1, n1, g2, n2, order);
+  GemmOperand g = {is_array(v) ? vname(v) : arena_printf("&%s", vname(v)), lay == LAYOUT_TRANS};
+  if (lay != LAYOUT_COPY)
     return g;
-  }
-  if (ident)
-    return g;
-  if (sw) {
-    g.trans = true;
-    return g;
-  }
   const char *t = arena_printf("t%d", e->tmp++);
   line(e, "%s *%s = shd_alloc(%lld * sizeof(%s));", ctype(v->type.dtype), t, (long long)local_count(e, &v->type),
        ctype(v->type.dtype));
   Str p = {0};
   str_printf(&p, "(const int[]){");
-  for (int i = 0; i < k; i++)
+  for (int i = 0; i < v->type.rank; i++)
     str_printf(&p, "%s%d", i ? ", " : "", order[i]);
   str_putc(&p, '}');
   line(e, "shd_transpose(%s, %s, sizeof(%s), %d, %s, %s);", vname(v), t, ctype(v->type.dtype), v->type.rank,
@@ -466,33 +489,64 @@ static GemmOperand gemm_operand(Emit *e, const Value *v, const int *batch, int n
   return g;
 }
 
+int64_t emit_temp_bytes(const Module *mod, const Inst *in) {
+  if (in->op != IR_DOT)
+    return 0;
+  int fa[MAX_RANK], nfa, fb[MAX_RANK], nfb, order[MAX_RANK];
+  dot_free(in, fa, &nfa, fb, &nfb);
+  const DotDims *d = &in->dot;
+  int64_t bytes = 0;
+  const Value *a = in->args[0], *b = in->args[1];
+  if (operand_layout(a->type.rank, d->lhs_batch, d->nbatch, fa, nfa, d->lhs_contract, d->ncontract, order) ==
+      LAYOUT_COPY)
+    bytes += ty_local_count(&mod->mesh, &a->type) * (int64_t)ty_dtype_size(a->type.dtype);
+  if (operand_layout(b->type.rank, d->rhs_batch, d->nbatch, d->rhs_contract, d->ncontract, fb, nfb, order) ==
+      LAYOUT_COPY)
+    bytes += ty_local_count(&mod->mesh, &b->type) * (int64_t)ty_dtype_size(b->type.dtype);
+  return bytes;
+}
+
+EmitResult emit_result_kind(const Module *mod, const Inst *in, int k) {
+  const Value *r = in->results[k];
+  if (r->type.rank == 0)
+    return EMIT_NONE;
+  switch (in->op) {
+  case IR_CALL: case IR_FOR: case IR_IF:
+    return EMIT_NONE;   /* made by the callee or the block */
+  case IR_REDUCE:
+    return in->mask == 0 ? EMIT_VIEW : EMIT_ALLOC;
+  case IR_TRANSPOSE: {
+    bool ident = true;
+    for (int d = 0; d < r->type.rank; d++)
+      ident &= in->perm[d] == d;
+    return ident || r->type.rank < 2 ? EMIT_VIEW : EMIT_ALLOC;
+  }
+  case IR_RESHAPE: case IR_RETYPE: case IR_PCAST:
+    return in->args[0]->type.rank ? EMIT_VIEW : EMIT_ALLOC;
+  case IR_ZERO_UNLESS_FIRST:
+    return EMIT_VIEW_OR_ALLOC;
+  default:
+    return EMIT_ALLOC;
+  }
+}
+
 static void emit_dot(Emit *e, const Inst *in) {
   const Value *a = in->args[0], *b = in->args[1], *r = in->results[0];
   const DotDims *d = &in->dot;
   int64_t la[MAX_RANK], lb[MAX_RANK];
   ty_local_shape(e->m, &a->type, la);
   ty_local_shape(e->m, &b->type, lb);
-  bool used_a[MAX_RANK] = {0}, used_b[MAX_RANK] = {0};
+  int fa[MAX_RANK], nfa, fb[MAX_RANK], nfb;
+  dot_free(in, fa, &nfa, fb, &nfb);
   int64_t batch = 1, K = 1, M = 1, N = 1;
-  for (int i = 0; i < d->nbatch; i++) {
-    used_a[d->lhs_batch[i]] = used_b[d->rhs_batch[i]] = true;
+  for (int i = 0; i < d->nbatch; i++)
     batch *= la[d->lhs_batch[i]];
-  }
-  for (int i = 0; i < d->ncontract; i++) {
-    used_a[d->lhs_contract[i]] = used_b[d->rhs_contract[i]] = true;
+  for (int i = 0; i < d->ncontract; i++)
     K *= la[d->lhs_contract[i]];
-  }
-  int fa[MAX_RANK], nfa = 0, fb[MAX_RANK], nfb = 0;
-  for (int i = 0; i < a->type.rank; i++)
-    if (!used_a[i]) {
-      fa[nfa++] = i;
-      M *= la[i];
-    }
-  for (int i = 0; i < b->type.rank; i++)
-    if (!used_b[i]) {
-      fb[nfb++] = i;
-      N *= lb[i];
-    }
+  for (int i = 0; i < nfa; i++)
+    M *= la[fa[i]];
+  for (int i = 0; i < nfb; i++)
+    N *= lb[fb[i]];
   line(e, "{");
   e->indent += 2;
   int t0 = e->tmp;
@@ -657,36 +711,6 @@ static void emit_print(Emit *e, const Inst *in) {
 }
 
 /* ---- liveness ----------------------------------------------------------------------------------- */
-
-/* Uses inside nested blocks count as uses by the instruction that owns
- * them: a value lives until the loop or branch that reads it has ended. */
-static void note_uses(Emit *e, const Inst *in, int idx, const IrBlock *b);
-
-static void note_block_uses(Emit *e, const IrBlock *inner, int idx, const IrBlock *outer) {
-  for (int i = 0; i < inner->insts.len; i++)
-    note_uses(e, inner->insts.data[i], idx, outer);
-}
-
-static void note_uses(Emit *e, const Inst *in, int idx, const IrBlock *b) {
-  for (int i = 0; i < in->nargs; i++) {
-    const Value *v = in->args[i];
-    if (v->def && v->def->parent == b)
-      e->last_use[v->id] = idx;
-  }
-  for (int r = 0; r < in->nregions; r++)
-    note_block_uses(e, in->regions[r], idx, b);
-}
-
-/* Computes, for the values b defines, the index of their last use in b. */
-static void liveness(Emit *e, const IrBlock *b) {
-  for (int i = 0; i < b->insts.len; i++) {
-    const Inst *in = b->insts.data[i];
-    for (int k = 0; k < in->nresults; k++)
-      e->last_use[in->results[k]->id] = i;
-  }
-  for (int i = 0; i < b->insts.len; i++)
-    note_uses(e, b->insts.data[i], i, b);
-}
 
 static void release_dead(Emit *e, const IrBlock *b, int idx, const Inst *skip_moved) {
   for (int i = 0; i <= idx; i++) {
@@ -856,7 +880,7 @@ static void emit_inst(Emit *e, const Inst *in, const char **yield_to) {
     emit_dot(e, in);
     return;
   case IR_REDUCE:
-    if (in->mask == 0) {
+    if (emit_result_kind(e->mod, in, 0) == EMIT_VIEW) {
       def_alias(e, r, in->args[0]);
       return;
     }
@@ -872,10 +896,7 @@ static void emit_inst(Emit *e, const Inst *in, const char **yield_to) {
          red_const(in->fn), in->args[0]->type.rank, shape_lit(e, &in->args[0]->type), in->mask);
     return;
   case IR_TRANSPOSE: {
-    bool ident = true;
-    for (int d = 0; d < r->type.rank; d++)
-      ident &= in->perm[d] == d;
-    if (ident || r->type.rank < 2) {
+    if (emit_result_kind(e->mod, in, 0) != EMIT_ALLOC) {
       def_alias(e, r, in->args[0]);
       return;
     }
@@ -929,7 +950,7 @@ static void emit_inst(Emit *e, const Inst *in, const char **yield_to) {
 }
 
 static void emit_block(Emit *e, const IrBlock *b, const char **yield_to) {
-  liveness(e, b);
+  ir_last_uses(b, e->last_use);
   for (int i = 0; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];
     if (in->op == IR_YIELD && yield_to) {

@@ -316,6 +316,37 @@ void ir_print_module(FILE *out, const Module *mod) {
   }
 }
 
+/* ---- liveness ------------------------------------------------------------------ */
+
+/* Uses inside nested blocks count as uses by the instruction that owns
+ * them: a value lives until the loop or branch that reads it has ended. */
+static void note_uses(const Inst *in, int idx, const IrBlock *b, int *last_use);
+
+static void note_block_uses(const IrBlock *inner, int idx, const IrBlock *outer, int *last_use) {
+  for (int i = 0; i < inner->insts.len; i++)
+    note_uses(inner->insts.data[i], idx, outer, last_use);
+}
+
+static void note_uses(const Inst *in, int idx, const IrBlock *b, int *last_use) {
+  for (int i = 0; i < in->nargs; i++) {
+    const Value *v = in->args[i];
+    if (v->def && v->def->parent == b)
+      last_use[v->id] = idx;
+  }
+  for (int r = 0; r < in->nregions; r++)
+    note_block_uses(in->regions[r], idx, b, last_use);
+}
+
+void ir_last_uses(const IrBlock *b, int *last_use) {
+  for (int i = 0; i < b->insts.len; i++) {
+    const Inst *in = b->insts.data[i];
+    for (int k = 0; k < in->nresults; k++)
+      last_use[in->results[k]->id] = i;
+  }
+  for (int i = 0; i < b->insts.len; i++)
+    note_uses(b->insts.data[i], i, b, last_use);
+}
+
 /* ---- verifier ---------------------------------------------------------------- */
 
 typedef struct {

@@ -650,6 +650,11 @@ const char *ir_red_name(int op);
 void ir_print_module(FILE *out, const Module *mod);
 void ir_print_func(FILE *out, const Module *mod, const Func *f);
 const char *ir_opname(Opcode op);
+/* For the values defined in b (results of its instructions): the index of
+ * the instruction of b that uses them last, counting uses inside nested
+ * blocks as uses by the instruction that owns the block; unused values get
+ * their defining index. last_use is indexed by value id. */
+void ir_last_uses(const IrBlock *b, int *last_use);
 /* Structural checks between passes: operands defined before use and in
  * scope, region arity, terminators. Aborts with an ICE on failure. */
 void ir_verify(const Module *mod);
@@ -691,5 +696,12 @@ int64_t explain_bytes_sent(const Module *mod, const Inst *in);
 /* ---- emit_c.c ----------------------------------------------------------- */
 
 void emit_module(FILE *out, const Module *mod, const SourceFile *file);
+/* How the generated code gets an instruction's array result: a new buffer,
+ * a view of operand 0 (no bytes), or (zero_unless_first) a view on the
+ * first rank and a new buffer elsewhere. Scalars are EMIT_NONE. */
+typedef enum { EMIT_NONE, EMIT_ALLOC, EMIT_VIEW, EMIT_VIEW_OR_ALLOC } EmitResult;
+EmitResult emit_result_kind(const Module *mod, const Inst *in, int k);
+/* Bytes of the temporaries an instruction allocates and frees itself. */
+int64_t emit_temp_bytes(const Module *mod, const Inst *in);
 
 #endif

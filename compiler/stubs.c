@@ -2,4 +2,3 @@
 #include "shdc.h"
 bool ad_module(Module *mod) { (void)mod; return true; }
 void opt_module(Module *mod) { (void)mod; }
-void explain_module(FILE *out, const Module *mod, const SourceFile *file) { (void)out; (void)mod; (void)file; }
