@@ -378,8 +378,8 @@ static void emit_random(Emit *e, const Inst *in) {
   const Type *t = &r->type;
   const char *fn = in->fn ? "shd_fill_uniform" : "shd_fill_normal";
   if (!is_array(r)) {
-    line(e, "%s %s = (%s)%s_at((uint64_t)(uint32_t)%s, 0);", ctype(t->dtype), vname(r), ctype(t->dtype),
-         in->fn ? "shd_uniform" : "shd_normal", vname(in->args[0]));
+    line(e, "%s %s = (%s)%s_at_dt((uint64_t)(uint32_t)%s, 0, %s);", ctype(t->dtype), vname(r), ctype(t->dtype),
+         in->fn ? "shd_uniform" : "shd_normal", vname(in->args[0]), dtconst(t->dtype));
     return;
   }
   def_array(e, r, false);
@@ -513,6 +513,8 @@ EmitResult emit_result_kind(const Module *mod, const Inst *in, int k) {
   switch (in->op) {
   case IR_CALL: case IR_FOR: case IR_IF:
     return EMIT_NONE;   /* made by the callee or the block */
+  case IR_TAPE_GET:
+    return EMIT_NONE;   /* a reference to a buffer the tape keeps (not simulated) */
   case IR_REDUCE:
     return in->mask == 0 ? EMIT_VIEW : EMIT_ALLOC;
   case IR_TRANSPOSE: {
@@ -717,6 +719,12 @@ static void release_dead(Emit *e, const IrBlock *b, int idx, const Inst *skip_mo
     const Inst *in = b->insts.data[i];
     for (int k = 0; k < in->nresults; k++) {
       const Value *v = in->results[k];
+      if (v->type.kind == TY_TAPE && e->last_use[v->id] == idx) {
+        if (v->type.elems[0].rank)
+          line(e, "for (int64_t k = 0; k < %s_n; k++) shd_release(%s[k]);", vname(v), vname(v));
+        line(e, "shd_release(%s);", vname(v));
+        continue;
+      }
       if (!is_array(v) || e->last_use[v->id] != idx || !e->owned[v->id])
         continue;
       bool moved = false;
@@ -934,6 +942,30 @@ static void emit_inst(Emit *e, const Inst *in, const char **yield_to) {
     return;
   case IR_AXIS_INDEX:
     line(e, "int32_t %s = shd_group_index(%s);", vname(r), axes_lit(in->axes, in->naxes));
+    return;
+  case IR_TAPE_NEW: {
+    const Type *el = &r->type.elems[0];
+    const char *n = vname(in->args[0]);
+    if (el->rank)
+      line(e, "void **%s = shd_zalloc((size_t)(%s > 0 ? %s : 0) * sizeof(void *));", vname(r), n, n);
+    else
+      line(e, "%s *%s = shd_alloc((size_t)(%s > 0 ? %s : 0) * sizeof(%s));", ctype(el->dtype), vname(r), n, n,
+           ctype(el->dtype));
+    line(e, "int64_t %s_n = %s > 0 ? %s : 0;", vname(r), n, n);
+    return;
+  }
+  case IR_TAPE_PUSH:
+    line(e, "%s[%s] = %s;", vname(in->args[0]), vname(in->args[1]), vname(in->args[2]));
+    if (is_array(in->args[2]))
+      line(e, "shd_retain(%s);", vname(in->args[2]));
+    return;
+  case IR_TAPE_GET:
+    if (is_array(r)) {
+      line(e, "%s *%s = %s[%s];", ctype(r->type.dtype), vname(r), vname(in->args[0]), vname(in->args[1]));
+      line(e, "shd_retain(%s);", vname(r));
+    } else {
+      line(e, "%s %s = %s[%s];", ctype(r->type.dtype), vname(r), vname(in->args[0]), vname(in->args[1]));
+    }
     return;
   case IR_CALL: emit_call(e, in); return;
   case IR_FOR: emit_for(e, in); return;

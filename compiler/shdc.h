@@ -325,7 +325,9 @@ typedef struct {
   int8_t axes[MAX_AXES];
 } DimSpec;
 
-typedef enum { TY_ARRAY, TY_TUPLE, TY_VOID, TY_STRING, TY_FUNC, TY_AXIS, TY_ERROR } TypeKind;
+/* TY_TAPE: autodiff's per-iteration store of a loop carry (elems[0] is the
+ * carry's type); it exists only in generated IR. */
+typedef enum { TY_ARRAY, TY_TUPLE, TY_VOID, TY_STRING, TY_FUNC, TY_AXIS, TY_ERROR, TY_TAPE } TypeKind;
 
 /* An array type: dtype, global shape, and the state of every mesh axis:
  * sharding one dim (spec), unreduced (U), reduced (R), varying (V, manual
@@ -563,6 +565,9 @@ typedef enum {
   IR_LOAD,             /* str: path */
   IR_ARG,              /* str: name; fval/ival default */
   IR_GRAD,             /* global only: callee, wrt mask, with_value */
+  IR_TAPE_NEW,         /* args: count (i32); result: a tape of the carry type */
+  IR_TAPE_PUSH,        /* args: tape, index, value: keeps a reference */
+  IR_TAPE_GET,         /* args: tape, index; result: the value stored there */
   IR__COUNT
 } Opcode;
 

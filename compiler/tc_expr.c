@@ -128,6 +128,8 @@ static bool want_array(TcCtx *c, Expr *e, const Type *t, const char *what) {
   case TY_STRING:
     diag_error(e->pos, "E_ARG", "%s: a string is not an array", what);
     return false;
+  case TY_TAPE:
+    break;
   }
   return false;
 }
