@@ -285,7 +285,9 @@ static void vjp_unary(AD *a, Inst *in, Value *g) {
   case UN_TANH: r = bin(a, BIN_MUL, g, bin(a, BIN_SUB, cst(a, dt, 1), bin(a, BIN_MUL, y, y))); break;
   case UN_SQRT: r = bin(a, BIN_DIV, bin(a, BIN_MUL, g, cst(a, dt, 0.5)), y); break;
   case UN_ABS: r = bin(a, BIN_MUL, g, un(a, UN_SIGN, x)); break;
-  case UN_RELU: r = bin(a, BIN_MUL, g, un(a, UN_STEP, x)); break;
+  /* relu' from the output (y > 0 iff x > 0): the pre-activation then has
+   * one use and fuses with whatever produced it. */
+  case UN_RELU: r = bin(a, BIN_MUL, g, un(a, UN_STEP, y)); break;
   case UN_SIGMOID: r = bin(a, BIN_MUL, g, bin(a, BIN_MUL, y, bin(a, BIN_SUB, cst(a, dt, 1), y))); break;
   default: return;   /* sign, step, not: zero derivative */
   }

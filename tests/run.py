@@ -55,6 +55,9 @@ def mpirun_cmd(np_):
 def run(cmd, cwd=None, timeout=300, env=None):
     e = dict(os.environ)
     e.update({"SHD_QUIET": "1", "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+              # the generated C must stay warning-free under the compiler's own flags
+              "SHDC_CFLAGS": "-Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes "
+                             "-Wno-unused-parameter -Wvla",
               "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
     if env:
         e.update(env)
