@@ -938,6 +938,38 @@ static void vjp_for(AD *a, Inst *in) {
   free(outer.data);
 }
 
+/* Whether the transpose of `in` communicates: the psum of an implicit or
+ * explicit pcast to varying from invariant, the unreduced psum of a pcast to
+ * reduced, and any collective (which a varying condition already forbids in
+ * the forward pass, [E_DIVERGE]). Casts between reduced, varying and
+ * unreduced transpose to casts. */
+static bool transpose_communicates(const Inst *in) {
+  switch (in->op) {
+  case IR_PCAST:
+    return (in->fn == PCAST_VARYING && !(in->args[0]->type.R & inst_axes(in))) || in->fn == PCAST_REDUCED;
+  case IR_ALL_REDUCE: case IR_ALL_GATHER: case IR_REDUCE_SCATTER: case IR_ALL_TO_ALL: case IR_PPERMUTE:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* The first active instruction under `blk` (nested regions included) whose
+ * transpose communicates. */
+static const Inst *diverging_transpose(AD *a, const IrBlock *blk) {
+  for (int q = 0; q < blk->insts.len; q++) {
+    const Inst *bi = blk->insts.data[q];
+    if (transpose_communicates(bi) && bi->nargs && a->active[bi->args[0]->id])
+      return bi;
+    for (int r = 0; r < bi->nregions; r++) {
+      const Inst *d = diverging_transpose(a, bi->regions[r]);
+      if (d)
+        return d;
+    }
+  }
+  return NULL;
+}
+
 static void vjp_if(AD *a, Inst *in) {
   Vec outer = {0};
   for (int r = 0; r < 2; r++)
@@ -946,18 +978,20 @@ static void vjp_if(AD *a, Inst *in) {
   Value *cond = P(a, in->args[0]);
   if (cond->type.V) {
     /* A varying condition: the branches' backward collectives (the psum of
-     * a pcast) would diverge. */
+     * a pcast) would not be reached by every device. */
     for (int r = 0; r < 2; r++) {
-      const IrBlock *blk = in->regions[r];
-      for (int q = 0; q < blk->insts.len; q++) {
-        const Inst *bi = blk->insts.data[q];
-        if (bi->op == IR_PCAST || bi->op == IR_ALL_REDUCE || bi->op == IR_ALL_GATHER ||
-            bi->op == IR_REDUCE_SCATTER || bi->op == IR_ALL_TO_ALL || bi->op == IR_PPERMUTE) {
-          fail(a, bi->pos,
-               "cannot differentiate through this cast or collective: it sits under a condition that varies "
-               "across devices, so its transpose (a collective) would not be reached by every device");
-          return;
-        }
+      const Inst *bi = diverging_transpose(a, in->regions[r]);
+      if (bi) {
+        const char *what = bi->op != IR_PCAST ? "collective"
+                           : bi->fn == PCAST_REDUCED ? "pcast to reduced"
+                           : "cast of an invariant value to varying (a pcast, or the implicit one where it meets "
+                             "a varying operand)";
+        fail(a, bi->pos,
+             "cannot differentiate through this %s: it sits under a condition that varies across devices, so its "
+             "transpose (an all-reduce) would not be reached by every device; cast the value before the branch "
+             "(pcast(x, AXES, to=varying)) or select between values computed outside it with where()", what);
+        free(outer.data);
+        return;
       }
     }
   }
