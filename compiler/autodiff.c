@@ -37,7 +37,19 @@ typedef struct {
   Vec tapes;            /* LoopTapes * */
   bool failed;
   const char *fname;
+  Pos grad_pos;         /* the grad call being built (notes point at it) */
+  Pos nested;           /* while inlining a generated gradient: the call's place */
+  bool in_nested;
+  Vec nested_pushes;    /* NestedPush *: tape pushes copied from a generated gradient */
 } AD;
+
+/* A tape push of a gradient function that is itself being differentiated
+ * (grad of a function that calls grad): differentiating through a tape is not
+ * supported, so an active push is an error at the inner grad call. */
+typedef struct {
+  const Inst *push;
+  Pos site, loop;
+} NestedPush;
 
 static void grow(AD *a) {
   int need = a->mod->next_value + 1;
@@ -61,6 +73,8 @@ static void fail(AD *a, Pos pos, const char *fmt, ...) {
   va_start(ap, fmt);
   diag_verror(pos, "E_GRAD", fmt, ap);
   va_end(ap);
+  if (a->grad_pos.file && (a->grad_pos.line != pos.line || a->grad_pos.col != pos.col))
+    diag_note(a->grad_pos, "in the gradient of %s taken here", a->fname);
   a->failed = true;
 }
 
@@ -294,45 +308,65 @@ static void vjp_unary(AD *a, Inst *in, Value *g) {
   add_ct(a, in->args[0], r);
 }
 
+/* Whether primal needs a cotangent (active and float): checked before a
+ * VJP emits anything, so inactive operands cost no code. A literal operand
+ * is never active; its own unbroadcast would even be ill-typed (a varying
+ * cotangent summed to an invariant literal's type). */
+static bool wants_ct(AD *a, const Value *primal) {
+  grow(a);
+  return a->active[primal->id] && is_float_value(primal);
+}
+
+/* Adds g, summed over the dims that broadcasting stretched, to primal. */
+static void add_ct_unbroadcast(AD *a, Value *primal, Value *g) {
+  add_ct(a, primal, unbroadcast(a, g, &primal->type));
+}
+
 static void vjp_binary(AD *a, Inst *in, Value *g) {
   Value *x = P(a, in->args[0]), *y = P(a, in->args[1]);
   Value *px = in->args[0], *py = in->args[1];
+  bool ax = wants_ct(a, px), ay = wants_ct(a, py);
   DType dt = in->results[0]->type.dtype;
   switch (in->fn) {
   case BIN_ADD:
-    add_ct(a, px, unbroadcast(a, g, &px->type));
-    add_ct(a, py, unbroadcast(a, g, &py->type));
+    if (ax)
+      add_ct_unbroadcast(a, px, g);
+    if (ay)
+      add_ct_unbroadcast(a, py, g);
     return;
   case BIN_SUB:
-    add_ct(a, px, unbroadcast(a, g, &px->type));
-    if (a->active[py->id])
-      add_ct(a, py, unbroadcast(a, un(a, UN_NEG, g), &py->type));
+    if (ax)
+      add_ct_unbroadcast(a, px, g);
+    if (ay)
+      add_ct_unbroadcast(a, py, un(a, UN_NEG, g));
     return;
   case BIN_MUL:
-    if (a->active[px->id])
-      add_ct(a, px, unbroadcast(a, bin(a, BIN_MUL, g, y), &px->type));
-    if (a->active[py->id])
-      add_ct(a, py, unbroadcast(a, bin(a, BIN_MUL, g, x), &py->type));
+    if (ax)
+      add_ct_unbroadcast(a, px, bin(a, BIN_MUL, g, y));
+    if (ay)
+      add_ct_unbroadcast(a, py, bin(a, BIN_MUL, g, x));
     return;
   case BIN_DIV:
-    if (a->active[px->id])
-      add_ct(a, px, unbroadcast(a, bin(a, BIN_DIV, g, y), &px->type));
-    if (a->active[py->id]) {
+    if (ax)
+      add_ct_unbroadcast(a, px, bin(a, BIN_DIV, g, y));
+    if (ay) {
       Value *q = P(a, in->results[0]);
-      add_ct(a, py, unbroadcast(a, un(a, UN_NEG, bin(a, BIN_DIV, bin(a, BIN_MUL, g, q), y)), &py->type));
+      add_ct_unbroadcast(a, py, un(a, UN_NEG, bin(a, BIN_DIV, bin(a, BIN_MUL, g, q), y)));
     }
     return;
   case BIN_MAX:
   case BIN_MIN: {
+    if (!ax && !ay)
+      return;
     /* Ties split evenly, as JAX does. */
     Value *win = bin(a, in->fn == BIN_MAX ? BIN_GT : BIN_LT, x, y);
     Value *tie = bin(a, BIN_EQ, x, y);
     Value *half = bin(a, BIN_MUL, g, cst(a, dt, 0.5));
     Value *zero = cst(a, dt, 0);
-    Value *gx = select3(a, win, g, select3(a, tie, half, zero));
-    Value *gy = select3(a, win, zero, select3(a, tie, half, g));
-    add_ct(a, px, unbroadcast(a, gx, &px->type));
-    add_ct(a, py, unbroadcast(a, gy, &py->type));
+    if (ax)
+      add_ct_unbroadcast(a, px, select3(a, win, g, select3(a, tie, half, zero)));
+    if (ay)
+      add_ct_unbroadcast(a, py, select3(a, win, zero, select3(a, tie, half, g)));
     return;
   }
   default:
@@ -590,6 +624,8 @@ static void vjp_manual(AD *a, Inst *in, Value *g) {
 static void clone_block(AD *a, const IrBlock *src, bool recompute, const IrBlock *own_loop_body);
 static void clone_inst(AD *a, const Inst *in, bool recompute, const IrBlock *own_loop_body);
 
+static void inline_body(AD *a, const Inst *in, const Func *f, bool recompute);
+
 static Value *retype_to(AD *a, Value *v, const Type *t) {
   if (ty_equal(&v->type, t))
     return v;
@@ -598,6 +634,18 @@ static Value *retype_to(AD *a, Value *v, const Type *t) {
 
 static void inline_call(AD *a, const Inst *in, bool recompute) {
   const Func *f = in->callee;
+  Pos saved_site = a->nested;
+  bool saved_in = a->in_nested;
+  if (f->generated && !a->in_nested) {
+    a->nested = in->pos;
+    a->in_nested = true;
+  }
+  inline_body(a, in, f, recompute);
+  a->nested = saved_site;
+  a->in_nested = saved_in;
+}
+
+static void inline_body(AD *a, const Inst *in, const Func *f, bool recompute) {
   for (int k = 0; k < f->body->nargs; k++)
     a->rm[f->body->args[k]->id] = retype_to(a, P(a, in->args[k]), &f->body->args[k]->type);
   const IrBlock *body = f->body;
@@ -624,8 +672,8 @@ static void clone_inst(AD *a, const Inst *in, bool recompute, const IrBlock *own
     return;
   }
   if (in->op == IR_GRAD) {
-    fail(a, in->pos, "grad inside a function that is itself differentiated (%s) is not supported yet",
-         a->fname);
+    fail(a, in->pos, "this grad is part of the function %s that is being differentiated, and its own gradient "
+                     "could not be built first (a call cycle?) [not supported yet]", a->fname);
     for (int k = 0; k < in->nresults; k++)
       a->rm[in->results[k]->id] = zeros(a, &in->results[k]->type);
     return;
@@ -654,6 +702,13 @@ static void clone_inst(AD *a, const Inst *in, bool recompute, const IrBlock *own
   for (int i = 0; i < in->nresults; i++) {
     a->rm[in->results[i]->id] = n->results[i];
     n->results[i]->name = in->results[i]->name;
+  }
+  if (in->op == IR_TAPE_PUSH && a->in_nested) {
+    NestedPush *np = arena_alloc(sizeof *np);
+    np->push = n;
+    np->site = a->nested;
+    np->loop = in->pos;
+    vec_push(&a->nested_pushes, np);
   }
   for (int r = 0; r < in->nregions; r++) {
     const IrBlock *src = in->regions[r];
@@ -1054,15 +1109,20 @@ static void vjp(AD *a, Inst *in) {
     Value *c = P(a, in->args[0]);
     Type z = g->type;
     Value *zero = cst(a, z.dtype, 0);
-    add_ct(a, in->args[1], unbroadcast(a, select3(a, c, g, zero), &in->args[1]->type));
-    add_ct(a, in->args[2], unbroadcast(a, select3(a, c, zero, g), &in->args[2]->type));
+    if (wants_ct(a, in->args[1]))
+      add_ct_unbroadcast(a, in->args[1], select3(a, c, g, zero));
+    if (wants_ct(a, in->args[2]))
+      add_ct_unbroadcast(a, in->args[2], select3(a, c, zero, g));
     return;
   }
   case IR_CAST:
     if (is_float_value(in->args[0]))
       add_ct(a, in->args[0], g);
     return;
-  case IR_BROADCAST: add_ct(a, in->args[0], unbroadcast(a, g, &in->args[0]->type)); return;
+  case IR_BROADCAST:
+    if (wants_ct(a, in->args[0]))
+      add_ct_unbroadcast(a, in->args[0], g);
+    return;
   case IR_FILL: {
     Inst *s = emit(a, IR_REDUCE, 1, &g, ty_ct(&in->args[0]->type));
     s->fn = RED_SUM;
@@ -1097,6 +1157,27 @@ static void backprop(AD *a, const IrBlock *b, int n) {
 }
 
 /* ---- building the gradient function --------------------------------------------------------- */
+
+/* A second derivative through a loop would differentiate the tape that the
+ * inner gradient keeps; that is not supported, and saying so beats a wrong
+ * (zero) contribution. */
+static bool check_nested_pushes(AD *a) {
+  for (int i = 0; i < a->nested_pushes.len; i++) {
+    NestedPush *np = a->nested_pushes.data[i];
+    if (!a->active[np->push->args[2]->id])
+      continue;
+    fail(a, np->site,
+         "cannot differentiate this gradient again (a second derivative): the function it differentiates has a "
+         "loop whose carries depend on the differentiated values, and differentiating through the loop's tape is "
+         "not supported yet; write the inner gradient by hand, or take the second derivative of a loop-free "
+         "function");
+    diag_note(np->loop, "the loop");
+    a->nested_pushes.len = 0;
+    return false;
+  }
+  a->nested_pushes.len = 0;
+  return true;
+}
 
 typedef struct {
   Func *f;
@@ -1152,6 +1233,8 @@ static Func *build_grad(AD *a, GradKey *k) {
     a->active[g->body->args[k->order[i]]->id] = is_float_value(g->body->args[k->order[i]]);
   for (int guard = 0; guard < 64 && propagate_block(a, g->body); guard++)
     ;
+  if (!check_nested_pushes(a))
+    return g;
   instrument_block(a, g->body);
   int nfwd = g->body->insts.len;
   a->b = g->body;
@@ -1190,6 +1273,48 @@ static void collect_grads(Module *mod, IrBlock *b, Vec *out) {
   }
 }
 
+/* Whether f's body, or a function it calls, still holds a grad. */
+static bool reaches_grad(const IrBlock *b, int depth) {
+  if (depth > 64)
+    return true;   /* a call cycle: never ready */
+  for (int i = 0; i < b->insts.len; i++) {
+    const Inst *in = b->insts.data[i];
+    if (in->op == IR_GRAD || (in->op == IR_CALL && reaches_grad(in->callee->body, depth + 1)))
+      return true;
+    for (int r = 0; r < in->nregions; r++)
+      if (reaches_grad(in->regions[r], depth))
+        return true;
+  }
+  return false;
+}
+
+static GradKey *grad_key(AD *a, Vec *keys, Inst *in) {
+  for (int j = 0; j < keys->len; j++) {
+    GradKey *k = keys->data[j];
+    bool same = k->f == in->callee && k->with_value == (in->ival != 0) && k->norder == in->dim &&
+                k->tuple == (in->dim2 != 0);
+    for (int q = 0; same && q < in->dim; q++)
+      same = k->order[q] == in->perm[q];
+    if (same)
+      return k;
+  }
+  GradKey *key = arena_alloc(sizeof *key);
+  key->f = in->callee;
+  key->with_value = in->ival != 0;
+  key->tuple = in->dim2 != 0;
+  key->norder = in->dim;
+  memcpy(key->order, in->perm, sizeof(int) * (size_t)in->dim);
+  a->grad_pos = in->pos;
+  key->g = build_grad(a, key);
+  a->grad_pos = (Pos){0};
+  vec_push(keys, key);
+  return key;
+}
+
+/* Each grad becomes a call of its gradient function. A function that calls
+ * grad is differentiated after that inner grad became a call, so a gradient
+ * of a gradient (a second derivative) inlines the inner gradient function
+ * and differentiates it like any other code. */
 bool ad_module(Module *mod) {
   AD a;
   memset(&a, 0, sizeof a);
@@ -1199,30 +1324,25 @@ bool ad_module(Module *mod) {
   int nfuncs = mod->funcs.len;
   for (int i = 0; i < nfuncs; i++)
     collect_grads(mod, ((Func *)mod->funcs.data[i])->body, &grads);
+  for (int done = 0, progress = 1; done < grads.len && progress;) {
+    progress = 0;
+    for (int i = 0; i < grads.len; i++) {
+      Inst *in = grads.data[i];
+      if (in->op != IR_GRAD || reaches_grad(in->callee->body, 0))
+        continue;
+      in->callee = grad_key(&a, &keys, in)->g;
+      in->op = IR_CALL;
+      done++;
+      progress = 1;
+    }
+  }
+  /* What is left sits on a call cycle; build_grad reports it. */
   for (int i = 0; i < grads.len; i++) {
     Inst *in = grads.data[i];
-    GradKey *key = NULL;
-    for (int j = 0; j < keys.len; j++) {
-      GradKey *k = keys.data[j];
-      bool same = k->f == in->callee && k->with_value == (in->ival != 0) && k->norder == in->dim &&
-                  k->tuple == (in->dim2 != 0);
-      for (int q = 0; same && q < in->dim; q++)
-        same = k->order[q] == in->perm[q];
-      if (same)
-        key = k;
+    if (in->op == IR_GRAD) {
+      in->callee = grad_key(&a, &keys, in)->g;
+      in->op = IR_CALL;
     }
-    if (!key) {
-      key = arena_alloc(sizeof *key);
-      key->f = in->callee;
-      key->with_value = in->ival != 0;
-      key->tuple = in->dim2 != 0;
-      key->norder = in->dim;
-      memcpy(key->order, in->perm, sizeof(int) * (size_t)in->dim);
-      key->g = build_grad(&a, key);
-      vec_push(&keys, key);
-    }
-    in->op = IR_CALL;
-    in->callee = key->g;
   }
   free(grads.data);
   free(keys.data);
@@ -1230,5 +1350,6 @@ bool ad_module(Module *mod) {
   free(a.rm);
   free(a.active);
   free(a.tapes.data);
+  free(a.nested_pushes.data);
   return !a.failed;
 }

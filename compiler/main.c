@@ -19,7 +19,7 @@ static const char usage[] =
     "usage: shdc COMMAND [options] FILE\n"
     "\n"
     "commands:\n"
-    "  check FILE...          parse and type-check; diagnostics on stderr\n"
+    "  check FILE...          parse, type-check and differentiate; diagnostics on stderr\n"
     "  types FILE             print FUNCTION.NAME: TYPE for every binding\n"
     "  build FILE -o PROG     compile to an executable for mpirun\n"
     "  emit-ir FILE           print the SPMD IR after partitioning (--global: before)\n"
@@ -262,8 +262,13 @@ static int run_one(const Options *o, const char *path) {
   diag_reset();
   bool ok = front(&c, path, o);
   const char *cmd = o->cmd;
-  if (!strcmp(cmd, "check"))
+  if (!strcmp(cmd, "check")) {
+    /* grad and value_and_grad are expanded on the lowered program; what
+     * cannot be differentiated ([E_GRAD]) is a compile-time error too. */
+    if (ok)
+      ok = middle(&c, false);
     return ok ? 0 : 1;
+  }
   if (!strcmp(cmd, "types")) {
     if (c.prog && c.prog->mesh && c.mesh.naxes)
       tc_print_bindings(stdout, c.prog, &c.mesh);
