@@ -589,6 +589,7 @@ static void vjp_manual(AD *a, Inst *in, Value *g) {
     add_ct(a, px, c->results[0]);
     return;
   }
+  case IR_SLICE_BLOCK:    /* take the own block (I -> V): its transpose gathers (V -> I) */
   case IR_REDUCE_SCATTER: {
     Inst *c = collective(a, IR_ALL_GATHER, g, in, ct);
     c->dim = in->dim;
@@ -1140,7 +1141,7 @@ static void vjp(AD *a, Inst *in) {
   }
   case IR_RESHARD: add_ct(a, in->args[0], g); return;   /* add_ct reshards to ct(x) */
   case IR_PCAST: case IR_ALL_REDUCE: case IR_ALL_GATHER: case IR_REDUCE_SCATTER: case IR_ALL_TO_ALL:
-  case IR_PPERMUTE: case IR_RETYPE:
+  case IR_PPERMUTE: case IR_RETYPE: case IR_SLICE_BLOCK:
     vjp_manual(a, in, g);
     return;
   case IR_TAPE_GET: case IR_TAPE_NEW: case IR_TAPE_PUSH:

@@ -674,6 +674,15 @@ fn tp_loss(x: f64[8, 4], w: f64[4, 8@X]) -> f64 {
     return sum(h * h * h)
 }
 
+manual(X) fn gather_inv(x: f64[64@X, 3]) -> f64[64, 3] {
+    return all_gather(x, X, dim=0, to=invariant)
+}
+
+fn gather_loss(x: f64[64@X, 3]) -> f64 {
+    let y = gather_inv(x)
+    return sum(y * y * sin(y))
+}
+
 fn branchy(x: f64[8@X, 4], s: f64) -> f64 {
     var y = x * s
     if s > 0.0 {
@@ -704,6 +713,7 @@ nested = [
     Case("branch_second", [("x", X84, N(X84, 226)), ("s", "f64", "0.6")],
          "let (v, gx, gs) = value_and_grad(branchy, wrt=(0, 1))(x, s)\nreturn sum(gx * gx) * gs + v", wrt=(0, 1)),
     Case("late", [("x", X84, N(X84, 227))], "return late_inner(x)"),
+    Case("gather_second", [("x", C64, N(C64, 228))], "let g = grad(gather_loss)(x)\nreturn sum(g * g * x)"),
 ]
 FILES["gc_nested"] = dict(title="Second derivatives: grad of functions that call grad (through contractions, an "
                                 "unreduced loss, a manual function, a branch).",
