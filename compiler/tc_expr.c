@@ -345,7 +345,8 @@ static Type check_grad(TcCtx *c, Expr *e) {
   }
   Symbol *s = tc_lookup(c, pos[0]->str);
   if (!s || s->kind != SYM_FUNC) {
-    diag_error(pos[0]->pos, s ? "E_ARG" : "E_NAME", "%s: '%s' is not a function", gname, pos[0]->str);
+    diag_error(pos[0]->pos, s ? "E_ARG" : "E_NAME", s ? "%s: '%s' is not a function" : "%s: unknown function '%s'",
+               gname, pos[0]->str);
     return ty_error();
   }
   FuncDecl *f = s->fn;
@@ -370,16 +371,18 @@ static Type check_grad(TcCtx *c, Expr *e) {
     items[nitems++] = w;
   }
   int np = f->params.len;
+  Pos wrt_pos[32];
   for (int i = 0; i < nitems; i++) {
     int64_t k = 0;
     if (items[i] && !tc_const_int(c, items[i], &k))
       return ty_error();
     Pos p = items[i] ? items[i]->pos : g->pos;
     if (k < 0 || k >= np) {
-      diag_error(p, "E_ARG", "%s: wrt=%lld but %s has %d parameter%s", gname, (long long)k, fname, np,
-                 np == 1 ? "" : "s");
+      diag_error(p, "E_ARG", "%s: wrt position %lld is out of range: %s has %d parameter%s (positions 0 to %d)",
+                 gname, (long long)k, fname, np, np == 1 ? "" : "s", np - 1);
       return ty_error();
     }
+    wrt_pos[norder] = p;
     if (mask & (1u << k)) {
       diag_error(p, "E_ARG", "%s: position %lld appears twice in wrt", gname, (long long)k);
       return ty_error();
@@ -400,8 +403,12 @@ static Type check_grad(TcCtx *c, Expr *e) {
     return ty_error();
   if (f->nresults != 1 || f->result_types[0].kind != TY_ARRAY || f->result_types[0].rank != 0 ||
       !ty_is_float(f->result_types[0].dtype)) {
-    diag_error(g->pos, "E_ARG", "%s needs a function that returns one float scalar; %s returns %s", gname, fname,
-               f->nresults == 1 ? TS(&f->result_types[0]) : arena_printf("%d values", f->nresults));
+    diag_error(pos[0]->pos, "E_ARG",
+               "%s needs a function that returns one float scalar (f32 or f64, maybe <U:..> or <R:..>); %s returns "
+               "%s",
+               gname, fname,
+               f->nresults == 1 ? TS(&f->result_types[0])
+               : f->nresults == 0 ? "nothing" : arena_printf("%d values", f->nresults));
     return ty_error();
   }
   Type outs[40];
@@ -412,8 +419,10 @@ static Type check_grad(TcCtx *c, Expr *e) {
     Type *pt = &f->param_types[order[i]];
     if (!ty_is_float(pt->dtype)) {
       Param *p = f->params.data[order[i]];
-      diag_error(g->pos, "E_DTYPE", "%s: parameter '%.*s' of %s is %s; only float parameters have gradients",
-                 gname, p->name.len, p->name.start, fname, TS(pt));
+      diag_error(wrt_pos[i], "E_DTYPE",
+                 "%s: wrt position %d is parameter '%.*s' of %s, which is %s; only float (f32, f64) parameters have "
+                 "gradients: leave it out of wrt",
+                 gname, order[i], p->name.len, p->name.start, fname, TS(pt));
       return ty_error();
     }
     outs[nout++] = ty_ct(pt);
