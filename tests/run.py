@@ -15,6 +15,10 @@ tests/README.md):
                                  saved .npy must equal the all-ones build's
   // REF: ref_y = np.sin(x)      NumPy reference: saved arrays are variables,
                                  every ref_NAME must equal the saved NAME
+  // MESH-DEPENDENT: a b         these saved arrays depend on the mesh: they are
+                                 not compared with the all-ones build; instead
+                                 the REF lines run on every mesh's results, with
+                                 `mesh` a dict of the axis sizes
   // TOL: rtol atol              tolerance of those comparisons
   // ARGS: --steps=3             program arguments
   // STDOUT: regex               rank 0's output contains these lines, in order
@@ -75,6 +79,7 @@ class ShdTest:
         self.types, self.ir, self.explain = [], [], []
         self.runs, self.refs, self.stdout, self.runfail = [], [], [], []
         self.args, self.mesh, self.tol, self.same_stdout = [], None, None, False
+        self.mesh_dependent = []
         for i, l in enumerate(self.lines, 1):
             m = re.search(r"//\s*ERROR:\s*(.*)$", l)
             if m:
@@ -105,6 +110,8 @@ class ShdTest:
                 self.mesh = val
             elif key == "RUNFAIL":
                 self.runfail.append(val)
+            elif key == "MESH-DEPENDENT":
+                self.mesh_dependent += val.split()
 
     def shdc_cmd(self, *args):
         return [self.shdc] + list(args)
@@ -207,6 +214,8 @@ class ShdTest:
         if rfiles != dfiles:
             raise Failure("mesh %s saved %s, the all-ones build saved %s" % (mesh, dfiles, rfiles))
         for f in rfiles:
+            if f[:-4] in self.mesh_dependent:
+                continue
             a, b = np.load(os.path.join(ref, f)), np.load(os.path.join(d, f))
             self.assert_close(f + " at mesh " + mesh, b, a)
 
@@ -223,14 +232,20 @@ class ShdTest:
             raise Failure("%s differs (max abs error %g, rtol %g atol %g):\n%s\nexpected\n%s" %
                           (what, err, rtol, atol, got, want))
 
-    def check_refs(self, d):
-        env = {"np": np}
+    def mesh_sizes(self, mesh):
+        return {p.split("=")[0]: int(p.split("=")[1]) for p in mesh.split(",")}
+
+    def check_refs(self, d, mesh):
+        env = {"np": np, "mesh": self.mesh_sizes(mesh)}
         for f in glob.glob(os.path.join(d, "*.npy")):
             env[os.path.basename(f)[:-4]] = np.load(f)
         exec("\n".join(self.refs), env)
         refs = [k for k in env if k.startswith("ref_")]
         if not refs:
             raise Failure("REF lines define no ref_NAME")
+        for name in self.mesh_dependent:
+            if "ref_" + name not in refs:
+                raise Failure("MESH-DEPENDENT %s has no ref_%s" % (name, name))
         for k in refs:
             name = k[4:]
             if name not in env:
@@ -239,7 +254,7 @@ class ShdTest:
             got = env[name]
             if want.dtype != got.dtype:
                 want = want.astype(got.dtype)
-            self.assert_close("%s against NumPy" % name, got, want)
+            self.assert_close("%s against NumPy at mesh %s" % (name, mesh), got, want)
 
     def check_stdout(self, out, mesh):
         self.match_lines("output at mesh " + mesh, out, [("STDOUT", s) for s in self.stdout])
@@ -256,7 +271,7 @@ class ShdTest:
             if self.refs:
                 if np is None:
                     raise Failure("REF needs NumPy (apt-get install python3-numpy)")
-                self.check_refs(ref)
+                self.check_refs(ref, ones)
             for k, mesh in enumerate(self.runs):
                 if mesh == ones:
                     continue
@@ -264,6 +279,8 @@ class ShdTest:
                 self.check_stdout(out, mesh)
                 if np is not None:
                     self.compare_dirs(ref, d, mesh)
+                    if self.mesh_dependent:
+                        self.check_refs(d, mesh)
                 if self.same_stdout:
                     a, b = self.numbers(ref_out), self.numbers(out)
                     if len(a) != len(b) or not all(abs(x - y) <= 1e-4 * max(1, abs(x)) for x, y in zip(a, b)):
