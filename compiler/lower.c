@@ -330,7 +330,7 @@ static Value *scale(Lower *L, Pos pos, Value *x, double factor, Type t) {
 
 static Value *lower_collective(Lower *L, Expr *e) {
   TcInfo *info = e->tc;
-  Value *x = lower_expr(L, info->x);
+  Value *x = info->x ? lower_expr(L, info->x) : NULL;  /* axis_index has no operand */
   Type t = *e->ty;
   AxisSet a = info_axes(info);
   Inst *in;
@@ -532,6 +532,10 @@ static Value *lower_expr(Lower *L, Expr *e) {
   if (e->ty && e->ty->weak && e->ty->kind == TY_ARRAY)
     return const_value(L, e->pos, e->ty->dtype, fold(L, e));
   switch (e->kind) {
+  case EX_INT: case EX_FLOAT: case EX_BOOL:
+    /* A literal that took an annotated type (let x: f32 = 1.0, an argument
+     * f(3)): the typechecker gave it that type, states included. */
+    return coerce_scalar(L, e->pos, const_value(L, e->pos, e->ty->dtype, fold(L, e)), e->ty);
   case EX_NAME:
     return get_sym(L, e->sym);
   case EX_UNARY: {
