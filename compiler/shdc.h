@@ -486,13 +486,22 @@ typedef struct Scope {
   Vec syms;                      /* Symbol * */
 } Scope;
 
+/* An `if` or `for` of a manual body whose condition or bound varies across
+ * devices: no collective may run under it, and a var from outside that it
+ * assigns must be varying over the condition's axes. */
+typedef struct {
+  Stmt *stmt;                    /* the if or for */
+  Expr *cond;                    /* its varying condition or bound */
+  Scope *outer;                  /* the scope the statement is in */
+} Diverge;
+
 typedef struct {
   Program *prog;
   Mesh *mesh;
   FuncDecl *fn;                  /* function being checked */
   AxisSet manual;                /* its manual axes */
   Scope *scope;
-  Vec diverge;                   /* Expr *: varying conditions we are under */
+  Vec diverge;                   /* Diverge *: varying conditions we are under */
   bool annot_v_free;             /* manual returns: annotations do not fix V */
 } TcCtx;
 
@@ -519,6 +528,10 @@ Type tc_builtin(TcCtx *c, Expr *e, const Type *annot);
 Type tc_collective(TcCtx *c, Expr *e);
 bool tc_check_manual_result(TcCtx *c, const Type *value, const Type *declared, Pos pos);
 bool tc_axes_arg(TcCtx *c, Expr *e, int *axes, int *naxes, bool manual_only, const char *what);
+void tc_push_diverge(TcCtx *c, Stmt *s, Expr *cond, Scope *outer);
+bool tc_check_diverge_assign(TcCtx *c, Stmt *assign, Symbol *sym);
+/* The source form of an expression, for messages. */
+const char *tc_expr_text(const Expr *e);
 
 /* ---- ir.c: the IR (global view before partitioning, SPMD after) --------- */
 

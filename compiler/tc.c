@@ -446,6 +446,10 @@ static void check_assign(TcCtx *c, Stmt *s) {
     tc_expr(c, s->expr);
     return;
   }
+  if (!tc_check_diverge_assign(c, s, sym)) {
+    tc_expr(c, s->expr);
+    return;
+  }
   Type t;
   if (tc_is_annotatable(c, s->expr)) {
     t = tc_expr_annot(c, s->expr, &sym->type, arena_printf("assignment to %s", name));
@@ -460,10 +464,19 @@ static void check_assign(TcCtx *c, Stmt *s) {
       (ty_is_float(sym->type.dtype) || !ty_is_float(t.dtype)))
     return; /* a literal takes the var's type */
   if (!ty_equal(&tt, &sym->type)) {
-    diag_error(s->pos, "E_CARRY",
-               "assignment changes the type of var '%s' from %s to %s; a var keeps its type (reshard or cast the "
-               "value)",
-               name, ty_str(c->mesh, &sym->type), ty_str(c->mesh, &t));
+    AxisSet dv = tt.V ^ sym->type.V;
+    if (dv)
+      diag_error(s->pos, "E_CARRY",
+                 "assignment changes the type of var '%s' from %s to %s; a var keeps its type, and it differs in "
+                 "the varying axes %s: declare the var varying with pcast(x, %s, to=varying), or make the value "
+                 "invariant with a collective",
+                 name, ty_str(c->mesh, &sym->type), ty_str(c->mesh, &t), ty_axes_str(c->mesh, dv),
+                 ty_axes_str(c->mesh, dv));
+    else
+      diag_error(s->pos, "E_CARRY",
+                 "assignment changes the type of var '%s' from %s to %s; a var keeps its type (reshard or cast the "
+                 "value)",
+                 name, ty_str(c->mesh, &sym->type), ty_str(c->mesh, &t));
     diag_note(sym->pos, "'%s' is declared here", name);
   }
 }
@@ -489,15 +502,14 @@ static void check_for(TcCtx *c, Stmt *s) {
   AxisSet v = 0;
   if (ok)
     v = s->expr->ty->V | s->hi->ty->V;
+  Scope *outer = c->scope;
   push_scope(c);
   Type it = ty_scalar(DT_I32);
   it.V = v;
   s->sym = tc_bind(c, SYM_LOCAL, s->name, it);
   int depth = c->diverge.len;
-  if (v) {
-    Expr *cond = (s->expr->ty->V ? s->expr : s->hi);
-    vec_push(&c->diverge, cond);
-  }
+  if (v)
+    tc_push_diverge(c, s, s->expr->ty->V ? s->expr : s->hi, outer);
   check_block(c, s->body, false);
   c->diverge.len = depth;
   pop_scope(c);
@@ -516,7 +528,7 @@ static void check_if(TcCtx *c, Stmt *s) {
   }
   int depth = c->diverge.len;
   if (v)
-    vec_push(&c->diverge, s->expr);
+    tc_push_diverge(c, s, s->expr, c->scope);
   push_scope(c);
   check_block(c, s->body, false);
   pop_scope(c);

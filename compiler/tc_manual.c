@@ -177,12 +177,86 @@ static bool same_state(TcCtx *c, Expr *e, const Type *x, AxisSet a, AxisState *s
   *st = state_of(x, a);
   if (*st != ST_MIXED)
     return true;
+  Str parts = {0};
+  AxisSet inv = a & ~(x->V | x->U | x->R);
+  struct { AxisSet set; const char *name; } st_[4] = {
+      {x->V & a, "varying"}, {x->U & a, "unreduced"}, {x->R & a, "reduced"}, {inv, "invariant"}};
+  for (int k = 0; k < 4; k++)
+    if (st_[k].set)
+      str_printf(&parts, "%s%s %s", parts.len ? ", " : "", ty_axes_str(c->mesh, st_[k].set), st_[k].name);
   diag_error(e->pos, "E_PCAST",
-             "%s: the axes %s are in different states in %s (varying %s, unreduced %s, reduced %s); name axes "
-             "that are all in one state, or pcast first",
-             e->callee->str, ty_axes_str(c->mesh, a), TS(x), ty_axes_str(c->mesh, x->V & a),
-             ty_axes_str(c->mesh, x->U & a), ty_axes_str(c->mesh, x->R & a));
+             "%s over (%s): in %s the axes are in different states (%s), and one %s must name axes in one state; "
+             "make them agree first (e.g. pcast(x, %s, to=varying) for invariant axes), or call %s once per state",
+             e->callee->str, ty_axes_str(c->mesh, a), TS(x), str_cstr(&parts), e->callee->str,
+             inv ? ty_axes_str(c->mesh, inv) : "AXES", e->callee->str);
+  free(parts.buf);
   return false;
+}
+
+/* ---- divergence ------------------------------------------------------------------ */
+
+static void text_of(Str *s, const Expr *e);
+
+static void text_list(Str *s, const Vec *v) {
+  for (int i = 0; i < v->len; i++) {
+    if (i)
+      str_printf(s, ", ");
+    text_of(s, v->data[i]);
+  }
+}
+
+static void text_of(Str *s, const Expr *e) {
+  switch (e->kind) {
+  case EX_STRING: str_printf(s, "\"%s\"", e->str); return;
+  case EX_UNARY: str_printf(s, "-"); text_of(s, e->lhs); return;
+  case EX_BINARY: {
+    bool pl = e->lhs->kind == EX_BINARY, pr = e->rhs->kind == EX_BINARY;
+    str_printf(s, "%s", pl ? "(" : "");
+    text_of(s, e->lhs);
+    str_printf(s, "%s %s %s", pl ? ")" : "", ast_binop_text(e->op), pr ? "(" : "");
+    text_of(s, e->rhs);
+    str_printf(s, "%s", pr ? ")" : "");
+    return;
+  }
+  case EX_CALL: text_of(s, e->callee); str_putc(s, '('); text_list(s, &e->args); str_putc(s, ')'); return;
+  case EX_KWARG: str_printf(s, "%s=", e->str); text_of(s, e->lhs); return;
+  case EX_TUPLE: str_putc(s, '('); text_list(s, &e->args); str_putc(s, ')'); return;
+  case EX_LIST: str_putc(s, '['); text_list(s, &e->args); str_putc(s, ']'); return;
+  case EX_AS: text_of(s, e->lhs); str_printf(s, " as ..."); return;
+  case EX_TYPE: str_printf(s, "TYPE"); return;
+  default: str_printf(s, "%.*s", e->tok.len, e->tok.start); return;
+  }
+}
+
+const char *tc_expr_text(const Expr *e) {
+  Str s = {0};
+  text_of(&s, e);
+  const char *r = arena_strdup(str_cstr(&s));
+  free(s.buf);
+  return r;
+}
+
+/* `if COND` or `for i in LO..HI`, as written. */
+static const char *stmt_head(const Diverge *d) {
+  Stmt *s = d->stmt;
+  if (s->kind == ST_IF)
+    return arena_printf("if %s", tc_expr_text(s->expr));
+  return arena_printf("for %.*s in %s..%s", s->name.len, s->name.start, tc_expr_text(s->expr),
+                      tc_expr_text(s->hi));
+}
+
+static const char *diverge_reason(TcCtx *c, const Diverge *d) {
+  const char *what = d->stmt->kind == ST_IF ? "condition" : arena_printf("bound %s", tc_expr_text(d->cond));
+  return arena_printf("`%s`, whose %s is varying over %s (%s)", stmt_head(d), what,
+                      ty_axes_str(c->mesh, d->cond->ty->V), TS(d->cond->ty));
+}
+
+void tc_push_diverge(TcCtx *c, Stmt *s, Expr *cond, Scope *outer) {
+  Diverge *d = arena_alloc(sizeof *d);
+  d->stmt = s;
+  d->cond = cond;
+  d->outer = outer;
+  vec_push(&c->diverge, d);
 }
 
 /* Collectives need every device to take part: none may sit under control
@@ -190,14 +264,45 @@ static bool same_state(TcCtx *c, Expr *e, const Type *x, AxisSet a, AxisState *s
 static bool check_diverge(TcCtx *c, Expr *e) {
   if (!c->diverge.len)
     return true;
-  Expr *cond = c->diverge.data[c->diverge.len - 1];
+  const Diverge *d = c->diverge.data[c->diverge.len - 1];
+  const char *name = e->callee->str;
   diag_error(e->pos, "E_DIVERGE",
-             "collective %s is reached under a condition that varies across devices (%s); every device must reach "
-             "every collective: make the condition invariant (e.g. reduce it with pmax or psum), or move %s out of "
-             "the branch or loop",
-             e->callee->str, cond->ty ? TS(cond->ty) : "varying", e->callee->str);
-  diag_note(cond->pos, "the varying condition is here");
+             "collective %s is reached under %s, so some devices would skip it while the others wait; every "
+             "device must reach every collective: compute the %s from invariant values (e.g. after a psum or pmax), "
+             "or move %s out of the %s",
+             name, diverge_reason(c, d), d->stmt->kind == ST_IF ? "condition" : "bound", name,
+             d->stmt->kind == ST_IF ? "branch" : "loop");
+  diag_note(d->cond->pos, "the varying %s is here", d->stmt->kind == ST_IF ? "condition" : "bound");
   return false;
+}
+
+static bool declared_in(Scope *sc, const Symbol *sym) {
+  for (; sc; sc = sc->up)
+    for (int i = 0; i < sc->syms.len; i++)
+      if (sc->syms.data[i] == sym)
+        return true;
+  return false;
+}
+
+/* A var from outside a varying branch or loop that the body assigns holds,
+ * after it, a value that depends on the device: its type must be varying
+ * over the condition's axes (JAX makes the outputs of a cond with a varying
+ * predicate varying). */
+bool tc_check_diverge_assign(TcCtx *c, Stmt *assign, Symbol *sym) {
+  for (int i = 0; i < c->diverge.len; i++) {
+    const Diverge *d = c->diverge.data[i];
+    AxisSet missing = d->cond->ty->V & ~sym->type.V;
+    if (!missing || !declared_in(d->outer, sym))
+      continue;
+    const char *ax = ty_axes_str(c->mesh, missing);
+    diag_error(assign->pos, "E_CARRY",
+               "var '%s' (%s) is assigned under %s, so afterwards it may differ across devices along %s; declare it "
+               "varying over %s, e.g. var %s = pcast(..., %s, to=varying)",
+               sym->name, TS(&sym->type), diverge_reason(c, d), ax, ax, sym->name, ax);
+    diag_note(sym->pos, "'%s' is declared here", sym->name);
+    return false;
+  }
+  return true;
 }
 
 static bool dim_kw(TcCtx *c, Expr *kw, int rank, int *dim, const char *name, const char *what) {
