@@ -181,6 +181,33 @@ static bool resolve_size(TcCtx *c, Token t, int64_t *out) {
   return true;
 }
 
+/* Inside a manual body a dim written N@i over a manual axis i is this
+ * device's block of it: local size N/|i|, varying over i, as a parameter of
+ * that type is split at the boundary (typing-rules 2.1). So body types can
+ * be written without the mesh sizes: f32[8@i,4] is f32[4,4]<V:i> at |i|=2. */
+static Type body_block_type(TcCtx *c, const Type *t, Pos pos, bool *ok) {
+  Type g = *t;
+  g.V = 0;
+  AxisSet both = t->V & ty_dim_axes(t);
+  if (both) {
+    diag_error(pos, "E_SPEC", "type: mesh axis %s both shards a dim and is in <V:..>; a dim written N@%s is already "
+                              "varying over %s, so leave out <V:%s>",
+               ty_axes_str(c->mesh, both), ty_axes_str(c->mesh, both), ty_axes_str(c->mesh, both),
+               ty_axes_str(c->mesh, both));
+    *ok = false;
+    return ty_error();
+  }
+  if (!ty_check_wellformed(c->mesh, &g, pos, 0, "type")) {
+    *ok = false;
+    return ty_error();
+  }
+  g.V = t->V;
+  Type l = tc_manual_local(c, &g, c->manual, pos, "type", ok);
+  if (*ok)
+    *ok = ty_check_wellformed(c->mesh, &l, pos, c->manual, "type");
+  return *ok ? l : ty_error();
+}
+
 bool tc_resolve_type(TcCtx *c, TypeExpr *te, Type *out) {
   int64_t shape[MAX_RANK] = {0};
   Type t = ty_array(te->dtype, te->rank, shape);
@@ -221,7 +248,9 @@ bool tc_resolve_type(TcCtx *c, TypeExpr *te, Type *out) {
       *set |= 1u << a;
     }
   }
-  if (ok)
+  if (ok && (ty_dim_axes(&t) & c->manual))
+    t = body_block_type(c, &t, te->pos, &ok);
+  else if (ok)
     ok = ty_check_wellformed(c->mesh, &t, te->pos, c->manual, "type");
   *out = ok ? t : ty_error();
   return ok;
