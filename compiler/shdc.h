@@ -254,6 +254,9 @@ typedef struct {
   Vec consts;          /* ConstDecl * */
   Vec funcs;           /* FuncDecl * */
   Vec items_order;     /* for diagnostics of duplicates */
+  /* set by the typechecker: a partial manual body has varying control flow,
+   * so `check` partitions too, to find implicit collectives under it */
+  bool diverge_in_partial_manual;
 } Program;
 
 Expr *ast_expr(ExprKind kind, Pos pos);
