@@ -368,9 +368,12 @@ static Type check_reduce_collective(TcCtx *c, Expr *e, TcInfo *info, Type x, Axi
     return out;
   case ST_R:
     diag_error(e->pos, "E_UR",
-               "%s of %s: the value is reduced over %s (already the same on every device); to sum copies, pcast it "
-               "to varying first",
-               name, TS(&x), ty_axes_str(c->mesh, a));
+               "%s of %s: the value is reduced over %s (the same on every device, its gradient a pending sum), "
+               "which %s does not take; %s",
+               name, TS(&x), ty_axes_str(c->mesh, a), name,
+               code == BI_PSUM || code == BI_PMEAN
+                   ? arena_printf("to combine the copies, pcast(x, %s, to=varying) first", ty_axes_str(c->mesh, a))
+                   : "the value is already the same everywhere: drop the collective");
     return ty_error();
   default:
     return ty_error();
@@ -411,13 +414,17 @@ static Type check_all_gather(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a,
   Type out = x;
   out.shape[info->dim] *= axes_size(c, info->axes, info->naxes);
   if (info->pcast_to == PCAST_REDUCED) {
-    if ((x.V & a) != a) {
-      diag_error(e->pos, "E_PCAST", "all_gather(..., to=reduced) of %s: every named axis must be varying, but %s is not",
-                 TS(&x), ty_axes_str(c->mesh, a & ~x.V));
-      return ty_error();
-    }
     if (!needs_varying(c, e, &x, a))
       return ty_error();
+    if ((x.V & a) != a) {
+      const char *inv = ty_axes_str(c->mesh, a & ~x.V);
+      diag_error(e->pos, "E_VMA",
+                 "all_gather(..., to=reduced) of %s: every named axis must be varying (the pieces to gather), but "
+                 "the value is invariant over %s; gather only the varying axes, or pcast(x, %s, to=varying) first if "
+                 "the copies are the pieces",
+                 TS(&x), inv, inv);
+      return ty_error();
+    }
     out.V &= ~a;
     out.R |= a;
     return out;
@@ -489,6 +496,23 @@ static Type check_all_to_all(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a,
   return out;
 }
 
+/* What to write instead of a pcast the table of 2.3 does not have. */
+static const char *pcast_fix(AxisState st, const char *to, const char *ax) {
+  if (st == ST_U)
+    return arena_printf("reduce the pending sum first with psum(x, %s) or psum_scatter", ax);
+  if (st == ST_V && !strcmp(to, "varying"))
+    return arena_printf("the value is already varying over %s: drop the pcast", ax);
+  if (st == ST_V)
+    return arena_printf("a varying value has no single value to mark reduced: gather it with all_gather(x, %s, "
+                        "dim=k, to=reduced), or psum it and pcast the invariant result", ax);
+  if (st == ST_I)
+    return arena_printf("an invariant value is not a pending sum of pieces: pcast(x, %s, to=varying) first if "
+                        "the sum of the copies is meant", ax);
+  if (!strcmp(to, "reduced"))
+    return arena_printf("the value is already reduced over %s: drop the pcast", ax);
+  return arena_printf("pcast(x, %s, to=varying) first (reduced->varying), then to=unreduced", ax);
+}
+
 static Type check_pcast(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a, Expr **kw) {
   if (!kw[0] || kw[0]->kind != EX_NAME) {
     diag_error(e->pos, "E_ARG", "pcast needs to=varying, to=unreduced or to=reduced");
@@ -529,11 +553,9 @@ static Type check_pcast(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a, Expr
     return ty_error();
   }
   diag_error(e->pos, "E_PCAST",
-             "unsupported pcast of %s over %s from %s to %s; the casts are invariant->varying, reduced->varying, "
-             "varying->unreduced and invariant->reduced%s",
-             TS(&x), ax, state_name(st), to,
-             st == ST_V && !strcmp(to, "varying") ? " (the value is already varying)"
-             : st == ST_U ? "; reduce an unreduced value with psum" : "");
+             "unsupported pcast of %s over %s from %s to %s (the casts are invariant->varying, reduced->varying, "
+             "varying->unreduced and invariant->reduced); %s",
+             TS(&x), ax, state_name(st), to, pcast_fix(st, to, ax));
   return ty_error();
 }
 
