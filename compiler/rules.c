@@ -116,13 +116,14 @@ bool rule_vma_cast(RuleCtx *c, const Type *op, AxisSet target, AxisSet *pvary, A
     return fail(c, "E_VMA",
                 "%s: operand %s is unreduced over %s where another operand is varying; reduce it first with "
                 "psum(x, %s)",
-                c->opname, TS(op), axes_str(c, missing & op->U), axes_str(c, missing & op->U));
+                c->opname, TS(op), axes_str(c, missing & op->U), ty_axes_arg(c->mesh, missing & op->U));
   if (missing & op->R) {
     if (missing != op->R)
       return fail(c, "E_VMA",
-                  "%s: operand %s is reduced over %s but would need to become varying over %s; make the states "
-                  "match with pcast(x, %s, to=varying)",
-                  c->opname, TS(op), axes_str(c, op->R), axes_str(c, missing), axes_str(c, missing));
+                  "%s: operand %s is reduced over %s but would need to become varying over %s only; the implicit "
+                  "reduced->varying cast takes exactly its reduced axes, so cast it yourself: pcast(x, %s, "
+                  "to=varying), and make the other operand varying over the same axes",
+                  c->opname, TS(op), axes_str(c, op->R), axes_str(c, missing), ty_axes_arg(c->mesh, op->R));
     *r2v = missing;
     return true;
   }

@@ -374,6 +374,7 @@ const char *ty_dtype_c(DType dt);
 const char *ty_str(const Mesh *m, const Type *t);
 const char *ty_spec_str(const Mesh *m, DimSpec s);
 const char *ty_axes_str(const Mesh *m, AxisSet s);          /* X,Y */
+const char *ty_axes_arg(const Mesh *m, AxisSet s);          /* X or (X, Y): a collective's AXES */
 const char *ty_local_str(const Mesh *m, const Type *t);     /* f32[4,8] */
 /* Well-formedness (rules 0.3): E_DUP, E_DIVIS, E_SPEC; reports at pos and
  * returns false on the first problem. manual: axes allowed in V. */

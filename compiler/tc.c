@@ -410,6 +410,8 @@ static bool check_signature(TcCtx *c, FuncDecl *f) {
       if (f->result_types[i].kind == TY_ARRAY) {
         bool lok = true;
         tc_manual_local(c, &f->result_types[i], f->manual_set, f->results[i]->pos, "result", &lok);
+        if (!lok)
+          f->result_types[i] = ty_error();  /* reported here, not again at the return */
         ok &= lok;
       }
   return ok;
@@ -500,7 +502,7 @@ static void check_assign(TcCtx *c, Stmt *s) {
                  "the varying axes %s: declare the var varying with pcast(x, %s, to=varying), or make the value "
                  "invariant with a collective",
                  name, ty_str(c->mesh, &sym->type), ty_str(c->mesh, &t), ty_axes_str(c->mesh, dv),
-                 ty_axes_str(c->mesh, dv));
+                 ty_axes_arg(c->mesh, dv));
     else
       diag_error(s->pos, "E_CARRY",
                  "assignment changes the type of var '%s' from %s to %s; a var keeps its type (reshard or cast the "

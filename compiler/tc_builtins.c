@@ -639,9 +639,9 @@ static Type creation_type(TcCtx *c, Expr *e, Expr *targ, const Type *annot, bool
   }
   if (t.V) {
     diag_error(e->pos, "E_VMA",
-               "%s creates the same array on every device, so it cannot be varying (%s); cast it with pcast(x, %s, "
-               "to=varying)",
-               fname(e), TS(&t), ty_axes_str(c->mesh, t.V));
+               "%s creates the same array on every device, so it cannot be varying (%s); create it invariant and "
+               "cast it with pcast(x, %s, to=varying)",
+               fname(e), TS(&t), ty_axes_arg(c->mesh, t.V));
     *ok = false;
     return ty_error();
   }
@@ -662,7 +662,10 @@ static bool scalar_value(TcCtx *c, Expr *v, DType dt, const char *what, bool all
     return false;
   }
   if (t.V && !allow_v) {
-    diag_error(v->pos, "E_VMA", "%s varies across devices (%s); it must be the same on every device", what, TS(&t));
+    diag_error(v->pos, "E_VMA",
+               "%s varies across devices (%s); it must be the same on every device: make it invariant with a "
+               "collective (psum, pmax, ...) over %s",
+               what, TS(&t), ty_axes_str(c->mesh, t.V));
     return false;
   }
   if (!t.weak && t.dtype != dt) {

@@ -606,11 +606,15 @@ Type tc_expr_annot(TcCtx *c, Expr *e, const Type *annot, const char *where) {
                                        : "");
     return ty_error();
   }
-  if ((t.V != annot->V) && c->manual)
-    diag_error(e->pos, "E_VMA",
-               "%s: the value has type %s but %s is expected; change the varying set with pcast(x, AXES, "
-               "to=varying) or a collective",
-               where, TS(&t), TS(annot));
+  if ((t.V != annot->V) && c->manual) {
+    AxisSet add = annot->V & ~t.V, drop = t.V & ~annot->V;
+    diag_error(e->pos, "E_VMA", "%s: the value has type %s but %s is expected; %s", where, TS(&t), TS(annot),
+               add ? arena_printf("make it varying over %s with pcast(x, %s, to=varying)", ty_axes_str(c->mesh, add),
+                                  ty_axes_arg(c->mesh, add))
+                   : arena_printf("it varies over %s: combine the devices' values with a collective (psum(x, %s), "
+                                  "all_gather(x, %s, dim=k, to=invariant), ...)",
+                                  ty_axes_str(c->mesh, drop), ty_axes_arg(c->mesh, drop), ty_axes_arg(c->mesh, drop)));
+  }
   else
     diag_error(e->pos, "E_ANNOT",
                "%s: the value has type %s but %s is expected; an annotation on this expression is an assertion, "

@@ -20,7 +20,10 @@ Type tc_manual_local(TcCtx *c, const Type *g, AxisSet manual, Pos pos, const cha
       lead++;
     for (int i = lead; i < s.n; i++)
       if (manual & (1u << s.axes[i])) {
-        diag_error(pos, "E_INSPEC",
+        /* a parameter's spec is the in_spec, the result's the out_spec */
+        const char *code = !strcmp(what, "result") ? "E_OUTSPEC" : !strncmp(what, "parameter", 9) ? "E_INSPEC"
+                                                                                                  : "E_SPEC";
+        diag_error(pos, code,
                    "%s: in %s, manual axis %s follows explicit axis %s in dim %d; the manual axes of a dim must lead "
                    "its axis list, e.g. @(%s,%s)",
                    what, TS(g), c->mesh->names[s.axes[i]], c->mesh->names[s.axes[0]], d, c->mesh->names[s.axes[i]],
@@ -42,6 +45,27 @@ Type tc_manual_local(TcCtx *c, const Type *g, AxisSet manual, Pos pos, const cha
   return l;
 }
 
+/* The fix for a result whose unreduced (k 'U') or reduced ('R') axes `ax`
+ * differ from those of its declared local type l. */
+static const char *outspec_state_fix(TcCtx *c, const Type *v, const Type *l, char k, AxisSet ax) {
+  const char *a = ty_axes_arg(c->mesh, ax), *s = ty_axes_str(c->mesh, ax);
+  bool sharded = (l->V & ax) != 0;
+  if (k == 'U' && (v->U & ax))
+    return sharded ? arena_printf("reduce-scatter it with psum_scatter(x, %s, dim=k)", a)
+                   : arena_printf("reduce it with psum(x, %s), or declare the result <U:%s>", a, s);
+  if (k == 'U')
+    return (v->V & ax) ? arena_printf("mark the pieces as a pending sum with pcast(x, %s, to=unreduced)", a)
+                       : arena_printf("the value is not a pending sum over %s: drop <U:%s> from the result type", s, s);
+  if (v->R & ax)
+    return arena_printf("declare the result <R:%s> (a reshard outside makes it replicated, at no cost); no cast "
+                        "turns a reduced value back into an invariant one%s",
+                        s, sharded ? arena_printf(", or pcast(x, %s, to=varying) for the sharded result", a) : "");
+  if (v->U & ax)
+    return arena_printf("reduce it with psum(x, %s), then pcast(..., %s, to=reduced)", a, a);
+  return (v->V & ax) ? arena_printf("gather it with all_gather(x, %s, dim=k, to=reduced)", a)
+                     : arena_printf("mark it reduced with pcast(x, %s, to=reduced)", a);
+}
+
 bool tc_check_manual_result(TcCtx *c, const Type *v, const Type *declared, Pos pos) {
   bool ok = true;
   AxisSet man = c->manual;
@@ -55,28 +79,23 @@ bool tc_check_manual_result(TcCtx *c, const Type *v, const Type *declared, Pos p
   }
   AxisSet extra = v->V & ~l.V;
   if (extra) {
-    const char *ax = ty_axes_str(c->mesh, extra);
+    const char *ax = ty_axes_str(c->mesh, extra), *arg = ty_axes_arg(c->mesh, extra);
     diag_error(pos, "E_OUTSPEC",
                "the result %s is varying over %s, but the result type %s does not shard any dim over %s, which "
                "promises the value is the same on every device along %s; reduce it with psum(x, %s), gather it "
                "with all_gather(x, %s, dim=k, to=invariant), or shard a dim of the result type over %s",
-               TS(v), ax, TS(declared), ax, ax, ax, ax, ax);
+               TS(v), ax, TS(declared), ax, ax, arg, arg, ax);
     return false;
   }
   AxisSet du = (v->U ^ l.U) & man, dr = (v->R ^ l.R) & man;
   if (du || dr) {
     AxisSet ax = du ? du : dr;
     char k = du ? 'U' : 'R';
-    bool value_has = du ? (v->U & ax) != 0 : (v->R & ax) != 0;
-    diag_error(pos, "E_OUTSPEC",
-               "the result %s is %s over %s but the result type %s %s; %s", TS(v),
-               value_has ? (k == 'U' ? "unreduced" : "reduced") : (k == 'U' ? "not unreduced" : "not reduced"),
-               ty_axes_str(c->mesh, ax), TS(declared),
-               value_has ? arena_printf("does not say <%c:%s>", k, ty_axes_str(c->mesh, ax))
-                         : arena_printf("says <%c:%s>", k, ty_axes_str(c->mesh, ax)),
-               k == 'U' ? (value_has ? "reduce it with psum, or add the annotation to the result type"
-                                     : "make it unreduced with pcast(x, AXES, to=unreduced)")
-                        : "make the states match with pcast");
+    bool value_has = ((du ? v->U : v->R) & ax) != 0;
+    const char *axs = ty_axes_str(c->mesh, ax);
+    diag_error(pos, "E_OUTSPEC", "the result %s is %s over %s but the result type %s %s <%c:%s>; %s", TS(v),
+               value_has ? (k == 'U' ? "unreduced" : "reduced") : (k == 'U' ? "not unreduced" : "not reduced"), axs,
+               TS(declared), value_has ? "does not say" : "says", k, axs, outspec_state_fix(c, v, &l, k, ax));
     return false;
   }
   bool same_shape = v->rank == l.rank;
@@ -94,10 +113,14 @@ bool tc_check_manual_result(TcCtx *c, const Type *v, const Type *declared, Pos p
   for (int d = 0; d < MAX_RANK; d++)
     vv.shape[d] = ll.shape[d];
   if (!ty_same_sharding(&vv, &ll)) {
+    /* reshard's target in the body: the declared type itself (a dim N@i
+     * over a manual axis is the local block) when the varying sets agree. */
+    Type target = l;
+    target.V = v->V;
     diag_error(pos, "E_OUTSPEC",
-               "the result %s does not match the explicit axes of the result type %s (locally %s); reshard it "
-               "inside the function",
-               TS(v), TS(declared), TS(&l));
+               "the result %s does not match the explicit axes of the result type %s (locally %s); a return "
+               "asserts the type, so move the data inside the function: return reshard(x, %s)",
+               TS(v), TS(declared), TS(&l), v->V == l.V ? TS(declared) : TS(&target));
     return false;
   }
   return true;
@@ -188,7 +211,7 @@ static bool same_state(TcCtx *c, Expr *e, const Type *x, AxisSet a, AxisState *s
              "%s over (%s): in %s the axes are in different states (%s), and one %s must name axes in one state; "
              "make them agree first (e.g. pcast(x, %s, to=varying) for invariant axes), or call %s once per state",
              e->callee->str, ty_axes_str(c->mesh, a), TS(x), str_cstr(&parts), e->callee->str,
-             inv ? ty_axes_str(c->mesh, inv) : "AXES", e->callee->str);
+             inv ? ty_axes_arg(c->mesh, inv) : "AXES", e->callee->str);
   free(parts.buf);
   return false;
 }
@@ -300,7 +323,7 @@ bool tc_check_diverge_assign(TcCtx *c, Stmt *assign, Symbol *sym) {
     diag_error(assign->pos, "E_CARRY",
                "var '%s' (%s) is assigned under %s, so afterwards it may differ across devices along %s; declare it "
                "varying over %s, e.g. var %s = pcast(..., %s, to=varying)",
-               sym->name, TS(&sym->type), diverge_reason(c, d), ax, ax, sym->name, ax);
+               sym->name, TS(&sym->type), diverge_reason(c, d), ax, ax, sym->name, ty_axes_arg(c->mesh, missing));
     diag_note(sym->pos, "'%s' is declared here", sym->name);
     return false;
   }
@@ -372,7 +395,7 @@ static Type check_reduce_collective(TcCtx *c, Expr *e, TcInfo *info, Type x, Axi
                "which %s does not take; %s",
                name, TS(&x), ty_axes_str(c->mesh, a), name,
                code == BI_PSUM || code == BI_PMEAN
-                   ? arena_printf("to combine the copies, pcast(x, %s, to=varying) first", ty_axes_str(c->mesh, a))
+                   ? arena_printf("to combine the copies, pcast(x, %s, to=varying) first", ty_axes_arg(c->mesh, a))
                    : "the value is already the same everywhere: drop the collective");
     return ty_error();
   default:
@@ -422,7 +445,7 @@ static Type check_all_gather(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a,
                  "all_gather(..., to=reduced) of %s: every named axis must be varying (the pieces to gather), but "
                  "the value is invariant over %s; gather only the varying axes, or pcast(x, %s, to=varying) first if "
                  "the copies are the pieces",
-                 TS(&x), inv, inv);
+                 TS(&x), inv, ty_axes_arg(c->mesh, a & ~x.V));
       return ty_error();
     }
     out.V &= ~a;
@@ -523,7 +546,7 @@ static Type check_pcast(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a, Expr
   if (!same_state(c, e, &x, a, &st))
     return ty_error();
   Type out = x;
-  const char *ax = ty_axes_str(c->mesh, a);
+  const char *ax = ty_axes_arg(c->mesh, a);
   if (!strcmp(to, "varying")) {
     info->pcast_to = PCAST_VARYING;
     if (st == ST_I) {
