@@ -852,8 +852,19 @@ Type tc_builtin(TcCtx *c, Expr *e, const Type *annot) {
   case BI_ZEROS: case BI_ONES: case BI_FULL: case BI_IOTA: case BI_NORMAL: case BI_UNIFORM:
     return check_creation(c, e, info, annot);
   case BI_PRINT: return check_print(c, e);
-  case BI_SAVE: return check_save(c, e, info);
-  case BI_LOAD: return check_load(c, e, info, annot);
+  case BI_SAVE: case BI_LOAD:
+    if (c->manual) {
+      /* .npy I/O is collective over the whole mesh and works on global
+       * arrays: a manual body (per-device, maybe under a varying branch)
+       * has neither. */
+      diag_error(e->pos, "E_MANUAL",
+                 "%s reads or writes a global array with every device taking part, so it is only available in the "
+                 "global view; %s",
+                 fname(e), e->builtin == BI_SAVE ? "return the value from the manual function and save it there"
+                                                 : "load it in the global view and pass it as an argument");
+      return ty_error();
+    }
+    return e->builtin == BI_SAVE ? check_save(c, e, info) : check_load(c, e, info, annot);
   case BI_ARG: return check_arg(c, e, info, annot);
   case BI_GRAD: case BI_VALUE_AND_GRAD:
     diag_error(e->pos, "E_ARG", "%s(f, wrt=...) makes a function; call it: %s(f, wrt=0)(args...)", fname(e), fname(e));

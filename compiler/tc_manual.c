@@ -146,15 +146,25 @@ bool tc_axes_arg(TcCtx *c, Expr *e, int *axes, int *naxes, bool manual_only, con
       for (int k = 0; k < c->mesh->naxes; k++)
         if (!strcmp(c->mesh->names[k], it->str))
           a = k;
+    if (a < 0 && it->kind == EX_NAME) {
+      Str names = {0};
+      for (int k = 0; k < c->mesh->naxes; k++)
+        str_printf(&names, "%s%s", k ? ", " : "", c->mesh->names[k]);
+      diag_error(it->pos, "E_NAME", "%s: unknown mesh axis '%s'; the mesh has %s", what, it->str, str_cstr(&names));
+      free(names.buf);
+      return false;
+    }
     if (a < 0) {
-      diag_error(it->pos, it->kind == EX_NAME ? "E_NAME" : "E_ARG",
-                 "%s: expected a mesh axis name or a list of them, e.g. %s or (X, Y)", what,
+      diag_error(it->pos, "E_ARG", "%s: expected a mesh axis name or a list of them, e.g. %s or (X, Y)", what,
                  c->mesh->naxes ? c->mesh->names[0] : "X");
       return false;
     }
     if (manual_only && !(c->manual & (1u << a))) {
-      diag_error(it->pos, "E_MANUAL", "%s over axis %s, which is not a manual axis of this function (manual: %s)",
-                 what, c->mesh->names[a], c->manual ? ty_axes_str(c->mesh, c->manual) : "none");
+      diag_error(it->pos, "E_MANUAL",
+                 "%s over axis %s, which is not a manual axis of this function (manual: %s); list it in manual(...) "
+                 "to write its collectives, or leave it to the global rules, which communicate over an explicit axis "
+                 "where the types call for it (a sum or reshard of a dim sharded over %s)",
+                 what, c->mesh->names[a], c->manual ? ty_axes_str(c->mesh, c->manual) : "none", c->mesh->names[a]);
       return false;
     }
     if (seen & (1u << a)) {
