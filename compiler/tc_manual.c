@@ -376,11 +376,11 @@ static Type check_reduce_collective(TcCtx *c, Expr *e, TcInfo *info, Type x, Axi
   info->redop = code == BI_PMAX ? RED_MAX : code == BI_PMIN ? RED_MIN : RED_SUM;
   info->scale_by_count = code == BI_PMEAN;
   info->count = (double)axes_size(c, info->axes, info->naxes);
-  if (code == BI_PMEAN && !ty_is_float(x.dtype)) {
-    diag_error(e->pos, "E_DTYPE", "pmean of %s; convert to a float first", TS(&x));
-    return ty_error();
-  }
+  /* As JAX: psum and pmean count bools as i32, and pmean divides an
+   * integer sum into f32. info->dtype is the dtype the reduction runs in. */
+  info->dtype = x.dtype == DT_BOOL && code != BI_PMAX && code != BI_PMIN ? DT_I32 : x.dtype;
   Type out = x;
+  out.dtype = code == BI_PMEAN && !ty_is_float(x.dtype) ? DT_F32 : info->dtype;
   switch (st) {
   case ST_V:
     out.V &= ~a;
