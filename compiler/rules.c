@@ -460,11 +460,50 @@ static bool check_annot_matches(RuleCtx *c, const Type *annot, const Type *compu
     return fail(c, "E_SHAPE", "%s: the annotation %s does not have the result's shape %s", what, TS(annot),
                 TS(&plain));
   }
-  if (annot->V != computed->V)
+  if (annot->V != computed->V) {
+    AxisSet add = annot->V & ~computed->V, drop = computed->V & ~annot->V;
+    const char *fix =
+        drop ? ((annot->U & drop) == drop
+                    ? arena_printf("to leave a pending sum, pcast(x, %s, to=unreduced) the result of the operation",
+                                   ty_axes_arg(c->mesh, drop))
+                    : arena_printf("combine the devices' results with a collective afterwards (psum(x, %s), ...)",
+                                   ty_axes_arg(c->mesh, drop)))
+             : arena_printf("pcast(x, %s, to=varying) an operand", ty_axes_arg(c->mesh, add));
     return fail(c, "E_VMA",
-                "%s: the annotation %s is varying over {%s} but the result is varying over {%s}; pcast changes "
-                "the varying set",
-                what, TS(annot), axes_str(c, annot->V), axes_str(c, computed->V));
+                "%s: the annotation %s is varying over {%s} but the result is varying over {%s}; an annotation "
+                "cannot change the varying set: %s",
+                what, TS(annot), axes_str(c, annot->V), axes_str(c, computed->V), fix);
+  }
+  return true;
+}
+
+/* The result of an annotated operation: the annotation, except that in a
+ * manual body the manual axes keep the states U, R the operation computes
+ * (an annotation cannot make a manual axis unreduced or reduced; pcast and
+ * the collectives do that, 2.3). */
+static bool manual_states(RuleCtx *c, const Type *annot, AxisSet U, AxisSet R, Type *out) {
+  AxisSet m = c->manual;
+  *out = *annot;
+  out->weak = false;
+  if (!m)
+    return true;
+  AxisSet du = (annot->U ^ U) & m, dr = (annot->R ^ R) & m;
+  if (du || dr) {
+    AxisSet ax = du ? du : dr;
+    bool says = ((du ? annot->U : annot->R) & ax) != 0;
+    const char *st = du ? "unreduced" : "reduced", *a = ty_axes_arg(c->mesh, ax);
+    return fail(c, "E_UR",
+                "%s: the annotation %s %s %s over manual axis %s, but the result %s; in a manual body an annotation "
+                "cannot change the state of a manual axis: %s",
+                c->opname, TS(annot), says ? "is" : "is not", st, axes_str(c, ax), says ? "is not" : "is",
+                says ? (du ? arena_printf("pcast(x, %s, to=unreduced) a varying result", a)
+                           : arena_printf("pcast(x, %s, to=reduced) an invariant result", a))
+                     : (du ? arena_printf("reduce it with psum(x, %s), or write <U:%s> in the annotation", a,
+                                          axes_str(c, ax))
+                           : arena_printf("write <R:%s> in the annotation", axes_str(c, ax))));
+  }
+  out->U = (annot->U & ~m) | (U & m);
+  out->R = (annot->R & ~m) | (R & m);
   return true;
 }
 
@@ -583,9 +622,7 @@ bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, co
                     "%s: the unreduced axes of %s must equal the axes sharding the contracting dims, which are {%s}",
                     c->opname, TS(annot), axes_str(c, ca));
     }
-    *out = *annot;
-    out->weak = false;
-    return true;
+    return manual_states(c, annot, 0, 0, out);
   }
   for (int i = 0; i < d->nbatch; i++) {
     DimSpec a = eff[0].spec[d->lhs_batch[i]], b = eff[1].spec[d->rhs_batch[i]];
@@ -654,22 +691,21 @@ bool rule_reduce(RuleCtx *c, int redop, const Type *x, unsigned dims, const Type
   }
   if (!check_annot_matches(c, annot, &r, c->opname))
     return false;
-  if (annot->R)
+  AxisSet m = c->manual;
+  if (annot->R & ~m)
     return fail(c, "E_UR", "%s: a reduction's result cannot be annotated reduced (%s); reshard it afterwards",
                 c->opname, TS(annot));
-  if (annot->U && redop != RED_SUM)
+  if ((annot->U & ~m) && redop != RED_SUM)
     return fail(c, "E_KIND",
                 "%s: only sum reductions can leave a pending sum; %s asks for an unreduced %s result", c->opname,
                 TS(annot), c->opname);
   AxisSet allowed = reduced_axes | x->U;
-  if (annot->U & ~allowed)
+  if (annot->U & ~allowed & ~m)
     return fail(c, "E_UR",
                 "%s: %s is unreduced over %s, but only the axes that shard the reduced dims or that the operand is "
                 "unreduced over ({%s}) can stay pending",
-                c->opname, TS(annot), axes_str(c, annot->U & ~allowed), axes_str(c, allowed));
-  *out = *annot;
-  out->weak = false;
-  return true;
+                c->opname, TS(annot), axes_str(c, annot->U & ~allowed & ~m), axes_str(c, allowed));
+  return manual_states(c, annot, x->U & m, x->R & m, out);
 }
 
 /* ---- transpose (1.6) ----------------------------------------------------- */
@@ -844,14 +880,13 @@ bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, con
   if (annot) {
     if (!check_annot_matches(c, annot, &r, "reshape"))
       return false;
-    if (annot->U != x->U || annot->R != x->R)
+    AxisSet m = c->manual;
+    if ((annot->U ^ x->U) & ~m || (annot->R ^ x->R) & ~m)
       return fail(c, "E_UR",
                   "reshape: the annotation %s must keep the operand's unreduced and reduced axes (%s); reshard "
                   "before or after to change them",
                   TS(annot), TS(x));
-    *out = *annot;
-    out->weak = false;
-    return true;
+    return manual_states(c, annot, x->U & m, x->R & m, out);
   }
   if (!reshape_specs(c, x, &r))
     return false;

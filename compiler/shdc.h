@@ -508,7 +508,7 @@ typedef struct {
   AxisSet manual;                /* its manual axes */
   Scope *scope;
   Vec diverge;                   /* Diverge *: varying conditions we are under */
-  bool annot_v_free;             /* manual returns: annotations do not fix V */
+  bool annot_v_free;             /* manual returns: annotations do not fix the manual states */
 } TcCtx;
 
 /* tc.c */
@@ -533,6 +533,9 @@ Type tc_builtin(TcCtx *c, Expr *e, const Type *annot);
 /* tc_manual.c */
 Type tc_collective(TcCtx *c, Expr *e);
 bool tc_check_manual_result(TcCtx *c, const Type *value, const Type *declared, Pos pos);
+/* An annotation at a manual function's return fixes the explicit axes only:
+ * its manual states become V and the manual parts of U and R. */
+void tc_manual_states_from(TcCtx *c, Type *annot, AxisSet V, AxisSet U, AxisSet R);
 bool tc_axes_arg(TcCtx *c, Expr *e, int *axes, int *naxes, bool manual_only, const char *what);
 void tc_push_diverge(TcCtx *c, Stmt *s, Expr *cond, Scope *outer);
 bool tc_check_diverge_assign(TcCtx *c, Stmt *assign, Symbol *sym);

@@ -200,7 +200,7 @@ static Type check_reduction(TcCtx *c, Expr *e, TcInfo *info, const Type *annot) 
   if (annot) {
     a2 = *annot;
     if (c->annot_v_free)
-      a2.V = x.V;
+      tc_manual_states_from(c, &a2, x.V, x.U, x.R);
     pa = &a2;
   }
   Type out;
@@ -301,7 +301,7 @@ static Type check_reshape(TcCtx *c, Expr *e, TcInfo *info, const Type *annot) {
   if (annot) {
     a2 = *annot;
     if (c->annot_v_free)
-      a2.V = x.V;
+      tc_manual_states_from(c, &a2, x.V, x.U, x.R);
     pa = &a2;
   }
   Type out;
@@ -422,7 +422,7 @@ static Type einsum_unary(TcCtx *c, Expr *e, TcInfo *info, EinsumSpec *sp, Type *
       a2.spec[info->perm[i]] = annot->spec[i];
     }
     if (c->annot_v_free)
-      a2.V = x->V;
+      tc_manual_states_from(c, &a2, x->V, x->U, x->R);
     pa = &a2;
   }
   Type red;
@@ -541,7 +541,7 @@ static Type check_einsum(TcCtx *c, Expr *e, TcInfo *info, const Type *annot) {
       a2.spec[info->perm[i]] = annot->spec[i];
     }
     if (c->annot_v_free)
-      a2.V = (op[0].weak ? 0 : op[0].V) | (op[1].weak ? 0 : op[1].V);
+      tc_manual_states_from(c, &a2, (op[0].weak ? 0 : op[0].V) | (op[1].weak ? 0 : op[1].V), 0, 0);
     pa = &a2;
   }
   Type dt;
@@ -619,7 +619,7 @@ static Type creation_type(TcCtx *c, Expr *e, Expr *targ, const Type *annot, bool
     if (annot) {
       Type want = *annot;
       if (c->annot_v_free)
-        want.V = t.V;
+        tc_manual_states_from(c, &want, t.V, t.U, t.R);
       if (!ty_equal(&t, &want)) {
         diag_error(e->pos, "E_ANNOT",
                    "%s creates %s but %s is expected; change one of them, or reshard(x, %s) afterwards", fname(e),
@@ -631,7 +631,7 @@ static Type creation_type(TcCtx *c, Expr *e, Expr *targ, const Type *annot, bool
   } else if (annot) {
     t = *annot;
     if (c->annot_v_free)
-      t.V = 0;
+      tc_manual_states_from(c, &t, 0, 0, 0);
   } else {
     diag_error(e->pos, "E_ARG", "%s needs a type: %s(f32[8,4], ...), or annotate the binding: let x: f32[8,4] = %s(...)",
                fname(e), fname(e), fname(e));

@@ -180,7 +180,7 @@ static Type check_matmul(TcCtx *c, Expr *e, const Type *annot) {
       dot_annot.spec[info->perm[i]] = annot->spec[i];
     }
     if (c->annot_v_free)
-      dot_annot.V = (a.weak ? 0 : a.V) | (b.weak ? 0 : b.V);
+      tc_manual_states_from(c, &dot_annot, (a.weak ? 0 : a.V) | (b.weak ? 0 : b.V), 0, 0);
     pa = &dot_annot;
   }
   Type dt;
@@ -597,7 +597,7 @@ Type tc_expr_annot(TcCtx *c, Expr *e, const Type *annot, const char *where) {
   tt.weak = false;
   Type want = *annot;
   if (c->annot_v_free)
-    want.V = t.V;
+    tc_manual_states_from(c, &want, t.V, t.U, t.R);
   if (ty_equal(&tt, &want))
     return t;
   Type plain_t = ty_strip_sharding(&t), plain_a = ty_strip_sharding(annot);

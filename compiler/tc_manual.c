@@ -45,6 +45,13 @@ Type tc_manual_local(TcCtx *c, const Type *g, AxisSet manual, Pos pos, const cha
   return l;
 }
 
+void tc_manual_states_from(TcCtx *c, Type *annot, AxisSet V, AxisSet U, AxisSet R) {
+  AxisSet m = c->manual;
+  annot->V = V;
+  annot->U = (annot->U & ~m) | (U & m);
+  annot->R = (annot->R & ~m) | (R & m);
+}
+
 /* The fix for a result whose unreduced (k 'U') or reduced ('R') axes `ax`
  * differ from those of its declared local type l. */
 static const char *outspec_state_fix(TcCtx *c, const Type *v, const Type *l, char k, AxisSet ax) {
@@ -78,6 +85,15 @@ bool tc_check_manual_result(TcCtx *c, const Type *v, const Type *declared, Pos p
     return false;
   }
   AxisSet extra = v->V & ~l.V;
+  if (extra && ((l.U | l.R) & extra) == extra) {
+    const char *ax = ty_axes_str(c->mesh, extra), *arg = ty_axes_arg(c->mesh, extra);
+    bool u = (l.U & extra) == extra;
+    diag_error(pos, "E_OUTSPEC", "the result %s is varying over %s, but the result type %s is %s over %s; %s", TS(v),
+               ax, TS(declared), u ? "unreduced" : "reduced", ax,
+               u ? arena_printf("mark the pieces as a pending sum with pcast(x, %s, to=unreduced)", arg)
+                 : arena_printf("gather the pieces with all_gather(x, %s, dim=k, to=reduced)", arg));
+    return false;
+  }
   if (extra) {
     const char *ax = ty_axes_str(c->mesh, extra), *arg = ty_axes_arg(c->mesh, extra);
     diag_error(pos, "E_OUTSPEC",
