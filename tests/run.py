@@ -27,7 +27,9 @@ tests/README.md):
                                  in its output
 
 Runtime unit tests (tests/runtime/test_*.c, first line `// RANKS: 1 2 4`)
-run under mpirun at each rank count.
+run under mpirun at each rank count. In docs/*.md, a ```shd block whose
+first line is `// tests/FILE.shd` must be an excerpt (consecutive lines) of
+that test, so the documented examples are tested ones.
 """
 import argparse
 import glob
@@ -349,6 +351,27 @@ def runtime_test(path, build):
             raise Failure("%d ranks: exit %d\n%s%s" % (n, rc, out, err))
 
 
+EXCERPT = re.compile(r"^```shd\n// ((?:tests|dsl-examples)/\S+\.shd)\n(.*?)^```", re.M | re.S)
+
+
+def docs_excerpts(path):
+    """The ```shd blocks of a doc that start with `// tests/FILE.shd`: the
+    examples of the docs are excerpts of tests, so they compile and run."""
+    return EXCERPT.findall(open(path).read())
+
+
+def docs_test(path):
+    for src, body in docs_excerpts(path):
+        f = os.path.join(ROOT, src)
+        if not os.path.exists(f):
+            raise Failure("excerpt of %s: no such file" % src)
+        want = [l.rstrip() for l in body.rstrip("\n").split("\n")]
+        have = [l.rstrip() for l in open(f).read().split("\n")]
+        if not any(have[i:i + len(want)] == want for i in range(len(have) - len(want) + 1)):
+            raise Failure("the excerpt of %s starting %r is not in that file (keep the example and the test "
+                          "the same)" % (src, want[0]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
@@ -359,9 +382,11 @@ def main():
     tests = sorted(glob.glob(os.path.join(ROOT, "tests", "**", "*.shd"), recursive=True))
     tests += sorted(glob.glob(os.path.join(ROOT, "dsl-examples", "*.shd")))
     rt = sorted(glob.glob(os.path.join(ROOT, "tests", "runtime", "test_*.c")))
+    docs = [d for d in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))) if docs_excerpts(d)]
     if a.patterns:
         tests = [t for t in tests if any(p in t for p in a.patterns)]
         rt = [t for t in rt if any(p in t for p in a.patterns)]
+        docs = [d for d in docs if any(p in d for p in a.patterns)]
     if np is None:
         print("warning: NumPy is missing, so results are not compared with references (apt-get install python3-numpy)")
     failed = []
@@ -384,7 +409,15 @@ def main():
         except Failure as f:
             print("FAIL %s\n  %s" % (name, str(f).replace("\n", "\n  ")), flush=True)
             failed.append(name)
-    total = len(tests) + len(rt)
+    for d in docs:
+        name = os.path.relpath(d, ROOT)
+        try:
+            docs_test(d)
+            print("PASS %s (examples are test excerpts)" % name, flush=True)
+        except Failure as f:
+            print("FAIL %s\n  %s" % (name, str(f).replace("\n", "\n  ")), flush=True)
+            failed.append(name)
+    total = len(tests) + len(rt) + len(docs)
     print("\n%d of %d tests passed in %.0fs" % (total - len(failed), total, time.time() - start))
     if failed:
         print("failed:\n  " + "\n  ".join(failed))
