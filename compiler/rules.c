@@ -160,6 +160,34 @@ static bool vma_unify(RuleCtx *c, int n, const Type *const *ops, Type *eff, Axis
 
 /* ---- unreduced and reduced in elementwise ops (3.4, 3.5, D2, D7) ---------- */
 
+/* How to reduce u's pending sum over A: reshard in the global view, psum
+ * over manual axes (a reshard cannot change a manual axis's state). */
+static const char *reduce_fix(RuleCtx *c, const Type *u, AxisSet A) {
+  AxisSet m = A & c->manual;
+  Type rep = *u;
+  rep.U &= ~(A & ~m);
+  rep.weak = false;
+  const char *psum = arena_printf("psum(x, %s)", ty_axes_arg(c->mesh, m));
+  if (m == A)
+    return psum;
+  const char *rs = arena_printf("reshard(x, %s)", TS(&rep));
+  return m ? arena_printf("%s and %s", psum, rs) : rs;
+}
+
+/* How to mark y reduced over A: reshard (free) in the global view, pcast
+ * over manual axes. */
+static const char *reduced_fix(RuleCtx *c, const Type *y, AxisSet A) {
+  AxisSet m = A & c->manual;
+  Type want = *y;
+  want.R |= A & ~m;
+  want.weak = false;
+  const char *pc = arena_printf("pcast(y, %s, to=reduced)", ty_axes_arg(c->mesh, m));
+  if (m == A)
+    return pc;
+  const char *rs = arena_printf("reshard(y, %s)", TS(&want));
+  return m ? arena_printf("%s and %s", pc, rs) : rs;
+}
+
 static bool is_linear_add(int op) { return op == BIN_ADD || op == BIN_SUB; }
 
 static bool elementwise_unreduced(RuleCtx *c, int op, int n, const Type *eff, AxisSet *U, AxisSet *consumedR) {
@@ -183,16 +211,16 @@ static bool elementwise_unreduced(RuleCtx *c, int op, int n, const Type *eff, Ax
         rep.U = 0;
         return fail(c, "E_UR",
                     "%s: %s is unreduced over %s, so adding a literal would add it once per device; reduce first "
-                    "with reshard(x, %s)",
-                    c->opname, TS(u), axes_str(c, A), TS(&rep));
+                    "with %s",
+                    c->opname, TS(u), axes_str(c, A), reduce_fix(c, &rep, A));
       }
       if (eff[k].U != A) {
         const Type *o = &eff[k];
         if (!o->U)
           return fail(c, "E_UR",
-                      "%s: %s is unreduced over %s while %s is not; reduce it first with reshard(x, TYPE) (an "
-                      "all-reduce), or make both unreduced over the same axes",
-                      c->opname, TS(u), axes_str(c, A), TS(o));
+                      "%s: %s is unreduced over %s while %s is not; reduce it first with %s (an all-reduce), or make "
+                      "both unreduced over the same axes",
+                      c->opname, TS(u), axes_str(c, A), TS(o), reduce_fix(c, u, A));
         return fail(c, "E_UR",
                     "%s: operands are unreduced over different axes: %s and %s; reshard one of them so both are "
                     "unreduced over the same axes",
@@ -206,23 +234,22 @@ static bool elementwise_unreduced(RuleCtx *c, int op, int n, const Type *eff, Ax
     if (nu > 1)
       return fail(c, "E_UR",
                   "%s: both operands are unreduced (%s and %s); a product of two pending sums is not a pending sum; "
-                  "reduce one of them first with reshard(x, TYPE)",
-                  c->opname, TS(&eff[0]), TS(&eff[1]));
+                  "reduce one of them first with %s",
+                  c->opname, TS(&eff[0]), TS(&eff[1]), reduce_fix(c, &eff[1], eff[1].U));
     if (op == BIN_DIV && first != 0)
       return fail(c, "E_UR",
-                  "%s: the denominator %s is unreduced; reduce it first with reshard(x, TYPE) (an all-reduce)",
-                  c->opname, TS(u));
+                  "%s: the denominator %s is unreduced; reduce it first with %s (an all-reduce)",
+                  c->opname, TS(u), reduce_fix(c, u, A));
     for (int k = 0; k < n; k++) {
       if (k == first || eff[k].weak)
         continue;
       if (eff[k].R != A) {
-        Type want = eff[k];
-        want.R = A;
-        want.weak = false;
+        Type base = eff[k];
+        base.R = 0;
         return fail(c, "E_UR",
                     "%s: %s is unreduced over %s, so its partner must be reduced over exactly %s, but it is %s; "
-                    "write reshard(y, %s) to mark it reduced (free: no communication)",
-                    c->opname, TS(u), axes_str(c, A), axes_str(c, A), TS(&eff[k]), TS(&want));
+                    "write %s to mark it reduced (free: no communication)",
+                    c->opname, TS(u), axes_str(c, A), axes_str(c, A), TS(&eff[k]), reduced_fix(c, &base, A));
       }
     }
     *U = A;
@@ -231,8 +258,8 @@ static bool elementwise_unreduced(RuleCtx *c, int op, int n, const Type *eff, Ax
   }
   return fail(c, "E_UR",
               "%s is not linear, so its operand %s cannot be unreduced (a pending sum over %s); reduce it first "
-              "with reshard(x, TYPE)",
-              c->opname, TS(u), axes_str(c, A));
+              "with %s",
+              c->opname, TS(u), axes_str(c, A), reduce_fix(c, u, A));
 }
 
 static bool elementwise_reduced(RuleCtx *c, int n, Type *eff, AxisSet consumedR, AxisSet *Rout) {
@@ -268,12 +295,10 @@ static bool elementwise_reduced(RuleCtx *c, int n, Type *eff, AxisSet consumedR,
       t->R = R;
       continue;
     }
-    Type want = *t;
-    want.R |= R;
     return fail(c, "E_UR",
                 "%s: %s is reduced over %s, so its partner must be reduced over %s too, but %s is replicated "
-                "there; write reshard(y, %s)",
-                c->opname, TS(&eff[who]), axes_str(c, R), axes_str(c, R), TS(t), TS(&want));
+                "there; write %s",
+                c->opname, TS(&eff[who]), axes_str(c, R), axes_str(c, R), TS(t), reduced_fix(c, t, R & ~t->R));
   }
   *Rout = R & ~consumedR;
   return true;
@@ -383,7 +408,7 @@ bool rule_elementwise(RuleCtx *c, int op, int n, const Type *const *ops, Type *o
     for (int k = 0; k < n; k++)
       if (eff[k].U)
         return fail(c, "E_UR", "where: %s is unreduced; select is not linear in its cases' pending sums; "
-                               "reduce it first with reshard(x, TYPE)", TS(&eff[k]));
+                               "reduce it first with %s", TS(&eff[k]), reduce_fix(c, &eff[k], eff[k].U));
   }
   AxisSet U = 0, consumed = 0, R = 0;
   if (op >= 0 && !elementwise_unreduced(c, op, n, eff, &U, &consumed))
@@ -435,8 +460,8 @@ bool rule_unary(RuleCtx *c, int op, const Type *x, Type *out) {
   if (x->U && op != UN_NEG)
     return fail(c, "E_UR",
                 "%s is not linear, so its operand %s cannot be unreduced (a pending sum over %s); reduce it first "
-                "with reshard(x, TYPE)",
-                unop_name(op), TS(x), axes_str(c, x->U));
+                "with %s",
+                unop_name(op), TS(x), axes_str(c, x->U), reduce_fix(c, x, x->U));
   Type r = *x;
   if (float_only && r.weak && !ty_is_float(r.dtype))
     r.dtype = DT_F32;
@@ -591,8 +616,8 @@ bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, co
     if (t->U)
       return fail(c, "E_UR",
                   "%s: the %s operand %s is unreduced (a pending sum over %s); a contraction cannot take pending "
-                  "sums; reduce it first with reshard(x, TYPE)",
-                  c->opname, k ? "right" : "left", TS(t), axes_str(c, t->U));
+                  "sums; reduce it first with %s",
+                  c->opname, k ? "right" : "left", TS(t), axes_str(c, t->U), reduce_fix(c, t, t->U));
   }
   const Type *ops[2] = {lhs, rhs};
   Type eff[2];
@@ -668,8 +693,8 @@ bool rule_reduce(RuleCtx *c, int redop, const Type *x, unsigned dims, const Type
   if (redop != RED_SUM && x->U)
     return fail(c, "E_UR",
                 "%s of %s: the operand is unreduced (a pending sum over %s), and the %s of a sum's pieces is not "
-                "the %s of the sum; reduce first with reshard(x, TYPE)",
-                c->opname, TS(x), axes_str(c, x->U), c->opname, c->opname);
+                "the %s of the sum; reduce first with %s",
+                c->opname, TS(x), axes_str(c, x->U), c->opname, c->opname, reduce_fix(c, x, x->U));
   Type r = *x;
   r.rank = 0;
   AxisSet reduced_axes = 0;

@@ -184,7 +184,7 @@ bool tc_axes_arg(TcCtx *c, Expr *e, int *axes, int *naxes, bool manual_only, con
       return false;
     }
     if (seen & (1u << a)) {
-      diag_error(it->pos, "E_DUP", "%s: axis %s is named twice", what, c->mesh->names[a]);
+      diag_error(it->pos, "E_DUP", "%s: axis %s is named twice; name each axis once", what, c->mesh->names[a]);
       return false;
     }
     seen |= 1u << a;
@@ -361,8 +361,9 @@ static bool dim_kw(TcCtx *c, Expr *kw, int rank, int *dim, const char *name, con
   if (kw && !tc_const_int(c, kw, &k))
     return false;
   if (k < -rank || k >= rank) {
-    diag_error(kw ? kw->pos : (Pos){0}, "E_ARG", "%s: %s=%lld is out of range for rank %d", what, name, (long long)k,
-               rank);
+    diag_error(kw ? kw->pos : (Pos){0}, "E_ARG",
+               "%s: %s=%lld is out of range for rank %d; dims are 0..%d, or negative from the end", what, name,
+               (long long)k, rank, rank - 1);
     return false;
   }
   *dim = (int)(k < 0 ? k + rank : k);
@@ -441,7 +442,7 @@ static bool needs_varying(TcCtx *c, Expr *e, const Type *x, AxisSet a) {
 
 static Type check_all_gather(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a, Expr **kw) {
   if (x.rank == 0) {
-    diag_error(e->pos, "E_SHAPE", "all_gather needs an array, not the scalar %s", TS(&x));
+    diag_error(e->pos, "E_SHAPE", "all_gather needs an array, not the scalar %s; reshape(x, [1]) first", TS(&x));
     return ty_error();
   }
   if (!dim_kw(c, kw[0], x.rank, &info->dim, "dim", "all_gather") || !dim_unsharded(c, e, &x, info->dim))
@@ -489,15 +490,17 @@ static Type check_all_gather(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a,
 
 static Type check_psum_scatter(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a, Expr **kw) {
   if (x.rank == 0) {
-    diag_error(e->pos, "E_SHAPE", "psum_scatter needs an array, not the scalar %s", TS(&x));
+    diag_error(e->pos, "E_SHAPE", "psum_scatter needs an array, not the scalar %s; use psum for a scalar", TS(&x));
     return ty_error();
   }
   if (!dim_kw(c, kw[0], x.rank, &info->dim, "dim", "psum_scatter") || !dim_unsharded(c, e, &x, info->dim))
     return ty_error();
   int64_t g = axes_size(c, info->axes, info->naxes);
   if (x.shape[info->dim] % g) {
-    diag_error(e->pos, "E_SHAPE", "psum_scatter: dim %d of %s has size %lld, which does not divide into %lld blocks",
-               info->dim, TS(&x), (long long)x.shape[info->dim], (long long)g);
+    diag_error(e->pos, "E_SHAPE",
+               "psum_scatter: dim %d of %s has size %lld, which does not divide into %lld blocks; scatter along a dim "
+               "whose size is a multiple of %lld",
+               info->dim, TS(&x), (long long)x.shape[info->dim], (long long)g, (long long)g);
     return ty_error();
   }
   AxisState st;
@@ -525,7 +528,7 @@ static Type check_all_to_all(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a,
     return ty_error();
   }
   if (x.rank == 0) {
-    diag_error(e->pos, "E_SHAPE", "all_to_all needs an array, not the scalar %s", TS(&x));
+    diag_error(e->pos, "E_SHAPE", "all_to_all needs an array, not the scalar %s; reshape(x, [1]) first", TS(&x));
     return ty_error();
   }
   if (!dim_kw(c, kw[0], x.rank, &info->dim, "split", "all_to_all") ||
@@ -534,8 +537,10 @@ static Type check_all_to_all(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a,
     return ty_error();
   int64_t g = axes_size(c, info->axes, info->naxes);
   if (x.shape[info->dim] % g) {
-    diag_error(e->pos, "E_SHAPE", "all_to_all: split dim %d of %s has size %lld, which does not divide into %lld blocks",
-               info->dim, TS(&x), (long long)x.shape[info->dim], (long long)g);
+    diag_error(e->pos, "E_SHAPE",
+               "all_to_all: split dim %d of %s has size %lld, which does not divide into %lld blocks; split a dim "
+               "whose size is a multiple of %lld",
+               info->dim, TS(&x), (long long)x.shape[info->dim], (long long)g, (long long)g);
     return ty_error();
   }
   Type out = x;
