@@ -95,7 +95,7 @@ demo: all
 	tools/demo
 
 san:
-	$(MAKE) B=$(B)/san SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" OPT="-O1 -g" all
+	$(MAKE) B=$(B)/san SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -Wno-format-truncation" OPT="-O1 -g" all
 
 bench: all
 	bench/run
