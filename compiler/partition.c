@@ -13,7 +13,9 @@
  *
  * Manual function bodies are already per-device along their manual axes:
  * their collectives pass through, and their explicit axes are partitioned
- * by the same rules.
+ * by the same rules. A collective those rules insert under an if or for
+ * whose condition varies across devices is reported ([E_DIVERGE]): the
+ * typechecker cannot see it.
  */
 #include "shdc.h"
 

@@ -4,6 +4,12 @@
  *
  * Inside `manual(X) fn` every manual axis of a value is varying, invariant,
  * unreduced or reduced; the explicit axes keep their global-view rules.
+ * tc.c pushes a Diverge for every if/for whose condition varies; under one,
+ * collectives are [E_DIVERGE] and a var from outside that is assigned must
+ * be varying over the condition's axes ([E_CARRY]). The collectives the
+ * global rules insert for explicit axes are checked by partition.c. Every
+ * message names the types involved and the pcast, collective or type that
+ * would make the program check (docs/manual.md).
  */
 #include "shdc.h"
 
