@@ -921,6 +921,38 @@ bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, con
 
 /* ---- reshard (1.12) ------------------------------------------------------ */
 
+static char manual_state(const Type *t, int a) {
+  AxisSet b = 1u << a;
+  return (t->V & b) ? 'V' : (t->U & b) ? 'U' : (t->R & b) ? 'R' : 'I';
+}
+
+/* The pcast or collective that takes the first manual axis whose state
+ * differs from x's to target's state (typing-rules 2.3). */
+static const char *manual_change_fix(RuleCtx *c, const Type *x, const Type *target) {
+  for (int a = 0; a < c->mesh->naxes; a++) {
+    if (!(c->manual & (1u << a)))
+      continue;
+    char f = manual_state(x, a), t = manual_state(target, a);
+    if (f == t)
+      continue;
+    const char *n = c->mesh->names[a];
+    char key[3] = {f, t, 0};
+    static const struct { const char *key, *fix; } fixes[] = {
+        {"VI", "psum(x, %s), or all_gather(x, %s, dim=k, to=invariant)"}, {"VU", "pcast(x, %s, to=unreduced)"},
+        {"VR", "all_gather(x, %s, dim=k, to=reduced)"}, {"IV", "pcast(x, %s, to=varying)"},
+        {"IR", "pcast(x, %s, to=reduced)"}, {"UI", "psum(x, %s)"}, {"UV", "psum_scatter(x, %s, dim=k)"},
+        {"RV", "pcast(x, %s, to=varying)"},
+    };
+    for (size_t i = 0; i < sizeof fixes / sizeof *fixes; i++)
+      if (!strcmp(fixes[i].key, key))
+        return arena_printf(arena_printf("for axis %%s write %s", fixes[i].fix), n, n, n);
+    return arena_printf("no single pcast or collective takes axis %s from %s to %s (docs/manual.md, section 4)", n,
+                        f == 'I' ? "invariant" : f == 'U' ? "unreduced" : "reduced",
+                        t == 'I' ? "invariant" : t == 'U' ? "unreduced" : "reduced");
+  }
+  return "use pcast or a collective";
+}
+
 bool rule_reshard(RuleCtx *c, const Type *x, const Type *target, Type *out) {
   if (x->dtype != target->dtype)
     return fail(c, "E_DTYPE", "reshard keeps the dtype: %s to %s; use cast(x, %s) to convert", TS(x), TS(target),
@@ -933,9 +965,9 @@ bool rule_reshard(RuleCtx *c, const Type *x, const Type *target, Type *out) {
   AxisSet man = c->manual;
   if ((x->V ^ target->V) || ((x->U ^ target->U) & man) || ((x->R ^ target->R) & man))
     return fail(c, "E_PCAST",
-                "reshard of %s to %s changes the state of a manual axis; inside a manual function use pcast or a "
-                "collective (psum, all_gather, ...) for manual axes",
-                TS(x), TS(target));
+                "reshard of %s to %s changes the state of a manual axis, which reshard cannot do (it moves data "
+                "along explicit axes only); %s",
+                TS(x), TS(target), manual_change_fix(c, x, target));
   *out = *target;
   out->weak = false;
   return true;
