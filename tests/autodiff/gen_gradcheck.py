@@ -388,6 +388,13 @@ reduced = [
          "    let pick = cast(iota(f64[4], axis=0) == cast(m, f64), f64)\n"
          "    let xm = einsum(\"m,mbd->bd\", pick, x)\n    let y = xm @ wr\n"
          "    l = l + (sum(y * y) as f64<U:X>)\n}\nreturn l", result="f64<U:X>"),
+    # the same without the reshard to <R:X>: every micro-batch's weight
+    # gradient is all-reduced inside the reverse loop
+    Case("accum_plain", [("w", W45, N(W45, 142)), ("x", MB, N(MB, 143))],
+         "var l = zeros(f64<U:X>)\nfor m in 0..4 {\n"
+         "    let pick = cast(iota(f64[4], axis=0) == cast(m, f64), f64)\n"
+         "    let xm = einsum(\"m,mbd->bd\", pick, x)\n    let y = xm @ w\n"
+         "    l = l + (sum(y * y) as f64<U:X>)\n}\nreturn l", result="f64<U:X>"),
     # an unreduced scalar result; and a reduced one
     Case("ret_u", [("w", W45, N(W45, 138)), ("x", XB, N(XB, 139))],
          "let y = x @ w\nreturn sum(y * y) as f64<U:X>", result="f64<U:X>"),
@@ -401,7 +408,9 @@ FILES["gc_unreduced"] = dict(
                  "// EXPLAIN: ^fn f_param_r_grad_0 \n// EXPLAIN-COUNT: 0 all_reduce\n"
                  "// EXPLAIN: ^fn f_accum_grad_0 \n// EXPLAIN-COUNT: 1 all_reduce\n"
                  "// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(X\\) .* f64\\[4,5\\]<U:X> -> f64\\[4,5\\]$\n"
-                 "// EXPLAIN-NOT: all_gather|reduce_scatter|all_to_all|permute")
+                 "// EXPLAIN-NOT: all_gather|reduce_scatter|all_to_all|permute\n"
+                 "// EXPLAIN: ^fn f_accum_plain_grad_0 \n"
+                 "// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(X\\) .* f64\\[4,5\\]<U:X> -> f64\\[4,5\\] +\\(in the loop at line")
 
 # ---- control flow and calls inside f ----------------------------------------------------------------
 V8 = "f64[8@X, 4]"
@@ -608,13 +617,17 @@ api = [
     Case("wrt_mixed", AP, ABODY, wrt=(2, 0, 3)),
     Case("vg_single", AP, ABODY, wrt=0, value=True),
     Case("vg_tuple", AP, ABODY, wrt=(3, 0), value=True),
+    # a parameter that does not reach the result: a zero gradient
+    Case("unused", [("a", "f64[8@X, 4]", N("f64[8@X, 4]", 206)), ("b", "f64[4]", N("f64[4]", 207))],
+         "return sum(a * a)", wrt=(1, 0)),
+    Case("constant", [("a", "f64[8@X, 4]", N("f64[8@X, 4]", 208))], "let z = a * 0.0\nreturn 3.0 + sum(z) * 0.0"),
     Case("vg_u", [("w", "f64[4, 5]", N("f64[4, 5]", 202)), ("x", "f64[16@X, 4]", N("f64[16@X, 4]", 203))],
          "let y = x @ w\nreturn sum(y * y) as f64<U:X>", result="f64<U:X>", wrt=(1, 0), value=True),
     Case("vg_r", [("w", "f64[4, 5]", N("f64[4, 5]", 204)), ("x", "f64[16@X, 4]", N("f64[16@X, 4]", 205))],
          "let y = x @ w\nreturn reshard(sum(sin(y)), f64<R:X>)", result="f64<R:X>", wrt=(0, 1), value=True),
 ]
 FILES["gc_api"] = dict(title="grad and value_and_grad: wrt=K, one-element and permuted tuples, unreduced and "
-                             "reduced results.", mesh=MESH1, cases=api)
+                             "reduced results, parameters that do not reach the result.", mesh=MESH1, cases=api)
 
 # ---- partial-manual functions on a 2-D mesh -------------------------------------------------------------
 PMAN = r"""
