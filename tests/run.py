@@ -257,7 +257,10 @@ class ShdTest:
         env = {"np": np, "mesh": self.mesh_sizes(mesh)}
         for f in glob.glob(os.path.join(d, "*.npy")):
             env[os.path.basename(f)[:-4]] = np.load(f)
-        exec("\n".join(self.refs), env)
+        try:
+            exec("\n".join(self.refs), env)
+        except Exception as e:  # an assertion of the REF lines, or a mistake in them
+            raise Failure("the REF lines failed: %s: %s" % (type(e).__name__, e))
         refs = [k for k in env if k.startswith("ref_")]
         if not refs:
             raise Failure("REF lines define no ref_NAME")

@@ -395,6 +395,17 @@ reduced = [
          "    let pick = cast(iota(f64[4], axis=0) == cast(m, f64), f64)\n"
          "    let xm = einsum(\"m,mbd->bd\", pick, x)\n    let y = xm @ w\n"
          "    l = l + (sum(y * y) as f64<U:X>)\n}\nreturn l", result="f64<U:X>"),
+    # a reduced carry: its cotangent, carried by the reverse loop, is unreduced
+    Case("loop_r_carry", [("w", "f64[4]", N("f64[4]", 144)), ("x", XB, N(XB, 145))],
+         "var v = reshard(w, f64[4]<R:X>)\nfor i in 0..3 {\n    v = sin(v) * 1.5 + v * v * 0.25\n}\n"
+         "let y = x @ v\nreturn sum(y * y)"),
+    # an if (on a replicated condition) that yields pending sums
+    Case("if_u", [("w", W45, N(W45, 146)), ("x", XB, N(XB, 147)), ("s", "f64", "0.5")],
+         "let y = x @ w\nvar l = sum(y * y) as f64<U:X>\nif s > 0.0 {\n    l = l + (sum(sin(y)) as f64<U:X>)\n}\n"
+         "return l", result="f64<U:X>", wrt=(0, 1)),
+    # unreduced to reduced (typing-rules 7.10): an all-reduce; its transpose is free
+    Case("u_to_r", [("w", "f64[4, 5]<U:X>", N("f64[4, 5]<U:X>", 148)), ("x", XB, N(XB, 149))],
+         "let r = reshard(w, f64[4, 5]<R:X>)\nlet y = x @ r\nreturn sum(y * y)"),
     # an unreduced scalar result; and a reduced one
     Case("ret_u", [("w", W45, N(W45, 138)), ("x", XB, N(XB, 139))],
          "let y = x @ w\nreturn sum(y * y) as f64<U:X>", result="f64<U:X>"),
