@@ -985,12 +985,15 @@ static void vjp_for(AD *a, Inst *in) {
     ys[na + q] = acc_out[q];
   ir_emit(a->mod, rb, IR_YIELD, in->pos, ncar, ys, 0, NULL);
   a->b = saved_b;
-  for (int jj = 0; jj < na; jj++)
-    add_ct(a, in->args[act[jj] + 2], rev->results[jj]);
+  /* The outer values' accumulators replace their cotangents (they started
+   * from them), then the initial carries' cotangents add to them: a value
+   * can be both (var y = x; for ... { y = f(y) + x }). */
   for (int q = 0; q < outer.len; q++) {
     Value *o = outer.data[q];
     a->ct[o->id] = rev->results[na + q];
   }
+  for (int jj = 0; jj < na; jj++)
+    add_ct(a, in->args[act[jj] + 2], rev->results[jj]);
   free(outer.data);
 }
 

@@ -452,6 +452,21 @@ control = [
     Case("if_in_loop", [("x", V8, N(V8, 162))],
          "var y = x\nfor i in 0..4 {\n    if i < 2 {\n        y = sin(y)\n    } else {\n        y = y * y\n    }\n}\n"
          "return sum(y)"),
+    # x is both the initial carry and read by the body
+    Case("loop_init_read", [("x", V8, N(V8, 170)), ("s", "f64", "0.7")],
+         "var y = x\nfor i in 0..3 {\n    y = sin(y) * s + x\n}\nreturn sum(y * y)", wrt=(0, 1)),
+    Case("loop_in_if", [("x", V8, N(V8, 165)), ("s", "f64", "0.7")],
+         "var y = x\nif s > 0.5 {\n    for i in 0..3 {\n        y = sin(y) * s + x\n    }\n} else {\n    y = y * s\n}\n"
+         "return sum(y * y)", wrt=(0, 1)),
+    Case("int_carry", [("x", V8, N(V8, 166))],
+         "var k = 1\nvar y = x\nfor i in 0..4 {\n    k = k * 2\n    y = y * cast(k, f64) * 0.1 + sin(y)\n}\n"
+         "return sum(y)"),
+    Case("inactive_carry", [("x", V8, N(V8, 167))],
+         "var c = iota(f64[8@X, 4], axis=1)\nvar y = x\nfor i in 0..3 {\n    c = c * 0.5 + 1.0\n"
+         "    y = tanh(y * c)\n}\nreturn sum(y * c)"),
+    Case("two_loops", [("x", V8, N(V8, 168)), ("w", "f64[4, 4]", N("f64[4, 4]", 169))],
+         "var y = x\nfor i in 0..2 {\n    y = tanh(y @ w)\n}\nvar z = y\nfor j in 0..2 {\n    z = z * y + sin(z @ w)\n}\n"
+         "return sum(z)", wrt=(0, 1)),
     Case("calls", [("x", V8, N(V8, 163)), ("w", "f64[4, 4]", N("f64[4, 4]", 164))],
          "let (a, b) = two(x, w)\nreturn sum(layer(a, w) * b)", wrt=(0, 1),
          helpers="fn layer(x: f64[8@X, 4], w: f64[4, 4]) -> f64[8@X, 4] {\n    return tanh(x @ w)\n}\n\n"
