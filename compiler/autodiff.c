@@ -224,43 +224,48 @@ static Value *ct_or_zero(AD *a, Value *primal) {
   return zeros(a, &t);
 }
 
-/* Sums g (shaped like a broadcast result) down to the shape of `target`. */
-static Value *unbroadcast(AD *a, Value *g, const Type *target) {
+/* Sums g (shaped like a broadcast result) down to the shape of the primal
+ * type `primal`, typed as its cotangent. The sum keeps the pending sums that
+ * the cotangent type keeps (a <R:X> operand's cotangent stays <U:X>: no
+ * all-reduce), and produces none that it does not (an <U:X> operand's
+ * cotangent, <R:X>, is summed locally from the replicated g). */
+static Value *unbroadcast(AD *a, Value *g, const Type *primal) {
   const Type *G = &g->type;
-  int off = G->rank - target->rank;
+  Type want = ty_ct(primal);
+  int off = G->rank - want.rank;
   unsigned mask = 0;
   for (int d = 0; d < G->rank; d++) {
     int td = d - off;
-    if (td < 0 || (target->shape[td] == 1 && G->shape[d] != 1))
+    if (td < 0 || (want.shape[td] == 1 && G->shape[d] != 1))
       mask |= 1u << d;
   }
   if (!mask)
-    return to_type(a, g, target);
+    return to_type(a, g, &want);
   Type r = *G;
   r.rank = 0;
   for (int d = 0; d < G->rank; d++) {
     if (mask & (1u << d))
       continue;
     r.shape[r.rank] = G->shape[d];
-    r.spec[r.rank] = target->spec[d - off];
+    r.spec[r.rank] = want.spec[d - off];
     r.rank++;
   }
   for (int d = r.rank; d < MAX_RANK; d++)
     r.spec[d].n = 0;
-  r.U = target->U & ~ty_dim_axes(&r);
+  r.U = want.U & ~ty_dim_axes(&r);
   r.R = 0;
   r.V = G->V;
   Inst *in = emit(a, IR_REDUCE, 1, &g, r);
   in->fn = RED_SUM;
   in->mask = mask;
   Value *s = in->results[0];
-  if (r.rank != target->rank) {
-    Type t = *target;
+  if (r.rank != want.rank) {
+    Type t = want;
     t.R = 0;
     t.U = r.U;
     s = emit1(a, IR_RESHAPE, 1, &s, t);
   }
-  return to_type(a, s, target);
+  return to_type(a, s, &want);
 }
 
 /* g broadcast back to x's shape over the reduced dims (the transpose of a

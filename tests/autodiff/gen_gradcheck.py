@@ -406,6 +406,13 @@ reduced = [
     # unreduced to reduced (typing-rules 7.10): an all-reduce; its transpose is free
     Case("u_to_r", [("w", "f64[4, 5]<U:X>", N("f64[4, 5]<U:X>", 148)), ("x", XB, N(XB, 149))],
          "let r = reshard(w, f64[4, 5]<R:X>)\nlet y = x @ r\nreturn sum(y * y)"),
+    # linear operations on pending sums, with broadcasting (typing-rules D2)
+    Case("u_bcast", [("a", "f64[4, 3]<U:X>", N("f64[4, 3]<U:X>", 150)), ("b", "f64[3]<U:X>", N("f64[3]<U:X>", 151)),
+                     ("c", "f64[4, 1]<U:X>", N("f64[4, 1]<U:X>", 152))],
+         "let u = a + b - c * 2.0\nlet r = reshard(-u, f64[4, 3])\nreturn sum(r * r * r)", wrt=(0, 1, 2)),
+    Case("r_bcast", [("a", "f64[4, 3]<R:X>", N("f64[4, 3]<R:X>", 153)), ("b", "f64[3]<R:X>", N("f64[3]<R:X>", 154)),
+                     ("x", "f64[16@X, 4]", N("f64[16@X, 4]", 155))],
+         "let v = a * b + b\nlet y = x @ v\nreturn sum(y * y)", wrt=(0, 1)),
     # an unreduced scalar result; and a reduced one
     Case("ret_u", [("w", W45, N(W45, 138)), ("x", XB, N(XB, 139))],
          "let y = x @ w\nreturn sum(y * y) as f64<U:X>", result="f64<U:X>"),
@@ -417,11 +424,16 @@ FILES["gc_unreduced"] = dict(
     mesh=MESH1, cases=reduced,
     extra_bottom="// EXPLAIN: ^fn f_weight_r_grad_0 \n// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(X\\) .* f64\\[4,5\\]<U:X> -> f64\\[4,5\\]$\n"
                  "// EXPLAIN: ^fn f_param_r_grad_0 \n// EXPLAIN-COUNT: 0 all_reduce\n"
+                 "// EXPLAIN: ^fn f_r_elementwise_grad_0 \n// EXPLAIN-COUNT: 0 all_reduce\n"
                  "// EXPLAIN: ^fn f_accum_grad_0 \n// EXPLAIN-COUNT: 1 all_reduce\n"
                  "// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(X\\) .* f64\\[4,5\\]<U:X> -> f64\\[4,5\\]$\n"
                  "// EXPLAIN-NOT: all_gather|reduce_scatter|all_to_all|permute\n"
                  "// EXPLAIN: ^fn f_accum_plain_grad_0 \n"
-                 "// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(X\\) .* f64\\[4,5\\]<U:X> -> f64\\[4,5\\] +\\(in the loop at line")
+                 "// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(X\\) .* f64\\[4,5\\]<U:X> -> f64\\[4,5\\] +\\(in the loop at line\n"
+                 "// EXPLAIN: ^fn f_u_bcast_grad_0_1_2 \n"
+                 "// EXPLAIN-COUNT: 1 all_reduce\n"
+                 "// EXPLAIN: ^fn f_r_bcast_grad_0_1 \n"
+                 "// EXPLAIN-COUNT: 0 all_reduce")
 
 # ---- control flow and calls inside f ----------------------------------------------------------------
 V8 = "f64[8@X, 4]"
@@ -467,6 +479,13 @@ control = [
     Case("two_loops", [("x", V8, N(V8, 168)), ("w", "f64[4, 4]", N("f64[4, 4]", 169))],
          "var y = x\nfor i in 0..2 {\n    y = tanh(y @ w)\n}\nvar z = y\nfor j in 0..2 {\n    z = z * y + sin(z @ w)\n}\n"
          "return sum(z)", wrt=(0, 1)),
+    Case("if_nested", [("x", V8, N(V8, 171)), ("s", "f64", "0.3")],
+         "var y = x * s\nif s > 0.0 {\n    if s < 0.5 {\n        y = y * x + s\n    } else {\n        y = sin(y)\n    }\n"
+         "    y = y * y\n}\nreturn sum(y)", wrt=(0, 1)),
+    Case("call_in_loop", [("x", V8, N(V8, 172)), ("w", "f64[4, 4]", N("f64[4, 4]", 173))],
+         "var h = x\nfor i in 0..2 {\n    h = looped_layer(h, w) + h\n}\nreturn sum(h * h)", wrt=(0, 1),
+         helpers="fn looped_layer(x: f64[8@X, 4], w: f64[4, 4]) -> f64[8@X, 4] {\n    var y = x\n"
+                 "    for j in 0..2 {\n        y = tanh(y @ w) * x\n    }\n    return y\n}"),
     Case("calls", [("x", V8, N(V8, 163)), ("w", "f64[4, 4]", N("f64[4, 4]", 164))],
          "let (a, b) = two(x, w)\nreturn sum(layer(a, w) * b)", wrt=(0, 1),
          helpers="fn layer(x: f64[8@X, 4], w: f64[4, 4]) -> f64[8@X, 4] {\n    return tanh(x @ w)\n}\n\n"
