@@ -268,10 +268,10 @@ static Value *unbroadcast(AD *a, Value *g, const Type *primal) {
   return to_type(a, s, &want);
 }
 
-/* g broadcast back to x's shape over the reduced dims (the transpose of a
- * sum), typed as ct(x). */
-static Value *broadcast_back(AD *a, Value *g, const Type *x, unsigned mask) {
-  Type keep = g->type;
+/* v (shaped like a reduction of x over `mask`) broadcast back to x's shape,
+ * typed t. */
+static Value *broadcast_as(AD *a, Value *v, const Type *x, unsigned mask, Type t) {
+  Type keep = v->type;
   keep.rank = x->rank;
   int k = 0;
   for (int d = 0; d < x->rank; d++) {
@@ -279,14 +279,35 @@ static Value *broadcast_back(AD *a, Value *g, const Type *x, unsigned mask) {
       keep.shape[d] = 1;
       keep.spec[d].n = 0;
     } else {
-      keep.shape[d] = g->type.shape[k];
-      keep.spec[d] = g->type.spec[k];
+      keep.shape[d] = v->type.shape[k];
+      keep.spec[d] = v->type.spec[k];
       k++;
     }
   }
-  Value *r = keep.rank == g->type.rank ? g : emit1(a, IR_RESHAPE, 1, &g, keep);
-  Type t = ty_ct(x);
+  Value *r = keep.rank == v->type.rank ? v : emit1(a, IR_RESHAPE, 1, &v, keep);
   return emit1(a, IR_BROADCAST, 1, &r, t);
+}
+
+/* The transpose of a sum: g broadcast back over the reduced dims, typed
+ * ct(x). */
+static Value *broadcast_back(AD *a, Value *g, const Type *x, unsigned mask) {
+  return broadcast_as(a, g, x, mask, ty_ct(x));
+}
+
+/* g where cond holds, 0 elsewhere. A pending (unreduced) g cannot meet a
+ * literal 0 in a select, so it is multiplied by a 0/1 mask marked reduced
+ * over g's unreduced axes (U(A) x R(A) is U(A)); the mask, computed from
+ * replicated or reduced values, is the same on every device, so marking it
+ * is free. Otherwise a select: no NaN from an infinite g where cond fails. */
+static Value *gate(AD *a, Value *g, Value *cond) {
+  if (!g->type.U)
+    return select3(a, cond, g, cst(a, g->type.dtype, 0));
+  Type t = cond->type;
+  t.dtype = g->type.dtype;
+  Value *m = emit1(a, IR_CAST, 1, &cond, t);
+  Type r = m->type;
+  r.R = g->type.U;
+  return bin(a, BIN_MUL, g, to_type(a, m, &r));
 }
 
 /* ---- the VJP of each instruction ------------------------------------------------------- */
@@ -365,13 +386,13 @@ static void vjp_binary(AD *a, Inst *in, Value *g) {
       return;
     /* Ties split evenly, as JAX does. */
     Value *win = bin(a, in->fn == BIN_MAX ? BIN_GT : BIN_LT, x, y);
+    Value *lose = bin(a, in->fn == BIN_MAX ? BIN_LT : BIN_GT, x, y);
     Value *tie = bin(a, BIN_EQ, x, y);
-    Value *half = bin(a, BIN_MUL, g, cst(a, dt, 0.5));
-    Value *zero = cst(a, dt, 0);
+    Value *half = gate(a, bin(a, BIN_MUL, g, cst(a, dt, 0.5)), tie);
     if (ax)
-      add_ct_unbroadcast(a, px, select3(a, win, g, select3(a, tie, half, zero)));
+      add_ct_unbroadcast(a, px, bin(a, BIN_ADD, gate(a, g, win), half));
     if (ay)
-      add_ct_unbroadcast(a, py, select3(a, win, zero, select3(a, tie, half, g)));
+      add_ct_unbroadcast(a, py, bin(a, BIN_ADD, gate(a, g, lose), half));
     return;
   }
   default:
@@ -499,17 +520,19 @@ static void vjp_reduce(AD *a, Inst *in, Value *g) {
   }
   /* max/min: the cotangent goes to the elements equal to the result, split
    * evenly among ties. */
+  /* Everything but g is typed like the primal values (a reduced x gives
+   * reduced masks and counts, which a pending g may be divided and
+   * multiplied by without communication). */
   Value *x = P(a, px), *y = P(a, in->results[0]);
-  Value *yb = broadcast_back(a, y, X, in->mask);
+  Value *yb = broadcast_as(a, y, X, in->mask, x->type);
   Value *hit = bin(a, BIN_EQ, x, yb);
   Type ht = hit->type;
   ht.dtype = X->dtype;
   Value *m = emit1(a, IR_CAST, 1, &hit, ht);
-  Type cnt_t = y->type;
-  Inst *cnt = emit(a, IR_REDUCE, 1, &m, cnt_t);
+  Inst *cnt = emit(a, IR_REDUCE, 1, &m, y->type);
   cnt->fn = RED_SUM;
   cnt->mask = in->mask;
-  Value *share = bin(a, BIN_DIV, g, to_type(a, cnt->results[0], &g->type));
+  Value *share = bin(a, BIN_DIV, g, cnt->results[0]);
   add_ct(a, px, bin(a, BIN_MUL, broadcast_back(a, share, X, in->mask), m));
 }
 
@@ -1116,12 +1139,13 @@ static void vjp(AD *a, Inst *in) {
   case IR_BINARY: vjp_binary(a, in, g); return;
   case IR_SELECT: {
     Value *c = P(a, in->args[0]);
-    Type z = g->type;
-    Value *zero = cst(a, z.dtype, 0);
     if (wants_ct(a, in->args[1]))
-      add_ct_unbroadcast(a, in->args[1], select3(a, c, g, zero));
-    if (wants_ct(a, in->args[2]))
-      add_ct_unbroadcast(a, in->args[2], select3(a, c, zero, g));
+      add_ct_unbroadcast(a, in->args[1], gate(a, g, c));
+    if (wants_ct(a, in->args[2])) {
+      Value *nc = emit1(a, IR_UNARY, 1, &c, c->type);
+      nc->def->fn = UN_NOT;
+      add_ct_unbroadcast(a, in->args[2], gate(a, g, nc));
+    }
     return;
   }
   case IR_CAST:

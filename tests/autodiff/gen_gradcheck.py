@@ -413,6 +413,14 @@ reduced = [
     Case("r_bcast", [("a", "f64[4, 3]<R:X>", N("f64[4, 3]<R:X>", 153)), ("b", "f64[3]<R:X>", N("f64[3]<R:X>", 154)),
                      ("x", "f64[16@X, 4]", N("f64[16@X, 4]", 155))],
          "let v = a * b + b\nlet y = x @ v\nreturn sum(y * y)", wrt=(0, 1)),
+    # max/min reductions and maximum of reduced values
+    Case("r_max", [("w", "f64[4, 3]<R:X>", N("f64[4, 3]<R:X>", 156)), ("x", "f64[16@X, 3]", N("f64[16@X, 3]", 157))],
+         "let v = max(w, axis=0) + min(w * w, axis=0) + maximum(w, 0.1 * w)\nlet y = x @ transpose(v)\n"
+         "return sum(y * y)"),
+    # where of reduced values, on a reduced and on a replicated condition
+    Case("r_where", [("w", "f64[4, 3]<R:X>", N("f64[4, 3]<R:X>", 158)), ("x", "f64[16@X, 3]", N("f64[16@X, 3]", 159))],
+         "let c = iota(f64[4, 3], axis=0) > 1.0\nlet v = where(w > 0.0, w, w * w) + where(c, w * 3.0, w)\n"
+         "let y = x @ transpose(v)\nreturn sum(y * y)"),
     # an unreduced scalar result; and a reduced one
     Case("ret_u", [("w", W45, N(W45, 138)), ("x", XB, N(XB, 139))],
          "let y = x @ w\nreturn sum(y * y) as f64<U:X>", result="f64<U:X>"),
@@ -433,6 +441,10 @@ FILES["gc_unreduced"] = dict(
                  "// EXPLAIN: ^fn f_u_bcast_grad_0_1_2 \n"
                  "// EXPLAIN-COUNT: 1 all_reduce\n"
                  "// EXPLAIN: ^fn f_r_bcast_grad_0_1 \n"
+                 "// EXPLAIN-COUNT: 0 all_reduce\n"
+                 "// EXPLAIN: ^fn f_r_max_grad_0 \n"
+                 "// EXPLAIN-COUNT: 0 all_reduce\n"
+                 "// EXPLAIN: ^fn f_r_where_grad_0 \n"
                  "// EXPLAIN-COUNT: 0 all_reduce")
 
 # ---- control flow and calls inside f ----------------------------------------------------------------
