@@ -657,9 +657,33 @@ manual = [
     Case("manual_loop", [("x", "f64[16@X, 3]", N("f64[16@X, 3]", 194)), ("w", "f64[3, 3]", N("f64[3, 3]", 195))],
          "return sum(m_loop(x, w) * x)", wrt=(0, 1)),
 ]
+# The communication column of typing-rules 4.3 (docs/autodiff.md section 4):
+# each gradient function's collectives, forward and backward together.
+ANY = "all_reduce|all_gather|reduce_scatter|all_to_all|ppermute"
+MAN_EXPLAIN = [
+    ("pvary_grad_0_1", [("1", r"all_reduce\.sum +over \(X\) .* f64\[8,3\]<V:X> -> f64\[8,3\]$"), ("1", ANY)]),
+    ("pvary_r_grad_0_1", [("0", ANY)]),
+    ("to_u_grad_0", [("1", r"all_reduce\.sum .* f64\[8,3\]<U:X> -> f64\[8,3\]$"), ("1", ANY)]),
+    ("to_r_grad_0_1", [("1", r"all_reduce\.sum .* f64\[3\]<U:X> -> f64\[3\]$"), ("1", ANY)]),
+    ("psum_grad_0", [("1", r"all_reduce\.sum .*<V:X> -> "), ("1", ANY)]),
+    ("psum_u_grad_0", [("1", r"all_reduce\.sum .*<U:X> -> "), ("1", ANY)]),
+    ("gather_grad_0_1", [("1", "all_gather .*<V:X> -> .*<V:X>$"), ("1", r"reduce_scatter\.sum .*<V:X> -> .*<V:X>$"),
+                         ("2", ANY)]),
+    ("gather_i_grad_0", [("1", "all_gather"), ("1", ANY)]),
+    ("gather_r_grad_0_1", [("1", r"all_gather .* -> f64\[64,3\]<R:X>$"),
+                           ("1", r"reduce_scatter\.sum .* f64\[64,3\]<U:X> -> "), ("2", ANY)]),
+    ("scatter_grad_0", [("1", "reduce_scatter"), ("1", "all_gather"), ("2", ANY)]),
+    ("scatter_u_grad_0_1", [("1", r"reduce_scatter\.sum .*<U:X> -> "), ("1", "all_gather .* -> .*<R:X>$"), ("2", ANY)]),
+    ("a2a_grad_0", [("2", "all_to_all"), ("2", ANY)]),
+    ("permute_grad_0", [("4", "ppermute"), ("4", ANY)]),
+    ("axis_index_grad_0", [("0", ANY)]),
+    ("branch_grad_0", [("0", ANY)]),
+]
+MAN_BOTTOM = "\n".join("// EXPLAIN: ^fn f_%s \n" % f + "\n".join("// EXPLAIN-COUNT: %s %s" % c for c in cs)
+                        for f, cs in MAN_EXPLAIN)
 FILES["gc_manual"] = dict(title="Manual functions: every collective and cast of typing-rules 4.3, axis_index, "
                                 "branches on a varying condition, loops.",
-                          mesh=MESH1, cases=manual, extra_top=MAN)
+                          mesh=MESH1, cases=manual, extra_top=MAN, extra_bottom=MAN_BOTTOM)
 
 # ---- grad / value_and_grad forms ---------------------------------------------------------------------
 AP = [("a", "f64[8@X, 4]", N("f64[8@X, 4]", 200)), ("n", "i32", "2"), ("b", "f64[4]", N("f64[4]", 201)),
@@ -796,12 +820,16 @@ def main():
     for name, spec in FILES.items():
         text = render(**spec) if isinstance(spec, dict) else render(*spec)
         path = os.path.join(HERE, name + ".shd")
-        old = open(path).read() if os.path.exists(path) else None
+        old = None
+        if os.path.exists(path):
+            with open(path) as f:
+                old = f.read()
         if old != text:
             if check:
                 stale.append(path)
             else:
-                open(path, "w").write(text)
+                with open(path, "w") as f:
+                    f.write(text)
     if stale:
         sys.exit("out of date (run tests/autodiff/gen_gradcheck.py): " + " ".join(stale))
 
