@@ -16,7 +16,18 @@
  * iteration; the reverse loop runs the iterations backwards, recomputes each
  * body from its saved carries, and backpropagates through it, carrying the
  * cotangents of the carries and of the outer values the body reads. Branches
- * recompute the taken branch. Recomputed code drops print and save.
+ * recompute the taken branch; under a condition that varies across devices,
+ * an active cast whose transpose all-reduces is an error [E_GRAD].
+ * Recomputed code drops print and save.
+ *
+ * Masks, tie counts and other values computed from primal values keep the
+ * primal's states, so a pending (unreduced) cotangent of a reduced value
+ * meets only reduced partners and stays pending: no VJP communicates
+ * beyond what the types ask for.
+ *
+ * A grad inside a differentiated function is built first and inlined like
+ * any call: second derivatives work, except through a loop (the inner
+ * gradient's tape is not differentiated: [E_GRAD]).
  */
 #include "shdc.h"
 
