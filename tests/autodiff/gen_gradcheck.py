@@ -610,6 +610,22 @@ manual(X) fn m_branch(x: f64[16@X, 3]) -> f64[16@X, 3] {
     return y
 }
 
+manual(X) fn m_pair(x: f64[16@X, 3], w: f64[3, 3]) -> (f64[16@X, 3], f64[3]) {
+    let h = tanh(x @ pcast(w, X, to=varying))
+    return (h * x, psum(sum(h, axis=0), X))
+}
+
+manual(X) fn m_loop_r(x: f64[16@X, 3], w: f64[3, 3]) -> f64[16@X, 3] {
+    // w made reduced once: each iteration's cast to varying transposes to a
+    // free cast to unreduced, and the gradient is all-reduced once
+    let wr = pcast(w, X, to=reduced)
+    var h = x
+    for i in 0..3 {
+        h = tanh(h @ pcast(wr, X, to=varying)) + h
+    }
+    return h
+}
+
 manual(X) fn m_loop(x: f64[16@X, 3], w: f64[3, 3]) -> f64[16@X, 3] {
     var h = x
     for i in 0..2 {
@@ -654,6 +670,11 @@ manual = [
     Case("axis_index", [("x", "f64[16@X, 3]", N("f64[16@X, 3]", 192))], "return sum(m_index(x))", mesh_dep=True),
     Case("branch", [("x", "f64[16@X, 3]", N("f64[16@X, 3]", 193))], "return sum(m_branch(x) * x)",
          mesh_dep=True),
+    Case("manual_in_loop", [("x", "f64[16@X, 3]", N("f64[16@X, 3]", 199)), ("w", "f64[3, 3]", N("f64[3, 3]", 200))],
+         "var h = x\nvar t = iota(f64[3], axis=0)\nfor i in 0..3 {\n    let (a, b) = m_pair(h, w)\n"
+         "    h = a + h * 0.5\n    t = t * 0.5 + b\n}\nreturn sum(h) + sum(t * t)", wrt=(0, 1)),
+    Case("manual_loop_r", [("x", "f64[16@X, 3]", N("f64[16@X, 3]", 201)), ("w", "f64[3, 3]", N("f64[3, 3]", 202))],
+         "return sum(m_loop_r(x, w) * x)", wrt=(0, 1)),
     Case("manual_loop", [("x", "f64[16@X, 3]", N("f64[16@X, 3]", 194)), ("w", "f64[3, 3]", N("f64[3, 3]", 195))],
          "return sum(m_loop(x, w) * x)", wrt=(0, 1)),
 ]
@@ -678,6 +699,10 @@ MAN_EXPLAIN = [
     ("permute_grad_0", [("4", "ppermute"), ("4", ANY)]),
     ("axis_index_grad_0", [("0", ANY)]),
     ("branch_grad_0", [("0", ANY)]),
+    # the reduced weight's gradient: one all-reduce, after the reverse loop
+    ("manual_loop_r_grad_0_1", [("1", ANY), ("1", r"all_reduce\.sum .* f64\[3,3\]<U:X> -> f64\[3,3\]$")]),
+    # the invariant weight's: one all-reduce per iteration
+    ("manual_loop_grad_0_1", [("1", r"all_reduce\.sum .* f64\[3,3\]<V:X> -> f64\[3,3\] +\(in the loop")]),
 ]
 MAN_BOTTOM = "\n".join("// EXPLAIN: ^fn f_%s \n" % f + "\n".join("// EXPLAIN-COUNT: %s %s" % c for c in cs)
                         for f, cs in MAN_EXPLAIN)
