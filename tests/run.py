@@ -18,9 +18,11 @@ tests/README.md):
   // TOL: rtol atol              tolerance of those comparisons
   // ARGS: --steps=3             program arguments
   // STDOUT: regex               rank 0's output contains these lines, in order
+  // STDOUT-NOT: regex           no line of any run's output matches
   // SAME-STDOUT                 the numbers printed agree with the all-ones build
   // RUNFAIL: X=2 np=3 regex     this launch must fail with status 1 and regex
                                  in its output
+  // BUILD-FLAGS: -O0            extra `shdc build` options (huge generated tests)
 
 Runtime unit tests (tests/runtime/test_*.c, first line `// RANKS: 1 2 4`)
 run under mpirun at each rank count.
@@ -74,6 +76,7 @@ class ShdTest:
         self.errors = {}          # line -> [codes]
         self.types, self.ir, self.explain = [], [], []
         self.runs, self.refs, self.stdout, self.runfail = [], [], [], []
+        self.stdout_not, self.build_flags = [], []
         self.args, self.mesh, self.tol, self.same_stdout = [], None, None, False
         for i, l in enumerate(self.lines, 1):
             m = re.search(r"//\s*ERROR:\s*(.*)$", l)
@@ -99,6 +102,10 @@ class ShdTest:
                 self.args = val.split()
             elif key == "STDOUT":
                 self.stdout.append(val)
+            elif key == "STDOUT-NOT":
+                self.stdout_not.append(val)
+            elif key == "BUILD-FLAGS":
+                self.build_flags = val.split()
             elif key == "SAME-STDOUT":
                 self.same_stdout = True
             elif key == "MESH":
@@ -177,7 +184,8 @@ class ShdTest:
     # ---- running -------------------------------------------------------------
 
     def build(self, mesh, exe):
-        rc, out, err = run(self.shdc_cmd("build", self.path, "-o", exe, "--mesh", mesh), timeout=300)
+        rc, out, err = run(self.shdc_cmd("build", self.path, "-o", exe, "--mesh", mesh, *self.build_flags),
+                           timeout=300)
         if rc != 0:
             raise Failure("shdc build --mesh %s failed:\n%s%s" % (mesh, out, err))
 
@@ -242,7 +250,8 @@ class ShdTest:
             self.assert_close("%s against NumPy" % name, got, want)
 
     def check_stdout(self, out, mesh):
-        self.match_lines("output at mesh " + mesh, out, [("STDOUT", s) for s in self.stdout])
+        self.match_lines("output at mesh " + mesh, out, [("STDOUT", s) for s in self.stdout] +
+                         [("STDOUT-NOT", s) for s in self.stdout_not])
 
     def numbers(self, out):
         return [float(x) for x in re.findall(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|nan|inf", out)]
