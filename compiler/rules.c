@@ -342,25 +342,97 @@ static bool elementwise_specs(RuleCtx *c, int n, const Type *eff, Type *out) {
 }
 
 static bool check_elementwise_dtype(RuleCtx *c, int op, int n, const Type *const *ops, DType dt) {
-  if (dt == DT_BOOL && !(op == BIN_EQ || op == BIN_NE || op == BIN_AND || op == BIN_OR || op < 0))
+  if (dt == DT_BOOL && !(op == BIN_EQ || op == BIN_NE || op == BIN_AND || op == BIN_OR))
     return fail(c, "E_DTYPE", "%s: arithmetic on bool values (%s); convert with cast(x, f32)", c->opname,
                 TS(ops[0]));
   return true;
 }
 
+/* where(cond, a, b) is jnp.where. When the three operands have the same
+ * shape nothing is broadcast and lax.select's rule applies: the cases must
+ * be sharded identically and a non-scalar condition like them ([E_SAME]).
+ * Otherwise every operand is first broadcast to the common sharding of the
+ * elementwise rule (1.3), so only [E_BCAST]/[E_DUP] can fail. A scalar
+ * condition takes no part. Select is linear in its cases, so cases that are
+ * both unreduced over the same axes give an unreduced result (3.4). */
+static bool select_specs(RuleCtx *c, int n, const Type *eff, Type *r) {
+  int first = eff[0].rank ? 0 : 1;
+  bool same_shape = true;
+  for (int k = first + 1; k < n; k++) {
+    same_shape &= eff[k].rank == eff[first].rank;
+    for (int d = 0; same_shape && d < eff[k].rank; d++)
+      same_shape &= eff[k].shape[d] == eff[first].shape[d];
+  }
+  if (!same_shape)
+    return elementwise_specs(c, n - first, eff + first, r);
+  for (int d = 0; d < r->rank; d++)
+    r->spec[d] = eff[1].spec[d];
+  if (!ty_same_sharding(&eff[1], &eff[2]) && (eff[1].rank || eff[2].rank))
+    return fail(c, "E_SAME",
+                "where: the cases must be sharded the same way, but they are %s and %s (nothing is broadcast "
+                "here, as all operands have one shape); reshard one of them, e.g. reshard(b, %s)",
+                TS(&eff[1]), TS(&eff[2]), TS(&eff[1]));
+  if (first == 0)
+    for (int d = 0; d < r->rank; d++)
+      if (!ty_spec_equal(eff[0].spec[d], eff[1].spec[d])) {
+        Type want = eff[0];
+        for (int k = 0; k < r->rank; k++)
+          want.spec[k] = eff[1].spec[k];
+        return fail(c, "E_SAME",
+                    "where: the condition %s must be sharded like the cases %s (nothing is broadcast here, as "
+                    "all operands have one shape); reshard it: reshard(cond, %s)",
+                    TS(&eff[0]), TS(&eff[1]), TS(&want));
+      }
+  return true;
+}
+
+static bool rule_select(RuleCtx *c, const Type *const *ops, Type *out) {
+  if (ops[0]->dtype != DT_BOOL)
+    return fail(c, "E_DTYPE", "where: the condition must be bool, not %s; compare, e.g. where(x > 0, a, b)",
+                TS(ops[0]));
+  DType dt = DT_F32;
+  if (!join_dtypes(c, 2, ops + 1, &dt))
+    return false;
+  Type shape;
+  if (!rule_broadcast_shapes(c, 3, ops, &shape))
+    return false;
+  Type eff[3];
+  AxisSet V;
+  if (!vma_unify(c, 3, ops, eff, &V))
+    return false;
+  if (eff[0].U)
+    return fail(c, "E_UR", "where: the condition %s is unreduced; a condition cannot be a pending sum", TS(&eff[0]));
+  if (eff[1].U != eff[2].U) {
+    const Type *u = eff[1].U ? &eff[1] : &eff[2], *o = eff[1].U ? &eff[2] : &eff[1];
+    return fail(c, "E_UR",
+                "where: the cases must be unreduced over the same axes, but they are %s and %s; select is linear "
+                "only when both are pending sums over the same axes: reduce with reshard(x, TYPE) first",
+                TS(u), TS(o));
+  }
+  Type r = shape;
+  r.dtype = dt;
+  r.V = V;
+  r.weak = ops[0]->weak && ops[1]->weak && ops[2]->weak;
+  AxisSet R = 0;
+  if (!elementwise_reduced(c, 2, eff + 1, 0, &R) || !select_specs(c, 3, eff, &r))
+    return false;
+  if (ty_dim_axes(&r) & R)
+    return fail(c, "E_UR",
+                "where: the cases are reduced over %s, but the condition %s is sharded over it; reshard the "
+                "condition to replicated there",
+                axes_str(c, ty_dim_axes(&r) & R), TS(&eff[0]));
+  r.U = eff[1].U;
+  r.R = R;
+  *out = r;
+  return true;
+}
+
 /* op: a BinOp, or -1 for where(cond, a, b). */
 bool rule_elementwise(RuleCtx *c, int op, int n, const Type *const *ops, Type *out) {
-  const Type *const *vals = ops;
-  int nv = n;
-  if (op < 0) {
-    if (ops[0]->dtype != DT_BOOL)
-      return fail(c, "E_DTYPE", "where: the condition must be bool, not %s; compare, e.g. where(x > 0, a, b)",
-                  TS(ops[0]));
-    vals = ops + 1;
-    nv = n - 1;
-  }
+  if (op < 0)
+    return rule_select(c, ops, out);
   DType dt = DT_F32;
-  if (!join_dtypes(c, nv, vals, &dt) || !check_elementwise_dtype(c, op, nv, vals, dt))
+  if (!join_dtypes(c, n, ops, &dt) || !check_elementwise_dtype(c, op, n, ops, dt))
     return false;
   Type shape;
   if (!rule_broadcast_shapes(c, n, ops, &shape))
@@ -376,38 +448,10 @@ bool rule_elementwise(RuleCtx *c, int op, int n, const Type *const *ops, Type *o
   for (int k = 0; k < n; k++)
     all_weak &= ops[k]->weak;
   r.weak = all_weak;
-  if (op < 0) {
-    /* select: the cases must be sharded identically on their full-size
-     * dims (E_SAME); the predicate's U/R do not count. */
-    for (int k = 0; k < n; k++)
-      if (eff[k].U)
-        return fail(c, "E_UR", "where: %s is unreduced; select is not linear in its cases' pending sums; "
-                               "reduce it first with reshard(x, TYPE)", TS(&eff[k]));
-  }
   AxisSet U = 0, consumed = 0, R = 0;
-  if (op >= 0 && !elementwise_unreduced(c, op, n, eff, &U, &consumed))
+  if (!elementwise_unreduced(c, op, n, eff, &U, &consumed) || !elementwise_reduced(c, n, eff, consumed, &R) ||
+      !elementwise_specs(c, n, eff, &r))
     return false;
-  if (!elementwise_reduced(c, op < 0 ? n - 1 : n, op < 0 ? eff + 1 : eff, consumed, &R))
-    return false;
-  if (!elementwise_specs(c, n, eff, &r))
-    return false;
-  if (op < 0) {
-    for (int k = 1; k < n; k++)
-      for (int j = k + 1; j < n; j++) {
-        if (eff[k].rank == 0 || eff[j].rank == 0)
-          continue;
-        for (int d = 0; d < r.rank; d++) {
-          int dk = d - (r.rank - eff[k].rank), dj = d - (r.rank - eff[j].rank);
-          if (dk < 0 || dj < 0 || eff[k].shape[dk] != r.shape[d] || eff[j].shape[dj] != r.shape[d])
-            continue;
-          if (!ty_spec_equal(eff[k].spec[dk], eff[j].spec[dj]))
-            return fail(c, "E_SAME",
-                        "where: the cases must have the same sharding, but they are %s and %s; reshard one of "
-                        "them",
-                        TS(&eff[k]), TS(&eff[j]));
-        }
-      }
-  }
   r.U = U;
   r.R = R;
   *out = r;

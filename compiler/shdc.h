@@ -494,6 +494,7 @@ typedef struct {
   Scope *scope;
   Vec diverge;                   /* Expr *: varying conditions we are under */
   bool annot_v_free;             /* manual returns: annotations do not fix V */
+  Expr *bad_annot;               /* an expression whose annotation was itself wrong */
 } TcCtx;
 
 /* tc.c */
@@ -509,6 +510,10 @@ Type tc_expr(TcCtx *c, Expr *e);
  * out_sharding of an annotatable operation, an assertion ([E_ANNOT])
  * otherwise. Returns the type of e. */
 Type tc_expr_annot(TcCtx *c, Expr *e, const Type *annot, const char *where);
+/* Types e whose annotation (or parameter or result type) was itself
+ * wrong and already reported: a creation call, load or arg there then says
+ * nothing more. */
+Type tc_expr_unannotated(TcCtx *c, Expr *e);
 bool tc_is_annotatable(TcCtx *c, Expr *e);
 Type tc_call_user(TcCtx *c, Expr *e, FuncDecl *f, Vec *args, int first_arg);
 void tc_split_args(Expr *call, Expr **pos, int maxpos, int *npos, Expr **kw, const char **kwnames, int nkw, bool *ok);

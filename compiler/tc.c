@@ -396,7 +396,7 @@ static Type bind_value(TcCtx *c, Stmt *s, bool mutable_) {
   if (s->type) {
     Type annot;
     if (!tc_resolve_type(c, s->type, &annot)) {
-      tc_expr(c, s->expr);
+      tc_expr_unannotated(c, s->expr);
       return ty_error();
     }
     t = tc_expr_annot(c, s->expr, &annot, what);
@@ -443,7 +443,7 @@ static void check_assign(TcCtx *c, Stmt *s) {
   }
   s->sym = sym;
   if (sym->type.kind == TY_ERROR) {
-    tc_expr(c, s->expr);
+    tc_expr_unannotated(c, s->expr);
     return;
   }
   Type t;
@@ -574,7 +574,7 @@ static void check_return(TcCtx *c, Stmt *s, bool last_in_body) {
   for (int i = 0; i < n; i++) {
     Type *decl = &f->result_types[i];
     if (decl->kind == TY_ERROR) {
-      tc_expr(c, vals[i]);
+      tc_expr_unannotated(c, vals[i]);
       continue;
     }
     if (!f->manual) {
@@ -584,7 +584,7 @@ static void check_return(TcCtx *c, Stmt *s, bool last_in_body) {
     bool ok = true;
     Type local = tc_manual_local(c, decl, f->manual_set, s->pos, "result", &ok);
     if (!ok) {
-      tc_expr(c, vals[i]);
+      tc_expr_unannotated(c, vals[i]);
       continue;
     }
     Type t;

@@ -631,6 +631,9 @@ static Type creation_type(TcCtx *c, Expr *e, Expr *targ, const Type *annot, bool
     t = *annot;
     if (c->annot_v_free)
       t.V = 0;
+  } else if (c->bad_annot == e) {
+    *ok = false;
+    return ty_error();
   } else {
     diag_error(e->pos, "E_ARG", "%s needs a type: %s(f32[8,4], ...), or annotate the binding: let x: f32[8,4] = %s(...)",
                fname(e), fname(e), fname(e));
@@ -782,6 +785,8 @@ static Type check_load(TcCtx *c, Expr *e, TcInfo *info, const Type *annot) {
   bool ok = true;
   tc_split_args(e, pos, 1, &n, kw, NULL, 0, &ok);
   if (!ok || !need_pos(c, e, n, 1, 1, "load(\"path.npy\")") || !string_arg(c, pos[0], "load"))
+    return ty_error();
+  if (!annot && c->bad_annot == e)
     return ty_error();
   if (!annot) {
     diag_error(e->pos, "E_ARG", "load takes its type from an annotation: let w: f32[8@X,4] = load(\"w.npy\")");

@@ -273,7 +273,7 @@ static bool check_call_args(TcCtx *c, Expr *call, FuncDecl *f, Expr **args, int 
     Type *pt = &f->param_types[i];
     Param *p = f->params.data[i];
     if (pt->kind == TY_ERROR) {
-      check(c, args[i], NULL);
+      tc_expr_unannotated(c, args[i]);
       ok = false;
       continue;
     }
@@ -504,7 +504,7 @@ static Type check(TcCtx *c, Expr *e, const Type *annot) {
   case EX_AS: {
     Type at;
     if (!tc_resolve_type(c, e->type, &at)) {
-      check(c, e->lhs, NULL);
+      tc_expr_unannotated(c, e->lhs);
       t = ty_error();
       break;
     }
@@ -544,6 +544,14 @@ static Type check(TcCtx *c, Expr *e, const Type *annot) {
 }
 
 Type tc_expr(TcCtx *c, Expr *e) { return check(c, e, NULL); }
+
+Type tc_expr_unannotated(TcCtx *c, Expr *e) {
+  Expr *saved = c->bad_annot;
+  c->bad_annot = e;
+  Type t = check(c, e, NULL);
+  c->bad_annot = saved;
+  return t.kind == TY_ERROR ? t : ty_error();
+}
 
 bool tc_is_annotatable(TcCtx *c, Expr *e) {
   if (e->kind == EX_BINARY)
