@@ -32,6 +32,38 @@ void parse_syntax_error(ParseCtx *pc, Token tok) {
   diag_error(tok.pos, "E_SYNTAX", "syntax error: unexpected %s%s", describe(tok), hint);
 }
 
+/* The parser's stack has room for 1000 open constructs. */
+void parse_too_deep(ParseCtx *pc) {
+  pc->failed = true;
+  diag_error(pc->last.pos, "E_SYNTAX",
+             "the program nests too deeply here (more than about 1000 open parentheses, brackets, blocks or "
+             "operators); split the expression with `let`");
+}
+
+/* Later stages walk expressions recursively; a chain like 1+1+...+1 is
+ * parsed without growing the parser's stack but would exhaust theirs. */
+#define MAX_EXPR_DEPTH 1000
+
+static int max_depth(int a, int b) { return a > b ? a : b; }
+
+static void check_depth(ParseCtx *pc, Expr *e) {
+  if (e && e->depth > MAX_EXPR_DEPTH) {
+    pc->failed = true;
+    diag_error(e->pos, "E_SYNTAX", "this expression nests %d levels deep (at most %d); split it with `let`",
+               e->depth, MAX_EXPR_DEPTH);
+  }
+}
+
+static void check_block_depth(ParseCtx *pc, Block *b) {
+  for (int i = 0; b && i < b->stmts.len; i++) {
+    Stmt *s = b->stmts.data[i];
+    check_depth(pc, s->expr);
+    check_depth(pc, s->hi);
+    check_block_depth(pc, s->body);
+    check_block_depth(pc, s->els);
+  }
+}
+
 /* ---- types ------------------------------------------------------------ */
 
 static DType dtype_of(Token t) {
@@ -155,6 +187,7 @@ Expr *parse_binary(int op, Expr *l, Expr *r, Token optok) {
   e->tok = optok;
   e->lhs = l;
   e->rhs = r;
+  e->depth = 1 + max_depth(l->depth, r->depth);
   return e;
 }
 
@@ -163,6 +196,7 @@ Expr *parse_unary(int op, Expr *x, Token optok) {
   e->op = op;
   e->tok = optok;
   e->lhs = x;
+  e->depth = 1 + x->depth;
   return e;
 }
 
@@ -171,6 +205,9 @@ Expr *parse_call(Expr *callee, Vec *args) {
   e->callee = callee;
   e->args = *args;
   e->tok = callee->tok;
+  e->depth = 1 + callee->depth;
+  for (int i = 0; i < args->len; i++)
+    e->depth = max_depth(e->depth, 1 + ((Expr *)args->data[i])->depth);
   return e;
 }
 
@@ -179,12 +216,16 @@ Expr *parse_kwarg(Token name, Expr *value) {
   e->tok = name;
   e->str = tok_str(name);
   e->lhs = value;
+  e->depth = 1 + value->depth;
   return e;
 }
 
 Expr *parse_seq(ExprKind kind, Vec *elems, Pos pos) {
   Expr *e = ast_expr(kind, pos);
   e->args = *elems;
+  for (int i = 0; i < elems->len; i++)
+    if (elems->data[i])
+      e->depth = max_depth(e->depth, 1 + ((Expr *)elems->data[i])->depth);
   return e;
 }
 
@@ -193,6 +234,7 @@ Expr *parse_as(Expr *x, TypeExpr *t, Token astok) {
   e->tok = astok;
   e->lhs = x;
   e->type = t;
+  e->depth = 1 + x->depth;
   return e;
 }
 
@@ -293,11 +335,15 @@ FuncDecl *parse_func_head(Token name, Vec *params, Vec *results, bool tuple) {
   return f;
 }
 
-void parse_func(ParseCtx *pc, FuncDecl *f) { vec_push(&pc->prog->funcs, f); }
+void parse_func(ParseCtx *pc, FuncDecl *f) {
+  check_block_depth(pc, f->body);
+  vec_push(&pc->prog->funcs, f);
+}
 
 void parse_manual(ParseCtx *pc, FuncDecl *f, Token kw, Vec *axes) {
   f->manual = true;
   f->manual_pos = kw.pos;
+  check_block_depth(pc, f->body);
   for (int i = 0; i < axes->len; i++) {
     if (f->nmanual >= MAX_AXES) {
       diag_error(kw.pos, "E_SPEC", "a mesh has at most %d axes", MAX_AXES);
@@ -325,12 +371,14 @@ void parse_mesh(ParseCtx *pc, Token kw, Vec *names, Vec *sizes) {
     }
     m->names[m->naxes] = *(Token *)names->data[i];
     m->sizes[m->naxes] = sizes->data[i];
+    check_depth(pc, sizes->data[i]);
     m->naxes++;
   }
   p->mesh = m;
 }
 
 void parse_const(ParseCtx *pc, Token name, Expr *value) {
+  check_depth(pc, value);
   ConstDecl *c = arena_alloc(sizeof *c);
   c->name = name;
   c->value = value;

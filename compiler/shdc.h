@@ -171,6 +171,7 @@ struct Expr {
   int64_t ival;
   double fval;
   char *str;           /* EX_STRING contents (escapes resolved), names */
+  int depth;           /* nesting depth of the subtree (parse.c bounds it) */
 
   /* set by the typechecker */
   Type *ty;            /* result type (TY_TUPLE for tuple-valued calls) */
@@ -276,6 +277,7 @@ typedef struct ParseCtx {
   Token last;
 } ParseCtx;
 void parse_syntax_error(ParseCtx *pc, Token tok);
+void parse_too_deep(ParseCtx *pc);
 TypeExpr *parse_type(ParseCtx *pc, Token dtype);
 void parse_type_dim(ParseCtx *pc, TypeExpr *t, DimExpr d, Pos pos);
 void parse_type_annot(ParseCtx *pc, TypeExpr *t, char kind, Vec *axes, Pos pos);

@@ -25,7 +25,8 @@ tests/README.md):
   // BUILD-FLAGS: -O0            extra `shdc build` options (huge generated tests)
 
 Runtime unit tests (tests/runtime/test_*.c, first line `// RANKS: 1 2 4`)
-run under mpirun at each rank count.
+run under mpirun at each rank count. Test scripts (tests/**/test_*.py) run
+with this Python and `--shdc PATH`; they pass when they exit 0.
 """
 import argparse
 import glob
@@ -325,6 +326,12 @@ def runtime_test(path, build):
             raise Failure("%d ranks: exit %d\n%s%s" % (n, rc, out, err))
 
 
+def script_test(path, shdc):
+    rc, out, err = run([sys.executable, path, "--shdc", shdc], timeout=600)
+    if rc != 0:
+        raise Failure("exit %d\n%s%s" % (rc, out, err))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
@@ -335,9 +342,11 @@ def main():
     tests = sorted(glob.glob(os.path.join(ROOT, "tests", "**", "*.shd"), recursive=True))
     tests += sorted(glob.glob(os.path.join(ROOT, "dsl-examples", "*.shd")))
     rt = sorted(glob.glob(os.path.join(ROOT, "tests", "runtime", "test_*.c")))
+    scripts = sorted(glob.glob(os.path.join(ROOT, "tests", "**", "test_*.py"), recursive=True))
     if a.patterns:
         tests = [t for t in tests if any(p in t for p in a.patterns)]
         rt = [t for t in rt if any(p in t for p in a.patterns)]
+        scripts = [t for t in scripts if any(p in t for p in a.patterns)]
     if np is None:
         print("warning: NumPy is missing, so results are not compared with references (apt-get install python3-numpy)")
     failed = []
@@ -351,6 +360,15 @@ def main():
         except Failure as f:
             print("FAIL %s\n  %s" % (name, str(f).replace("\n", "\n  ")), flush=True)
             failed.append(name)
+    for t in scripts:
+        name = os.path.relpath(t, ROOT)
+        t0 = time.time()
+        try:
+            script_test(t, shdc)
+            print("PASS %s (%.1fs)" % (name, time.time() - t0), flush=True)
+        except Failure as f:
+            print("FAIL %s\n  %s" % (name, str(f).replace("\n", "\n  ")), flush=True)
+            failed.append(name)
     for t in tests:
         name = os.path.relpath(t, ROOT)
         t0 = time.time()
@@ -360,7 +378,7 @@ def main():
         except Failure as f:
             print("FAIL %s\n  %s" % (name, str(f).replace("\n", "\n  ")), flush=True)
             failed.append(name)
-    total = len(tests) + len(rt)
+    total = len(tests) + len(rt) + len(scripts)
     print("\n%d of %d tests passed in %.0fs" % (total - len(failed), total, time.time() - start))
     if failed:
         print("failed:\n  " + "\n  ".join(failed))
