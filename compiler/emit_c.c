@@ -28,6 +28,8 @@ typedef struct {
   /* liveness of the block being emitted, by value id */
   int *last_use;
   bool *owned;
+  bool *fused;         /* by value id: computed inside its one consumer's loop */
+  int *uses;           /* by value id, over the whole module */
   int cap;
 } Emit;
 
@@ -149,6 +151,8 @@ static const char *flit(DType dt, double v) {
   return arena_printf("%lld", (long long)v);
 }
 
+static bool is_last_use(Emit *e, const Value *v, const Inst *in);
+
 /* ---- allocation and ownership ---------------------------------------------------------- */
 
 static void def_array(Emit *e, const Value *v, bool zero) {
@@ -202,15 +206,19 @@ static const char *index_expr(Emit *e, const Value *op, const Type *res) {
   return r;
 }
 
+static const char *elementwise_expr(Emit *e, const Inst *in);
+
 static const char *operand_at(Emit *e, const Value *op, const Type *res) {
+  if (e->fused[op->id])
+    return arena_printf("(%s)", elementwise_expr(e, op->def));
   const char *ix = index_expr(e, op, res);
   if (!ix)
     return vname(op);
   return arena_printf("%s[%s]", vname(op), ix);
 }
 
-/* Opens the loop nest over res's local shape; the body sees i (flat) and
- * i0..ik. Returns the number of loops opened. */
+/* Opens the loop nest over res's local shape; the body sees i (flat) and,
+ * when need_dims, i0..ik. Returns the number of loops opened. */
 static int open_loops(Emit *e, const Type *res, bool need_dims) {
   int64_t rs[MAX_RANK];
   ty_local_shape(e->m, res, rs);
@@ -220,19 +228,24 @@ static int open_loops(Emit *e, const Type *res, bool need_dims) {
     e->indent += 2;
     return 1;
   }
-  line(e, "{");
-  e->indent += 2;
-  line(e, "int64_t i = 0;");
+  Str flat = {0};
+  int64_t stride = 1;
+  for (int d = res->rank - 1; d >= 0; d--) {
+    str_printf(&flat, "%s%si%d", flat.len ? " + " : "", stride == 1 ? "" : arena_printf("%lld * ", (long long)stride),
+               d);
+    stride *= rs[d];
+  }
   for (int d = 0; d < res->rank; d++) {
     line(e, "for (int64_t i%d = 0; i%d < %lld; i%d++) {", d, d, (long long)rs[d], d);
     e->indent += 2;
   }
-  return res->rank + 1;
+  line(e, "const int64_t i = %s;", str_cstr(&flat));
+  free(flat.buf);
+  return res->rank;
 }
 
 static void close_loops(Emit *e, int n, bool need_dims) {
-  if (need_dims)
-    line(e, "i++;");
+  (void)need_dims;
   for (int k = 0; k < n; k++) {
     e->indent -= 2;
     line(e, "}");
@@ -252,12 +265,13 @@ static const char *unary_expr(int fn, DType dt, const char *x) {
   case UN_SQRT: return arena_printf("sqrt%s(%s)", suf, x);
   case UN_ABS:
     if (dt == DT_I32)
-      return arena_printf("(%s < 0 ? -%s : %s)", x, x, x);
+      return arena_printf("shd_absi(%s)", x);
     return arena_printf("fabs%s(%s)", suf, x);
-  case UN_RELU: return arena_printf("(%s > 0 ? %s : 0)", x, x);
+  case UN_RELU:
+    return arena_printf("shd_max_%s(%s, 0)", ty_dtype_name(dt), x);
   case UN_SIGMOID: return arena_printf("(1 / (1 + exp%s(-%s)))", suf, x);
   case UN_NOT: return arena_printf("!%s", x);
-  case UN_SIGN: return arena_printf("(%s)((%s > 0) - (%s < 0))", ctype(dt), x, x);
+  case UN_SIGN: return arena_printf("shd_sign_%s(%s)", ty_dtype_name(dt), x);
   case UN_STEP: return arena_printf("(%s)(%s > 0)", ctype(dt), x);
   default: diag_ice("unary %d", fn);
   }
@@ -272,8 +286,8 @@ static const char *binary_expr(int fn, DType dt, const char *a, const char *b) {
     if (dt == DT_I32)
       return arena_printf("shd_idiv(%s, %s)", a, b);
     return arena_printf("%s / %s", a, b);
-  case BIN_MAX: return arena_printf("(%s > %s ? %s : %s)", a, b, a, b);
-  case BIN_MIN: return arena_printf("(%s < %s ? %s : %s)", a, b, a, b);
+  case BIN_MAX: return arena_printf("shd_max_%s(%s, %s)", ty_dtype_name(dt), a, b);
+  case BIN_MIN: return arena_printf("shd_min_%s(%s, %s)", ty_dtype_name(dt), a, b);
   case BIN_POW: return arena_printf("pow%s(%s, %s)", dt == DT_F32 ? "f" : "", a, b);
   case BIN_LT: return arena_printf("%s < %s", a, b);
   case BIN_LE: return arena_printf("%s <= %s", a, b);
@@ -290,11 +304,85 @@ static const char *binary_expr(int fn, DType dt, const char *a, const char *b) {
 static bool needs_dims(Emit *e, const Inst *in) {
   const Type *res = &in->results[0]->type;
   for (int i = 0; i < in->nargs; i++) {
+    if (e->fused[in->args[i]->id]) {
+      if (needs_dims(e, in->args[i]->def))
+        return true;
+      continue;
+    }
     const char *ix = index_expr(e, in->args[i], res);
     if (ix && strcmp(ix, "i"))
       return true;
   }
   return false;
+}
+
+/* ---- fusion ---------------------------------------------------------------------------- */
+
+static bool is_elementwise(const Inst *in) {
+  return in->op == IR_UNARY || in->op == IR_BINARY || in->op == IR_SELECT || in->op == IR_CAST ||
+         in->op == IR_BROADCAST;
+}
+
+static void count_uses(const IrBlock *b, int *uses, bool nested, const IrBlock *top) {
+  for (int i = 0; i < b->insts.len; i++) {
+    const Inst *in = b->insts.data[i];
+    for (int k = 0; k < in->nargs; k++)
+      uses[in->args[k]->id] += nested ? 1000 : 1;  /* a use inside a loop or branch never fuses */
+    for (int r = 0; r < in->nregions; r++)
+      count_uses(in->regions[r], uses, true, top);
+  }
+}
+
+/* An elementwise array result used once, by an elementwise instruction of
+ * the same block with the same local shape, is computed in that
+ * instruction's loop: no buffer, one pass over memory instead of two. Its
+ * operands then live until the consumer. */
+static void plan_fusion(Emit *e, const IrBlock *b) {
+  int *uses = calloc((size_t)e->cap, sizeof(int));
+  int *site = calloc((size_t)e->cap, sizeof(int));
+  count_uses(b, uses, false, b);
+  int n = b->insts.len;
+  for (int i = 0; i < n; i++) {
+    const Inst *c = b->insts.data[i];
+    if (!is_elementwise(c) || !is_array(c->results[0]))
+      continue;
+    for (int k = 0; k < c->nargs; k++) {
+      const Value *v = c->args[k];
+      const Inst *p = v->def;
+      if (!p || p->parent != b || !is_elementwise(p) || !is_array(v) || uses[v->id] != 1 ||
+          v->type.rank != c->results[0]->type.rank || local_count(e, &v->type) != local_count(e, &c->results[0]->type))
+        continue;
+      int64_t a[MAX_RANK], r[MAX_RANK];
+      ty_local_shape(e->m, &v->type, a);
+      ty_local_shape(e->m, &c->results[0]->type, r);
+      bool same = true;
+      for (int d = 0; d < v->type.rank; d++)
+        same &= a[d] == r[d];
+      if (same)
+        e->fused[v->id] = true;
+    }
+  }
+  /* Where each fused value is really computed: its final consumer. */
+  for (int i = n - 1; i >= 0; i--) {
+    const Inst *c = b->insts.data[i];
+    int where = c->nresults && e->fused[c->results[0]->id] ? site[c->results[0]->id] : i;
+    for (int k = 0; k < c->nargs; k++)
+      if (e->fused[c->args[k]->id])
+        site[c->args[k]->id] = where;
+  }
+  for (int i = 0; i < n; i++) {
+    const Inst *p = b->insts.data[i];
+    if (!p->nresults || !e->fused[p->results[0]->id])
+      continue;
+    int where = site[p->results[0]->id];
+    for (int k = 0; k < p->nargs; k++) {
+      const Value *v = p->args[k];
+      if (v->def && v->def->parent == b && e->last_use[v->id] < where)
+        e->last_use[v->id] = where;
+    }
+  }
+  free(uses);
+  free(site);
 }
 
 /* The C expression an elementwise instruction computes per element. */
@@ -344,8 +432,10 @@ static void emit_fill(Emit *e, const Inst *in) {
   }
   bool zero = s->def && s->def->op == IR_CONST && s->def->fval == 0;
   def_array(e, r, zero);
-  if (zero)
+  if (zero) {
+    line(e, "(void)%s;", vname(s));
     return;
+  }
   line(e, "for (int64_t i = 0; i < %lld; i++)", (long long)local_count(e, &r->type));
   line(e, "  %s[i] = %s;", vname(r), vname(s));
 }
@@ -378,8 +468,8 @@ static void emit_random(Emit *e, const Inst *in) {
   const Type *t = &r->type;
   const char *fn = in->fn ? "shd_fill_uniform" : "shd_fill_normal";
   if (!is_array(r)) {
-    line(e, "%s %s = (%s)%s_at((uint64_t)(uint32_t)%s, 0);", ctype(t->dtype), vname(r), ctype(t->dtype),
-         in->fn ? "shd_uniform" : "shd_normal", vname(in->args[0]));
+    line(e, "%s %s = (%s)%s_at_dt((uint64_t)(uint32_t)%s, 0, %s);", ctype(t->dtype), vname(r), ctype(t->dtype),
+         in->fn ? "shd_uniform" : "shd_normal", vname(in->args[0]), dtconst(t->dtype));
     return;
   }
   def_array(e, r, false);
@@ -513,6 +603,8 @@ EmitResult emit_result_kind(const Module *mod, const Inst *in, int k) {
   switch (in->op) {
   case IR_CALL: case IR_FOR: case IR_IF:
     return EMIT_NONE;   /* made by the callee or the block */
+  case IR_TAPE_GET:
+    return EMIT_NONE;   /* a reference to a buffer the tape keeps (not simulated) */
   case IR_REDUCE:
     return in->mask == 0 ? EMIT_VIEW : EMIT_ALLOC;
   case IR_TRANSPOSE: {
@@ -525,6 +617,8 @@ EmitResult emit_result_kind(const Module *mod, const Inst *in, int k) {
     return in->args[0]->type.rank ? EMIT_VIEW : EMIT_ALLOC;
   case IR_ZERO_UNLESS_FIRST:
     return EMIT_VIEW_OR_ALLOC;
+  case IR_ALL_REDUCE:
+    return EMIT_STEAL_OR_ALLOC;
   default:
     return EMIT_ALLOC;
   }
@@ -580,7 +674,17 @@ static void emit_collective(Emit *e, const Inst *in) {
   const char *axes = axes_lit(in->axes, in->naxes);
   switch (in->op) {
   case IR_ALL_REDUCE:
-    if (is_array(r)) {
+    if (is_array(r) && emit_result_kind(e->mod, in, 0) == EMIT_STEAL_OR_ALLOC && is_last_use(e, x, in)) {
+      /* The operand dies here: reduce in its buffer when no view shares it. */
+      line(e, "%s *%s;", ctype(dt), vname(r));
+      line(e, "if (shd_unique(%s)) {", vname(x));
+      line(e, "  %s = %s;", vname(r), vname(x));
+      line(e, "  shd_retain(%s);", vname(r));
+      line(e, "} else {");
+      line(e, "  %s = shd_alloc(%lld * sizeof(%s));", vname(r), (long long)local_count(e, t), ctype(dt));
+      line(e, "  memcpy(%s, %s, %lld * sizeof(%s));", vname(r), vname(x), (long long)local_count(e, t), ctype(dt));
+      line(e, "}");
+    } else if (is_array(r)) {
       def_array(e, r, false);
       line(e, "memcpy(%s, %s, %lld * sizeof(%s));", vname(r), vname(x), (long long)local_count(e, t), ctype(dt));
     } else {
@@ -717,7 +821,13 @@ static void release_dead(Emit *e, const IrBlock *b, int idx, const Inst *skip_mo
     const Inst *in = b->insts.data[i];
     for (int k = 0; k < in->nresults; k++) {
       const Value *v = in->results[k];
-      if (!is_array(v) || e->last_use[v->id] != idx || !e->owned[v->id])
+      if (v->type.kind == TY_TAPE && e->last_use[v->id] == idx) {
+        if (v->type.elems[0].rank)
+          line(e, "for (int64_t k = 0; k < %s_n; k++) shd_release(%s[k]);", vname(v), vname(v));
+        line(e, "shd_release(%s);", vname(v));
+        continue;
+      }
+      if (!is_array(v) || e->last_use[v->id] != idx || !e->owned[v->id] || e->fused[v->id])
         continue;
       bool moved = false;
       for (int a = 0; skip_moved && a < skip_moved->nargs; a++)
@@ -852,6 +962,8 @@ static void emit_source_line(Emit *e, const Inst *in) {
 
 static void emit_inst(Emit *e, const Inst *in, const char **yield_to) {
   const Value *r = in->nresults ? in->results[0] : NULL;
+  if (r && e->fused[r->id])
+    return;
   emit_source_line(e, in);
   switch (in->op) {
   case IR_CONST:
@@ -871,6 +983,9 @@ static void emit_inst(Emit *e, const Inst *in, const char **yield_to) {
   }
   case IR_UNARY: case IR_BINARY: case IR_SELECT: case IR_CAST: case IR_BROADCAST:
     emit_elementwise(e, in);
+    return;
+  case IR_CLOCK:
+    line(e, "double %s = shd_time();", vname(r));
     return;
   case IR_DOT:
     if (is_array(r))
@@ -935,6 +1050,31 @@ static void emit_inst(Emit *e, const Inst *in, const char **yield_to) {
   case IR_AXIS_INDEX:
     line(e, "int32_t %s = shd_group_index(%s);", vname(r), axes_lit(in->axes, in->naxes));
     return;
+  case IR_TAPE_NEW: {
+    const Type *el = &r->type.elems[0];
+    const char *n = vname(in->args[0]);
+    if (el->rank)
+      line(e, "void **%s = shd_zalloc((size_t)(%s > 0 ? %s : 0) * sizeof(void *));", vname(r), n, n);
+    else
+      line(e, "%s *%s = shd_alloc((size_t)(%s > 0 ? %s : 0) * sizeof(%s));", ctype(el->dtype), vname(r), n, n,
+           ctype(el->dtype));
+    if (el->rank)
+      line(e, "int64_t %s_n = %s > 0 ? %s : 0;", vname(r), n, n);
+    return;
+  }
+  case IR_TAPE_PUSH:
+    line(e, "%s[%s] = %s;", vname(in->args[0]), vname(in->args[1]), vname(in->args[2]));
+    if (is_array(in->args[2]))
+      line(e, "shd_retain(%s);", vname(in->args[2]));
+    return;
+  case IR_TAPE_GET:
+    if (is_array(r)) {
+      line(e, "%s *%s = %s[%s];", ctype(r->type.dtype), vname(r), vname(in->args[0]), vname(in->args[1]));
+      line(e, "shd_retain(%s);", vname(r));
+    } else {
+      line(e, "%s %s = %s[%s];", ctype(r->type.dtype), vname(r), vname(in->args[0]), vname(in->args[1]));
+    }
+    return;
   case IR_CALL: emit_call(e, in); return;
   case IR_FOR: emit_for(e, in); return;
   case IR_IF: emit_if(e, in); return;
@@ -951,6 +1091,7 @@ static void emit_inst(Emit *e, const Inst *in, const char **yield_to) {
 
 static void emit_block(Emit *e, const IrBlock *b, const char **yield_to) {
   ir_last_uses(b, e->last_use);
+  plan_fusion(e, b);
   for (int i = 0; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];
     if (in->op == IR_YIELD && yield_to) {
@@ -961,6 +1102,11 @@ static void emit_block(Emit *e, const IrBlock *b, const char **yield_to) {
           line(e, "%s%s %s;", ctype(in->args[k]->type.dtype), is_array(in->args[k]) ? " *" : "", yield_to[k]);
     }
     emit_inst(e, in, yield_to);
+    for (int k = 0; k < in->nresults; k++) {
+      const Value *v = in->results[k];
+      if (v->type.kind == TY_ARRAY && !is_array(v) && !e->uses[v->id] && !e->fused[v->id])
+        line(e, "(void)%s;", vname(v));
+    }
     bool term = in->op == IR_YIELD || in->op == IR_RETURN;
     release_dead(e, b, i, term ? in : NULL);
   }
@@ -1006,6 +1152,28 @@ static void emit_func(Emit *e, const Func *f) {
   W("}\n");
 }
 
+static bool calls(const IrBlock *b, const Func *f) {
+  for (int i = 0; i < b->insts.len; i++) {
+    const Inst *in = b->insts.data[i];
+    if (in->op == IR_CALL && in->callee == f)
+      return true;
+    for (int r = 0; r < in->nregions; r++)
+      if (calls(in->regions[r], f))
+        return true;
+  }
+  return false;
+}
+
+static void count_module_uses(const IrBlock *b, int *uses) {
+  for (int i = 0; i < b->insts.len; i++) {
+    const Inst *in = b->insts.data[i];
+    for (int k = 0; k < in->nargs; k++)
+      uses[in->args[k]->id]++;
+    for (int r = 0; r < in->nregions; r++)
+      count_module_uses(in->regions[r], uses);
+  }
+}
+
 void emit_module(FILE *out, const Module *mod, const SourceFile *file) {
   Emit e;
   memset(&e, 0, sizeof e);
@@ -1016,6 +1184,8 @@ void emit_module(FILE *out, const Module *mod, const SourceFile *file) {
   e.cap = mod->next_value + 1;
   e.last_use = calloc((size_t)e.cap, sizeof(int));
   e.owned = calloc((size_t)e.cap, sizeof(bool));
+  e.fused = calloc((size_t)e.cap, sizeof(bool));
+  e.uses = calloc((size_t)e.cap, sizeof(int));
   FILE *o = out;
   fprintf(o, "/* Generated by shdc from %s: do not edit. */\n", file ? file->name : "?");
   fprintf(o, "#include <math.h>\n#include <stdbool.h>\n#include <stdint.h>\n#include <string.h>\n#include \"shdrt.h\"\n\n");
@@ -1028,17 +1198,45 @@ void emit_module(FILE *out, const Module *mod, const SourceFile *file) {
   fprintf(o, "};\n\n");
   fprintf(o, "static inline int32_t shd_idiv(int32_t a, int32_t b) {\n"
              "  if (b == 0)\n    shd_fatal(\"integer division by zero\");\n  return a / b;\n}\n");
-  fprintf(o, "\n");
-  for (int i = 0; i < mod->funcs.len; i++) {
-    signature(&e, mod->funcs.data[i]);
-    fprintf(o, ";\n");
+  fprintf(o, "static inline int32_t shd_absi(int32_t a) { return a < 0 ? -a : a; }\n");
+  /* maximum/minimum propagate NaN, as NumPy's do; relu is maximum(x, 0). */
+  for (int k = 0; k < 3; k++) {   /* f32, f64, i32: bool has no arithmetic */
+    const char *n = ty_dtype_name((DType)k), *t = ty_dtype_c((DType)k);
+    const char *nan = ty_is_float((DType)k) ? " || a != a" : "";
+    fprintf(o, "static inline %s shd_max_%s(%s a, %s b) { return (a > b%s) ? a : b; }\n", t, n, t, t, nan);
+    fprintf(o, "static inline %s shd_min_%s(%s a, %s b) { return (a < b%s) ? a : b; }\n", t, n, t, t, nan);
+    fprintf(o, "static inline %s shd_sign_%s(%s a) { return (%s)((a > 0) - (a < 0)); }\n", t, n, t, t);
   }
-  for (int i = 0; i < mod->funcs.len; i++)
-    emit_func(&e, mod->funcs.data[i]);
+  fprintf(o, "\n");
   const Func *mainf = NULL;
   for (int i = 0; i < mod->funcs.len; i++)
     if (((Func *)mod->funcs.data[i])->is_main)
       mainf = mod->funcs.data[i];
+  /* Only what main reaches (everything when there is no main). */
+  bool *live = calloc((size_t)mod->funcs.len + 1, sizeof(bool));
+  for (int i = 0; i < mod->funcs.len; i++)
+    live[i] = !mainf || mod->funcs.data[i] == mainf;
+  for (bool more = true; more;) {
+    more = false;
+    for (int i = 0; i < mod->funcs.len; i++)
+      if (live[i])
+        for (int j = 0; j < mod->funcs.len; j++)
+          if (!live[j] && calls(((Func *)mod->funcs.data[i])->body, mod->funcs.data[j]))
+            live[j] = more = true;
+  }
+  for (int i = 0; i < mod->funcs.len; i++)
+    count_module_uses(((Func *)mod->funcs.data[i])->body, e.uses);
+  for (int i = 0; i < mod->funcs.len; i++)
+    if (live[i]) {
+      if (!mainf)
+        fprintf(o, "__attribute__((unused)) ");
+      signature(&e, mod->funcs.data[i]);
+      fprintf(o, ";\n");
+    }
+  for (int i = 0; i < mod->funcs.len; i++)
+    if (live[i])
+      emit_func(&e, mod->funcs.data[i]);
+  free(live);
   if (mainf) {
     fprintf(o, "\nint main(int argc, char **argv) {\n");
     fprintf(o, "  shd_init(&argc, &argv, %d, shd_mesh_names, shd_mesh_sizes);\n", mod->mesh.naxes);
@@ -1047,4 +1245,6 @@ void emit_module(FILE *out, const Module *mod, const SourceFile *file) {
   }
   free(e.last_use);
   free(e.owned);
+  free(e.fused);
+  free(e.uses);
 }

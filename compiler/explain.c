@@ -190,10 +190,17 @@ static void sim_if(Sim *s, const Inst *in) {
     s->buf_of[in->results[k]->id] = outs[k];
 }
 
-static void sim_results(Sim *s, const Inst *in) {
+static void sim_results(Sim *s, const Inst *in, int idx) {
   for (int k = 0; k < in->nresults; k++) {
     const Value *r = in->results[k];
-    switch (emit_result_kind(s->mod, in, k)) {
+    EmitResult kind = emit_result_kind(s->mod, in, k);
+    if (kind == EMIT_STEAL_OR_ALLOC) {
+      const Value *x = in->args[0];
+      int bx = s->buf_of[x->id];
+      bool dies = x->def && x->def->parent == in->parent && s->last_use[x->id] == idx;
+      kind = dies && bx >= 0 && s->refs[bx] == 1 ? EMIT_VIEW : EMIT_ALLOC;
+    }
+    switch (kind) {
     case EMIT_NONE:
       s->buf_of[r->id] = -1;
       break;
@@ -202,6 +209,7 @@ static void sim_results(Sim *s, const Inst *in) {
       buf_retain(s, s->buf_of[r->id]);
       break;
     case EMIT_VIEW_OR_ALLOC:
+    case EMIT_STEAL_OR_ALLOC:
     case EMIT_ALLOC:
       s->buf_of[r->id] = buf_new(s, local_bytes(s->mod, &r->type));
       break;
@@ -229,7 +237,7 @@ static void sim_block(Sim *s, const IrBlock *b, int *yield_bufs) {
       break;
     default: {
       int64_t tmp = emit_temp_bytes(s->mod, in);
-      sim_results(s, in);
+      sim_results(s, in, i);
       s->live += tmp;
       bump(s);
       s->live -= tmp;

@@ -93,7 +93,8 @@ const char *ir_opname(Opcode op) {
       [IR_AXIS_INDEX] = "axis_index", [IR_SLICE_BLOCK] = "slice_block", [IR_EMBED_BLOCK] = "embed_block",
       [IR_ZERO_UNLESS_FIRST] = "zero_unless_first", [IR_RETYPE] = "retype", [IR_CALL] = "call", [IR_FOR] = "for", [IR_IF] = "if",
       [IR_YIELD] = "yield", [IR_RETURN] = "return", [IR_PRINT] = "print", [IR_SAVE] = "save",
-      [IR_LOAD] = "load", [IR_ARG] = "arg", [IR_GRAD] = "grad",
+      [IR_LOAD] = "load", [IR_ARG] = "arg", [IR_CLOCK] = "clock", [IR_GRAD] = "grad", [IR_TAPE_NEW] = "tape_new",
+      [IR_TAPE_PUSH] = "tape_push", [IR_TAPE_GET] = "tape_get",
   };
   return names[op];
 }

@@ -492,6 +492,8 @@ static Value *lower_builtin(Lower *L, Expr *e) {
     in->ival = (int64_t)in->fval;
     return in->results[0];
   }
+  case BI_CLOCK:
+    return emit(L, IR_CLOCK, e->pos, 0, NULL, *e->ty);
   default:
     return lower_collective(L, e);
   }

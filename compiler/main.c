@@ -145,6 +145,8 @@ static bool middle(Compilation *c, bool partition) {
   if (!ad_module(c->mod))
     return false;
   ir_verify(c->mod);
+  opt_global(c->mod);
+  ir_verify(c->mod);
   if (!partition)
     return true;
   if (!part_module(c->mod))
@@ -179,7 +181,14 @@ static int run_cc(const char *cfile, const char *out, const char *opt) {
     fprintf(stderr, "shdc: error: cannot find the runtime library %s (set SHDC_HOME to the build directory)\n", lib);
     return 2;
   }
-  const char *argv[] = {cc, "-std=c11", opt, "-fno-math-errno", inc, "-o", out, cfile, lib, "-lopenblas", "-lm", NULL};
+  /* SHDC_CFLAGS: extra flags for the C compiler (e.g. -march=native, or
+   * -Wall -Werror as the tests use to keep the generated C warning-free). */
+  const char *argv[64] = {cc, "-std=c11", opt, "-fno-math-errno", inc, "-o", out, cfile, lib, "-lopenblas", "-lm"};
+  int argc = 11;
+  char *extra = getenv("SHDC_CFLAGS") ? arena_strdup(getenv("SHDC_CFLAGS")) : NULL;
+  for (char *tok = extra ? strtok(extra, " \t") : NULL; tok && argc < 62; tok = strtok(NULL, " \t"))
+    argv[argc++] = tok;
+  argv[argc] = NULL;
   pid_t pid = fork();
   if (pid < 0) {
     fprintf(stderr, "shdc: error: fork: %s\n", strerror(errno));

@@ -345,7 +345,7 @@ static void part_broadcast(Part *p, Inst *in, Value **args) {
   want.R = args[0]->type.R;
   Value *x = reshard(p, in->pos, args[0], &want);
   Type natural = *T;
-  natural.R = x->type.R;
+  natural.R = x->type.R & ~ty_dim_axes(T);
   Value *r = local(p, in, IR_BROADCAST, 1, &x, natural);
   put(p, in->results[0], reshard(p, in->pos, r, T));
 }

@@ -327,7 +327,9 @@ typedef struct {
   int8_t axes[MAX_AXES];
 } DimSpec;
 
-typedef enum { TY_ARRAY, TY_TUPLE, TY_VOID, TY_STRING, TY_FUNC, TY_AXIS, TY_ERROR } TypeKind;
+/* TY_TAPE: autodiff's per-iteration store of a loop carry (elems[0] is the
+ * carry's type); it exists only in generated IR. */
+typedef enum { TY_ARRAY, TY_TUPLE, TY_VOID, TY_STRING, TY_FUNC, TY_AXIS, TY_ERROR, TY_TAPE } TypeKind;
 
 /* An array type: dtype, global shape, and the state of every mesh axis:
  * sharding one dim (spec), unreduced (U), reduced (R), varying (V, manual
@@ -446,7 +448,7 @@ typedef enum {
   BI_SUM, BI_MEAN, BI_MAX, BI_MIN_RED,
   BI_TRANSPOSE, BI_RESHAPE, BI_EINSUM, BI_CAST, BI_RESHARD,
   BI_ZEROS, BI_ONES, BI_FULL, BI_IOTA, BI_NORMAL, BI_UNIFORM,
-  BI_PRINT, BI_SAVE, BI_LOAD, BI_ARG,
+  BI_PRINT, BI_SAVE, BI_LOAD, BI_ARG, BI_CLOCK,
   BI_GRAD, BI_VALUE_AND_GRAD,
   BI_PSUM, BI_PMAX, BI_PMIN, BI_PMEAN, BI_ALL_GATHER, BI_PSUM_SCATTER,
   BI_ALL_TO_ALL, BI_PPERMUTE, BI_AXIS_INDEX, BI_PCAST,
@@ -569,7 +571,11 @@ typedef enum {
   IR_SAVE,             /* str: path */
   IR_LOAD,             /* str: path */
   IR_ARG,              /* str: name; fval/ival default */
+  IR_CLOCK,            /* wall-clock seconds (f64), for timing steps */
   IR_GRAD,             /* global only: callee, wrt mask, with_value */
+  IR_TAPE_NEW,         /* args: count (i32); result: a tape of the carry type */
+  IR_TAPE_PUSH,        /* args: tape, index, value: keeps a reference */
+  IR_TAPE_GET,         /* args: tape, index; result: the value stored there */
   IR__COUNT
 } Opcode;
 
@@ -691,6 +697,9 @@ void part_block_offset(const Mesh *m, const Type *t, int rank, int64_t *off);
 
 /* ---- optimize.c --------------------------------------------------------- */
 
+/* Before partitioning: folds a reshard into the reduction or contraction
+ * it is the only use of. After: removes dead instructions. */
+void opt_global(Module *mod);
 void opt_module(Module *mod);
 
 /* ---- explain.c ---------------------------------------------------------- */
@@ -704,9 +713,11 @@ int64_t explain_bytes_sent(const Module *mod, const Inst *in);
 
 void emit_module(FILE *out, const Module *mod, const SourceFile *file);
 /* How the generated code gets an instruction's array result: a new buffer,
- * a view of operand 0 (no bytes), or (zero_unless_first) a view on the
- * first rank and a new buffer elsewhere. Scalars are EMIT_NONE. */
-typedef enum { EMIT_NONE, EMIT_ALLOC, EMIT_VIEW, EMIT_VIEW_OR_ALLOC } EmitResult;
+ * a view of operand 0 (no bytes), (zero_unless_first) a view on the first
+ * rank and a new buffer elsewhere, or (all_reduce) operand 0's own buffer
+ * when the operand dies here and nothing else refers to it. Scalars are
+ * EMIT_NONE. */
+typedef enum { EMIT_NONE, EMIT_ALLOC, EMIT_VIEW, EMIT_VIEW_OR_ALLOC, EMIT_STEAL_OR_ALLOC } EmitResult;
 EmitResult emit_result_kind(const Module *mod, const Inst *in, int k);
 /* Bytes of the temporaries an instruction allocates and frees itself. */
 int64_t emit_temp_bytes(const Module *mod, const Inst *in);

@@ -31,7 +31,8 @@ static const struct {
     {"iota", BI_IOTA, 0},              {"normal", BI_NORMAL, 0},
     {"uniform", BI_UNIFORM, 0},        {"print", BI_PRINT, 0},
     {"save", BI_SAVE, 0},              {"load", BI_LOAD, 0},
-    {"arg", BI_ARG, 0},                {"grad", BI_GRAD, 0},
+    {"arg", BI_ARG, 0},                {"clock", BI_CLOCK, 0},
+    {"grad", BI_GRAD, 0},
     {"value_and_grad", BI_VALUE_AND_GRAD, 0},
     {"psum", BI_PSUM, 0},              {"pmax", BI_PMAX, 0},
     {"pmin", BI_PMIN, 0},              {"pmean", BI_PMEAN, 0},
@@ -857,6 +858,12 @@ Type tc_builtin(TcCtx *c, Expr *e, const Type *annot) {
   case BI_SAVE: return check_save(c, e, info);
   case BI_LOAD: return check_load(c, e, info, annot);
   case BI_ARG: return check_arg(c, e, info, annot);
+  case BI_CLOCK:
+    if (e->args.len) {
+      diag_error(e->pos, "E_ARG", "clock() takes no arguments");
+      return ty_error();
+    }
+    return ty_scalar(DT_F64);
   case BI_GRAD: case BI_VALUE_AND_GRAD:
     diag_error(e->pos, "E_ARG", "%s(f, wrt=...) makes a function; call it: %s(f, wrt=0)(args...)", fname(e), fname(e));
     return ty_error();

@@ -53,7 +53,7 @@ static const char *suggest(TcCtx *c, const char *name) {
   static const char *builtins[] = {"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "relu", "sigmoid",
                                    "maximum", "minimum", "where", "sum", "mean", "max", "min", "transpose",
                                    "reshape", "einsum", "cast", "reshard", "zeros", "ones", "full", "iota",
-                                   "normal", "uniform", "print", "save", "load", "arg", "grad",
+                                   "normal", "uniform", "print", "save", "load", "arg", "clock", "grad",
                                    "value_and_grad", "psum", "pmax", "pmin", "pmean", "all_gather",
                                    "psum_scatter", "all_to_all", "ppermute", "axis_index", "pcast"};
   for (size_t i = 0; i < sizeof builtins / sizeof *builtins; i++) {
@@ -128,6 +128,8 @@ static bool want_array(TcCtx *c, Expr *e, const Type *t, const char *what) {
   case TY_STRING:
     diag_error(e->pos, "E_ARG", "%s: a string is not an array", what);
     return false;
+  case TY_TAPE:
+    break;
   }
   return false;
 }

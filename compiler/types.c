@@ -198,6 +198,11 @@ static void print_type(Str *out, const Mesh *m, const Type *t, bool local) {
   case TY_STRING: str_printf(out, "string"); return;
   case TY_FUNC: str_printf(out, "function"); return;
   case TY_AXIS: str_printf(out, "mesh axis"); return;
+  case TY_TAPE:
+    str_printf(out, "tape<");
+    print_type(out, m, &t->elems[0], local);
+    str_putc(out, '>');
+    return;
   case TY_TUPLE:
     str_putc(out, '(');
     for (int i = 0; i < t->nelems; i++) {

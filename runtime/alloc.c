@@ -144,6 +144,11 @@ void shd_retain(void *p)
         live_header(p, "shd_retain")->refs++;
 }
 
+bool shd_unique(const void *p)
+{
+    return p && live_header((void *)p, "shd_unique")->refs == 1;
+}
+
 void shd_release(void *p)
 {
     if (!p)

@@ -72,6 +72,9 @@ void *shd_alloc(size_t bytes);
 void *shd_zalloc(size_t bytes);
 void shd_retain(void *p);       /* p may be NULL */
 void shd_release(void *p);      /* p may be NULL; frees into the cache at 0 */
+/* True when the caller holds the only reference: the generated code then
+ * reuses the buffer in place (an all-reduce of a value used nowhere else). */
+bool shd_unique(const void *p);
 /* Bytes in live buffers now and at peak (this rank). */
 size_t shd_live_bytes(void);
 size_t shd_peak_bytes(void);

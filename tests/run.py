@@ -58,6 +58,9 @@ def mpirun_cmd(np_):
 def run(cmd, cwd=None, timeout=300, env=None):
     e = dict(os.environ)
     e.update({"SHD_QUIET": "1", "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+              # the generated C must stay warning-free under the compiler's own flags
+              "SHDC_CFLAGS": "-Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes "
+                             "-Wno-unused-parameter -Wvla",
               "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
     if env:
         e.update(env)
@@ -156,16 +159,28 @@ class ShdTest:
                 raise Failure("shdc types: missing line %r in:\n%s" % (t, out))
 
     def match_lines(self, what, text, checks):
+        """Positive patterns match in order. A -NOT or -COUNT pattern looks at
+        the section after the previous positive match (up to the next blank
+        line), or at the whole text before any positive match."""
         lines = text.split("\n")
-        pos = 0
+        pos, scoped = 0, False
+
+        def section():
+            if not scoped:
+                return lines
+            end = pos
+            while end < len(lines) and lines[end].strip():
+                end += 1
+            return lines[pos:end]
+
         for key, val in checks:
             if key.endswith("-NOT"):
-                bad = [l for l in lines if re.search(val, l)]
+                bad = [l for l in section() if re.search(val, l)]
                 if bad:
                     raise Failure("%s: %r should not match, but matches %r" % (what, val, bad[0]))
             elif key.endswith("-COUNT"):
                 n, pat = val.split(None, 1)
-                k = sum(1 for l in lines if re.search(pat, l))
+                k = sum(1 for l in section() if re.search(pat, l))
                 if k != int(n):
                     raise Failure("%s: %r matches %d lines, expected %s:\n%s" % (what, pat, k, n, text))
             else:
@@ -174,6 +189,7 @@ class ShdTest:
                 if pos == len(lines):
                     raise Failure("%s: no line matches %r (in order) in:\n%s" % (what, val, text))
                 pos += 1
+                scoped = True
 
     def check_output(self, cmd, checks):
         mesh = ["--mesh", self.mesh] if self.mesh else []
