@@ -31,6 +31,13 @@ static Token *box_token(Token t) {
 }
 
 %syntax_error { parse_syntax_error(pc, yyminor); }
+
+%code {
+/* Lemon reports a second syntax error only after three tokens have been
+ * shifted since the first; parse.c has already skipped the rest of the bad
+ * statement, so the next one's errors are reported at once. */
+void ParseErrorsReported(void *p) { ((yyParser *)p)->yyerrcnt = -1; }
+}
 %stack_overflow { parse_too_deep(pc); }
 %stack_size 1000
 

@@ -18,9 +18,42 @@ static const char *describe(Token t) {
   return arena_printf("'%.*s'", t.len, t.start);
 }
 
+/* Tokens after which the lexer keeps reading the next line: an error on
+ * the next line's first token is really this line's incomplete end. */
+static bool continues_line(int kind) {
+  switch (kind) {
+  case TK_PLUS: case TK_MINUS: case TK_STAR: case TK_SLASH: case TK_AT: case TK_LT: case TK_LE: case TK_GT:
+  case TK_GE: case TK_EQEQ: case TK_NE: case TK_ASSIGN: case TK_COMMA: case TK_COLON: case TK_LPAREN:
+  case TK_LBRACKET: case TK_ARROW: case TK_DOTDOT: case TK_AS: case TK_IN: case TK_LET: case TK_VAR:
+  case TK_FOR: case TK_IF: case TK_FN: case TK_CONST: case TK_MESH:
+    return true;
+  default:
+    return false;
+  }
+}
+
 void parse_syntax_error(ParseCtx *pc, Token tok) {
   pc->failed = true;
+  pc->error_now = true;
+  Token prev = pc->prev;
+  if (tok.kind && prev.len && tok.pos.line > prev.pos.line && continues_line(prev.kind)) {
+    Pos end = prev.pos;
+    end.col += prev.len;
+    diag_error(end, "E_SYNTAX", "syntax error: this line ends after '%.*s', in the middle of a %s; the next line "
+               "starts with %s",
+               prev.len, prev.start, prev.kind == TK_COMMA || prev.kind == TK_LPAREN ? "list" : "statement",
+               describe(tok));
+    return;
+  }
   const char *hint = "";
+  if ((tok.kind == TK_NL || tok.kind == 0) && prev.len && prev.kind != TK_NL) {
+    /* Point just after the last token, not at the end of a comment. */
+    Pos end = prev.pos;
+    end.col += prev.len;
+    diag_error(end, "E_SYNTAX", "syntax error: %s after '%.*s'; the expression or statement is incomplete",
+               tok.kind ? "the line ends" : "the file ends", prev.len, prev.start);
+    return;
+  }
   if (tok.kind == TK_NL || tok.kind == 0)
     hint = "; the expression or statement is incomplete";
   else if (tok.kind == TK_ASSIGN)
@@ -29,12 +62,16 @@ void parse_syntax_error(ParseCtx *pc, Token tok) {
     hint = "; a block must follow `fn NAME(...)`, `for`, `if` or `else`";
   else if (tok.kind == TK_ELSE)
     hint = "; `else` must follow the closing brace of an `if` block";
+  else if (tok.kind == TK_LT || tok.kind == TK_LE || tok.kind == TK_GT || tok.kind == TK_GE || tok.kind == TK_EQEQ ||
+           tok.kind == TK_NE)
+    hint = "; comparisons do not chain (a < b < c): compare two values at a time";
   diag_error(tok.pos, "E_SYNTAX", "syntax error: unexpected %s%s", describe(tok), hint);
 }
 
 /* The parser's stack has room for 1000 open constructs. */
 void parse_too_deep(ParseCtx *pc) {
   pc->failed = true;
+  pc->error_now = true;
   diag_error(pc->last.pos, "E_SYNTAX",
              "the program nests too deeply here (more than about 1000 open parentheses, brackets, blocks or "
              "operators); split the expression with `let`");
@@ -394,12 +431,42 @@ Program *parse_file(const SourceFile *file) {
   Lexer lx;
   lex_init(&lx, file);
   void *parser = ParseAlloc(malloc);
+  /* After a syntax error the rest of the statement is skipped, a { } block
+   * in it included, up to the end of its line or an unmatched }; then
+   * parsing goes on with the next statement, so one run reports the errors
+   * of many statements without cascades. */
+  bool skipping = false;
+  int depth = 0;
   for (;;) {
     Token t = lex_next(&lx);
+    if (skipping) {
+      if (t.kind == TK_LBRACE)
+        depth++;
+      if (t.kind == TK_RBRACE && depth > 0) {
+        depth--;
+        continue;
+      }
+      if (t.kind && !(depth == 0 && (t.kind == TK_NL || t.kind == TK_RBRACE)))
+        continue;
+    }
+    pc.prev = pc.last;
     pc.last = t;
+    pc.error_now = false;
+    /* The token that ends a skipped statement can still be an error to
+     * Lemon (its recovery may have reduced past the statement list); it
+     * stays silent, as Lemon is still counting, and only then is the
+     * count cleared. */
     Parse(parser, t.kind, t, &pc);
     if (t.kind == 0)
       break;
+    if (pc.error_now && !skipping && t.kind != TK_NL && t.kind != TK_RBRACE) {
+      skipping = true;
+      depth = t.kind == TK_LBRACE;
+      continue;
+    }
+    if (pc.error_now || skipping)
+      ParseErrorsReported(parser);
+    skipping = false;
   }
   ParseFree(parser, free);
   return pc.prog;

@@ -274,7 +274,8 @@ typedef struct ParseCtx {
   Program *prog;
   const SourceFile *file;
   bool failed;
-  Token last;
+  bool error_now;      /* the token just fed was a syntax error */
+  Token last, prev;    /* the token being fed and the one before it */
 } ParseCtx;
 void parse_syntax_error(ParseCtx *pc, Token tok);
 void parse_too_deep(ParseCtx *pc);
@@ -311,6 +312,8 @@ Pos tok_pos(Token t);
 void *ParseAlloc(void *(*mallocProc)(size_t));
 void Parse(void *parser, int kind, Token tok, ParseCtx *pc);
 void ParseFree(void *parser, void (*freeProc)(void *));
+/* Lets the next syntax error be reported at once (grammar.y %code). */
+void ParseErrorsReported(void *parser);
 
 /* ---- types.c: the type model -------------------------------------------- */
 
