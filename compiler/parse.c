@@ -131,11 +131,8 @@ DimExpr parse_dim(Token size, Vec *axes, bool paren) {
 }
 
 void parse_type_dim(ParseCtx *pc, TypeExpr *t, DimExpr d, Pos pos) {
-  if (t->ndims_written++ >= MAX_RANK) {
-    if (t->ndims_written == MAX_RANK + 1)
-      diag_error(pos, "E_SPEC", "arrays have at most %d dims", MAX_RANK);
-    return;
-  }
+  if (t->ndims_written++ >= MAX_RANK)
+    return;   /* reported by tc_resolve_type */
   if (d.naxes > MAX_AXES) {
     diag_error(pos, "E_SPEC", "a dim can be sharded over at most %d axes", MAX_AXES);
     d.naxes = MAX_AXES;

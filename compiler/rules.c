@@ -28,6 +28,17 @@ __attribute__((format(printf, 3, 4))) static bool fail(RuleCtx *c, const char *c
 
 static const char *axes_str(RuleCtx *c, AxisSet s) { return ty_axes_str(c->mesh, s); }
 
+/* The fix for a pending sum: t all-reduced (its explicit U dropped), as
+ * the `reshard(x, TYPE)` to write. */
+static const char *reduce_fix(RuleCtx *c, const Type *t) {
+  Type r = *t;
+  r.U &= c->manual;
+  r.weak = false;
+  if (t->U & c->manual)
+    return arena_printf("psum(x, %s)", axes_str(c, t->U & c->manual));
+  return arena_printf("reshard(x, %s)", TS(&r));
+}
+
 /* ---- dtypes ---------------------------------------------------------------- */
 
 /* The dtype of an elementwise result. Weak operands (literals, constants)
@@ -189,9 +200,9 @@ static bool elementwise_unreduced(RuleCtx *c, int op, int n, const Type *eff, Ax
         const Type *o = &eff[k];
         if (!o->U)
           return fail(c, "E_UR",
-                      "%s: %s is unreduced over %s while %s is not; reduce it first with reshard(x, TYPE) (an "
+                      "%s: %s is unreduced over %s while %s is not; reduce it first with %s (an "
                       "all-reduce), or make both unreduced over the same axes",
-                      c->opname, TS(u), axes_str(c, A), TS(o));
+                      c->opname, TS(u), axes_str(c, A), TS(o), reduce_fix(c, u));
         return fail(c, "E_UR",
                     "%s: operands are unreduced over different axes: %s and %s; reshard one of them so both are "
                     "unreduced over the same axes",
@@ -205,12 +216,12 @@ static bool elementwise_unreduced(RuleCtx *c, int op, int n, const Type *eff, Ax
     if (nu > 1)
       return fail(c, "E_UR",
                   "%s: both operands are unreduced (%s and %s); a product of two pending sums is not a pending sum; "
-                  "reduce one of them first with reshard(x, TYPE)",
-                  c->opname, TS(&eff[0]), TS(&eff[1]));
+                  "reduce one of them first with %s",
+                  c->opname, TS(&eff[0]), TS(&eff[1]), reduce_fix(c, &eff[1]));
     if (op == BIN_DIV && first != 0)
       return fail(c, "E_UR",
-                  "%s: the denominator %s is unreduced; reduce it first with reshard(x, TYPE) (an all-reduce)",
-                  c->opname, TS(u));
+                  "%s: the denominator %s is unreduced; reduce it first with %s (an all-reduce)",
+                  c->opname, TS(u), reduce_fix(c, u));
     for (int k = 0; k < n; k++) {
       if (k == first || eff[k].weak)
         continue;
@@ -230,8 +241,8 @@ static bool elementwise_unreduced(RuleCtx *c, int op, int n, const Type *eff, Ax
   }
   return fail(c, "E_UR",
               "%s is not linear, so its operand %s cannot be unreduced (a pending sum over %s); reduce it first "
-              "with reshard(x, TYPE)",
-              c->opname, TS(u), axes_str(c, A));
+              "with %s",
+              c->opname, TS(u), axes_str(c, A), reduce_fix(c, u));
 }
 
 static bool elementwise_reduced(RuleCtx *c, int n, Type *eff, AxisSet consumedR, AxisSet *Rout) {
@@ -240,9 +251,15 @@ static bool elementwise_reduced(RuleCtx *c, int n, Type *eff, AxisSet consumedR,
   for (int k = 0; k < n; k++) {
     if (eff[k].weak || !eff[k].R)
       continue;
-    if (who >= 0 && eff[k].R != R)
-      return fail(c, "E_UR", "%s: operands are reduced over different axes: %s and %s; they must agree",
-                  c->opname, TS(&eff[who]), TS(&eff[k]));
+    if (who >= 0 && eff[k].R != R) {
+      Type want = eff[k];
+      want.R = R;
+      want.weak = false;
+      return fail(c, "E_UR",
+                  "%s: operands are reduced over different axes: %s and %s; they must agree: reshard one of them, "
+                  "e.g. reshard(y, %s)",
+                  c->opname, TS(&eff[who]), TS(&eff[k]), TS(&want));
+    }
     R = eff[k].R;
     who = k;
   }
@@ -256,11 +273,18 @@ static bool elementwise_reduced(RuleCtx *c, int n, Type *eff, AxisSet consumedR,
     if ((t->U & R) == R && consumedR == R)
       continue;
     AxisSet sharded = (ty_dim_axes(t) | t->V) & R;
-    if (sharded)
+    if (sharded) {
+      Type want = *t;
+      for (int d = 0; d < want.rank; d++)
+        if (ty_spec_axes(want.spec[d]) & R)
+          want.spec[d].n = 0;
+      want.R |= R & ~want.V;
+      want.weak = false;
       return fail(c, "E_UR",
                   "%s: %s is reduced over %s, so its partner cannot be sharded or varying over it, but %s is; "
-                  "reshard it to replicated first",
-                  c->opname, TS(&eff[who]), axes_str(c, R), TS(t));
+                  "reshard it first: reshard(y, %s)",
+                  c->opname, TS(&eff[who]), axes_str(c, R), TS(t), TS(&want));
+    }
     /* Explicit mode: a rank-0 replicated partner of a two-operand op is
      * cast to reduced implicitly (3.5 item 4). */
     if (n == 2 && t->rank == 0 && !(R & c->manual) && !t->U && !t->R) {
@@ -313,10 +337,14 @@ static bool elementwise_specs(RuleCtx *c, int n, const Type *eff, Type *out) {
       if (s.n == 0)
         continue;
       if (have && !ty_spec_equal(chosen, s)) {
+        Type want = eff[k];
+        want.spec[od] = chosen;
+        want.weak = false;
         return fail(c, "E_BCAST",
                     "%s: incompatible shardings for broadcasting in dim %d: %s and %s; reshard one operand so the "
-                    "dim is sharded the same way (or replicated) in both",
-                    c->opname, d, TS(&eff[from]), TS(&eff[k]));
+                    "dim is sharded the same way (or replicated) in both, e.g. reshard(y, %s)",
+                    c->opname, d, TS(&eff[from]), TS(&eff[k]),
+                    ty_check_wellformed(c->mesh, &want, (Pos){0}, c->manual, NULL) ? TS(&want) : "...");
       }
       chosen = s;
       have = true;
@@ -331,10 +359,21 @@ static bool elementwise_specs(RuleCtx *c, int n, const Type *eff, Type *out) {
       const char *ops_str = TS(&eff[0]);
       for (int k = 1; k < n; k++)
         ops_str = arena_printf("%s, %s", ops_str, TS(&eff[k]));
+      /* The fix: the last operand that shards dim d over the axis, with
+       * that dim replicated. */
+      const char *fix = "reshard one operand first";
+      for (int k = 0; k < n; k++) {
+        int od = d - (rank - eff[k].rank);
+        if (od < 0 || !(ty_spec_axes(eff[k].spec[od]) & a & seen))
+          continue;
+        Type want = eff[k];
+        want.spec[od].n = 0;
+        want.weak = false;
+        fix = arena_printf("reshard one operand first, e.g. reshard(y, %s)", TS(&want));
+      }
       return fail(c, "E_DUP",
-                  "%s with inputs %s produces an illegally sharded result %s (mesh axis %s shards two dims); "
-                  "reshard one operand first",
-                  c->opname, ops_str, TS(out), axes_str(c, a & seen));
+                  "%s with inputs %s produces an illegally sharded result %s (mesh axis %s shards two dims); %s",
+                  c->opname, ops_str, TS(out), axes_str(c, a & seen), fix);
     }
     seen |= a;
   }
@@ -406,8 +445,8 @@ static bool rule_select(RuleCtx *c, const Type *const *ops, Type *out) {
     const Type *u = eff[1].U ? &eff[1] : &eff[2], *o = eff[1].U ? &eff[2] : &eff[1];
     return fail(c, "E_UR",
                 "where: the cases must be unreduced over the same axes, but they are %s and %s; select is linear "
-                "only when both are pending sums over the same axes: reduce with reshard(x, TYPE) first",
-                TS(u), TS(o));
+                "only when both are pending sums over the same axes: reduce with %s first",
+                TS(u), TS(o), reduce_fix(c, u));
   }
   Type r = shape;
   r.dtype = dt;
@@ -478,8 +517,8 @@ bool rule_unary(RuleCtx *c, int op, const Type *x, Type *out) {
   if (x->U && op != UN_NEG)
     return fail(c, "E_UR",
                 "%s is not linear, so its operand %s cannot be unreduced (a pending sum over %s); reduce it first "
-                "with reshard(x, TYPE)",
-                unop_name(op), TS(x), axes_str(c, x->U));
+                "with %s",
+                unop_name(op), TS(x), axes_str(c, x->U), reduce_fix(c, x));
   Type r = *x;
   if (float_only && r.weak && !ty_is_float(r.dtype))
     r.dtype = DT_F32;
@@ -589,14 +628,15 @@ bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, co
     return fail(c, "E_DTYPE", "%s: operands have different dtypes, %s and %s; convert one with cast(x, %s)",
                 c->opname, TS(lhs), TS(rhs), ty_dtype_name(DT_F64));
   if (lhs->dtype == DT_BOOL)
-    return fail(c, "E_DTYPE", "%s of bool arrays; convert with cast(x, f32)", c->opname);
+    return fail(c, "E_DTYPE", "%s of bool arrays (%s and %s); convert with cast(x, f32)", c->opname, TS(lhs),
+                TS(rhs));
   for (int k = 0; k < 2; k++) {
     const Type *t = k ? rhs : lhs;
     if (t->U)
       return fail(c, "E_UR",
                   "%s: the %s operand %s is unreduced (a pending sum over %s); a contraction cannot take pending "
-                  "sums; reduce it first with reshard(x, TYPE)",
-                  c->opname, k ? "right" : "left", TS(t), axes_str(c, t->U));
+                  "sums; reduce it first with %s",
+                  c->opname, k ? "right" : "left", TS(t), axes_str(c, t->U), reduce_fix(c, t));
   }
   const Type *ops[2] = {lhs, rhs};
   Type eff[2];
@@ -614,17 +654,26 @@ bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, co
       AxisSet explicitU = annot->U & ~c->manual;
       for (int i = 0; i < d->ncontract; i++) {
         DimSpec a = eff[0].spec[d->lhs_contract[i]], b = eff[1].spec[d->rhs_contract[i]];
-        if (!ty_spec_equal(a, b))
+        if (!ty_spec_equal(a, b)) {
+          Type want = eff[1];
+          for (int k = 0; k < d->ncontract; k++)
+            want.spec[d->rhs_contract[k]] = eff[0].spec[d->lhs_contract[k]];
+          want.weak = false;
           return fail(c, "E_UR",
                       "%s: an unreduced result needs the contracting dims sharded identically on both sides, but "
-                      "they are %s and %s; reshard one operand",
-                      c->opname, TS(&eff[0]), TS(&eff[1]));
+                      "they are %s and %s; reshard one operand, e.g. reshard(y, %s)",
+                      c->opname, TS(&eff[0]), TS(&eff[1]), TS(&want));
+        }
       }
       AxisSet ca = contract_axes(&eff[0], d->lhs_contract, d->ncontract);
-      if (explicitU != ca)
+      if (explicitU != ca) {
+        Type want = *annot;
+        want.U = ca | (annot->U & c->manual);
         return fail(c, "E_UR",
-                    "%s: the unreduced axes of %s must equal the axes sharding the contracting dims, which are {%s}",
-                    c->opname, TS(annot), axes_str(c, ca));
+                    "%s: the unreduced axes of %s must equal the axes sharding the contracting dims, which are {%s}; "
+                    "annotate %s",
+                    c->opname, TS(annot), axes_str(c, ca), TS(&want));
+      }
     }
     *out = *annot;
     out->weak = false;
@@ -632,11 +681,17 @@ bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, co
   }
   for (int i = 0; i < d->nbatch; i++) {
     DimSpec a = eff[0].spec[d->lhs_batch[i]], b = eff[1].spec[d->rhs_batch[i]];
-    if (!ty_spec_equal(a, b))
+    if (!ty_spec_equal(a, b)) {
+      Type want = eff[1];
+      for (int k = 0; k < d->nbatch; k++)
+        want.spec[d->rhs_batch[k]] = eff[0].spec[d->lhs_batch[k]];
+      want.weak = false;
       return fail(c, "E_BATCH",
                   "%s: batch dims are sharded differently, %s and %s; batch dims are never gathered implicitly: "
-                  "reshard one operand, or annotate the result type",
-                  c->opname, TS(&eff[0]), TS(&eff[1]));
+                  "reshard one operand (e.g. reshard(y, %s)), or annotate the result type",
+                  c->opname, TS(&eff[0]), TS(&eff[1]),
+                  ty_check_wellformed(c->mesh, &want, (Pos){0}, c->manual, NULL) ? TS(&want) : "...");
+    }
   }
   AxisSet both = 0;
   for (int i = 0; i < d->ncontract; i++) {
@@ -655,10 +710,12 @@ bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, co
   for (int i = 0; i < r.rank; i++) {
     AxisSet a = ty_spec_axes(r.spec[i]);
     if (a & seen) {
+      Type want = r;
+      want.spec[i].n = 0;
       return fail(c, "E_DUP",
                   "%s of %s and %s produces an illegally sharded result %s (mesh axis %s shards two dims); "
-                  "annotate the result type or reshard an operand",
-                  c->opname, TS(&eff[0]), TS(&eff[1]), TS(&r), axes_str(c, a & seen));
+                  "annotate the result type (e.g. `as %s`) or reshard an operand",
+                  c->opname, TS(&eff[0]), TS(&eff[1]), TS(&r), axes_str(c, a & seen), TS(&want));
     }
     seen |= a;
   }
@@ -670,12 +727,12 @@ bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, co
 
 bool rule_reduce(RuleCtx *c, int redop, const Type *x, unsigned dims, const Type *annot, Type *out) {
   if (x->dtype == DT_BOOL)
-    return fail(c, "E_DTYPE", "%s of a bool array; convert with cast(x, f32)", c->opname);
+    return fail(c, "E_DTYPE", "%s of a bool array (%s); convert with cast(x, f32)", c->opname, TS(x));
   if (redop != RED_SUM && x->U)
     return fail(c, "E_UR",
                 "%s of %s: the operand is unreduced (a pending sum over %s), and the %s of a sum's pieces is not "
-                "the %s of the sum; reduce first with reshard(x, TYPE)",
-                c->opname, TS(x), axes_str(c, x->U), c->opname, c->opname);
+                "the %s of the sum; reduce first with %s",
+                c->opname, TS(x), axes_str(c, x->U), c->opname, c->opname, reduce_fix(c, x));
   Type r = *x;
   r.rank = 0;
   AxisSet reduced_axes = 0;
@@ -697,19 +754,27 @@ bool rule_reduce(RuleCtx *c, int redop, const Type *x, unsigned dims, const Type
   }
   if (!check_annot_matches(c, annot, &r, c->opname))
     return false;
-  if (annot->R)
-    return fail(c, "E_UR", "%s: a reduction's result cannot be annotated reduced (%s); reshard it afterwards",
-                c->opname, TS(annot));
+  if (annot->R) {
+    Type plain = *annot;
+    plain.R = 0;
+    return fail(c, "E_UR",
+                "%s: a reduction's result cannot be annotated reduced (%s); annotate %s and reshard it "
+                "afterwards (free)",
+                c->opname, TS(annot), TS(&plain));
+  }
   if (annot->U && redop != RED_SUM)
     return fail(c, "E_KIND",
-                "%s: only sum reductions can leave a pending sum; %s asks for an unreduced %s result", c->opname,
-                TS(annot), c->opname);
+                "%s: only sum reductions can leave a pending sum (<U:..> is a sum); %s asks for an unreduced %s "
+                "result; annotate a replicated or sharded result instead",
+                c->opname, TS(annot), c->opname);
   AxisSet allowed = reduced_axes | x->U;
   if (annot->U & ~allowed)
     return fail(c, "E_UR",
                 "%s: %s is unreduced over %s, but only the axes that shard the reduced dims or that the operand is "
-                "unreduced over ({%s}) can stay pending",
-                c->opname, TS(annot), axes_str(c, annot->U & ~allowed), axes_str(c, allowed));
+                "unreduced over can stay pending (%s); drop <U:%s> from the annotation",
+                c->opname, TS(annot), axes_str(c, annot->U & ~allowed),
+                allowed ? arena_printf("here: %s", axes_str(c, allowed)) : "none here",
+                axes_str(c, annot->U & ~allowed));
   *out = *annot;
   out->weak = false;
   return true;
@@ -752,11 +817,12 @@ static NonOne non_one(int rank, const int64_t *shape) {
   return r;
 }
 
-static bool reshape_fail(RuleCtx *c, const Type *x, const Type *plain_out) {
+/* why: what rule 1.7 could not do, for the message. */
+static bool reshape_fail(RuleCtx *c, const Type *x, const Type *plain_out, const char *why) {
   return fail(c, "E_RESHAPE",
-              "reshape of %s to %s is not supported without an annotation: the sharded data would move between "
-              "devices; annotate the result type (e.g. `as %s`) or reshard the operand to replicated first",
-              TS(x), TS(plain_out), TS(plain_out));
+              "reshape of %s to %s: %s, so the sharded data would have to move between devices; annotate the "
+              "result to say where it goes (e.g. `as %s`: gather, reshape, slice) or reshard the operand first",
+              TS(x), TS(plain_out), why, TS(plain_out));
 }
 
 /* Hands the split dim's axes to its pieces, major piece first. */
@@ -769,7 +835,11 @@ static bool split_axes(RuleCtx *c, const Type *x, DimSpec s, const int64_t *piec
     while (p > 1 && next < s.n) {
       int a = s.axes[next];
       if (p % c->mesh->sizes[a] != 0)
-        return reshape_fail(c, x, plain_out);
+        return reshape_fail(c, x, plain_out,
+                            arena_printf("the split dim is sharded over %s, but its piece of size %lld is not "
+                                         "divisible by %d (the size of %s)",
+                                         ty_spec_str(c->mesh, s) + 1, (long long)pieces[i], c->mesh->sizes[a],
+                                         c->mesh->names[a]));
       p /= c->mesh->sizes[a];
       ps.axes[ps.n++] = (int8_t)a;
       next++;
@@ -777,7 +847,9 @@ static bool split_axes(RuleCtx *c, const Type *x, DimSpec s, const int64_t *piec
     outspec[i] = ps;
   }
   if (next < s.n)
-    return reshape_fail(c, x, plain_out);
+    return reshape_fail(c, x, plain_out,
+                        arena_printf("the split dim's pieces cannot take all of its axes %s",
+                                     ty_spec_str(c->mesh, s) + 1));
   return true;
 }
 
@@ -855,12 +927,12 @@ static bool reshape_specs(RuleCtx *c, const Type *x, Type *r) {
     for (int k = ia; k <= last_sharded; k++) {
       DimSpec s = x->spec[a.pos[k]];
       if (!s.n)
-        return reshape_fail(c, x, r);
+        return reshape_fail(c, x, r, "the merged dims have an unsharded dim before a sharded one");
       for (int q = 0; q < s.n; q++)
         m.axes[m.n++] = s.axes[q];
     }
     if (b.size[ib] % ty_spec_parts(c->mesh, m))
-      return reshape_fail(c, x, r);
+      return reshape_fail(c, x, r, "the merged dim is not divisible by its axes");
     outspec[ib] = m;
     ia = j;
     ib++;
@@ -870,7 +942,7 @@ static bool reshape_specs(RuleCtx *c, const Type *x, Type *r) {
       r->spec[b.pos[i]] = outspec[i];
     return true;
   }
-  return reshape_fail(c, x, r);
+  return reshape_fail(c, x, r, "it neither splits one dim nor merges one run of adjacent dims");
 }
 
 bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, const Type *annot, Type *out) {
@@ -887,11 +959,15 @@ bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, con
   if (annot) {
     if (!check_annot_matches(c, annot, &r, "reshape"))
       return false;
-    if (annot->U != x->U || annot->R != x->R)
+    if (annot->U != x->U || annot->R != x->R) {
+      Type want = *annot;
+      want.U = x->U;
+      want.R = x->R;
       return fail(c, "E_UR",
-                  "reshape: the annotation %s must keep the operand's unreduced and reduced axes (%s); reshard "
-                  "before or after to change them",
-                  TS(annot), TS(x));
+                  "reshape: the annotation %s must keep the operand's unreduced and reduced axes (%s): annotate %s, "
+                  "and reshard before or after to change them",
+                  TS(annot), TS(x), TS(&want));
+    }
     *out = *annot;
     out->weak = false;
     return true;

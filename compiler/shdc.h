@@ -379,8 +379,9 @@ const char *ty_str(const Mesh *m, const Type *t);
 const char *ty_spec_str(const Mesh *m, DimSpec s);
 const char *ty_axes_str(const Mesh *m, AxisSet s);          /* X,Y */
 const char *ty_local_str(const Mesh *m, const Type *t);     /* f32[4,8] */
-/* Well-formedness (rules 0.3): E_DUP, E_DIVIS, E_SPEC; reports at pos and
- * returns false on the first problem. manual: axes allowed in V. */
+/* Well-formedness (rules 0.3): E_DUP, E_DIVIS, E_SPEC; reports at pos (if
+ * pos.file is set) and returns false on the first problem. manual: axes
+ * allowed in V. */
 bool ty_check_wellformed(const Mesh *m, const Type *t, Pos pos, AxisSet manual, const char *what);
 Type ty_strip_sharding(const Type *t);   /* same shape/dtype, replicated */
 Type ty_ct(const Type *t);               /* cotangent type: U and R swap */
@@ -502,6 +503,7 @@ typedef struct {
   Vec diverge;                   /* Expr *: varying conditions we are under */
   bool annot_v_free;             /* manual returns: annotations do not fix V */
   Expr *bad_annot;               /* an expression whose annotation was itself wrong */
+  const char *annot_code;        /* code of a creation/annotation mismatch (E_ANNOT if NULL) */
 } TcCtx;
 
 /* tc.c */

@@ -185,6 +185,9 @@ bool tc_resolve_type(TcCtx *c, TypeExpr *te, Type *out) {
   int64_t shape[MAX_RANK] = {0};
   Type t = ty_array(te->dtype, te->rank, shape);
   bool ok = te->ndims_written <= MAX_RANK;
+  if (!ok)
+    diag_error(te->pos, "E_SPEC", "arrays have at most %d dims, this type has %d; merge dims with reshape", MAX_RANK,
+               te->ndims_written);
   for (int d = 0; d < te->rank; d++) {
     DimExpr *de = &te->dims[d];
     ok &= resolve_size(c, de->size, &t.shape[d]);
@@ -196,7 +199,9 @@ bool tc_resolve_type(TcCtx *c, TypeExpr *te, Type *out) {
         continue;
       }
       if (seen & (1u << a)) {
-        diag_error(de->axes[i].pos, "E_DUP", "mesh axis %s appears twice in one dim", c->mesh->names[a]);
+        diag_error(de->axes[i].pos, "E_DUP",
+                   "mesh axis %s appears twice in one dim; a mesh axis shards one dim once: write it once",
+                   c->mesh->names[a]);
         ok = false;
         continue;
       }
@@ -215,14 +220,15 @@ bool tc_resolve_type(TcCtx *c, TypeExpr *te, Type *out) {
         continue;
       }
       if (*set & (1u << a)) {
-        diag_error(an->axes[i].pos, "E_DUP", "mesh axis %s appears twice in <%c:..>", c->mesh->names[a], an->kind);
+        diag_error(an->axes[i].pos, "E_DUP", "mesh axis %s appears twice in <%c:..>; write it once",
+                   c->mesh->names[a], an->kind);
         ok = false;
       }
       *set |= 1u << a;
     }
   }
   if (ok)
-    ok = ty_check_wellformed(c->mesh, &t, te->pos, c->manual, "type");
+    ok = ty_check_wellformed(c->mesh, &t, te->pos, c->manual, "");
   *out = ok ? t : ty_error();
   return ok;
 }
@@ -448,7 +454,11 @@ static void check_assign(TcCtx *c, Stmt *s) {
   }
   Type t;
   if (tc_is_annotatable(c, s->expr)) {
+    /* The var's type is the out_sharding; a creation that names another
+     * type changes the var's type. */
+    c->annot_code = "E_CARRY";
     t = tc_expr_annot(c, s->expr, &sym->type, arena_printf("assignment to %s", name));
+    c->annot_code = NULL;
     return;
   }
   t = tc_expr(c, s->expr);
@@ -566,7 +576,12 @@ static void check_return(TcCtx *c, Stmt *s, bool last_in_body) {
     /* return f(...) where f returns the whole tuple */
     Type t = tc_expr(c, s->expr);
     Type decl = ty_tuple(want, f->result_types);
-    if (t.kind != TY_ERROR && !ty_equal(&t, &decl))
+    if (t.kind == TY_ERROR || ty_equal(&t, &decl))
+      return;
+    if (t.kind != TY_TUPLE || t.nelems != want)
+      diag_error(s->pos, "E_RETURN", "'%.*s' declares %d results %s but this returns %s; write return (a, b, ...)",
+                 f->name.len, f->name.start, want, ty_str(c->mesh, &decl), ty_str(c->mesh, &t));
+    else
       diag_error(s->pos, "E_ANNOT", "returns %s but '%.*s' declares %s", ty_str(c->mesh, &t), f->name.len,
                  f->name.start, ty_str(c->mesh, &decl));
     return;
@@ -658,7 +673,9 @@ static void check_body(TcCtx *c, FuncDecl *f) {
   }
   check_block(c, f->body, true);
   Block *b = f->body;
-  bool returns = b->stmts.len && ((Stmt *)b->stmts.data[b->stmts.len - 1])->kind == ST_RETURN;
+  bool returns = false;   /* a misplaced return was reported already */
+  for (int i = 0; i < b->stmts.len; i++)
+    returns |= ((Stmt *)b->stmts.data[i])->kind == ST_RETURN;
   if (f->nresults && !returns)
     diag_error(f->pos, "E_RETURN", "'%.*s' declares a result but does not end with `return`", f->name.len,
                f->name.start);

@@ -75,6 +75,11 @@ static const char *suggest(TcCtx *c, const char *name) {
 
 static Type check_name(TcCtx *c, Expr *e) {
   Symbol *s = tc_lookup(c, e->str);
+  int un;
+  if (!s && tc_builtin_code(e->str, &un)) {
+    diag_error(e->pos, "E_ARG", "'%s' is a builtin function, not a value; call it: %s(...)", e->str, e->str);
+    return ty_error();
+  }
   if (!s) {
     const char *sug = suggest(c, e->str);
     if (sug)

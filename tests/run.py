@@ -4,7 +4,9 @@
 Each .shd test carries its expectations in comments (the format is in
 tests/README.md):
 
-  // ERROR: E_CODE [E_CODE...]   on a line: `shdc check` reports exactly these
+  // ERROR: E_CODE [E_CODE...] [| regex]   on a line: `shdc check` reports
+                                 exactly these codes there (and a message
+                                 matching regex); nothing on other lines
   // TYPE: main.y: f32[4@Y,8@X]  `shdc types` prints this line
   // IR: regex                   lines of `shdc emit-ir`, matched in order
   // IR-NOT: regex               no line of `shdc emit-ir` matches
@@ -78,6 +80,7 @@ class ShdTest:
         self.text = open(path).read()
         self.lines = self.text.split("\n")
         self.errors = {}          # line -> [codes]
+        self.error_msgs = {}      # line -> regex the line's messages must match
         self.types, self.ir, self.explain = [], [], []
         self.runs, self.refs, self.stdout, self.runfail = [], [], [], []
         self.stdout_not, self.build_flags = [], []
@@ -85,7 +88,10 @@ class ShdTest:
         for i, l in enumerate(self.lines, 1):
             m = re.search(r"//\s*ERROR:\s*(.*)$", l)
             if m:
-                self.errors[i] = m.group(1).split()
+                codes, _, msg = m.group(1).partition(" | ")
+                self.errors[i] = codes.split()
+                if msg.strip():
+                    self.error_msgs[i] = msg.strip()
             m = re.search(r"//\s*([A-Z-]+):?\s?(.*)$", l)
             if not m:
                 continue
@@ -135,9 +141,17 @@ class ShdTest:
             return
         if rc != 1:
             raise Failure("shdc check should exit 1 on errors, exited %d:\n%s" % (rc, err))
+        msgs = {}
+        for l in err.split("\n"):
+            m = DIAG.match(l)
+            if m:
+                msgs.setdefault(int(m.group("line")), []).append(m.group("msg"))
         for line, codes in self.errors.items():
             if sorted(got.get(line, [])) != sorted(codes):
                 raise Failure("line %d: expected %s, got %s\n%s" % (line, codes, got.get(line, []), err))
+            pat = self.error_msgs.get(line)
+            if pat and not any(re.search(pat, msg) for msg in msgs.get(line, [])):
+                raise Failure("line %d: no message matches %r:\n%s" % (line, pat, "\n".join(msgs.get(line, []))))
         extra = {l: c for l, c in got.items() if l not in self.errors}
         if extra:
             raise Failure("unexpected errors %s:\n%s" % (extra, err))
