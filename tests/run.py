@@ -25,6 +25,11 @@ tests/README.md):
   // RUNFAIL: X=2 np=3 regex     this launch must fail with status 1 and regex
                                  in its output
   // BUILD-FLAGS: -O0            extra `shdc build` options (huge generated tests)
+  // TRACE: X=2,Y=2              built for that mesh and run with SHD_TRACE=1, the
+                                 largest count and bytes of each collective kind
+                                 over the ranks, and the peak bytes, equal what
+                                 `shdc explain` predicts (no loops; each function
+                                 called at most once)
 
 Runtime unit tests (tests/runtime/test_*.c, first line `// RANKS: 1 2 4`)
 run under mpirun at each rank count. Test scripts (tests/**/test_*.py) run
@@ -83,7 +88,7 @@ class ShdTest:
         self.error_msgs = {}      # line -> regex the line's messages must match
         self.types, self.ir, self.explain = [], [], []
         self.runs, self.refs, self.stdout, self.runfail = [], [], [], []
-        self.stdout_not, self.build_flags = [], []
+        self.stdout_not, self.build_flags, self.trace = [], [], []
         self.args, self.mesh, self.tol, self.same_stdout = [], None, None, False
         for i, l in enumerate(self.lines, 1):
             m = re.search(r"//\s*ERROR:\s*(.*)$", l)
@@ -116,6 +121,8 @@ class ShdTest:
                 self.stdout_not.append(val)
             elif key == "BUILD-FLAGS":
                 self.build_flags = val.split()
+            elif key == "TRACE":
+                self.trace.append(val)
             elif key == "SAME-STDOUT":
                 self.same_stdout = True
             elif key == "MESH":
@@ -329,6 +336,47 @@ class ShdTest:
         if not re.search(pat, out + err):
             raise Failure("RUNFAIL %s: %r not in the output:\n%s%s" % (spec, pat, out, err))
 
+    # ---- SHD_TRACE against shdc explain ------------------------------------------
+
+    def explain_totals(self, mesh):
+        rc, out, err = run(self.shdc_cmd("explain", self.path, "--mesh", mesh))
+        if rc != 0:
+            raise Failure("shdc explain failed:\n%s" % err)
+        kinds, peak, fn = {}, None, None
+        for l in out.split("\n"):
+            m = re.match(r"fn (\S+)", l)
+            if m:
+                fn = m.group(1)
+            m = re.match(r"\s+line\s+\d+\s+(\w+)(?:\.\w+)?\s+over .*?(\d+) bytes/rank", l)
+            if m:
+                c, b = kinds.get(m.group(1), (0, 0))
+                kinds[m.group(1)] = (c + 1, b + int(m.group(2)))
+            m = re.match(r"\s+peak live arrays per rank: (\d+) bytes", l)
+            if m and fn == "main":
+                peak = int(m.group(1))
+        return kinds, peak, out
+
+    def check_trace(self, mesh, tmp):
+        exe = os.path.join(tmp, "trace_prog")
+        self.build(mesh, exe)
+        d = os.path.join(tmp, "trace")
+        os.makedirs(d, exist_ok=True)
+        rc, out, err = run(mpirun_cmd(self.ranks(mesh)) + [exe] + self.args, cwd=d, env={"SHD_TRACE": "1"})
+        if rc != 0:
+            raise Failure("SHD_TRACE run with --mesh %s exited %d:\n%s%s" % (mesh, rc, out, err))
+        got, peak = {}, None
+        for l in err.split("\n"):
+            m = re.match(r"shdc trace: max over ranks: (\w+) count=(\d+) bytes=(\d+)", l)
+            if m:
+                got[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+            m = re.match(r"shdc trace: max over ranks: peak_bytes=(\d+)", l)
+            if m:
+                peak = int(m.group(1))
+        want, want_peak, text = self.explain_totals(mesh)
+        if got != want or peak != want_peak:
+            raise Failure("SHD_TRACE at mesh %s measured %s, peak %s; shdc explain predicts %s, peak %s:\n%s%s"
+                          % (mesh, got, peak, want, want_peak, text, err))
+
     def run_all(self):
         self.check_errors()
         if self.errors:
@@ -343,6 +391,13 @@ class ShdTest:
             if not self.runs:
                 self.runs = [self.runfail[0].split()[0]]
             self.check_runs()
+        if self.trace:
+            tmp = tempfile.mkdtemp(prefix="shdt-")
+            try:
+                for mesh in self.trace:
+                    self.check_trace(mesh, tmp)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
 
 
 def runtime_test(path, build):
