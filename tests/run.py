@@ -22,8 +22,9 @@ tests/README.md):
   // STDOUT: regex               rank 0's output contains these lines, in order
   // STDOUT-NOT: regex           no line of any run's output matches
   // SAME-STDOUT                 the numbers printed agree with the all-ones build
-  // RUNFAIL: X=2 np=3 regex     this launch must fail with status 1 and regex
-                                 in its output
+  // RUNFAIL: X=2 np=3 [args=--a=1,--b=2] regex   this launch (with these
+                                 program arguments instead of ARGS) must fail
+                                 and print regex
   // BUILD-FLAGS: -O0            extra `shdc build` options (huge generated tests)
   // TRACE: X=2,Y=2              built for that mesh and run with SHD_TRACE=1, the
                                  largest count and bytes of each collective kind
@@ -322,15 +323,16 @@ class ShdTest:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def check_runfail(self, spec, tmp):
-        m = re.match(r"(\S+)\s+np=(\d+)\s+(.*)$", spec)
+        m = re.match(r"(\S+)\s+np=(\d+)\s+(?:args=(\S+)\s+)?(.*)$", spec)
         if not m:
             raise Failure("bad RUNFAIL line %r" % spec)
-        mesh, n, pat = m.group(1), int(m.group(2)), m.group(3)
+        mesh, n, pat = m.group(1), int(m.group(2)), m.group(4)
+        args = m.group(3).split(",") if m.group(3) else self.args
         exe = os.path.join(tmp, "fail_prog")
         self.build(mesh, exe)
         d = os.path.join(tmp, "fail")
         os.makedirs(d, exist_ok=True)
-        rc, out, err = run(mpirun_cmd(n) + [exe] + self.args, cwd=d, timeout=120)
+        rc, out, err = run(mpirun_cmd(n) + [exe] + args, cwd=d, timeout=120)
         if rc == 0:
             raise Failure("RUNFAIL %s: the program succeeded" % spec)
         if not re.search(pat, out + err):
