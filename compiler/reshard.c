@@ -420,25 +420,42 @@ static int search(Search *s, const Type *to) {
 
 /* ---- emitting the plan ---------------------------------------------------------- */
 
+/* Runs the search from `from` to `to`; returns the end node (-1: none). */
+static int plan(const Mesh *m, const Type *from, const Type *to, Search *s) {
+  if (from->V != to->V)
+    diag_ice("reshard cannot change varying axes (%s to %s)", ty_str(m, from), ty_str(m, to));
+  Type src = physical(m, from), goal = physical(m, to);
+  memset(s, 0, sizeof *s);
+  s->m = m;
+  for (int a = 0; a < m->naxes; a++)
+    if (m->sizes[a] > 1 && !(to->V & (1u << a)))
+      s->movable |= 1u << a;
+  /* Node 0 is the physical source. */
+  s->cap = 64;
+  s->nodes = arena_alloc(sizeof(Node) * (size_t)s->cap);
+  s->nodes[0] = (Node){src, {0, 0, 0}, -1, {0}, false};
+  s->n = 1;
+  int end = search(s, &goal);
+  if (end < 0)
+    diag_ice("reshard found no plan: %s to %s", ty_str(m, from), ty_str(m, to));
+  return end;
+}
+
+int64_t part_reshard_cost(const Mesh *m, const Type *from, const Type *to, int *ncoll) {
+  *ncoll = 0;
+  if (ty_equal(from, to))
+    return 0;
+  Search s;
+  int end = plan(m, from, to, &s);
+  *ncoll = s.nodes[end].cost.ncoll;
+  return s.nodes[end].cost.bytes;
+}
+
 Value *part_reshard(Module *mod, IrBlock *b, Pos pos, Value *v, const Type *to) {
   if (ty_equal(&v->type, to))
     return v;
-  const Mesh *m = &mod->mesh;
-  if (v->type.V != to->V)
-    diag_ice("reshard cannot change varying axes (%s to %s)", ty_str(m, &v->type), ty_str(m, to));
-  Type from = physical(m, &v->type), goal = physical(m, to);
-  Search s = {m, 0, NULL, 0, 0};
-  for (int a = 0; a < m->naxes; a++)
-    if (m->sizes[a] > 1 && !(to->V & (1u << a)))
-      s.movable |= 1u << a;
-  /* Node 0 is the physical source. */
-  s.cap = 64;
-  s.nodes = arena_alloc(sizeof(Node) * (size_t)s.cap);
-  s.nodes[0] = (Node){from, {0, 0, 0}, -1, {0}, false};
-  s.n = 1;
-  int end = search(&s, &goal);
-  if (end < 0)
-    diag_ice("reshard found no plan: %s to %s", ty_str(m, &v->type), ty_str(m, to));
+  Search s;
+  int end = plan(&mod->mesh, &v->type, to, &s);
   int path[256], len = 0;
   for (int i = end; i > 0 && len < 256; i = s.nodes[i].prev)
     path[len++] = i;

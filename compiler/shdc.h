@@ -695,6 +695,9 @@ bool part_module(Module *mod);
  * slices, reduce-scatters, all-to-alls, all-reduces, all-gathers, embeds,
  * or one whole-mesh permutation, chosen greedily for the least traffic. */
 Value *part_reshard(Module *mod, IrBlock *b, Pos pos, Value *v, const Type *to);
+/* What part_reshard would cost: bytes one rank sends (and the number of
+ * collectives), without emitting anything. */
+int64_t part_reshard_cost(const Mesh *m, const Type *from, const Type *to, int *ncoll);
 /* For IR_PERMUTE: the world rank this rank sends to and receives from. */
 void part_permute_tables(const Mesh *m, const Type *from, const Type *to, int *dest, int *src);
 /* Offsets of rank r's local block of t along each dim (global coordinates). */
