@@ -328,30 +328,46 @@ static Value *scale(Lower *L, Pos pos, Value *x, double factor, Type t) {
   return in->results[0];
 }
 
+static Value *convert(Lower *L, Pos pos, Value *x, DType dt) {
+  if (x->type.dtype == dt)
+    return x;
+  Type t = x->type;
+  t.dtype = dt;
+  return emit(L, IR_CAST, pos, 1, &x, t);
+}
+
+/* psum, pmax, pmin, pmean: the all-reduce runs in info->dtype (bools are
+ * counted as i32), pmean then divides in the result's float dtype. Of an
+ * invariant value psum is x * |a|, the others x itself. */
+static Value *lower_reduce_collective(Lower *L, Expr *e, Value *x) {
+  TcInfo *info = e->tc;
+  Type t = *e->ty, r = t;
+  r.dtype = info->dtype;
+  x = convert(L, e->pos, x, info->dtype);
+  Value *y = x;
+  if (info->psum_invariant && e->builtin == BI_PSUM) {
+    y = scale(L, e->pos, x, info->count, r);
+  } else if (!info->psum_invariant) {
+    Inst *in = emit_inst(L, IR_ALL_REDUCE, e->pos, 1, &x, r);
+    in->fn = info->redop;
+    set_axes(in, info);
+    y = in->results[0];
+  }
+  y = convert(L, e->pos, y, t.dtype);
+  if (e->builtin == BI_PMEAN && !info->psum_invariant)
+    y = scale(L, e->pos, y, 1.0 / info->count, t);
+  return y;
+}
+
 static Value *lower_collective(Lower *L, Expr *e) {
   TcInfo *info = e->tc;
-  Value *x = lower_expr(L, info->x);
+  Value *x = info->x ? lower_expr(L, info->x) : NULL;  /* axis_index has no operand */
   Type t = *e->ty;
   AxisSet a = info_axes(info);
   Inst *in;
   switch (e->builtin) {
   case BI_PSUM: case BI_PMAX: case BI_PMIN: case BI_PMEAN:
-    if (info->psum_invariant) {
-      if (e->builtin == BI_PSUM)
-        return scale(L, e->pos, x, info->count, t);
-      return x;
-    }
-    in = emit_inst(L, IR_ALL_REDUCE, e->pos, 1, &x, e->builtin == BI_PMEAN ? x->type : t);
-    in->fn = info->redop;
-    set_axes(in, info);
-    if (e->builtin == BI_PMEAN) {
-      Type mid = x->type;
-      mid.V &= ~a;
-      mid.U &= ~a;
-      in->results[0]->type = mid;
-      return scale(L, e->pos, in->results[0], 1.0 / info->count, t);
-    }
-    return in->results[0];
+    return lower_reduce_collective(L, e, x);
   case BI_ALL_GATHER:
   case BI_PSUM_SCATTER:
   case BI_ALL_TO_ALL:
@@ -534,6 +550,10 @@ static Value *lower_expr(Lower *L, Expr *e) {
   if (e->ty && e->ty->weak && e->ty->kind == TY_ARRAY)
     return const_value(L, e->pos, e->ty->dtype, fold(L, e));
   switch (e->kind) {
+  case EX_INT: case EX_FLOAT: case EX_BOOL:
+    /* A literal that took an annotated type (let x: f32 = 1.0, an argument
+     * f(3)): the typechecker gave it that type, states included. */
+    return coerce_scalar(L, e->pos, const_value(L, e->pos, e->ty->dtype, fold(L, e)), e->ty);
   case EX_NAME:
     return get_sym(L, e->sym);
   case EX_UNARY: {

@@ -10,7 +10,9 @@
  *     that was gathered in the forward pass.
  *   - chains of reshards collapse into one.
  *
- * After partitioning (opt_module): dead pure instructions are removed.
+ * After partitioning (opt_module): an all-reduce of an all-reduce (same
+ * operation, its only use) becomes one all-reduce over both groups of axes;
+ * dead pure instructions are removed.
  */
 #include "shdc.h"
 
@@ -120,10 +122,34 @@ static void fold_func(Module *mod, Func *f) {
   free(uses);
 }
 
+static void merge_all_reduces(IrBlock *b, int *uses) {
+  for (int i = 0; i < b->insts.len; i++) {
+    Inst *in = b->insts.data[i];
+    for (int r = 0; r < in->nregions; r++)
+      merge_all_reduces(in->regions[r], uses);
+    Inst *def = in->op == IR_ALL_REDUCE ? in->args[0]->def : NULL;
+    if (!def || def->op != IR_ALL_REDUCE || def->fn != in->fn || def->parent != b || uses[in->args[0]->id] != 1)
+      continue;
+    AxisSet axes = 0;
+    for (int k = 0; k < def->naxes; k++)
+      axes |= 1u << def->axes[k];
+    for (int k = 0; k < in->naxes; k++)
+      axes |= 1u << in->axes[k];
+    in->naxes = 0;
+    for (int a = 0; a < MAX_AXES; a++)
+      if (axes & (1u << a))
+        in->axes[in->naxes++] = a;
+    uses[in->args[0]->id]--;
+    in->args[0] = def->args[0];
+    uses[in->args[0]->id]++;
+  }
+}
+
 static void dce_func(Module *mod, Func *f) {
   int n = mod->next_value + 1;
   int *uses = calloc((size_t)n, sizeof(int));
   count_uses_block(f->body, uses);
+  merge_all_reduces(f->body, uses);
   while (dce_block(f->body, uses))
     ;
   free(uses);

@@ -13,7 +13,9 @@
  *
  * Manual function bodies are already per-device along their manual axes:
  * their collectives pass through, and their explicit axes are partitioned
- * by the same rules.
+ * by the same rules. A collective those rules insert under an if or for
+ * whose condition varies across devices is reported ([E_DIVERGE]): the
+ * typechecker cannot see it.
  */
 #include "shdc.h"
 
@@ -23,6 +25,7 @@ typedef struct {
   Value **map;         /* old value id -> new value */
   int cap;
   IrBlock *b;          /* the block being built */
+  const Inst *diverge; /* innermost if/for of a manual body whose condition varies */
 } Part;
 
 static Value *get(Part *p, Value *old) {
@@ -395,11 +398,63 @@ static void part_save(Part *p, Inst *in, Value **args) {
   copy_inst(p, in, &x);
 }
 
+/* ---- divergence ------------------------------------------------------------------------------ */
+
+static bool is_collective(Opcode op) {
+  switch (op) {
+  case IR_ALL_REDUCE: case IR_ALL_GATHER: case IR_REDUCE_SCATTER: case IR_ALL_TO_ALL: case IR_PPERMUTE:
+  case IR_PERMUTE:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* The varying condition of an if, or bound of a for, in a manual body. */
+static AxisSet varying_condition(const Inst *in) {
+  if (in->op == IR_IF)
+    return in->args[0]->type.V;
+  if (in->op == IR_FOR)
+    return in->args[0]->type.V | in->args[1]->type.V;
+  return 0;
+}
+
+/* The typechecker rejects written collectives under a varying condition;
+ * the ones the global rules insert for the explicit axes of a partial
+ * manual body are known only here. Reports the first such collective that
+ * partitioning `in` produced (instructions from index `from` of the block). */
+static void check_implicit_diverge(Part *p, const Inst *in, int from) {
+  if (!p->diverge || is_collective(in->op))
+    return;
+  for (int i = from; i < p->b->insts.len; i++) {
+    const Inst *n = p->b->insts.data[i];
+    if (!is_collective(n->op))
+      continue;
+    Str ax = {0};
+    for (int k = 0; k < n->naxes; k++)
+      str_printf(&ax, "%s%s", k ? "," : "", p->m->names[n->axes[k]]);
+    if (!n->naxes)
+      str_printf(&ax, "the whole mesh");
+    diag_error(in->pos, "E_DIVERGE",
+               "this %s needs %s %s over %s (an explicit axis of this partial manual function), and it is reached "
+               "under a %s that varies across devices (over %s); every device must reach every collective: "
+               "compute it before the %s, or make the condition invariant",
+               ir_opname(in->op), strchr("aeiou", ir_opname(n->op)[0]) ? "an" : "a", ir_opname(n->op), str_cstr(&ax), p->diverge->op == IR_IF ? "condition" : "loop bound",
+               ty_axes_str(p->m, varying_condition(p->diverge)), p->diverge->op == IR_IF ? "branch" : "loop");
+    diag_note(p->diverge->pos, "the varying %s is here", p->diverge->op == IR_IF ? "condition" : "loop bound");
+    free(ax.buf);
+    return;
+  }
+}
+
 /* ---- blocks --------------------------------------------------------------------------------- */
 
 static void part_block(Part *p, IrBlock *old, IrBlock *nb);
 
 static void part_region_inst(Part *p, Inst *in, Value **args) {
+  const Inst *saved = p->diverge;
+  if (varying_condition(in))
+    p->diverge = in;
   Inst *n = copy_inst(p, in, args);
   for (int r = 0; r < in->nregions; r++) {
     IrBlock *ob = in->regions[r];
@@ -412,6 +467,7 @@ static void part_region_inst(Part *p, Inst *in, Value **args) {
       put(p, ob->args[i], nb->args[i]);
     part_block(p, ob, nb);
   }
+  p->diverge = saved;
 }
 
 static void part_inst(Part *p, Inst *in) {
@@ -457,8 +513,11 @@ static void part_inst(Part *p, Inst *in) {
 static void part_block(Part *p, IrBlock *old, IrBlock *nb) {
   IrBlock *saved = p->b;
   p->b = nb;
-  for (int i = 0; i < old->insts.len; i++)
+  for (int i = 0; i < old->insts.len; i++) {
+    int from = nb->insts.len;
     part_inst(p, old->insts.data[i]);
+    check_implicit_diverge(p, old->insts.data[i], from);
+  }
   p->b = saved;
 }
 
@@ -469,6 +528,7 @@ bool part_module(Module *mod) {
   p.m = &mod->mesh;
   p.cap = mod->next_value + 1;
   p.map = calloc((size_t)p.cap, sizeof(Value *));
+  int errors = diag_error_count();
   for (int i = 0; i < mod->funcs.len; i++) {
     Func *f = mod->funcs.data[i];
     IrBlock *old = f->body;
@@ -485,5 +545,5 @@ bool part_module(Module *mod) {
   }
   free(p.map);
   mod->spmd = true;
-  return true;
+  return diag_error_count() == errors;
 }

@@ -28,17 +28,6 @@ __attribute__((format(printf, 3, 4))) static bool fail(RuleCtx *c, const char *c
 
 static const char *axes_str(RuleCtx *c, AxisSet s) { return ty_axes_str(c->mesh, s); }
 
-/* The fix for a pending sum: t all-reduced (its explicit U dropped), as
- * the `reshard(x, TYPE)` to write. */
-static const char *reduce_fix(RuleCtx *c, const Type *t) {
-  Type r = *t;
-  r.U &= c->manual;
-  r.weak = false;
-  if (t->U & c->manual)
-    return arena_printf("psum(x, %s)", axes_str(c, t->U & c->manual));
-  return arena_printf("reshard(x, %s)", TS(&r));
-}
-
 /* ---- dtypes ---------------------------------------------------------------- */
 
 /* The dtype of an elementwise result. Weak operands (literals, constants)
@@ -127,13 +116,14 @@ bool rule_vma_cast(RuleCtx *c, const Type *op, AxisSet target, AxisSet *pvary, A
     return fail(c, "E_VMA",
                 "%s: operand %s is unreduced over %s where another operand is varying; reduce it first with "
                 "psum(x, %s)",
-                c->opname, TS(op), axes_str(c, missing & op->U), axes_str(c, missing & op->U));
+                c->opname, TS(op), axes_str(c, missing & op->U), ty_axes_arg(c->mesh, missing & op->U));
   if (missing & op->R) {
     if (missing != op->R)
       return fail(c, "E_VMA",
-                  "%s: operand %s is reduced over %s but would need to become varying over %s; make the states "
-                  "match with pcast(x, %s, to=varying)",
-                  c->opname, TS(op), axes_str(c, op->R), axes_str(c, missing), axes_str(c, missing));
+                  "%s: operand %s is reduced over %s but would need to become varying over %s only; the implicit "
+                  "reduced->varying cast takes exactly its reduced axes, so cast it yourself: pcast(x, %s, "
+                  "to=varying), and make the other operand varying over the same axes",
+                  c->opname, TS(op), axes_str(c, op->R), axes_str(c, missing), ty_axes_arg(c->mesh, op->R));
     *r2v = missing;
     return true;
   }
@@ -170,6 +160,34 @@ static bool vma_unify(RuleCtx *c, int n, const Type *const *ops, Type *eff, Axis
 
 /* ---- unreduced and reduced in elementwise ops (3.4, 3.5, D2, D7) ---------- */
 
+/* How to reduce u's pending sum over A: reshard in the global view, psum
+ * over manual axes (a reshard cannot change a manual axis's state). */
+static const char *reduce_fix(RuleCtx *c, const Type *u, AxisSet A) {
+  AxisSet m = A & c->manual;
+  Type rep = *u;
+  rep.U &= ~(A & ~m);
+  rep.weak = false;
+  const char *psum = arena_printf("psum(x, %s)", ty_axes_arg(c->mesh, m));
+  if (m == A)
+    return psum;
+  const char *rs = arena_printf("reshard(x, %s)", TS(&rep));
+  return m ? arena_printf("%s and %s", psum, rs) : rs;
+}
+
+/* How to mark y reduced over A: reshard (free) in the global view, pcast
+ * over manual axes. */
+static const char *reduced_fix(RuleCtx *c, const Type *y, AxisSet A) {
+  AxisSet m = A & c->manual;
+  Type want = *y;
+  want.R |= A & ~m;
+  want.weak = false;
+  const char *pc = arena_printf("pcast(y, %s, to=reduced)", ty_axes_arg(c->mesh, m));
+  if (m == A)
+    return pc;
+  const char *rs = arena_printf("reshard(y, %s)", TS(&want));
+  return m ? arena_printf("%s and %s", pc, rs) : rs;
+}
+
 static bool is_linear_add(int op) { return op == BIN_ADD || op == BIN_SUB; }
 
 static bool elementwise_unreduced(RuleCtx *c, int op, int n, const Type *eff, AxisSet *U, AxisSet *consumedR) {
@@ -193,16 +211,16 @@ static bool elementwise_unreduced(RuleCtx *c, int op, int n, const Type *eff, Ax
         rep.U = 0;
         return fail(c, "E_UR",
                     "%s: %s is unreduced over %s, so adding a literal would add it once per device; reduce first "
-                    "with reshard(x, %s)",
-                    c->opname, TS(u), axes_str(c, A), TS(&rep));
+                    "with %s",
+                    c->opname, TS(u), axes_str(c, A), reduce_fix(c, &rep, A));
       }
       if (eff[k].U != A) {
         const Type *o = &eff[k];
         if (!o->U)
           return fail(c, "E_UR",
-                      "%s: %s is unreduced over %s while %s is not; reduce it first with %s (an "
-                      "all-reduce), or make both unreduced over the same axes",
-                      c->opname, TS(u), axes_str(c, A), TS(o), reduce_fix(c, u));
+                      "%s: %s is unreduced over %s while %s is not; reduce it first with %s (an all-reduce), or make "
+                      "both unreduced over the same axes",
+                      c->opname, TS(u), axes_str(c, A), TS(o), reduce_fix(c, u, A));
         return fail(c, "E_UR",
                     "%s: operands are unreduced over different axes: %s and %s; reshard one of them so both are "
                     "unreduced over the same axes",
@@ -217,22 +235,21 @@ static bool elementwise_unreduced(RuleCtx *c, int op, int n, const Type *eff, Ax
       return fail(c, "E_UR",
                   "%s: both operands are unreduced (%s and %s); a product of two pending sums is not a pending sum; "
                   "reduce one of them first with %s",
-                  c->opname, TS(&eff[0]), TS(&eff[1]), reduce_fix(c, &eff[1]));
+                  c->opname, TS(&eff[0]), TS(&eff[1]), reduce_fix(c, &eff[1], eff[1].U));
     if (op == BIN_DIV && first != 0)
       return fail(c, "E_UR",
                   "%s: the denominator %s is unreduced; reduce it first with %s (an all-reduce)",
-                  c->opname, TS(u), reduce_fix(c, u));
+                  c->opname, TS(u), reduce_fix(c, u, A));
     for (int k = 0; k < n; k++) {
       if (k == first || eff[k].weak)
         continue;
       if (eff[k].R != A) {
-        Type want = eff[k];
-        want.R = A;
-        want.weak = false;
+        Type base = eff[k];
+        base.R = 0;
         return fail(c, "E_UR",
                     "%s: %s is unreduced over %s, so its partner must be reduced over exactly %s, but it is %s; "
-                    "write reshard(y, %s) to mark it reduced (free: no communication)",
-                    c->opname, TS(u), axes_str(c, A), axes_str(c, A), TS(&eff[k]), TS(&want));
+                    "write %s to mark it reduced (free: no communication)",
+                    c->opname, TS(u), axes_str(c, A), axes_str(c, A), TS(&eff[k]), reduced_fix(c, &base, A));
       }
     }
     *U = A;
@@ -242,7 +259,7 @@ static bool elementwise_unreduced(RuleCtx *c, int op, int n, const Type *eff, Ax
   return fail(c, "E_UR",
               "%s is not linear, so its operand %s cannot be unreduced (a pending sum over %s); reduce it first "
               "with %s",
-              c->opname, TS(u), axes_str(c, A), reduce_fix(c, u));
+              c->opname, TS(u), axes_str(c, A), reduce_fix(c, u, A));
 }
 
 static bool elementwise_reduced(RuleCtx *c, int n, Type *eff, AxisSet consumedR, AxisSet *Rout) {
@@ -291,12 +308,10 @@ static bool elementwise_reduced(RuleCtx *c, int n, Type *eff, AxisSet consumedR,
       t->R = R;
       continue;
     }
-    Type want = *t;
-    want.R |= R;
     return fail(c, "E_UR",
                 "%s: %s is reduced over %s, so its partner must be reduced over %s too, but %s is replicated "
-                "there; write reshard(y, %s)",
-                c->opname, TS(&eff[who]), axes_str(c, R), axes_str(c, R), TS(t), TS(&want));
+                "there; write %s",
+                c->opname, TS(&eff[who]), axes_str(c, R), axes_str(c, R), TS(t), reduced_fix(c, t, R & ~t->R));
   }
   *Rout = R & ~consumedR;
   return true;
@@ -446,7 +461,7 @@ static bool rule_select(RuleCtx *c, const Type *const *ops, Type *out) {
     return fail(c, "E_UR",
                 "where: the cases must be unreduced over the same axes, but they are %s and %s; select is linear "
                 "only when both are pending sums over the same axes: reduce with %s first",
-                TS(u), TS(o), reduce_fix(c, u));
+                TS(u), TS(o), reduce_fix(c, u, u->U));
   }
   Type r = shape;
   r.dtype = dt;
@@ -518,7 +533,7 @@ bool rule_unary(RuleCtx *c, int op, const Type *x, Type *out) {
     return fail(c, "E_UR",
                 "%s is not linear, so its operand %s cannot be unreduced (a pending sum over %s); reduce it first "
                 "with %s",
-                unop_name(op), TS(x), axes_str(c, x->U), reduce_fix(c, x));
+                unop_name(op), TS(x), axes_str(c, x->U), reduce_fix(c, x, x->U));
   Type r = *x;
   if (float_only && r.weak && !ty_is_float(r.dtype))
     r.dtype = DT_F32;
@@ -542,11 +557,50 @@ static bool check_annot_matches(RuleCtx *c, const Type *annot, const Type *compu
     return fail(c, "E_SHAPE", "%s: the annotation %s does not have the result's shape %s", what, TS(annot),
                 TS(&plain));
   }
-  if (annot->V != computed->V)
+  if (annot->V != computed->V) {
+    AxisSet add = annot->V & ~computed->V, drop = computed->V & ~annot->V;
+    const char *fix =
+        drop ? ((annot->U & drop) == drop
+                    ? arena_printf("to leave a pending sum, pcast(x, %s, to=unreduced) the result of the operation",
+                                   ty_axes_arg(c->mesh, drop))
+                    : arena_printf("combine the devices' results with a collective afterwards (psum(x, %s), ...)",
+                                   ty_axes_arg(c->mesh, drop)))
+             : arena_printf("pcast(x, %s, to=varying) an operand", ty_axes_arg(c->mesh, add));
     return fail(c, "E_VMA",
-                "%s: the annotation %s is varying over {%s} but the result is varying over {%s}; pcast changes "
-                "the varying set",
-                what, TS(annot), axes_str(c, annot->V), axes_str(c, computed->V));
+                "%s: the annotation %s is varying over {%s} but the result is varying over {%s}; an annotation "
+                "cannot change the varying set: %s",
+                what, TS(annot), axes_str(c, annot->V), axes_str(c, computed->V), fix);
+  }
+  return true;
+}
+
+/* The result of an annotated operation: the annotation, except that in a
+ * manual body the manual axes keep the states U, R the operation computes
+ * (an annotation cannot make a manual axis unreduced or reduced; pcast and
+ * the collectives do that, 2.3). */
+static bool manual_states(RuleCtx *c, const Type *annot, AxisSet U, AxisSet R, Type *out) {
+  AxisSet m = c->manual;
+  *out = *annot;
+  out->weak = false;
+  if (!m)
+    return true;
+  AxisSet du = (annot->U ^ U) & m, dr = (annot->R ^ R) & m;
+  if (du || dr) {
+    AxisSet ax = du ? du : dr;
+    bool says = ((du ? annot->U : annot->R) & ax) != 0;
+    const char *st = du ? "unreduced" : "reduced", *a = ty_axes_arg(c->mesh, ax);
+    return fail(c, "E_UR",
+                "%s: the annotation %s %s %s over manual axis %s, but the result %s; in a manual body an annotation "
+                "cannot change the state of a manual axis: %s",
+                c->opname, TS(annot), says ? "is" : "is not", st, axes_str(c, ax), says ? "is not" : "is",
+                says ? (du ? arena_printf("pcast(x, %s, to=unreduced) a varying result", a)
+                           : arena_printf("pcast(x, %s, to=reduced) an invariant result", a))
+                     : (du ? arena_printf("reduce it with psum(x, %s), or write <U:%s> in the annotation", a,
+                                          axes_str(c, ax))
+                           : arena_printf("write <R:%s> in the annotation", axes_str(c, ax))));
+  }
+  out->U = (annot->U & ~m) | (U & m);
+  out->R = (annot->R & ~m) | (R & m);
   return true;
 }
 
@@ -636,7 +690,7 @@ bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, co
       return fail(c, "E_UR",
                   "%s: the %s operand %s is unreduced (a pending sum over %s); a contraction cannot take pending "
                   "sums; reduce it first with %s",
-                  c->opname, k ? "right" : "left", TS(t), axes_str(c, t->U), reduce_fix(c, t));
+                  c->opname, k ? "right" : "left", TS(t), axes_str(c, t->U), reduce_fix(c, t, t->U));
   }
   const Type *ops[2] = {lhs, rhs};
   Type eff[2];
@@ -675,9 +729,7 @@ bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, co
                     c->opname, TS(annot), axes_str(c, ca), TS(&want));
       }
     }
-    *out = *annot;
-    out->weak = false;
-    return true;
+    return manual_states(c, annot, 0, 0, out);
   }
   for (int i = 0; i < d->nbatch; i++) {
     DimSpec a = eff[0].spec[d->lhs_batch[i]], b = eff[1].spec[d->rhs_batch[i]];
@@ -732,7 +784,7 @@ bool rule_reduce(RuleCtx *c, int redop, const Type *x, unsigned dims, const Type
     return fail(c, "E_UR",
                 "%s of %s: the operand is unreduced (a pending sum over %s), and the %s of a sum's pieces is not "
                 "the %s of the sum; reduce first with %s",
-                c->opname, TS(x), axes_str(c, x->U), c->opname, c->opname, reduce_fix(c, x));
+                c->opname, TS(x), axes_str(c, x->U), c->opname, c->opname, reduce_fix(c, x, x->U));
   Type r = *x;
   r.rank = 0;
   AxisSet reduced_axes = 0;
@@ -754,30 +806,29 @@ bool rule_reduce(RuleCtx *c, int redop, const Type *x, unsigned dims, const Type
   }
   if (!check_annot_matches(c, annot, &r, c->opname))
     return false;
-  if (annot->R) {
+  AxisSet m = c->manual;
+  if (annot->R & ~m) {
     Type plain = *annot;
-    plain.R = 0;
+    plain.R &= m;
     return fail(c, "E_UR",
                 "%s: a reduction's result cannot be annotated reduced (%s); annotate %s and reshard it "
                 "afterwards (free)",
                 c->opname, TS(annot), TS(&plain));
   }
-  if (annot->U && redop != RED_SUM)
+  if ((annot->U & ~m) && redop != RED_SUM)
     return fail(c, "E_KIND",
                 "%s: only sum reductions can leave a pending sum (<U:..> is a sum); %s asks for an unreduced %s "
                 "result; annotate a replicated or sharded result instead",
                 c->opname, TS(annot), c->opname);
   AxisSet allowed = reduced_axes | x->U;
-  if (annot->U & ~allowed)
+  if (annot->U & ~allowed & ~m)
     return fail(c, "E_UR",
                 "%s: %s is unreduced over %s, but only the axes that shard the reduced dims or that the operand is "
                 "unreduced over can stay pending (%s); drop <U:%s> from the annotation",
-                c->opname, TS(annot), axes_str(c, annot->U & ~allowed),
+                c->opname, TS(annot), axes_str(c, annot->U & ~allowed & ~m),
                 allowed ? arena_printf("here: %s", axes_str(c, allowed)) : "none here",
-                axes_str(c, annot->U & ~allowed));
-  *out = *annot;
-  out->weak = false;
-  return true;
+                axes_str(c, annot->U & ~allowed & ~m));
+  return manual_states(c, annot, x->U & m, x->R & m, out);
 }
 
 /* ---- transpose (1.6) ----------------------------------------------------- */
@@ -959,18 +1010,17 @@ bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, con
   if (annot) {
     if (!check_annot_matches(c, annot, &r, "reshape"))
       return false;
-    if (annot->U != x->U || annot->R != x->R) {
+    AxisSet m = c->manual;
+    if ((annot->U ^ x->U) & ~m || (annot->R ^ x->R) & ~m) {
       Type want = *annot;
-      want.U = x->U;
-      want.R = x->R;
+      want.U = (x->U & ~m) | (annot->U & m);
+      want.R = (x->R & ~m) | (annot->R & m);
       return fail(c, "E_UR",
                   "reshape: the annotation %s must keep the operand's unreduced and reduced axes (%s): annotate %s, "
                   "and reshard before or after to change them",
                   TS(annot), TS(x), TS(&want));
     }
-    *out = *annot;
-    out->weak = false;
-    return true;
+    return manual_states(c, annot, x->U & m, x->R & m, out);
   }
   if (!reshape_specs(c, x, &r))
     return false;
@@ -979,6 +1029,38 @@ bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, con
 }
 
 /* ---- reshard (1.12) ------------------------------------------------------ */
+
+static char manual_state(const Type *t, int a) {
+  AxisSet b = 1u << a;
+  return (t->V & b) ? 'V' : (t->U & b) ? 'U' : (t->R & b) ? 'R' : 'I';
+}
+
+/* The pcast or collective that takes the first manual axis whose state
+ * differs from x's to target's state (typing-rules 2.3). */
+static const char *manual_change_fix(RuleCtx *c, const Type *x, const Type *target) {
+  for (int a = 0; a < c->mesh->naxes; a++) {
+    if (!(c->manual & (1u << a)))
+      continue;
+    char f = manual_state(x, a), t = manual_state(target, a);
+    if (f == t)
+      continue;
+    const char *n = c->mesh->names[a];
+    char key[3] = {f, t, 0};
+    static const struct { const char *key, *fix; } fixes[] = {
+        {"VI", "psum(x, %s), or all_gather(x, %s, dim=k, to=invariant)"}, {"VU", "pcast(x, %s, to=unreduced)"},
+        {"VR", "all_gather(x, %s, dim=k, to=reduced)"}, {"IV", "pcast(x, %s, to=varying)"},
+        {"IR", "pcast(x, %s, to=reduced)"}, {"UI", "psum(x, %s)"}, {"UV", "psum_scatter(x, %s, dim=k)"},
+        {"RV", "pcast(x, %s, to=varying)"},
+    };
+    for (size_t i = 0; i < sizeof fixes / sizeof *fixes; i++)
+      if (!strcmp(fixes[i].key, key))
+        return arena_printf(arena_printf("for axis %%s write %s", fixes[i].fix), n, n, n);
+    return arena_printf("no single pcast or collective takes axis %s from %s to %s (docs/manual.md, section 4)", n,
+                        f == 'I' ? "invariant" : f == 'U' ? "unreduced" : "reduced",
+                        t == 'I' ? "invariant" : t == 'U' ? "unreduced" : "reduced");
+  }
+  return "use pcast or a collective";
+}
 
 bool rule_reshard(RuleCtx *c, const Type *x, const Type *target, Type *out) {
   if (x->dtype != target->dtype)
@@ -992,9 +1074,9 @@ bool rule_reshard(RuleCtx *c, const Type *x, const Type *target, Type *out) {
   AxisSet man = c->manual;
   if ((x->V ^ target->V) || ((x->U ^ target->U) & man) || ((x->R ^ target->R) & man))
     return fail(c, "E_PCAST",
-                "reshard of %s to %s changes the state of a manual axis; inside a manual function use pcast or a "
-                "collective (psum, all_gather, ...) for manual axes",
-                TS(x), TS(target));
+                "reshard of %s to %s changes the state of a manual axis, which reshard cannot do (it moves data "
+                "along explicit axes only); %s",
+                TS(x), TS(target), manual_change_fix(c, x, target));
   *out = *target;
   out->weak = false;
   return true;

@@ -255,6 +255,9 @@ typedef struct {
   Vec consts;          /* ConstDecl * */
   Vec funcs;           /* FuncDecl * */
   Vec items_order;     /* for diagnostics of duplicates */
+  /* set by the typechecker: a partial manual body has varying control flow,
+   * so `check` partitions too, to find implicit collectives under it */
+  bool diverge_in_partial_manual;
 } Program;
 
 Expr *ast_expr(ExprKind kind, Pos pos);
@@ -378,6 +381,7 @@ const char *ty_dtype_c(DType dt);
 const char *ty_str(const Mesh *m, const Type *t);
 const char *ty_spec_str(const Mesh *m, DimSpec s);
 const char *ty_axes_str(const Mesh *m, AxisSet s);          /* X,Y */
+const char *ty_axes_arg(const Mesh *m, AxisSet s);          /* X or (X, Y): a collective's AXES */
 const char *ty_local_str(const Mesh *m, const Type *t);     /* f32[4,8] */
 /* Well-formedness (rules 0.3): E_DUP, E_DIVIS, E_SPEC; reports at pos (if
  * pos.file is set) and returns false on the first problem. manual: axes
@@ -494,14 +498,23 @@ typedef struct Scope {
   Vec syms;                      /* Symbol * */
 } Scope;
 
+/* An `if` or `for` of a manual body whose condition or bound varies across
+ * devices: no collective may run under it, and a var from outside that it
+ * assigns must be varying over the condition's axes. */
+typedef struct {
+  Stmt *stmt;                    /* the if or for */
+  Expr *cond;                    /* its varying condition or bound */
+  Scope *outer;                  /* the scope the statement is in */
+} Diverge;
+
 typedef struct {
   Program *prog;
   Mesh *mesh;
   FuncDecl *fn;                  /* function being checked */
   AxisSet manual;                /* its manual axes */
   Scope *scope;
-  Vec diverge;                   /* Expr *: varying conditions we are under */
-  bool annot_v_free;             /* manual returns: annotations do not fix V */
+  Vec diverge;                   /* Diverge *: varying conditions we are under */
+  bool annot_v_free;             /* manual returns: annotations do not fix the manual states */
   Expr *bad_annot;               /* an expression whose annotation was itself wrong */
   const char *annot_code;        /* code of a creation/annotation mismatch (E_ANNOT if NULL) */
 } TcCtx;
@@ -532,7 +545,14 @@ Type tc_builtin(TcCtx *c, Expr *e, const Type *annot);
 /* tc_manual.c */
 Type tc_collective(TcCtx *c, Expr *e);
 bool tc_check_manual_result(TcCtx *c, const Type *value, const Type *declared, Pos pos);
+/* An annotation at a manual function's return fixes the explicit axes only:
+ * its manual states become V and the manual parts of U and R. */
+void tc_manual_states_from(TcCtx *c, Type *annot, AxisSet V, AxisSet U, AxisSet R);
 bool tc_axes_arg(TcCtx *c, Expr *e, int *axes, int *naxes, bool manual_only, const char *what);
+void tc_push_diverge(TcCtx *c, Stmt *s, Expr *cond, Scope *outer);
+bool tc_check_diverge_assign(TcCtx *c, Stmt *assign, Symbol *sym);
+/* The source form of an expression, for messages. */
+const char *tc_expr_text(const Expr *e);
 
 /* ---- ir.c: the IR (global view before partitioning, SPMD after) --------- */
 

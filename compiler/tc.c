@@ -181,6 +181,33 @@ static bool resolve_size(TcCtx *c, Token t, int64_t *out) {
   return true;
 }
 
+/* Inside a manual body a dim written N@i over a manual axis i is this
+ * device's block of it: local size N/|i|, varying over i, as a parameter of
+ * that type is split at the boundary (typing-rules 2.1). So body types can
+ * be written without the mesh sizes: f32[8@i,4] is f32[4,4]<V:i> at |i|=2. */
+static Type body_block_type(TcCtx *c, const Type *t, Pos pos, bool *ok) {
+  Type g = *t;
+  g.V = 0;
+  AxisSet both = t->V & ty_dim_axes(t);
+  if (both) {
+    diag_error(pos, "E_SPEC", "type: mesh axis %s both shards a dim and is in <V:..>; a dim written N@%s is already "
+                              "varying over %s, so leave out <V:%s>",
+               ty_axes_str(c->mesh, both), ty_axes_str(c->mesh, both), ty_axes_str(c->mesh, both),
+               ty_axes_str(c->mesh, both));
+    *ok = false;
+    return ty_error();
+  }
+  if (!ty_check_wellformed(c->mesh, &g, pos, 0, "type")) {
+    *ok = false;
+    return ty_error();
+  }
+  g.V = t->V;
+  Type l = tc_manual_local(c, &g, c->manual, pos, "type", ok);
+  if (*ok)
+    *ok = ty_check_wellformed(c->mesh, &l, pos, c->manual, "type");
+  return *ok ? l : ty_error();
+}
+
 bool tc_resolve_type(TcCtx *c, TypeExpr *te, Type *out) {
   int64_t shape[MAX_RANK] = {0};
   Type t = ty_array(te->dtype, te->rank, shape);
@@ -227,7 +254,9 @@ bool tc_resolve_type(TcCtx *c, TypeExpr *te, Type *out) {
       *set |= 1u << a;
     }
   }
-  if (ok)
+  if (ok && (ty_dim_axes(&t) & c->manual))
+    t = body_block_type(c, &t, te->pos, &ok);
+  else if (ok)
     ok = ty_check_wellformed(c->mesh, &t, te->pos, c->manual, "");
   *out = ok ? t : ty_error();
   return ok;
@@ -387,6 +416,8 @@ static bool check_signature(TcCtx *c, FuncDecl *f) {
       if (f->result_types[i].kind == TY_ARRAY) {
         bool lok = true;
         tc_manual_local(c, &f->result_types[i], f->manual_set, f->results[i]->pos, "result", &lok);
+        if (!lok)
+          f->result_types[i] = ty_error();  /* reported here, not again at the return */
         ok &= lok;
       }
   return ok;
@@ -452,6 +483,10 @@ static void check_assign(TcCtx *c, Stmt *s) {
     tc_expr_unannotated(c, s->expr);
     return;
   }
+  if (!tc_check_diverge_assign(c, s, sym)) {
+    tc_expr(c, s->expr);
+    return;
+  }
   Type t;
   if (tc_is_annotatable(c, s->expr)) {
     /* The var's type is the out_sharding; a creation that names another
@@ -470,10 +505,19 @@ static void check_assign(TcCtx *c, Stmt *s) {
       (ty_is_float(sym->type.dtype) || !ty_is_float(t.dtype)))
     return; /* a literal takes the var's type */
   if (!ty_equal(&tt, &sym->type)) {
-    diag_error(s->pos, "E_CARRY",
-               "assignment changes the type of var '%s' from %s to %s; a var keeps its type (reshard or cast the "
-               "value)",
-               name, ty_str(c->mesh, &sym->type), ty_str(c->mesh, &t));
+    AxisSet dv = tt.V ^ sym->type.V;
+    if (dv)
+      diag_error(s->pos, "E_CARRY",
+                 "assignment changes the type of var '%s' from %s to %s; a var keeps its type, and it differs in "
+                 "the varying axes %s: declare the var varying with pcast(x, %s, to=varying), or make the value "
+                 "invariant with a collective",
+                 name, ty_str(c->mesh, &sym->type), ty_str(c->mesh, &t), ty_axes_str(c->mesh, dv),
+                 ty_axes_arg(c->mesh, dv));
+    else
+      diag_error(s->pos, "E_CARRY",
+                 "assignment changes the type of var '%s' from %s to %s; a var keeps its type (reshard or cast the "
+                 "value)",
+                 name, ty_str(c->mesh, &sym->type), ty_str(c->mesh, &t));
     diag_note(sym->pos, "'%s' is declared here", name);
   }
 }
@@ -499,15 +543,14 @@ static void check_for(TcCtx *c, Stmt *s) {
   AxisSet v = 0;
   if (ok)
     v = s->expr->ty->V | s->hi->ty->V;
+  Scope *outer = c->scope;
   push_scope(c);
   Type it = ty_scalar(DT_I32);
   it.V = v;
   s->sym = tc_bind(c, SYM_LOCAL, s->name, it);
   int depth = c->diverge.len;
-  if (v) {
-    Expr *cond = (s->expr->ty->V ? s->expr : s->hi);
-    vec_push(&c->diverge, cond);
-  }
+  if (v)
+    tc_push_diverge(c, s, s->expr->ty->V ? s->expr : s->hi, outer);
   check_block(c, s->body, false);
   c->diverge.len = depth;
   pop_scope(c);
@@ -526,7 +569,7 @@ static void check_if(TcCtx *c, Stmt *s) {
   }
   int depth = c->diverge.len;
   if (v)
-    vec_push(&c->diverge, s->expr);
+    tc_push_diverge(c, s, s->expr, c->scope);
   push_scope(c);
   check_block(c, s->body, false);
   pop_scope(c);

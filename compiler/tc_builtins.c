@@ -200,7 +200,7 @@ static Type check_reduction(TcCtx *c, Expr *e, TcInfo *info, const Type *annot) 
   if (annot) {
     a2 = *annot;
     if (c->annot_v_free)
-      a2.V = x.V;
+      tc_manual_states_from(c, &a2, x.V, x.U, x.R);
     pa = &a2;
   }
   Type out;
@@ -301,7 +301,7 @@ static Type check_reshape(TcCtx *c, Expr *e, TcInfo *info, const Type *annot) {
   if (annot) {
     a2 = *annot;
     if (c->annot_v_free)
-      a2.V = x.V;
+      tc_manual_states_from(c, &a2, x.V, x.U, x.R);
     pa = &a2;
   }
   Type out;
@@ -422,7 +422,7 @@ static Type einsum_unary(TcCtx *c, Expr *e, TcInfo *info, EinsumSpec *sp, Type *
       a2.spec[info->perm[i]] = annot->spec[i];
     }
     if (c->annot_v_free)
-      a2.V = x->V;
+      tc_manual_states_from(c, &a2, x->V, x->U, x->R);
     pa = &a2;
   }
   Type red;
@@ -541,7 +541,7 @@ static Type check_einsum(TcCtx *c, Expr *e, TcInfo *info, const Type *annot) {
       a2.spec[info->perm[i]] = annot->spec[i];
     }
     if (c->annot_v_free)
-      a2.V = (op[0].weak ? 0 : op[0].V) | (op[1].weak ? 0 : op[1].V);
+      tc_manual_states_from(c, &a2, (op[0].weak ? 0 : op[0].V) | (op[1].weak ? 0 : op[1].V), 0, 0);
     pa = &a2;
   }
   Type dt;
@@ -628,7 +628,7 @@ static Type creation_type(TcCtx *c, Expr *e, Expr *targ, const Type *annot, bool
     if (annot) {
       Type want = *annot;
       if (c->annot_v_free)
-        want.V = t.V;
+        tc_manual_states_from(c, &want, t.V, t.U, t.R);
       if (!ty_equal(&t, &want)) {
         diag_error(e->pos, c->annot_code ? c->annot_code : "E_ANNOT",
                    "%s creates %s but %s is expected; change one of them, or reshard(x, %s) afterwards", fname(e),
@@ -640,7 +640,7 @@ static Type creation_type(TcCtx *c, Expr *e, Expr *targ, const Type *annot, bool
   } else if (annot) {
     t = *annot;
     if (c->annot_v_free)
-      t.V = 0;
+      tc_manual_states_from(c, &t, 0, 0, 0);
   } else if (c->bad_annot == e) {
     *ok = false;
     return ty_error();
@@ -652,9 +652,9 @@ static Type creation_type(TcCtx *c, Expr *e, Expr *targ, const Type *annot, bool
   }
   if (t.V) {
     diag_error(e->pos, "E_VMA",
-               "%s creates the same array on every device, so it cannot be varying (%s); cast it with pcast(x, %s, "
-               "to=varying)",
-               fname(e), TS(&t), ty_axes_str(c->mesh, t.V));
+               "%s creates the same array on every device, so it cannot be varying (%s); create it invariant and "
+               "cast it with pcast(x, %s, to=varying)",
+               fname(e), TS(&t), ty_axes_arg(c->mesh, t.V));
     *ok = false;
     return ty_error();
   }
@@ -675,7 +675,10 @@ static bool scalar_value(TcCtx *c, Expr *v, DType dt, const char *what, bool all
     return false;
   }
   if (t.V && !allow_v) {
-    diag_error(v->pos, "E_VMA", "%s varies across devices (%s); it must be the same on every device", what, TS(&t));
+    diag_error(v->pos, "E_VMA",
+               "%s varies across devices (%s); it must be the same on every device: make it invariant with a "
+               "collective (psum, pmax, ...) over %s",
+               what, TS(&t), ty_axes_str(c->mesh, t.V));
     return false;
   }
   if (!t.weak && t.dtype != dt) {
@@ -871,8 +874,19 @@ Type tc_builtin(TcCtx *c, Expr *e, const Type *annot) {
   case BI_ZEROS: case BI_ONES: case BI_FULL: case BI_IOTA: case BI_NORMAL: case BI_UNIFORM:
     return check_creation(c, e, info, annot);
   case BI_PRINT: return check_print(c, e);
-  case BI_SAVE: return check_save(c, e, info);
-  case BI_LOAD: return check_load(c, e, info, annot);
+  case BI_SAVE: case BI_LOAD:
+    if (c->manual) {
+      /* .npy I/O is collective over the whole mesh and works on global
+       * arrays: a manual body (per-device, maybe under a varying branch)
+       * has neither. */
+      diag_error(e->pos, "E_MANUAL",
+                 "%s reads or writes a global array with every device taking part, so it is only available in the "
+                 "global view; %s",
+                 fname(e), e->builtin == BI_SAVE ? "return the value from the manual function and save it there"
+                                                 : "load it in the global view and pass it as an argument");
+      return ty_error();
+    }
+    return e->builtin == BI_SAVE ? check_save(c, e, info) : check_load(c, e, info, annot);
   case BI_ARG: return check_arg(c, e, info, annot);
   case BI_CLOCK:
     if (e->args.len) {

@@ -185,7 +185,7 @@ static Type check_matmul(TcCtx *c, Expr *e, const Type *annot) {
       dot_annot.spec[info->perm[i]] = annot->spec[i];
     }
     if (c->annot_v_free)
-      dot_annot.V = (a.weak ? 0 : a.V) | (b.weak ? 0 : b.V);
+      tc_manual_states_from(c, &dot_annot, (a.weak ? 0 : a.V) | (b.weak ? 0 : b.V), 0, 0);
     pa = &dot_annot;
   }
   Type dt;
@@ -610,7 +610,7 @@ Type tc_expr_annot(TcCtx *c, Expr *e, const Type *annot, const char *where) {
   tt.weak = false;
   Type want = *annot;
   if (c->annot_v_free)
-    want.V = t.V;
+    tc_manual_states_from(c, &want, t.V, t.U, t.R);
   if (ty_equal(&tt, &want))
     return t;
   Type plain_t = ty_strip_sharding(&t), plain_a = ty_strip_sharding(annot);
@@ -621,11 +621,15 @@ Type tc_expr_annot(TcCtx *c, Expr *e, const Type *annot, const char *where) {
                                        : "");
     return ty_error();
   }
-  if ((t.V != annot->V) && c->manual)
-    diag_error(e->pos, "E_VMA",
-               "%s: the value has type %s but %s is expected; change the varying set with pcast(x, AXES, "
-               "to=varying) or a collective",
-               where, TS(&t), TS(annot));
+  if ((t.V != annot->V) && c->manual) {
+    AxisSet add = annot->V & ~t.V, drop = t.V & ~annot->V;
+    diag_error(e->pos, "E_VMA", "%s: the value has type %s but %s is expected; %s", where, TS(&t), TS(annot),
+               add ? arena_printf("make it varying over %s with pcast(x, %s, to=varying)", ty_axes_str(c->mesh, add),
+                                  ty_axes_arg(c->mesh, add))
+                   : arena_printf("it varies over %s: combine the devices' values with a collective (psum(x, %s), "
+                                  "all_gather(x, %s, dim=k, to=invariant), ...)",
+                                  ty_axes_str(c->mesh, drop), ty_axes_arg(c->mesh, drop), ty_axes_arg(c->mesh, drop)));
+  }
   else
     diag_error(e->pos, "E_ANNOT",
                "%s: the value has type %s but %s is expected; an annotation on this expression is an assertion, "

@@ -167,6 +167,19 @@ const char *ty_axes_str(const Mesh *m, AxisSet s) {
   return r;
 }
 
+const char *ty_axes_arg(const Mesh *m, AxisSet s) {
+  if (!(s & (s - 1)))
+    return ty_axes_str(m, s);
+  Str out = {0};
+  for (int a = 0; a < m->naxes; a++)
+    if (s & (1u << a))
+      str_printf(&out, "%s%s", out.len ? ", " : "(", m->names[a]);
+  str_putc(&out, ')');
+  const char *r = arena_strdup(str_cstr(&out));
+  free(out.buf);
+  return r;
+}
+
 const char *ty_spec_str(const Mesh *m, DimSpec s) {
   if (s.n == 0)
     return "";

@@ -61,6 +61,24 @@ static void sb_spaces(sbuf *b, size_t n)
 
 /* ---- elements ------------------------------------------------------------- */
 
+/* A float that prints without a point or exponent gets one, as NumPy
+ * shows them: "28." in an array, "28.0" for a scalar. */
+static int mark_float(char *buf, size_t cap, int n, const char *suffix)
+{
+    if (n < 0 || (size_t)n >= cap || strpbrk(buf, ".einf"))
+        return n;
+    return n + snprintf(buf + n, cap - (size_t)n, "%s", suffix);
+}
+
+static int format_scalar(char *buf, size_t cap, double v, shd_dtype dt);
+
+/* An array element: integral floats keep NumPy's trailing point. */
+static int format_element(char *buf, size_t cap, double v, shd_dtype dt)
+{
+    int n = format_scalar(buf, cap, v, dt);
+    return dt == SHD_F32 || dt == SHD_F64 ? mark_float(buf, cap, n, ".") : n;
+}
+
 static int format_scalar(char *buf, size_t cap, double v, shd_dtype dt)
 {
     switch (dt) {
@@ -91,7 +109,9 @@ static double element(const void *data, shd_dtype dt, int64_t i)
 void shd_print_scalar(double v, shd_dtype dt)
 {
     char buf[64];
-    format_scalar(buf, sizeof buf, v, dt);
+    int n = format_scalar(buf, sizeof buf, v, dt);
+    if (dt == SHD_F32 || dt == SHD_F64)
+        mark_float(buf, sizeof buf, n, ".0");
     fputs(buf, stdout);
 }
 
@@ -141,7 +161,7 @@ static void measure(printer *p, int axis, int64_t off)
 {
     if (axis == p->rank) {
         char buf[64];
-        int w = format_scalar(buf, sizeof buf, element(p->data, p->dt, off), p->dt);
+        int w = format_element(buf, sizeof buf, element(p->data, p->dt, off), p->dt);
         if (w > p->width)
             p->width = w;
         return;
@@ -153,7 +173,7 @@ static void measure(printer *p, int axis, int64_t off)
 static void put_word(const printer *p, sbuf *b, int64_t off)
 {
     char buf[64];
-    int w = format_scalar(buf, sizeof buf, element(p->data, p->dt, off), p->dt);
+    int w = format_element(buf, sizeof buf, element(p->data, p->dt, off), p->dt);
     sb_spaces(b, (size_t)(p->width - w));
     sb_puts(b, buf);
 }

@@ -17,6 +17,10 @@ tests/README.md):
                                  saved .npy must equal the all-ones build's
   // REF: ref_y = np.sin(x)      NumPy reference: saved arrays are variables,
                                  every ref_NAME must equal the saved NAME
+  // MESH-DEPENDENT: a b         these saved arrays depend on the mesh: they are
+                                 not compared with the all-ones build; instead
+                                 the REF lines run on every mesh's results, with
+                                 `mesh` a dict of the axis sizes
   // TOL: rtol atol              tolerance of those comparisons
   // ARGS: --steps=3             program arguments
   // STDOUT: regex               rank 0's output contains these lines, in order
@@ -34,7 +38,10 @@ tests/README.md):
 
 Runtime unit tests (tests/runtime/test_*.c, first line `// RANKS: 1 2 4`)
 run under mpirun at each rank count. Test scripts (tests/**/test_*.py) run
-with this Python and `--shdc PATH`; they pass when they exit 0.
+with this Python and `--shdc PATH`; they pass when they exit 0. In
+docs/*.md, a ```shd block whose first line is `// tests/FILE.shd` must be
+an excerpt (consecutive lines) of that test, so the documented examples are
+tested ones.
 """
 import argparse
 import glob
@@ -91,6 +98,7 @@ class ShdTest:
         self.runs, self.refs, self.stdout, self.runfail = [], [], [], []
         self.stdout_not, self.build_flags, self.trace = [], [], []
         self.args, self.mesh, self.tol, self.same_stdout = [], None, None, False
+        self.mesh_dependent = []
         for i, l in enumerate(self.lines, 1):
             m = re.search(r"//\s*ERROR:\s*(.*)$", l)
             if m:
@@ -130,6 +138,8 @@ class ShdTest:
                 self.mesh = val
             elif key == "RUNFAIL":
                 self.runfail.append(val)
+            elif key == "MESH-DEPENDENT":
+                self.mesh_dependent += val.split()
 
     def shdc_cmd(self, *args):
         return [self.shdc] + list(args)
@@ -254,6 +264,8 @@ class ShdTest:
         if rfiles != dfiles:
             raise Failure("mesh %s saved %s, the all-ones build saved %s" % (mesh, dfiles, rfiles))
         for f in rfiles:
+            if f[:-4] in self.mesh_dependent:
+                continue
             a, b = np.load(os.path.join(ref, f)), np.load(os.path.join(d, f))
             self.assert_close(f + " at mesh " + mesh, b, a)
 
@@ -270,14 +282,20 @@ class ShdTest:
             raise Failure("%s differs (max abs error %g, rtol %g atol %g):\n%s\nexpected\n%s" %
                           (what, err, rtol, atol, got, want))
 
-    def check_refs(self, d):
-        env = {"np": np}
+    def mesh_sizes(self, mesh):
+        return {p.split("=")[0]: int(p.split("=")[1]) for p in mesh.split(",")}
+
+    def check_refs(self, d, mesh):
+        env = {"np": np, "mesh": self.mesh_sizes(mesh)}
         for f in glob.glob(os.path.join(d, "*.npy")):
             env[os.path.basename(f)[:-4]] = np.load(f)
         exec("\n".join(self.refs), env)
         refs = [k for k in env if k.startswith("ref_")]
         if not refs:
             raise Failure("REF lines define no ref_NAME")
+        for name in self.mesh_dependent:
+            if "ref_" + name not in refs:
+                raise Failure("MESH-DEPENDENT %s has no ref_%s" % (name, name))
         for k in refs:
             name = k[4:]
             if name not in env:
@@ -286,7 +304,7 @@ class ShdTest:
             got = env[name]
             if want.dtype != got.dtype:
                 want = want.astype(got.dtype)
-            self.assert_close("%s against NumPy" % name, got, want)
+            self.assert_close("%s against NumPy at mesh %s" % (name, mesh), got, want)
 
     def check_stdout(self, out, mesh):
         self.match_lines("output at mesh " + mesh, out, [("STDOUT", s) for s in self.stdout] +
@@ -304,7 +322,7 @@ class ShdTest:
             if self.refs:
                 if np is None:
                     raise Failure("REF needs NumPy (apt-get install python3-numpy)")
-                self.check_refs(ref)
+                self.check_refs(ref, ones)
             for k, mesh in enumerate(self.runs):
                 if mesh == ones:
                     continue
@@ -312,6 +330,8 @@ class ShdTest:
                 self.check_stdout(out, mesh)
                 if np is not None:
                     self.compare_dirs(ref, d, mesh)
+                    if self.mesh_dependent:
+                        self.check_refs(d, mesh)
                 if self.same_stdout:
                     a, b = self.numbers(ref_out), self.numbers(out)
                     if len(a) != len(b) or not all(abs(x - y) <= 1e-4 * max(1, abs(x)) for x, y in zip(a, b)):
@@ -419,6 +439,27 @@ def script_test(path, shdc):
         raise Failure("exit %d\n%s%s" % (rc, out, err))
 
 
+EXCERPT = re.compile(r"^```shd\n// ((?:tests|dsl-examples)/\S+\.shd)\n(.*?)^```", re.M | re.S)
+
+
+def docs_excerpts(path):
+    """The ```shd blocks of a doc that start with `// tests/FILE.shd`: the
+    examples of the docs are excerpts of tests, so they compile and run."""
+    return EXCERPT.findall(open(path).read())
+
+
+def docs_test(path):
+    for src, body in docs_excerpts(path):
+        f = os.path.join(ROOT, src)
+        if not os.path.exists(f):
+            raise Failure("excerpt of %s: no such file" % src)
+        want = [l.rstrip() for l in body.rstrip("\n").split("\n")]
+        have = [l.rstrip() for l in open(f).read().split("\n")]
+        if not any(have[i:i + len(want)] == want for i in range(len(have) - len(want) + 1)):
+            raise Failure("the excerpt of %s starting %r is not in that file (keep the example and the test "
+                          "the same)" % (src, want[0]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
@@ -430,10 +471,12 @@ def main():
     tests += sorted(glob.glob(os.path.join(ROOT, "dsl-examples", "*.shd")))
     rt = sorted(glob.glob(os.path.join(ROOT, "tests", "runtime", "test_*.c")))
     scripts = sorted(glob.glob(os.path.join(ROOT, "tests", "**", "test_*.py"), recursive=True))
+    docs = [d for d in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))) if docs_excerpts(d)]
     if a.patterns:
         tests = [t for t in tests if any(p in t for p in a.patterns)]
         rt = [t for t in rt if any(p in t for p in a.patterns)]
         scripts = [t for t in scripts if any(p in t for p in a.patterns)]
+        docs = [d for d in docs if any(p in d for p in a.patterns)]
     if np is None:
         print("warning: NumPy is missing, so results are not compared with references (apt-get install python3-numpy)")
     failed = []
@@ -465,7 +508,15 @@ def main():
         except Failure as f:
             print("FAIL %s\n  %s" % (name, str(f).replace("\n", "\n  ")), flush=True)
             failed.append(name)
-    total = len(tests) + len(rt) + len(scripts)
+    for d in docs:
+        name = os.path.relpath(d, ROOT)
+        try:
+            docs_test(d)
+            print("PASS %s (examples are test excerpts)" % name, flush=True)
+        except Failure as f:
+            print("FAIL %s\n  %s" % (name, str(f).replace("\n", "\n  ")), flush=True)
+            failed.append(name)
+    total = len(tests) + len(rt) + len(scripts) + len(docs)
     print("\n%d of %d tests passed in %.0fs" % (total - len(failed), total, time.time() - start))
     if failed:
         print("failed:\n  " + "\n  ".join(failed))

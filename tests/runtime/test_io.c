@@ -128,7 +128,7 @@ static void test_other_types(void)
     int64_t s3[1] = { 3 }, s0[2] = { 0, 4 };
     expect_array(b, SHD_BOOL, 1, s3, "[ True False  True]");
     float f[3] = { 0.5f, -1.25f, 3.0f };
-    expect_array(f, SHD_F32, 1, s3, "[  0.5 -1.25     3]");
+    expect_array(f, SHD_F32, 1, s3, "[  0.5 -1.25    3.]");
     float g[3] = { NAN, INFINITY, -INFINITY };
     expect_array(g, SHD_F32, 1, s3, "[ nan  inf -inf]");
     double d[3] = { 0.1, 1.0 / 3, 1e-8 };
