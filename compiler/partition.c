@@ -245,8 +245,32 @@ static void part_reduce(Part *p, Inst *in, Value **args) {
     natural.R &= ~red;
     r = local(p, in, IR_REDUCE, 1, args, natural);
   } else {
-    /* max/min: no pending kind in the types; combine at once. */
+    /* max/min: no pending kind in the types, so combine at once. The axes
+     * the result shards a dim over next are combined by a reduce-scatter
+     * (max or min), which leaves each rank only its block; the others by
+     * an all-reduce of that smaller block. */
     r = local(p, in, IR_REDUCE, 1, args, natural);
+    for (int d = 0; d < natural.rank && red; d++) {
+      DimSpec ns = natural.spec[d], ts = T.spec[d];
+      bool prefix = ts.n > ns.n;
+      for (int i = 0; prefix && i < ns.n; i++)
+        prefix = ns.axes[i] == ts.axes[i];
+      AxisSet extra = 0;
+      for (int i = ns.n; prefix && i < ts.n; i++)
+        extra |= 1u << ts.axes[i];
+      if (!prefix || (extra & ~red))
+        continue;
+      Type next = natural;
+      next.spec[d] = ts;
+      Inst *rs = ir_emit(p->mod, p->b, IR_REDUCE_SCATTER, in->pos, 1, &r, 1, &next);
+      rs->fn = in->fn;
+      rs->dim = d;
+      for (int i = ns.n; i < ts.n; i++)
+        rs->axes[rs->naxes++] = ts.axes[i];
+      r = rs->results[0];
+      natural = next;
+      red &= ~extra;
+    }
     if (red) {
       Inst *ar = ir_emit(p->mod, p->b, IR_ALL_REDUCE, in->pos, 1, &r, 1, &natural);
       ar->fn = in->fn;
