@@ -252,6 +252,8 @@ typedef void (*SeqFn)(Search *s, int from, const int *axes, int n, void *arg);
 static void sequences(Search *s, int from, AxisSet set, int *buf, int len, SeqFn fn, void *arg) {
   if (len)
     fn(s, from, buf, len, arg);
+  if (len == 3)   /* longer runs only save local copies; they cost search time on big meshes */
+    return;
   for (int a = 0; a < s->m->naxes; a++)
     if (set & (1u << a)) {
       buf[len] = a;
@@ -403,19 +405,77 @@ static void expand(Search *s, int from) {
 
 /* Dijkstra from node 0 to `to` (a physical state); returns the node of
  * `to`, whose prev chain is the plan. */
+/* States beyond which the search gives up (large meshes only: on 3 axes and
+ * rank 4 it visits a few hundred) and a plain plan is used instead. */
+#define MAX_NODES 3000
+
 static int search(Search *s, const Type *to) {
   for (;;) {
     int best = -1;
     for (int i = 0; i < s->n; i++)
       if (!s->nodes[i].done && (best < 0 || cost_less(s->nodes[i].cost, s->nodes[best].cost)))
         best = i;
-    if (best < 0)
+    if (best < 0 || s->n > MAX_NODES)
       return -1;
     s->nodes[best].done = true;
     if (ty_same_sharding(&s->nodes[best].t, to))
       return best;
     expand(s, best);
   }
+}
+
+/* Appends a node reached from `from` by `step` (no search). */
+static int chain(Search *s, int from, const Type *t, Step step) {
+  if (s->n == s->cap) {
+    s->cap *= 2;
+    Node *nn = arena_alloc(sizeof(Node) * (size_t)s->cap);
+    memcpy(nn, s->nodes, sizeof(Node) * (size_t)s->n);
+    s->nodes = nn;
+  }
+  s->nodes[s->n] = (Node){*t, {0, 0, 0}, from, step, true};
+  return s->n++;
+}
+
+/* The plan that always works: gather every dim, all-reduce the unreduced
+ * axes the target does not keep, slice to the target's dims, make the
+ * target's other unreduced axes unreduced. */
+static int plain_plan(Search *s, const Type *to) {
+  s->n = 1;
+  int at = 0;
+  Type c = s->nodes[0].t;
+  for (int d = 0; d < c.rank; d++)
+    if (c.spec[d].n) {
+      int axes[MAX_AXES];
+      for (int i = 0; i < c.spec[d].n; i++)
+        axes[i] = c.spec[d].axes[i];
+      Step st = mk_step(IR_ALL_GATHER, d, 0, axes, c.spec[d].n);
+      c.spec[d].n = 0;
+      at = chain(s, at, &c, st);
+    }
+  int axes[MAX_AXES], n = 0;
+  for (int a = 0; a < s->m->naxes; a++)
+    if (c.U & ~to->U & (1u << a))
+      axes[n++] = a;
+  if (n) {
+    c.U &= to->U;
+    at = chain(s, at, &c, mk_step(IR_ALL_REDUCE, 0, 0, axes, n));
+  }
+  for (int d = 0; d < c.rank; d++)
+    if (to->spec[d].n) {
+      for (int i = 0; i < to->spec[d].n; i++)
+        axes[i] = to->spec[d].axes[i];
+      c.spec[d] = to->spec[d];
+      at = chain(s, at, &c, mk_step(IR_SLICE_BLOCK, d, 0, axes, to->spec[d].n));
+    }
+  n = 0;
+  for (int a = 0; a < s->m->naxes; a++)
+    if (to->U & ~c.U & (1u << a))
+      axes[n++] = a;
+  if (n) {
+    c.U |= to->U;
+    at = chain(s, at, &c, mk_step(IR_ZERO_UNLESS_FIRST, 0, 0, axes, n));
+  }
+  return at;
 }
 
 /* ---- emitting the plan ---------------------------------------------------------- */
@@ -436,9 +496,7 @@ static int plan(const Mesh *m, const Type *from, const Type *to, Search *s) {
   s->nodes[0] = (Node){src, {0, 0, 0}, -1, {0}, false};
   s->n = 1;
   int end = search(s, &goal);
-  if (end < 0)
-    diag_ice("reshard found no plan: %s to %s", ty_str(m, from), ty_str(m, to));
-  return end;
+  return end >= 0 ? end : plain_plan(s, &goal);
 }
 
 int64_t part_reshard_cost(const Mesh *m, const Type *from, const Type *to, int *ncoll) {
