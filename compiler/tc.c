@@ -531,7 +531,10 @@ static bool check_scalar_index(TcCtx *c, Expr *e, const char *what) {
     return false;
   }
   if (t.U) {
-    diag_error(e->pos, "E_UR", "%s is unreduced (%s); reduce it first", what, ty_str(c->mesh, &t));
+    Type r = t;
+    r.U &= c->manual;
+    diag_error(e->pos, "E_UR", "%s is unreduced (%s); reduce it first: reshard(x, %s)", what, ty_str(c->mesh, &t),
+               ty_str(c->mesh, &r));
     return false;
   }
   return true;
@@ -564,7 +567,8 @@ static void check_if(TcCtx *c, Stmt *s) {
       diag_error(s->expr->pos, "E_DTYPE", "an if condition must be a bool scalar, not %s; compare, e.g. x > 0",
                  ty_str(c->mesh, &t));
     else if (t.U)
-      diag_error(s->expr->pos, "E_UR", "the if condition %s is unreduced; reduce it first", ty_str(c->mesh, &t));
+      diag_error(s->expr->pos, "E_UR", "the if condition %s is unreduced; reduce what it compares first with "
+                 "reshard", ty_str(c->mesh, &t));
     v = t.V;
   }
   int depth = c->diverge.len;

@@ -671,7 +671,9 @@ static bool scalar_value(TcCtx *c, Expr *v, DType dt, const char *what, bool all
     return false;
   }
   if (t.U) {
-    diag_error(v->pos, "E_UR", "%s is unreduced (%s); reduce it first", what, TS(&t));
+    Type r = t;
+    r.U &= c->manual;
+    diag_error(v->pos, "E_UR", "%s is unreduced (%s); reduce it first: reshard(x, %s)", what, TS(&t), TS(&r));
     return false;
   }
   if (t.V && !allow_v) {

@@ -616,9 +616,17 @@ Type tc_expr_annot(TcCtx *c, Expr *e, const Type *annot, const char *where) {
   Type plain_t = ty_strip_sharding(&t), plain_a = ty_strip_sharding(annot);
   if (!ty_equal(&plain_t, &plain_a)) {
     const char *code = t.dtype != annot->dtype ? "E_DTYPE" : "E_SHAPE";
-    diag_error(e->pos, code, "%s: the value has type %s but %s is expected%s", where, TS(&t), TS(annot),
-               t.dtype != annot->dtype ? arena_printf("; convert with cast(x, %s)", ty_dtype_name(annot->dtype))
-                                       : "");
+    const char *fix = "";
+    if (t.dtype != annot->dtype) {
+      fix = arena_printf("; convert with cast(x, %s)", ty_dtype_name(annot->dtype));
+    } else if (ty_global_count(&t) == ty_global_count(annot) && annot->rank) {
+      Str dims = {0};
+      for (int d = 0; d < annot->rank; d++)
+        str_printf(&dims, "%s%lld", d ? ", " : "", (long long)annot->shape[d]);
+      fix = arena_printf("; reshape it: reshape(x, [%s])", str_cstr(&dims));
+      free(dims.buf);
+    }
+    diag_error(e->pos, code, "%s: the value has type %s but %s is expected%s", where, TS(&t), TS(annot), fix);
     return ty_error();
   }
   if ((t.V != annot->V) && c->manual) {
