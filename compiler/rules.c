@@ -1084,54 +1084,83 @@ bool rule_reshard(RuleCtx *c, const Type *x, const Type *target, Type *out) {
 
 /* ---- NumPy matmul as dot_general ------------------------------------------ */
 
-bool rule_matmul_dims(RuleCtx *c, const Type *a, const Type *b, DotDims *d, int *perm, int *out_rank) {
+/* NumPy's matmul: the batch dims (all but the last two; a 1-D operand has
+ * none) are right-aligned and broadcast. Equal sizes make a dot_general
+ * batch pair; a size-1 dim against a larger one is dropped from its
+ * operand's side, and the other operand's dim becomes a free dim of that
+ * operand (as jnp.matmul squeezes it); a dim only one operand has is a free
+ * dim of it. The dot's result (batch pairs, lhs free, rhs free) is put in
+ * NumPy's order (batch positions, then m, then n) by perm; the dropped
+ * dims, size 1, come last in perm and a reshape removes them
+ * (*dot_rank > *out_rank). */
+bool rule_matmul_dims(RuleCtx *c, const Type *a, const Type *b, DotDims *d, int *perm, int *out_rank,
+                      int *dot_rank) {
   memset(d, 0, sizeof *d);
   if (a->rank == 0 || b->rank == 0)
     return fail(c, "E_SHAPE", "@ needs arrays of rank 1 or more, not %s and %s; use * to scale by a scalar",
                 TS(a), TS(b));
-  int ka = a->rank - 1, kb = b->rank >= 2 ? b->rank - 2 : 0;
   d->ncontract = 1;
-  d->lhs_contract[0] = ka;
-  d->rhs_contract[0] = kb;
-  int ba = a->rank >= 2 ? a->rank - 2 : 0, bb = b->rank >= 2 ? b->rank - 2 : 0;
-  if (a->rank >= 2 && b->rank >= 2) {
-    int nb = ba < bb ? ba : bb;
-    for (int i = 0; i < nb; i++) {
-      int da = ba - nb + i, db = bb - nb + i;
-      if (a->shape[da] != b->shape[db])
-        return fail(c, "E_SHAPE",
-                    "@: batch dims must be equal: %s and %s (broadcast a size-1 batch dim away with reshape first)",
-                    TS(a), TS(b));
-      d->lhs_batch[d->nbatch] = da;
-      d->rhs_batch[d->nbatch] = db;
-      d->nbatch++;
+  d->lhs_contract[0] = a->rank - 1;
+  d->rhs_contract[0] = b->rank >= 2 ? b->rank - 2 : 0;
+  int ab = a->rank >= 2 ? a->rank - 2 : 0, bb = b->rank >= 2 ? b->rank - 2 : 0;
+  int nB = ab > bb ? ab : bb;
+  /* Output position of every operand dim: >= 0, or -1 dropped, -2 batch
+   * pair (its output position is in pair_pos), -3 contracted. */
+  int apos[MAX_RANK], bpos[MAX_RANK], pair_pos[MAX_RANK];
+  apos[a->rank - 1] = -3;
+  bpos[d->rhs_contract[0]] = -3;
+  for (int p = 0; p < nB; p++) {
+    int ia = p - (nB - ab), ib = p - (nB - bb);
+    if (ia < 0) {
+      bpos[ib] = p;
+    } else if (ib < 0) {
+      apos[ia] = p;
+    } else if (a->shape[ia] == b->shape[ib]) {
+      apos[ia] = bpos[ib] = -2;
+      pair_pos[d->nbatch] = p;
+      d->lhs_batch[d->nbatch] = ia;
+      d->rhs_batch[d->nbatch++] = ib;
+    } else if (a->shape[ia] == 1 || b->shape[ib] == 1) {
+      apos[ia] = a->shape[ia] == 1 ? -1 : p;
+      bpos[ib] = a->shape[ia] == 1 ? p : -1;
+    } else {
+      return fail(c, "E_SHAPE",
+                  "@: batch dims do not broadcast: dim %d of %s (%lld) and dim %d of %s (%lld); sizes must be equal "
+                  "or 1",
+                  ia, TS(a), (long long)a->shape[ia], ib, TS(b), (long long)b->shape[ib]);
     }
   }
-  /* dot_general order: batch, lhs free, rhs free. NumPy order: the longer
-   * operand's extra leading dims, batch, then m, n. */
-  int nfree_a = a->rank - 1 - d->nbatch;  /* includes a's extra leading and m */
-  int nfree_b = b->rank - 1 - d->nbatch;  /* includes b's extra leading and n */
-  int rank = d->nbatch + nfree_a + nfree_b;
-  *out_rank = rank;
-  int extra_a = a->rank >= 2 ? ba - d->nbatch : 0;
-  int extra_b = b->rank >= 2 ? bb - d->nbatch : 0;
-  /* Positions in dot order. */
-  int pos_batch = 0, pos_afree = d->nbatch, pos_bfree = d->nbatch + nfree_a;
-  int k = 0;
-  /* NumPy: extra leading dims of the longer operand first (only one of a, b
-   * can have them), then batch, then m (a's last free) then b's extras? no:
-   * b's extra leading dims come before the batch dims. */
-  for (int i = 0; i < extra_a; i++)
-    perm[k++] = pos_afree + i;
-  for (int i = 0; i < extra_b; i++)
-    perm[k++] = pos_bfree + i;
+  int rank = nB;
+  if (a->rank >= 2)
+    apos[a->rank - 2] = rank++;
+  if (b->rank >= 2)
+    bpos[b->rank - 1] = rank++;
+  int drank = d->nbatch + (a->rank - 1 - d->nbatch) + (b->rank - 1 - d->nbatch);
+  if (drank > MAX_RANK)
+    return fail(c, "E_SHAPE", "@ of %s and %s: the product would have more than %d dims", TS(a), TS(b), MAX_RANK);
+  /* Output position of each dot position (-1: dropped). */
+  int out_of[MAX_RANK], q = 0;
   for (int i = 0; i < d->nbatch; i++)
-    perm[k++] = pos_batch + i;
-  for (int i = extra_a; i < nfree_a; i++)
-    perm[k++] = pos_afree + i;
-  for (int i = extra_b; i < nfree_b; i++)
-    perm[k++] = pos_bfree + i;
-  if (k != rank)
-    diag_ice("matmul dims: %d != %d", k, rank);
+    out_of[q++] = pair_pos[i];
+  for (int i = 0; i < a->rank; i++)
+    if (apos[i] >= -1)
+      out_of[q++] = apos[i];
+  for (int i = 0; i < b->rank; i++)
+    if (bpos[i] >= -1)
+      out_of[q++] = bpos[i];
+  if (q != drank)
+    diag_ice("matmul dims: %d != %d", q, drank);
+  int k = 0;
+  for (int o = 0; o < rank; o++)
+    for (int i = 0; i < drank; i++)
+      if (out_of[i] == o)
+        perm[k++] = i;
+  for (int i = 0; i < drank; i++)
+    if (out_of[i] == -1)
+      perm[k++] = i;
+  if (k != drank)
+    diag_ice("matmul perm: %d != %d", k, drank);
+  *out_rank = rank;
+  *dot_rank = drank;
   return true;
 }

@@ -422,8 +422,11 @@ bool rule_transpose(RuleCtx *c, const Type *x, const int *perm, Type *out);
 bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, const Type *annot, Type *out);
 bool rule_reshard(RuleCtx *c, const Type *x, const Type *target, Type *out);
 /* NumPy matmul as dot_general (+ the transpose to NumPy order in *perm,
- * identity when none is needed). */
-bool rule_matmul_dims(RuleCtx *c, const Type *a, const Type *b, DotDims *d, int *perm, int *out_rank);
+ * identity when none is needed; size-1 batch dims broadcast against
+ * larger ones are left in the dot's result and come last in perm, to be
+ * removed by a reshape when *dot_rank > *out_rank). */
+bool rule_matmul_dims(RuleCtx *c, const Type *a, const Type *b, DotDims *d, int *perm, int *out_rank,
+                      int *dot_rank);
 
 /* ---- tc*.c: the typechecker --------------------------------------------- */
 
@@ -487,6 +490,7 @@ typedef struct {
   Type dot_type;                 /* dot_general result (before perm) */
   unsigned sum_x, sum_y;         /* einsum: dims summed out of one operand first */
   bool einsum_unary;
+  bool squeeze;                  /* matmul: reshape away broadcast size-1 batch dims */
   bool scale_by_count;           /* mean, pmean */
   double count;
   bool with_value;               /* value_and_grad */

@@ -167,11 +167,12 @@ static Type check_matmul(TcCtx *c, Expr *e, const Type *annot) {
   RuleCtx r = tc_rule(c, e->pos, "matmul");
   TcInfo *info = arena_alloc(sizeof *info);
   e->tc = info;
-  int rank;
-  if (!rule_matmul_dims(&r, &a, &b, &info->dot, info->perm, &rank))
+  int rank, drank;
+  if (!rule_matmul_dims(&r, &a, &b, &info->dot, info->perm, &rank, &drank))
     return ty_error();
-  for (int i = 0; i < rank; i++)
+  for (int i = 0; i < drank; i++)
     info->has_perm |= info->perm[i] != i;
+  info->squeeze = drank > rank;
   Type dot_annot, *pa = NULL;
   if (annot) {
     if (annot->rank != rank) {
@@ -180,9 +181,10 @@ static Type check_matmul(TcCtx *c, Expr *e, const Type *annot) {
       return ty_error();
     }
     dot_annot = *annot;
-    for (int i = 0; i < rank; i++) {
-      dot_annot.shape[info->perm[i]] = annot->shape[i];
-      dot_annot.spec[info->perm[i]] = annot->spec[i];
+    dot_annot.rank = drank;
+    for (int i = 0; i < drank; i++) {
+      dot_annot.shape[info->perm[i]] = i < rank ? annot->shape[i] : 1;
+      dot_annot.spec[info->perm[i]] = i < rank ? annot->spec[i] : (DimSpec){0};
     }
     if (c->annot_v_free)
       tc_manual_states_from(c, &dot_annot, (a.weak ? 0 : a.V) | (b.weak ? 0 : b.V), 0, 0);
@@ -192,12 +194,14 @@ static Type check_matmul(TcCtx *c, Expr *e, const Type *annot) {
   if (!rule_dot(&r, &a, &b, &info->dot, pa, &dt))
     return ty_error();
   info->dot_type = dt;
-  if (!info->has_perm)
-    return dt;
-  Type out;
-  if (!rule_transpose(&r, &dt, info->perm, &out))
+  Type out = dt;
+  if (info->has_perm && !rule_transpose(&r, &dt, info->perm, &out))
     return ty_error();
-  return out;
+  info->type = out;
+  if (!info->squeeze)
+    return out;
+  Type sq;
+  return rule_reshape(&r, &out, rank, out.shape, NULL, &sq) ? sq : ty_error();
 }
 
 static Type check_binary(TcCtx *c, Expr *e, const Type *annot) {
