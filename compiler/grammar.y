@@ -31,7 +31,14 @@ static Token *box_token(Token t) {
 }
 
 %syntax_error { parse_syntax_error(pc, yyminor); }
-%stack_overflow { parse_syntax_error(pc, pc->last); }
+
+%code {
+/* Lemon reports a second syntax error only after three tokens have been
+ * shifted since the first; parse.c has already skipped the rest of the bad
+ * statement, so the next one's errors are reported at once. */
+void ParseErrorsReported(void *p) { ((yyParser *)p)->yyerrcnt = -1; }
+}
+%stack_overflow { parse_too_deep(pc); }
 %stack_size 1000
 
 /* Every token, so that grammar.h defines them all in this order. */
@@ -198,6 +205,10 @@ primary(E) ::= LPAREN expr(X) RPAREN.              { E = X; }
 primary(E) ::= LPAREN(K) expr(X) COMMA elems(L) RPAREN. { vec_push(&L, NULL); memmove(L.data + 1, L.data, sizeof(void *) * (size_t)(L.len - 1)); L.data[0] = X; E = parse_seq(EX_TUPLE, &L, tok_pos(K)); }
 primary(E) ::= LBRACKET(K) elems(L) RBRACKET. { E = parse_seq(EX_LIST, &L, tok_pos(K)); }
 
+/* Left recursion: a long list does not grow the parser's stack. */
+%type elem_list {Vec}
 elems(L) ::= .                                { L = (Vec){0}; }
-elems(L) ::= expr(X).                         { L = (Vec){0}; vec_push(&L, X); }
-elems(L) ::= expr(X) COMMA elems(R).          { L = (Vec){0}; vec_push(&L, X); for (int i = 0; i < R.len; i++) vec_push(&L, R.data[i]); }
+elems(L) ::= elem_list(L).
+elems(L) ::= elem_list(L) COMMA.
+elem_list(L) ::= expr(X).                     { L = (Vec){0}; vec_push(&L, X); }
+elem_list(L) ::= elem_list(L) COMMA expr(X).  { vec_push(&L, X); }

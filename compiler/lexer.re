@@ -9,7 +9,8 @@
  * when it is outside ( ) and [ ], and the previous token can end a statement
  * (a name, a literal, ) ] } >, return, a dtype). A newline directly followed
  * by `else`, `{` or `->` is dropped so that `}\nelse {` and a brace on its own line
- * work. Annotations `<U:`, `<R:`, `<V:` are single tokens: that keeps `<` the
+ * work, and a newline before a keyword that only starts a statement (`let`,
+ * `for`, `return`, `fn`...) always ends the one before. Annotations `<U:`, `<R:`, `<V:` are single tokens: that keeps `<` the
  * comparison apart from `<` the annotation without lookahead in the grammar.
  */
 #include "shdc.h"
@@ -174,9 +175,9 @@ Token lex_next(Lexer *lx) {
       break;
     }
     if (t.kind == TK_NL) {
-      if (lx->depth > 0 || !ends_statement(lx->last_kind))
-        continue;
-      /* Peek past blank lines: `else` and `{` continue the statement. */
+      /* Peek past blank lines: `else` and `{` continue the statement; a
+       * keyword that only starts a statement or item ends one, closing
+       * brackets left open by a syntax error. */
       Lexer save = *lx;
       lx->peeking = true;
       Token next;
@@ -184,6 +185,14 @@ Token lex_next(Lexer *lx) {
         next = scan(lx);
       while (next.kind == TK_NL);
       *lx = save;
+      bool starts = next.kind == TK_LET || next.kind == TK_VAR || next.kind == TK_FOR || next.kind == TK_IF ||
+                    next.kind == TK_RETURN || next.kind == TK_FN || next.kind == TK_MESH ||
+                    next.kind == TK_CONST || next.kind == TK_MANUAL;
+      starts &= lx->last_kind != TK_LBRACE && lx->last_kind != TK_ELSE;
+      if (lx->depth > 0 && starts)
+        lx->depth = 0;
+      if (lx->depth > 0 || (!ends_statement(lx->last_kind) && !starts))
+        continue;
       if (next.kind == TK_ELSE || next.kind == TK_LBRACE || next.kind == TK_ARROW)
         continue;
     }
@@ -196,11 +205,11 @@ const char *lex_token_name(int kind) {
   switch (kind) {
   case 0: return "end of file";
   case TK_NL: return "end of line";
-  case TK_IDENT: return "a name";
-  case TK_INT: return "an integer";
-  case TK_FLOAT: return "a number";
-  case TK_STRING: return "a string";
-  case TK_DTYPE: return "a dtype";
+  case TK_IDENT: return "name";
+  case TK_INT: return "integer";
+  case TK_FLOAT: return "number";
+  case TK_STRING: return "string";
+  case TK_DTYPE: return "dtype";
   case TK_ANNOT_U: return "'<U:'";
   case TK_ANNOT_R: return "'<R:'";
   case TK_ANNOT_V: return "'<V:'";

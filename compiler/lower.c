@@ -275,9 +275,11 @@ static Value *lower_matmul(Lower *L, Expr *e) {
   TcInfo *info = e->tc;
   Value *a = lower_expr(L, e->lhs), *b = lower_expr(L, e->rhs);
   Value *d = emit_dot(L, e->pos, a, b, &info->dot, info->dot_type);
-  if (!info->has_perm)
-    return d;
-  return emit_transpose(L, e->pos, d, info->perm, *e->ty);
+  if (info->has_perm)
+    d = emit_transpose(L, e->pos, d, info->perm, info->squeeze ? info->type : *e->ty);
+  if (info->squeeze)
+    d = emit(L, IR_RESHAPE, e->pos, 1, &d, *e->ty);
+  return d;
 }
 
 static Value *presum(Lower *L, Pos pos, Value *x, unsigned mask) {

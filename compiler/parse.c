@@ -18,9 +18,42 @@ static const char *describe(Token t) {
   return arena_printf("'%.*s'", t.len, t.start);
 }
 
+/* Tokens after which the lexer keeps reading the next line: an error on
+ * the next line's first token is really this line's incomplete end. */
+static bool continues_line(int kind) {
+  switch (kind) {
+  case TK_PLUS: case TK_MINUS: case TK_STAR: case TK_SLASH: case TK_AT: case TK_LT: case TK_LE: case TK_GT:
+  case TK_GE: case TK_EQEQ: case TK_NE: case TK_ASSIGN: case TK_COMMA: case TK_COLON: case TK_LPAREN:
+  case TK_LBRACKET: case TK_ARROW: case TK_DOTDOT: case TK_AS: case TK_IN: case TK_LET: case TK_VAR:
+  case TK_FOR: case TK_IF: case TK_FN: case TK_CONST: case TK_MESH:
+    return true;
+  default:
+    return false;
+  }
+}
+
 void parse_syntax_error(ParseCtx *pc, Token tok) {
   pc->failed = true;
+  pc->error_now = true;
+  Token prev = pc->prev;
+  if (tok.kind && prev.len && tok.pos.line > prev.pos.line && continues_line(prev.kind)) {
+    Pos end = prev.pos;
+    end.col += prev.len;
+    diag_error(end, "E_SYNTAX", "syntax error: this line ends after '%.*s', in the middle of a %s; the next line "
+               "starts with %s",
+               prev.len, prev.start, prev.kind == TK_COMMA || prev.kind == TK_LPAREN ? "list" : "statement",
+               describe(tok));
+    return;
+  }
   const char *hint = "";
+  if ((tok.kind == TK_NL || tok.kind == 0) && prev.len && prev.kind != TK_NL) {
+    /* Point just after the last token, not at the end of a comment. */
+    Pos end = prev.pos;
+    end.col += prev.len;
+    diag_error(end, "E_SYNTAX", "syntax error: %s after '%.*s'; the expression or statement is incomplete",
+               tok.kind ? "the line ends" : "the file ends", prev.len, prev.start);
+    return;
+  }
   if (tok.kind == TK_NL || tok.kind == 0)
     hint = "; the expression or statement is incomplete";
   else if (tok.kind == TK_ASSIGN)
@@ -29,7 +62,43 @@ void parse_syntax_error(ParseCtx *pc, Token tok) {
     hint = "; a block must follow `fn NAME(...)`, `for`, `if` or `else`";
   else if (tok.kind == TK_ELSE)
     hint = "; `else` must follow the closing brace of an `if` block";
+  else if (tok.kind == TK_LT || tok.kind == TK_LE || tok.kind == TK_GT || tok.kind == TK_GE || tok.kind == TK_EQEQ ||
+           tok.kind == TK_NE)
+    hint = "; comparisons do not chain (a < b < c): compare two values at a time";
   diag_error(tok.pos, "E_SYNTAX", "syntax error: unexpected %s%s", describe(tok), hint);
+}
+
+/* The parser's stack has room for 1000 open constructs. */
+void parse_too_deep(ParseCtx *pc) {
+  pc->failed = true;
+  pc->error_now = true;
+  diag_error(pc->last.pos, "E_SYNTAX",
+             "the program nests too deeply here (more than about 1000 open parentheses, brackets, blocks or "
+             "operators); split the expression with `let`");
+}
+
+/* Later stages walk expressions recursively; a chain like 1+1+...+1 is
+ * parsed without growing the parser's stack but would exhaust theirs. */
+#define MAX_EXPR_DEPTH 1000
+
+static int max_depth(int a, int b) { return a > b ? a : b; }
+
+static void check_depth(ParseCtx *pc, Expr *e) {
+  if (e && e->depth > MAX_EXPR_DEPTH) {
+    pc->failed = true;
+    diag_error(e->pos, "E_SYNTAX", "this expression nests %d levels deep (at most %d); split it with `let`",
+               e->depth, MAX_EXPR_DEPTH);
+  }
+}
+
+static void check_block_depth(ParseCtx *pc, Block *b) {
+  for (int i = 0; b && i < b->stmts.len; i++) {
+    Stmt *s = b->stmts.data[i];
+    check_depth(pc, s->expr);
+    check_depth(pc, s->hi);
+    check_block_depth(pc, s->body);
+    check_block_depth(pc, s->els);
+  }
 }
 
 /* ---- types ------------------------------------------------------------ */
@@ -62,11 +131,8 @@ DimExpr parse_dim(Token size, Vec *axes, bool paren) {
 }
 
 void parse_type_dim(ParseCtx *pc, TypeExpr *t, DimExpr d, Pos pos) {
-  if (t->ndims_written++ >= MAX_RANK) {
-    if (t->ndims_written == MAX_RANK + 1)
-      diag_error(pos, "E_SPEC", "arrays have at most %d dims", MAX_RANK);
-    return;
-  }
+  if (t->ndims_written++ >= MAX_RANK)
+    return;   /* reported by tc_resolve_type */
   if (d.naxes > MAX_AXES) {
     diag_error(pos, "E_SPEC", "a dim can be sharded over at most %d axes", MAX_AXES);
     d.naxes = MAX_AXES;
@@ -155,6 +221,7 @@ Expr *parse_binary(int op, Expr *l, Expr *r, Token optok) {
   e->tok = optok;
   e->lhs = l;
   e->rhs = r;
+  e->depth = 1 + max_depth(l->depth, r->depth);
   return e;
 }
 
@@ -163,6 +230,7 @@ Expr *parse_unary(int op, Expr *x, Token optok) {
   e->op = op;
   e->tok = optok;
   e->lhs = x;
+  e->depth = 1 + x->depth;
   return e;
 }
 
@@ -171,6 +239,9 @@ Expr *parse_call(Expr *callee, Vec *args) {
   e->callee = callee;
   e->args = *args;
   e->tok = callee->tok;
+  e->depth = 1 + callee->depth;
+  for (int i = 0; i < args->len; i++)
+    e->depth = max_depth(e->depth, 1 + ((Expr *)args->data[i])->depth);
   return e;
 }
 
@@ -179,12 +250,16 @@ Expr *parse_kwarg(Token name, Expr *value) {
   e->tok = name;
   e->str = tok_str(name);
   e->lhs = value;
+  e->depth = 1 + value->depth;
   return e;
 }
 
 Expr *parse_seq(ExprKind kind, Vec *elems, Pos pos) {
   Expr *e = ast_expr(kind, pos);
   e->args = *elems;
+  for (int i = 0; i < elems->len; i++)
+    if (elems->data[i])
+      e->depth = max_depth(e->depth, 1 + ((Expr *)elems->data[i])->depth);
   return e;
 }
 
@@ -193,6 +268,7 @@ Expr *parse_as(Expr *x, TypeExpr *t, Token astok) {
   e->tok = astok;
   e->lhs = x;
   e->type = t;
+  e->depth = 1 + x->depth;
   return e;
 }
 
@@ -293,11 +369,15 @@ FuncDecl *parse_func_head(Token name, Vec *params, Vec *results, bool tuple) {
   return f;
 }
 
-void parse_func(ParseCtx *pc, FuncDecl *f) { vec_push(&pc->prog->funcs, f); }
+void parse_func(ParseCtx *pc, FuncDecl *f) {
+  check_block_depth(pc, f->body);
+  vec_push(&pc->prog->funcs, f);
+}
 
 void parse_manual(ParseCtx *pc, FuncDecl *f, Token kw, Vec *axes) {
   f->manual = true;
   f->manual_pos = kw.pos;
+  check_block_depth(pc, f->body);
   for (int i = 0; i < axes->len; i++) {
     if (f->nmanual >= MAX_AXES) {
       diag_error(kw.pos, "E_SPEC", "a mesh has at most %d axes", MAX_AXES);
@@ -325,12 +405,14 @@ void parse_mesh(ParseCtx *pc, Token kw, Vec *names, Vec *sizes) {
     }
     m->names[m->naxes] = *(Token *)names->data[i];
     m->sizes[m->naxes] = sizes->data[i];
+    check_depth(pc, sizes->data[i]);
     m->naxes++;
   }
   p->mesh = m;
 }
 
 void parse_const(ParseCtx *pc, Token name, Expr *value) {
+  check_depth(pc, value);
   ConstDecl *c = arena_alloc(sizeof *c);
   c->name = name;
   c->value = value;
@@ -346,12 +428,42 @@ Program *parse_file(const SourceFile *file) {
   Lexer lx;
   lex_init(&lx, file);
   void *parser = ParseAlloc(malloc);
+  /* After a syntax error the rest of the statement is skipped, a { } block
+   * in it included, up to the end of its line or an unmatched }; then
+   * parsing goes on with the next statement, so one run reports the errors
+   * of many statements without cascades. */
+  bool skipping = false;
+  int depth = 0;
   for (;;) {
     Token t = lex_next(&lx);
+    if (skipping) {
+      if (t.kind == TK_LBRACE)
+        depth++;
+      if (t.kind == TK_RBRACE && depth > 0) {
+        depth--;
+        continue;
+      }
+      if (t.kind && !(depth == 0 && (t.kind == TK_NL || t.kind == TK_RBRACE)))
+        continue;
+    }
+    pc.prev = pc.last;
     pc.last = t;
+    pc.error_now = false;
+    /* The token that ends a skipped statement can still be an error to
+     * Lemon (its recovery may have reduced past the statement list); it
+     * stays silent, as Lemon is still counting, and only then is the
+     * count cleared. */
     Parse(parser, t.kind, t, &pc);
     if (t.kind == 0)
       break;
+    if (pc.error_now && !skipping && t.kind != TK_NL && t.kind != TK_RBRACE) {
+      skipping = true;
+      depth = t.kind == TK_LBRACE;
+      continue;
+    }
+    if (pc.error_now || skipping)
+      ParseErrorsReported(parser);
+    skipping = false;
   }
   ParseFree(parser, free);
   return pc.prog;

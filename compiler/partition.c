@@ -131,75 +131,94 @@ static void part_elementwise(Part *p, Inst *in, Value **args) {
 
 /* ---- dot_general -------------------------------------------------------------------- */
 
-static void part_dot(Part *p, Inst *in, Value **args) {
+/* How the operands of a dot are laid out for the local product. Each
+ * contracting pair keeps a spec both sides share (partial sums, reduced
+ * after); a spec on one side only is gathered (the FSDP all-gather) or,
+ * with slice_other, the other side is sliced alike (partial sums instead).
+ * Batch and free dims take the result's spec, or with keep_own their own,
+ * unless an axis is taken already. */
+typedef struct {
+  Type lt, rt, natural;
+} DotPlan;
+
+static DimSpec untaken(DimSpec s, AxisSet *used) {
+  if (ty_spec_axes(s) & *used)
+    s.n = 0;
+  *used |= ty_spec_axes(s);
+  return s;
+}
+
+static DotPlan dot_plan(const Inst *in, const Type *L, const Type *R, const Type *T, bool slice_other, bool keep_own) {
   const DotDims *d = &in->dot;
-  Type L = args[0]->type, R = args[1]->type, T = in->results[0]->type;
-  Type lt = L, rt = R;
-  lt.R = rt.R = 0;
-  AxisSet used_l = 0, used_r = 0, contract = 0;
-  /* 1. contracting dims: keep a spec both sides share (partial sums, then a
-   * reduction); gather a one-sided one (the FSDP all-gather). */
+  DotPlan pl;
+  pl.lt = *L;
+  pl.rt = *R;
+  AxisSet used = 0;
   for (int i = 0; i < d->ncontract; i++) {
-    DimSpec a = L.spec[d->lhs_contract[i]], b = R.spec[d->rhs_contract[i]];
-    bool keep = a.n && ty_spec_equal(a, b) && !(ty_spec_axes(a) & contract);
-    if (!keep)
-      a.n = 0;
-    lt.spec[d->lhs_contract[i]] = a;
-    rt.spec[d->rhs_contract[i]] = a;
-    contract |= ty_spec_axes(a);
+    DimSpec a = L->spec[d->lhs_contract[i]], b = R->spec[d->rhs_contract[i]];
+    DimSpec s = {0};
+    if (a.n && ty_spec_equal(a, b))
+      s = a;
+    else if (slice_other && (a.n == 0) != (b.n == 0))
+      s = a.n ? a : b;
+    s = untaken(s, &used);
+    pl.lt.spec[d->lhs_contract[i]] = pl.rt.spec[d->rhs_contract[i]] = s;
   }
-  used_l = used_r = contract;
-  /* 2. batch and free dims take the result's spec unless an axis is taken. */
-  int pos = 0;
-  for (int i = 0; i < d->nbatch; i++, pos++) {
-    DimSpec s = T.spec[pos];
-    if (ty_spec_axes(s) & (used_l | used_r))
-      s.n = 0;
-    lt.spec[d->lhs_batch[i]] = s;
-    rt.spec[d->rhs_batch[i]] = s;
-    used_l |= ty_spec_axes(s);
-    used_r |= ty_spec_axes(s);
-  }
+  AxisSet contract = used;
   bool is_l[MAX_RANK] = {0}, is_r[MAX_RANK] = {0};
   for (int i = 0; i < d->nbatch; i++)
     is_l[d->lhs_batch[i]] = is_r[d->rhs_batch[i]] = true;
   for (int i = 0; i < d->ncontract; i++)
     is_l[d->lhs_contract[i]] = is_r[d->rhs_contract[i]] = true;
-  for (int k = 0; k < L.rank; k++)
-    if (!is_l[k]) {
-      DimSpec s = T.spec[pos++];
-      if (ty_spec_axes(s) & (used_l | used_r))
-        s.n = 0;
-      lt.spec[k] = s;
-      used_l |= ty_spec_axes(s);
-    }
-  for (int k = 0; k < R.rank; k++)
-    if (!is_r[k]) {
-      DimSpec s = T.spec[pos++];
-      if (ty_spec_axes(s) & (used_l | used_r))
-        s.n = 0;
-      rt.spec[k] = s;
-      used_r |= ty_spec_axes(s);
-    }
-  lt.R = L.R & ~ty_dim_axes(&lt);
-  rt.R = R.R & ~ty_dim_axes(&rt);
-  Value *a = reshard(p, in->pos, args[0], &lt);
-  Value *b = reshard(p, in->pos, args[1], &rt);
-  /* 3. the local product: unreduced over the contracted axes. */
-  Type natural = T;
-  natural.R = 0;
-  natural.U = contract;
-  pos = 0;
-  for (int i = 0; i < d->nbatch; i++)
-    natural.spec[pos++] = lt.spec[d->lhs_batch[i]];
-  for (int k = 0; k < L.rank; k++)
+  pl.natural = *T;
+  pl.natural.R = 0;
+  pl.natural.U = contract;
+  int pos = 0;
+  for (int i = 0; i < d->nbatch; i++, pos++) {
+    DimSpec own = L->spec[d->lhs_batch[i]];
+    bool agree = ty_spec_equal(own, R->spec[d->rhs_batch[i]]);
+    DimSpec s = untaken(keep_own && agree ? own : T->spec[pos], &used);
+    pl.lt.spec[d->lhs_batch[i]] = pl.rt.spec[d->rhs_batch[i]] = pl.natural.spec[pos] = s;
+  }
+  for (int k = 0; k < L->rank; k++)
     if (!is_l[k])
-      natural.spec[pos++] = lt.spec[k];
-  for (int k = 0; k < R.rank; k++)
+      pl.lt.spec[k] = pl.natural.spec[pos] = untaken(keep_own ? L->spec[k] : T->spec[pos], &used), pos++;
+  for (int k = 0; k < R->rank; k++)
     if (!is_r[k])
-      natural.spec[pos++] = rt.spec[k];
-  Value *ops[2] = {a, b};
-  Value *r = local(p, in, IR_DOT, 2, ops, natural);
+      pl.rt.spec[k] = pl.natural.spec[pos] = untaken(keep_own ? R->spec[k] : T->spec[pos], &used), pos++;
+  pl.lt.R = L->R & ~ty_dim_axes(&pl.lt);
+  pl.rt.R = R->R & ~ty_dim_axes(&pl.rt);
+  return pl;
+}
+
+static int64_t plan_cost(const Mesh *m, const Type *L, const Type *R, const Type *T, const DotPlan *pl, int *ncoll) {
+  int n1, n2, n3;
+  int64_t b = part_reshard_cost(m, L, &pl->lt, &n1) + part_reshard_cost(m, R, &pl->rt, &n2) +
+              part_reshard_cost(m, &pl->natural, T, &n3);
+  *ncoll = n1 + n2 + n3;
+  return b;
+}
+
+/* The four layouts, cheapest first by bytes sent per rank, then by number
+ * of collectives; ties keep the first (result-driven, gathering one-sided
+ * contractions), which is what JAX's rule describes. */
+static void part_dot(Part *p, Inst *in, Value **args) {
+  Type L = args[0]->type, R = args[1]->type, T = in->results[0]->type;
+  DotPlan best = dot_plan(in, &L, &R, &T, false, false);
+  int best_n;
+  int64_t best_b = plan_cost(p->m, &L, &R, &T, &best, &best_n);
+  for (int v = 1; v < 4; v++) {
+    DotPlan pl = dot_plan(in, &L, &R, &T, v & 1, v & 2);
+    int n;
+    int64_t b = plan_cost(p->m, &L, &R, &T, &pl, &n);
+    if (b < best_b || (b == best_b && n < best_n)) {
+      best = pl;
+      best_b = b;
+      best_n = n;
+    }
+  }
+  Value *ops[2] = {reshard(p, in->pos, args[0], &best.lt), reshard(p, in->pos, args[1], &best.rt)};
+  Value *r = local(p, in, IR_DOT, 2, ops, best.natural);
   put(p, in->results[0], reshard(p, in->pos, r, &T));
 }
 
@@ -226,8 +245,32 @@ static void part_reduce(Part *p, Inst *in, Value **args) {
     natural.R &= ~red;
     r = local(p, in, IR_REDUCE, 1, args, natural);
   } else {
-    /* max/min: no pending kind in the types; combine at once. */
+    /* max/min: no pending kind in the types, so combine at once. The axes
+     * the result shards a dim over next are combined by a reduce-scatter
+     * (max or min), which leaves each rank only its block; the others by
+     * an all-reduce of that smaller block. */
     r = local(p, in, IR_REDUCE, 1, args, natural);
+    for (int d = 0; d < natural.rank && red; d++) {
+      DimSpec ns = natural.spec[d], ts = T.spec[d];
+      bool prefix = ts.n > ns.n;
+      for (int i = 0; prefix && i < ns.n; i++)
+        prefix = ns.axes[i] == ts.axes[i];
+      AxisSet extra = 0;
+      for (int i = ns.n; prefix && i < ts.n; i++)
+        extra |= 1u << ts.axes[i];
+      if (!prefix || (extra & ~red))
+        continue;
+      Type next = natural;
+      next.spec[d] = ts;
+      Inst *rs = ir_emit(p->mod, p->b, IR_REDUCE_SCATTER, in->pos, 1, &r, 1, &next);
+      rs->fn = in->fn;
+      rs->dim = d;
+      for (int i = ns.n; i < ts.n; i++)
+        rs->axes[rs->naxes++] = ts.axes[i];
+      r = rs->results[0];
+      natural = next;
+      red &= ~extra;
+    }
     if (red) {
       Inst *ar = ir_emit(p->mod, p->b, IR_ALL_REDUCE, in->pos, 1, &r, 1, &natural);
       ar->fn = in->fn;

@@ -2,24 +2,28 @@
  *
  * Given a value of type S and a target type T of the same shape and dtype,
  * it appends the SPMD instructions that turn this rank's block of S into its
- * block of T. It works on the per-axis state model: each dim's axis list
- * must become T's list, unreduced axes must be reduced (or kept, or added),
- * reduced is a relabelling. One step at a time, cheapest first:
+ * block of T, choosing the cheapest sequence of steps by a shortest-path
+ * search over sharding states. A state is a type whose axes each shard a
+ * dim, are unreduced, or are replicated; reduced is physically replicated
+ * (only autodiff tells them apart), so R is set by a final retype, and an
+ * axis of size 1 is physically absent, so it is left out of the search. The
+ * steps, from a state to the next:
  *
- *   1. a whole-mesh permutation, when every rank's target block is exactly
- *      some other rank's source block (one send and one receive each);
- *   2. local slices (free): a dim whose axis list is a prefix of its target
- *      takes the next target axis if that axis is replicated;
- *   3. reduce-scatter: ... or if that axis is unreduced;
- *   4. all-to-all: a dim that must lose its minor axis hands it to a dim
- *      whose next target axis it is;
- *   5. all-reduce of the unreduced axes that no dim will take;
- *   6. embed (free) of a minor axis that the target makes unreduced, else
- *      all-gather of the axes a dim must lose (minor first);
- *   7. zero_unless_first to make replicated axes unreduced; retype for R.
+ *   slice_block        free: a dim takes replicated axes as its minor ones
+ *   embed_block        free: a dim's minor axes become unreduced (own
+ *                      block in place, zeros elsewhere)
+ *   zero_unless_first  free: replicated axes become unreduced
+ *   all_gather         a dim's minor axes become replicated
+ *   reduce_scatter     unreduced axes become a dim's minor ones
+ *   all_reduce         unreduced axes become replicated
+ *   all_to_all         a dim's minor axes move to another dim's minor end
+ *   permute            any other layout with the same local shape: each rank
+ *                      sends its block to one rank and receives one
  *
- * A dim only ever loses axes while its list is not a prefix of its target,
- * and only gains target axes in order, so the loop ends.
+ * A plan costs, in this order: the bytes one rank sends (the formulas of
+ * explain.c and the runtime trace), then the number of collectives, then
+ * the bytes of the buffers it allocates. Dijkstra's algorithm returns a
+ * cheapest plan in that order; ties go to the step listed first above.
  */
 #include "shdc.h"
 
@@ -52,248 +56,486 @@ static int world_size(const Mesh *m) {
   return n;
 }
 
-/* Axes that neither type uses on a dim must keep their coordinate: the data
- * along them (copies, pending-sum pieces) must not move. */
-static bool permute_plan(const Mesh *m, const Type *from, const Type *to, int *dest, int *src) {
-  int n = world_size(m);
-  if (n > 4096)
-    return false;
-  for (int d = 0; d < from->rank; d++)
-    if (ty_local_dim(m, from, d) != ty_local_dim(m, to, d))
+static bool same_block(const Mesh *m, const Type *a, int ra, const Type *b, int rb) {
+  int64_t oa[MAX_RANK], ob[MAX_RANK];
+  part_block_offset(m, a, ra, oa);
+  part_block_offset(m, b, rb, ob);
+  for (int d = 0; d < a->rank; d++)
+    if (oa[d] != ob[d])
       return false;
-  AxisSet fixed = ~(ty_dim_axes(from) | ty_dim_axes(to)) & ((1u << m->naxes) - 1);
-  for (int r = 0; r < n; r++)
-    dest[r] = -1;
-  for (int r = 0; r < n; r++) {
-    int64_t want[MAX_RANK], have[MAX_RANK];
-    int cr[MAX_AXES], cs[MAX_AXES];
-    part_block_offset(m, to, r, want);
-    rank_coords(m, r, cr);
-    src[r] = -1;
-    for (int s = 0; s < n && src[r] < 0; s++) {
-      rank_coords(m, s, cs);
-      bool same = true;
-      for (int a = 0; a < m->naxes && same; a++)
-        if (fixed & (1u << a))
-          same = cs[a] == cr[a];
-      part_block_offset(m, from, s, have);
-      for (int d = 0; d < from->rank && same; d++)
-        same = have[d] == want[d];
-      if (same)
-        src[r] = s;
-    }
-    if (src[r] < 0 || dest[src[r]] >= 0)
-      return false;
-    dest[src[r]] = r;
-  }
   return true;
 }
 
+/* Two types with the same local shape: every rank's target block is some
+ * rank's source block. Along the axes that shard a dim in neither type the
+ * data (copies, pending-sum pieces, varying values) must not move, so a
+ * rank receives from a rank with the same coordinates there. Within such a
+ * slice every block has as many holders as it has receivers, so the match
+ * always succeeds: first every rank that holds its own target block keeps
+ * it, then the others take the unused holders in rank order. */
 void part_permute_tables(const Mesh *m, const Type *from, const Type *to, int *dest, int *src) {
-  if (!permute_plan(m, from, to, dest, src))
-    diag_ice("permute tables requested for a non-permutation");
+  int n = world_size(m);
+  AxisSet fixed = ~(ty_dim_axes(from) | ty_dim_axes(to)) & ((1u << m->naxes) - 1);
+  for (int r = 0; r < n; r++) {
+    bool keep = same_block(m, from, r, to, r);
+    dest[r] = src[r] = keep ? r : -1;
+  }
+  for (int r = 0; r < n; r++) {
+    if (src[r] >= 0)
+      continue;
+    int cr[MAX_AXES], cs[MAX_AXES];
+    rank_coords(m, r, cr);
+    for (int s = 0; s < n && src[r] < 0; s++) {
+      if (dest[s] >= 0)
+        continue;
+      rank_coords(m, s, cs);
+      bool ok = true;
+      for (int a = 0; a < m->naxes && ok; a++)
+        ok = !(fixed & (1u << a)) || cs[a] == cr[a];
+      if (ok && same_block(m, from, s, to, r)) {
+        src[r] = s;
+        dest[s] = r;
+      }
+    }
+    if (src[r] < 0)
+      diag_ice("permute: no source block for rank %d (%s to %s)", r, ty_str(m, from), ty_str(m, to));
+  }
 }
 
-/* ---- steps --------------------------------------------------------------------- */
+/* True when some rank's block differs between the two layouts. */
+static bool blocks_move(const Mesh *m, const Type *from, const Type *to) {
+  int n = world_size(m);
+  for (int r = 0; r < n; r++)
+    if (!same_block(m, from, r, to, r))
+      return true;
+  return false;
+}
+
+/* ---- states ----------------------------------------------------------------------- */
+
+/* The search's view of a type: reduced is replicated, and axes of size 1
+ * take no part (a dim sharded over them is not divided, a sum over them has
+ * one piece). */
+static Type physical(const Mesh *m, const Type *t) {
+  Type r = *t;
+  AxisSet ones = 0;
+  for (int a = 0; a < m->naxes; a++)
+    if (m->sizes[a] == 1)
+      ones |= 1u << a;
+  for (int d = 0; d < r.rank; d++) {
+    DimSpec s = {0};
+    for (int i = 0; i < r.spec[d].n; i++)
+      if (!(ones & (1u << r.spec[d].axes[i])))
+        s.axes[s.n++] = r.spec[d].axes[i];
+    r.spec[d] = s;
+  }
+  r.U &= ~ones;
+  r.R = 0;
+  r.weak = false;
+  return r;
+}
 
 typedef struct {
-  Module *mod;
-  IrBlock *b;
-  Pos pos;
+  int64_t bytes;       /* sent per rank */
+  int ncoll;
+  int64_t mem;         /* bytes of buffers allocated */
+} Cost;
+
+static bool cost_less(Cost a, Cost b) {
+  if (a.bytes != b.bytes)
+    return a.bytes < b.bytes;
+  if (a.ncoll != b.ncoll)
+    return a.ncoll < b.ncoll;
+  return a.mem < b.mem;
+}
+
+static Cost cost_add(Cost a, Cost b) { return (Cost){a.bytes + b.bytes, a.ncoll + b.ncoll, a.mem + b.mem}; }
+
+typedef struct {
+  Opcode op;
+  int dim, dim2;
+  int axes[MAX_AXES];
+  int naxes;
+} Step;
+
+typedef struct {
+  Type t;
+  Cost cost;
+  int prev;
+  Step step;
+  bool done;
+} Node;
+
+typedef struct {
   const Mesh *m;
-  Value *v;
-  Type cur;
-  const Type *to;
-} Plan;
+  AxisSet movable;     /* axes the search may change (not varying, size > 1) */
+  Node *nodes;
+  int n, cap;
+} Search;
 
-static Inst *step(Plan *p, Opcode op, Type next) {
-  next.weak = false;
-  Inst *in = ir_emit(p->mod, p->b, op, p->pos, 1, &p->v, 1, &next);
-  p->v = in->results[0];
-  p->cur = next;
-  return in;
+static int64_t local_bytes(const Mesh *m, const Type *t) {
+  return ty_local_count(m, t) * (int64_t)ty_dtype_size(t->dtype);
 }
 
-static void one_axis(Inst *in, int a) {
-  in->naxes = 1;
-  in->axes[0] = a;
+static int64_t group_of(const Mesh *m, const int *axes, int n) {
+  int64_t g = 1;
+  for (int i = 0; i < n; i++)
+    g *= m->sizes[axes[i]];
+  return g;
 }
 
-static bool is_prefix(DimSpec a, DimSpec b) {
-  if (a.n > b.n)
-    return false;
-  for (int i = 0; i < a.n; i++)
-    if (a.axes[i] != b.axes[i])
+static bool divisible(const Mesh *m, const Type *t) {
+  for (int d = 0; d < t->rank; d++)
+    if (t->shape[d] % ty_spec_parts(m, t->spec[d]))
       return false;
   return true;
 }
 
-static bool axis_free(const Type *t, int a) {
-  AxisSet bit = 1u << a;
-  return !(ty_dim_axes(t) & bit) && !(t->U & bit) && !(t->V & bit);
+static int find_node(Search *s, const Type *t) {
+  for (int i = 0; i < s->n; i++)
+    if (ty_same_sharding(&s->nodes[i].t, t))
+      return i;
+  return -1;
 }
 
-static bool try_slice(Plan *p) {
-  for (int d = 0; d < p->cur.rank; d++) {
-    DimSpec c = p->cur.spec[d], t = p->to->spec[d];
-    if (c.n >= t.n || !is_prefix(c, t))
-      continue;
-    int a = t.axes[c.n];
-    if (!axis_free(&p->cur, a))
-      continue;
-    Type next = p->cur;
-    next.spec[d].axes[next.spec[d].n++] = (int8_t)a;
-    next.R &= ~(1u << a);
-    Inst *in = step(p, IR_SLICE_BLOCK, next);
-    in->dim = d;
-    one_axis(in, a);
-    return true;
+/* Records that `t` is reachable from node `from` by `step` at `cost`. */
+static void relax(Search *s, int from, const Type *t, Step step, Cost cost) {
+  if (!divisible(s->m, t))
+    return;
+  Cost c = cost_add(s->nodes[from].cost, cost);
+  int i = find_node(s, t);
+  if (i < 0) {
+    if (s->n == s->cap) {
+      s->cap = s->cap ? s->cap * 2 : 64;
+      Node *nn = arena_alloc(sizeof(Node) * (size_t)s->cap);
+      if (s->n)
+        memcpy(nn, s->nodes, sizeof(Node) * (size_t)s->n);
+      s->nodes = nn;
+    }
+    i = s->n++;
+    s->nodes[i] = (Node){*t, c, from, step, false};
+    return;
   }
-  return false;
-}
-
-static bool try_reduce_scatter(Plan *p) {
-  for (int d = 0; d < p->cur.rank; d++) {
-    DimSpec c = p->cur.spec[d], t = p->to->spec[d];
-    if (c.n >= t.n || !is_prefix(c, t))
-      continue;
-    int a = t.axes[c.n];
-    if (!(p->cur.U & (1u << a)))
-      continue;
-    Type next = p->cur;
-    next.spec[d].axes[next.spec[d].n++] = (int8_t)a;
-    next.U &= ~(1u << a);
-    Inst *in = step(p, IR_REDUCE_SCATTER, next);
-    in->dim = d;
-    in->fn = RED_SUM;
-    one_axis(in, a);
-    return true;
+  if (!s->nodes[i].done && cost_less(c, s->nodes[i].cost)) {
+    s->nodes[i].cost = c;
+    s->nodes[i].prev = from;
+    s->nodes[i].step = step;
   }
-  return false;
 }
 
-static bool try_all_to_all(Plan *p) {
-  for (int i = 0; i < p->cur.rank; i++) {
-    DimSpec ci = p->cur.spec[i];
-    if (!ci.n || is_prefix(ci, p->to->spec[i]))
-      continue;
-    int a = ci.axes[ci.n - 1];
-    for (int j = 0; j < p->cur.rank; j++) {
-      DimSpec cj = p->cur.spec[j], tj = p->to->spec[j];
-      if (j == i || cj.n >= tj.n || !is_prefix(cj, tj) || tj.axes[cj.n] != a)
-        continue;
-      Type next = p->cur;
-      next.spec[i].n--;
-      next.spec[j].axes[next.spec[j].n++] = (int8_t)a;
-      Inst *in = step(p, IR_ALL_TO_ALL, next);
-      in->dim = j;    /* split: the dim that becomes sharded */
-      in->dim2 = i;   /* concat: the dim that is gathered */
-      one_axis(in, a);
-      return true;
+static Step mk_step(Opcode op, int dim, int dim2, const int *axes, int naxes) {
+  Step st = {op, dim, dim2, {0}, naxes};
+  for (int i = 0; i < naxes; i++)
+    st.axes[i] = axes[i];
+  return st;
+}
+
+/* Cost of a collective step on `from` producing `to` (same formulas as
+ * explain_bytes_sent). */
+static Cost coll_cost(const Mesh *m, Opcode op, const Type *from, const Type *to, const int *axes, int naxes) {
+  int64_t n = local_bytes(m, from), g = group_of(m, axes, naxes), b = 0;
+  switch (op) {
+  case IR_ALL_REDUCE: b = 2 * (g - 1) * n / g; break;
+  case IR_ALL_GATHER: b = (g - 1) * n; break;
+  case IR_REDUCE_SCATTER: case IR_ALL_TO_ALL: b = (g - 1) * n / g; break;
+  case IR_PERMUTE: b = n; break;
+  default: break;
+  }
+  return (Cost){b, 1, local_bytes(m, to)};
+}
+
+static Cost local_cost(const Mesh *m, const Type *to) { return (Cost){0, 0, local_bytes(m, to)}; }
+
+/* Ordered sequences (length >= 1) of the axes in set, as callbacks. */
+typedef void (*SeqFn)(Search *s, int from, const int *axes, int n, void *arg);
+
+static void sequences(Search *s, int from, AxisSet set, int *buf, int len, SeqFn fn, void *arg) {
+  if (len)
+    fn(s, from, buf, len, arg);
+  if (len == 3)   /* longer runs only save local copies; they cost search time on big meshes */
+    return;
+  for (int a = 0; a < s->m->naxes; a++)
+    if (set & (1u << a)) {
+      buf[len] = a;
+      sequences(s, from, set & ~(1u << a), buf, len + 1, fn, arg);
+    }
+}
+
+static AxisSet set_of(const int *axes, int n) {
+  AxisSet r = 0;
+  for (int i = 0; i < n; i++)
+    r |= 1u << axes[i];
+  return r;
+}
+
+static void append_axes(DimSpec *d, const int *axes, int n) {
+  for (int i = 0; i < n; i++)
+    d->axes[d->n++] = (int8_t)axes[i];
+}
+
+/* slice_block: replicated axes become dim d's minor ones. */
+static void on_slice(Search *s, int from, const int *axes, int n, void *arg) {
+  Type c0 = s->nodes[from].t;
+  const Type *c = &c0;
+  for (int d = 0; d < c->rank; d++) {
+    Type t = *c;
+    append_axes(&t.spec[d], axes, n);
+    relax(s, from, &t, mk_step(IR_SLICE_BLOCK, d, 0, axes, n), local_cost(s->m, &t));
+  }
+}
+
+/* reduce_scatter: unreduced axes become dim d's minor ones. */
+static void on_reduce_scatter(Search *s, int from, const int *axes, int n, void *arg) {
+  Type c0 = s->nodes[from].t;
+  const Type *c = &c0;
+  for (int d = 0; d < c->rank; d++) {
+    Type t = *c;
+    append_axes(&t.spec[d], axes, n);
+    t.U &= ~set_of(axes, n);
+    relax(s, from, &t, mk_step(IR_REDUCE_SCATTER, d, 0, axes, n), coll_cost(s->m, IR_REDUCE_SCATTER, c, &t, axes, n));
+  }
+}
+
+/* The steps that take a dim's minor k axes: gather, embed, all-to-all. */
+static void suffix_steps(Search *s, int from) {
+  Type c0 = s->nodes[from].t;
+  const Type *c = &c0;
+  for (int d = 0; d < c->rank; d++) {
+    DimSpec sp = c->spec[d];
+    for (int k = 1; k <= sp.n; k++) {
+      int axes[MAX_AXES];
+      for (int i = 0; i < k; i++)
+        axes[i] = sp.axes[sp.n - k + i];
+      Type g = *c;
+      g.spec[d].n = (uint8_t)(sp.n - k);
+      relax(s, from, &g, mk_step(IR_ALL_GATHER, d, 0, axes, k), coll_cost(s->m, IR_ALL_GATHER, c, &g, axes, k));
+      Type e = g;
+      e.U |= set_of(axes, k);
+      relax(s, from, &e, mk_step(IR_EMBED_BLOCK, d, 0, axes, k), local_cost(s->m, &e));
+      for (int j = 0; j < c->rank; j++) {
+        if (j == d)
+          continue;
+        Type a = g;
+        append_axes(&a.spec[j], axes, k);
+        /* split: the dim that becomes sharded; concat: the one gathered */
+        relax(s, from, &a, mk_step(IR_ALL_TO_ALL, j, d, axes, k), coll_cost(s->m, IR_ALL_TO_ALL, c, &a, axes, k));
+      }
     }
   }
-  return false;
 }
 
-static bool try_all_reduce(Plan *p) {
-  AxisSet keep = p->to->U | ty_dim_axes(p->to);
-  AxisSet red = p->cur.U & ~keep;
-  if (!red)
-    return false;
-  Type next = p->cur;
-  next.U &= ~red;
-  Inst *in = step(p, IR_ALL_REDUCE, next);
-  in->fn = RED_SUM;
-  for (int a = 0; a < p->m->naxes; a++)
-    if (red & (1u << a))
-      in->axes[in->naxes++] = a;
-  return true;
+/* Subsets of unreduced axes all-reduced, of replicated axes made unreduced. */
+static void subset_steps(Search *s, int from) {
+  Type c0 = s->nodes[from].t;
+  const Type *c = &c0;
+  AxisSet rep = s->movable & ~ty_dim_axes(c) & ~c->U;
+  for (AxisSet sub = c->U; sub; sub = (sub - 1) & c->U) {
+    int axes[MAX_AXES], n = 0;
+    for (int a = 0; a < s->m->naxes; a++)
+      if (sub & (1u << a))
+        axes[n++] = a;
+    Type t = *c;
+    t.U &= ~sub;
+    relax(s, from, &t, mk_step(IR_ALL_REDUCE, 0, 0, axes, n), coll_cost(s->m, IR_ALL_REDUCE, c, &t, axes, n));
+  }
+  for (AxisSet sub = rep; sub; sub = (sub - 1) & rep) {
+    int axes[MAX_AXES], n = 0;
+    for (int a = 0; a < s->m->naxes; a++)
+      if (sub & (1u << a))
+        axes[n++] = a;
+    Type t = *c;
+    t.U |= sub;
+    relax(s, from, &t, mk_step(IR_ZERO_UNLESS_FIRST, 0, 0, axes, n), local_cost(s->m, &t));
+  }
 }
 
-static bool try_gather(Plan *p) {
-  for (int d = 0; d < p->cur.rank; d++) {
-    DimSpec c = p->cur.spec[d], t = p->to->spec[d];
-    if (!c.n || is_prefix(c, t))
-      continue;
-    int a = c.axes[c.n - 1];
-    if (p->to->U & (1u << a)) {
-      /* sharded -> unreduced is free: place the block, zeros elsewhere */
-      Type next = p->cur;
-      next.spec[d].n--;
-      next.U |= 1u << a;
-      Inst *in = step(p, IR_EMBED_BLOCK, next);
-      in->dim = d;
-      one_axis(in, a);
-      return true;
+/* permute: every placement of the non-unreduced movable axes on dims with
+ * the same local shape. */
+static void place_axes(Search *s, int from, Type *t, const int *axes, int n, int i) {
+  Type c0 = s->nodes[from].t;
+  const Type *c = &c0;
+  if (i == n) {
+    for (int d = 0; d < c->rank; d++)
+      if (ty_local_dim(s->m, t, d) != ty_local_dim(s->m, c, d) || t->shape[d] % ty_spec_parts(s->m, t->spec[d]))
+        return;
+    if (ty_same_sharding(t, c) || !blocks_move(s->m, c, t))
+      return;
+    Cost cost = coll_cost(s->m, IR_PERMUTE, c, t, NULL, 0);
+    relax(s, from, t, mk_step(IR_PERMUTE, 0, 0, NULL, 0), cost);
+    return;
+  }
+  place_axes(s, from, t, axes, n, i + 1);   /* axis i replicated */
+  for (int d = 0; d < t->rank; d++)
+    for (int at = 0; at <= t->spec[d].n; at++) {
+      DimSpec saved = t->spec[d];
+      for (int k = t->spec[d].n; k > at; k--)
+        t->spec[d].axes[k] = t->spec[d].axes[k - 1];
+      t->spec[d].axes[at] = (int8_t)axes[i];
+      t->spec[d].n++;
+      place_axes(s, from, t, axes, n, i + 1);
+      t->spec[d] = saved;
     }
-    /* Gather every axis past the common prefix at once (one collective). */
-    int keep = 0;
-    while (keep < c.n && keep < t.n && c.axes[keep] == t.axes[keep])
-      keep++;
-    int first = keep;
-    for (int k = keep; k < c.n; k++)
-      if (p->to->U & (1u << c.axes[k]))
-        first = k + 1;
-    Type next = p->cur;
-    next.spec[d].n = (uint8_t)first;
-    Inst *in = step(p, IR_ALL_GATHER, next);
-    in->dim = d;
-    for (int k = first; k < c.n; k++)
-      in->axes[in->naxes++] = c.axes[k];
-    return true;
-  }
-  return false;
 }
 
-static void finish(Plan *p) {
-  AxisSet add = p->to->U & ~p->cur.U;
-  if (add) {
-    Type next = p->cur;
-    next.U |= add;
-    next.R &= ~add;
-    Inst *in = step(p, IR_ZERO_UNLESS_FIRST, next);
-    for (int a = 0; a < p->m->naxes; a++)
-      if (add & (1u << a))
-        in->axes[in->naxes++] = a;
-  }
-  if (!ty_equal(&p->cur, p->to))
-    step(p, IR_RETYPE, *p->to);
+static void permute_steps(Search *s, int from) {
+  const Type *c = &s->nodes[from].t;
+  if (!ty_dim_axes(c) || world_size(s->m) > 4096)
+    return;
+  AxisSet cand = s->movable & ~c->U;
+  int axes[MAX_AXES], n = 0;
+  for (int a = 0; a < s->m->naxes; a++)
+    if (cand & (1u << a))
+      axes[n++] = a;
+  Type t = *c;
+  for (int d = 0; d < t.rank; d++)
+    t.spec[d].n = 0;
+  place_axes(s, from, &t, axes, n, 0);
 }
 
-static bool dims_equal(const Type *a, const Type *b) {
-  for (int d = 0; d < a->rank; d++)
-    if (!ty_spec_equal(a->spec[d], b->spec[d]))
-      return false;
-  return true;
+static void expand(Search *s, int from) {
+  int buf[MAX_AXES];
+  Type c = s->nodes[from].t;
+  AxisSet rep = s->movable & ~ty_dim_axes(&c) & ~c.U;
+  sequences(s, from, rep, buf, 0, on_slice, NULL);
+  suffix_steps(s, from);
+  sequences(s, from, c.U & s->movable, buf, 0, on_reduce_scatter, NULL);
+  subset_steps(s, from);
+  permute_steps(s, from);
+}
+
+/* Dijkstra from node 0 to `to` (a physical state); returns the node of
+ * `to`, whose prev chain is the plan. */
+/* States beyond which the search gives up (large meshes only: on 3 axes and
+ * rank 4 it visits a few hundred) and a plain plan is used instead. */
+#define MAX_NODES 3000
+
+static int search(Search *s, const Type *to) {
+  /* SHDC_RESHARD_NODES lowers the limit, so tests can check the fallback. */
+  static int limit = -1;
+  if (limit < 0) {
+    const char *e = getenv("SHDC_RESHARD_NODES");
+    limit = e ? atoi(e) : MAX_NODES;
+  }
+  for (;;) {
+    int best = -1;
+    for (int i = 0; i < s->n; i++)
+      if (!s->nodes[i].done && (best < 0 || cost_less(s->nodes[i].cost, s->nodes[best].cost)))
+        best = i;
+    if (best < 0 || s->n > limit)
+      return -1;
+    s->nodes[best].done = true;
+    if (ty_same_sharding(&s->nodes[best].t, to))
+      return best;
+    expand(s, best);
+  }
+}
+
+/* Appends a node reached from `from` by `step` (no search). */
+static int chain(Search *s, int from, const Type *t, Step step) {
+  if (s->n == s->cap) {
+    s->cap *= 2;
+    Node *nn = arena_alloc(sizeof(Node) * (size_t)s->cap);
+    memcpy(nn, s->nodes, sizeof(Node) * (size_t)s->n);
+    s->nodes = nn;
+  }
+  s->nodes[s->n] = (Node){*t, {0, 0, 0}, from, step, true};
+  return s->n++;
+}
+
+/* The plan that always works: gather every dim, all-reduce the unreduced
+ * axes the target does not keep, slice to the target's dims, make the
+ * target's other unreduced axes unreduced. */
+static int plain_plan(Search *s, const Type *to) {
+  s->n = 1;
+  int at = 0;
+  Type c = s->nodes[0].t;
+  for (int d = 0; d < c.rank; d++)
+    if (c.spec[d].n) {
+      int axes[MAX_AXES];
+      for (int i = 0; i < c.spec[d].n; i++)
+        axes[i] = c.spec[d].axes[i];
+      Step st = mk_step(IR_ALL_GATHER, d, 0, axes, c.spec[d].n);
+      c.spec[d].n = 0;
+      at = chain(s, at, &c, st);
+    }
+  int axes[MAX_AXES], n = 0;
+  for (int a = 0; a < s->m->naxes; a++)
+    if (c.U & ~to->U & (1u << a))
+      axes[n++] = a;
+  if (n) {
+    c.U &= to->U;
+    at = chain(s, at, &c, mk_step(IR_ALL_REDUCE, 0, 0, axes, n));
+  }
+  for (int d = 0; d < c.rank; d++)
+    if (to->spec[d].n) {
+      for (int i = 0; i < to->spec[d].n; i++)
+        axes[i] = to->spec[d].axes[i];
+      c.spec[d] = to->spec[d];
+      at = chain(s, at, &c, mk_step(IR_SLICE_BLOCK, d, 0, axes, to->spec[d].n));
+    }
+  n = 0;
+  for (int a = 0; a < s->m->naxes; a++)
+    if (to->U & ~c.U & (1u << a))
+      axes[n++] = a;
+  if (n) {
+    c.U |= to->U;
+    at = chain(s, at, &c, mk_step(IR_ZERO_UNLESS_FIRST, 0, 0, axes, n));
+  }
+  return at;
+}
+
+/* ---- emitting the plan ---------------------------------------------------------- */
+
+/* Runs the search from `from` to `to`; returns the end node (-1: none). */
+static int plan(const Mesh *m, const Type *from, const Type *to, Search *s) {
+  if (from->V != to->V)
+    diag_ice("reshard cannot change varying axes (%s to %s)", ty_str(m, from), ty_str(m, to));
+  Type src = physical(m, from), goal = physical(m, to);
+  memset(s, 0, sizeof *s);
+  s->m = m;
+  for (int a = 0; a < m->naxes; a++)
+    if (m->sizes[a] > 1 && !(to->V & (1u << a)))
+      s->movable |= 1u << a;
+  /* Node 0 is the physical source. */
+  s->cap = 64;
+  s->nodes = arena_alloc(sizeof(Node) * (size_t)s->cap);
+  s->nodes[0] = (Node){src, {0, 0, 0}, -1, {0}, false};
+  s->n = 1;
+  int end = search(s, &goal);
+  return end >= 0 ? end : plain_plan(s, &goal);
+}
+
+int64_t part_reshard_cost(const Mesh *m, const Type *from, const Type *to, int *ncoll) {
+  *ncoll = 0;
+  if (ty_equal(from, to))
+    return 0;
+  Search s;
+  int end = plan(m, from, to, &s);
+  *ncoll = s.nodes[end].cost.ncoll;
+  return s.nodes[end].cost.bytes;
 }
 
 Value *part_reshard(Module *mod, IrBlock *b, Pos pos, Value *v, const Type *to) {
   if (ty_equal(&v->type, to))
     return v;
-  Plan p = {mod, b, pos, &mod->mesh, v, v->type, to};
-  if (v->type.V != to->V)
-    diag_ice("reshard cannot change varying axes (%s to %s)", ty_str(p.m, &v->type), ty_str(p.m, to));
-  /* 1. one permutation */
-  if (!dims_equal(&p.cur, to) && p.cur.U == to->U) {
-    int n = world_size(p.m);
-    int *dest = arena_alloc(sizeof(int) * (size_t)n), *src = arena_alloc(sizeof(int) * (size_t)n);
-    if (permute_plan(p.m, &p.cur, to, dest, src)) {
-      Type next = p.cur;
-      for (int d = 0; d < next.rank; d++)
-        next.spec[d] = to->spec[d];
-      step(&p, IR_PERMUTE, next);
-      finish(&p);
-      return p.v;
-    }
+  Search s;
+  int end = plan(&mod->mesh, &v->type, to, &s);
+  int path[256], len = 0;
+  for (int i = end; i > 0 && len < 256; i = s.nodes[i].prev)
+    path[len++] = i;
+  for (int k = len - 1; k >= 0; k--) {
+    Node *nd = &s.nodes[path[k]];
+    Type next = nd->t;
+    next.weak = false;
+    Inst *in = ir_emit(mod, b, nd->step.op, pos, 1, &v, 1, &next);
+    in->dim = nd->step.dim;
+    in->dim2 = nd->step.dim2;
+    in->fn = RED_SUM;
+    in->naxes = nd->step.naxes;
+    memcpy(in->axes, nd->step.axes, sizeof in->axes);
+    v = in->results[0];
   }
-  for (int guard = 0; guard < 64; guard++) {
-    if (try_slice(&p) || try_reduce_scatter(&p) || try_all_to_all(&p) || try_all_reduce(&p) || try_gather(&p))
-      continue;
-    break;
-  }
-  if (!dims_equal(&p.cur, to))
-    diag_ice("reshard did not converge: %s to %s (stuck at %s)", ty_str(p.m, &v->type), ty_str(p.m, to),
-             ty_str(p.m, &p.cur));
-  finish(&p);
-  return p.v;
+  if (!ty_equal(&v->type, to))
+    v = ir_emit1(mod, b, IR_RETYPE, pos, 1, &v, *to);
+  return v;
 }

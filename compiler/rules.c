@@ -268,9 +268,15 @@ static bool elementwise_reduced(RuleCtx *c, int n, Type *eff, AxisSet consumedR,
   for (int k = 0; k < n; k++) {
     if (eff[k].weak || !eff[k].R)
       continue;
-    if (who >= 0 && eff[k].R != R)
-      return fail(c, "E_UR", "%s: operands are reduced over different axes: %s and %s; they must agree",
-                  c->opname, TS(&eff[who]), TS(&eff[k]));
+    if (who >= 0 && eff[k].R != R) {
+      Type want = eff[k];
+      want.R = R;
+      want.weak = false;
+      return fail(c, "E_UR",
+                  "%s: operands are reduced over different axes: %s and %s; they must agree: reshard one of them, "
+                  "e.g. reshard(y, %s)",
+                  c->opname, TS(&eff[who]), TS(&eff[k]), TS(&want));
+    }
     R = eff[k].R;
     who = k;
   }
@@ -284,11 +290,18 @@ static bool elementwise_reduced(RuleCtx *c, int n, Type *eff, AxisSet consumedR,
     if ((t->U & R) == R && consumedR == R)
       continue;
     AxisSet sharded = (ty_dim_axes(t) | t->V) & R;
-    if (sharded)
+    if (sharded) {
+      Type want = *t;
+      for (int d = 0; d < want.rank; d++)
+        if (ty_spec_axes(want.spec[d]) & R)
+          want.spec[d].n = 0;
+      want.R |= R & ~want.V;
+      want.weak = false;
       return fail(c, "E_UR",
                   "%s: %s is reduced over %s, so its partner cannot be sharded or varying over it, but %s is; "
-                  "reshard it to replicated first",
-                  c->opname, TS(&eff[who]), axes_str(c, R), TS(t));
+                  "reshard it first: reshard(y, %s)",
+                  c->opname, TS(&eff[who]), axes_str(c, R), TS(t), TS(&want));
+    }
     /* Explicit mode: a rank-0 replicated partner of a two-operand op is
      * cast to reduced implicitly (3.5 item 4). */
     if (n == 2 && t->rank == 0 && !(R & c->manual) && !t->U && !t->R) {
@@ -339,10 +352,14 @@ static bool elementwise_specs(RuleCtx *c, int n, const Type *eff, Type *out) {
       if (s.n == 0)
         continue;
       if (have && !ty_spec_equal(chosen, s)) {
+        Type want = eff[k];
+        want.spec[od] = chosen;
+        want.weak = false;
         return fail(c, "E_BCAST",
                     "%s: incompatible shardings for broadcasting in dim %d: %s and %s; reshard one operand so the "
-                    "dim is sharded the same way (or replicated) in both",
-                    c->opname, d, TS(&eff[from]), TS(&eff[k]));
+                    "dim is sharded the same way (or replicated) in both, e.g. reshard(y, %s)",
+                    c->opname, d, TS(&eff[from]), TS(&eff[k]),
+                    ty_check_wellformed(c->mesh, &want, (Pos){0}, c->manual, NULL) ? TS(&want) : "...");
       }
       chosen = s;
       have = true;
@@ -357,10 +374,21 @@ static bool elementwise_specs(RuleCtx *c, int n, const Type *eff, Type *out) {
       const char *ops_str = TS(&eff[0]);
       for (int k = 1; k < n; k++)
         ops_str = arena_printf("%s, %s", ops_str, TS(&eff[k]));
+      /* The fix: the last operand that shards dim d over the axis, with
+       * that dim replicated. */
+      const char *fix = "reshard one operand first";
+      for (int k = 0; k < n; k++) {
+        int od = d - (rank - eff[k].rank);
+        if (od < 0 || !(ty_spec_axes(eff[k].spec[od]) & a & seen))
+          continue;
+        Type want = eff[k];
+        want.spec[od].n = 0;
+        want.weak = false;
+        fix = arena_printf("reshard one operand first, e.g. reshard(y, %s)", TS(&want));
+      }
       return fail(c, "E_DUP",
-                  "%s with inputs %s produces an illegally sharded result %s (mesh axis %s shards two dims); "
-                  "reshard one operand first",
-                  c->opname, ops_str, TS(out), axes_str(c, a & seen));
+                  "%s with inputs %s produces an illegally sharded result %s (mesh axis %s shards two dims); %s",
+                  c->opname, ops_str, TS(out), axes_str(c, a & seen), fix);
     }
     seen |= a;
   }
@@ -368,25 +396,97 @@ static bool elementwise_specs(RuleCtx *c, int n, const Type *eff, Type *out) {
 }
 
 static bool check_elementwise_dtype(RuleCtx *c, int op, int n, const Type *const *ops, DType dt) {
-  if (dt == DT_BOOL && !(op == BIN_EQ || op == BIN_NE || op == BIN_AND || op == BIN_OR || op < 0))
+  if (dt == DT_BOOL && !(op == BIN_EQ || op == BIN_NE || op == BIN_AND || op == BIN_OR))
     return fail(c, "E_DTYPE", "%s: arithmetic on bool values (%s); convert with cast(x, f32)", c->opname,
                 TS(ops[0]));
   return true;
 }
 
+/* where(cond, a, b) is jnp.where. When the three operands have the same
+ * shape nothing is broadcast and lax.select's rule applies: the cases must
+ * be sharded identically and a non-scalar condition like them ([E_SAME]).
+ * Otherwise every operand is first broadcast to the common sharding of the
+ * elementwise rule (1.3), so only [E_BCAST]/[E_DUP] can fail. A scalar
+ * condition takes no part. Select is linear in its cases, so cases that are
+ * both unreduced over the same axes give an unreduced result (3.4). */
+static bool select_specs(RuleCtx *c, int n, const Type *eff, Type *r) {
+  int first = eff[0].rank ? 0 : 1;
+  bool same_shape = true;
+  for (int k = first + 1; k < n; k++) {
+    same_shape &= eff[k].rank == eff[first].rank;
+    for (int d = 0; same_shape && d < eff[k].rank; d++)
+      same_shape &= eff[k].shape[d] == eff[first].shape[d];
+  }
+  if (!same_shape)
+    return elementwise_specs(c, n - first, eff + first, r);
+  for (int d = 0; d < r->rank; d++)
+    r->spec[d] = eff[1].spec[d];
+  if (!ty_same_sharding(&eff[1], &eff[2]) && (eff[1].rank || eff[2].rank))
+    return fail(c, "E_SAME",
+                "where: the cases must be sharded the same way, but they are %s and %s (nothing is broadcast "
+                "here, as all operands have one shape); reshard one of them, e.g. reshard(b, %s)",
+                TS(&eff[1]), TS(&eff[2]), TS(&eff[1]));
+  if (first == 0)
+    for (int d = 0; d < r->rank; d++)
+      if (!ty_spec_equal(eff[0].spec[d], eff[1].spec[d])) {
+        Type want = eff[0];
+        for (int k = 0; k < r->rank; k++)
+          want.spec[k] = eff[1].spec[k];
+        return fail(c, "E_SAME",
+                    "where: the condition %s must be sharded like the cases %s (nothing is broadcast here, as "
+                    "all operands have one shape); reshard it: reshard(cond, %s)",
+                    TS(&eff[0]), TS(&eff[1]), TS(&want));
+      }
+  return true;
+}
+
+static bool rule_select(RuleCtx *c, const Type *const *ops, Type *out) {
+  if (ops[0]->dtype != DT_BOOL)
+    return fail(c, "E_DTYPE", "where: the condition must be bool, not %s; compare, e.g. where(x > 0, a, b)",
+                TS(ops[0]));
+  DType dt = DT_F32;
+  if (!join_dtypes(c, 2, ops + 1, &dt))
+    return false;
+  Type shape;
+  if (!rule_broadcast_shapes(c, 3, ops, &shape))
+    return false;
+  Type eff[3];
+  AxisSet V;
+  if (!vma_unify(c, 3, ops, eff, &V))
+    return false;
+  if (eff[0].U)
+    return fail(c, "E_UR", "where: the condition %s is unreduced; a condition cannot be a pending sum", TS(&eff[0]));
+  if (eff[1].U != eff[2].U) {
+    const Type *u = eff[1].U ? &eff[1] : &eff[2], *o = eff[1].U ? &eff[2] : &eff[1];
+    return fail(c, "E_UR",
+                "where: the cases must be unreduced over the same axes, but they are %s and %s; select is linear "
+                "only when both are pending sums over the same axes: reduce with %s first",
+                TS(u), TS(o), reduce_fix(c, u, u->U));
+  }
+  Type r = shape;
+  r.dtype = dt;
+  r.V = V;
+  r.weak = ops[0]->weak && ops[1]->weak && ops[2]->weak;
+  AxisSet R = 0;
+  if (!elementwise_reduced(c, 2, eff + 1, 0, &R) || !select_specs(c, 3, eff, &r))
+    return false;
+  if (ty_dim_axes(&r) & R)
+    return fail(c, "E_UR",
+                "where: the cases are reduced over %s, but the condition %s is sharded over it; reshard the "
+                "condition to replicated there",
+                axes_str(c, ty_dim_axes(&r) & R), TS(&eff[0]));
+  r.U = eff[1].U;
+  r.R = R;
+  *out = r;
+  return true;
+}
+
 /* op: a BinOp, or -1 for where(cond, a, b). */
 bool rule_elementwise(RuleCtx *c, int op, int n, const Type *const *ops, Type *out) {
-  const Type *const *vals = ops;
-  int nv = n;
-  if (op < 0) {
-    if (ops[0]->dtype != DT_BOOL)
-      return fail(c, "E_DTYPE", "where: the condition must be bool, not %s; compare, e.g. where(x > 0, a, b)",
-                  TS(ops[0]));
-    vals = ops + 1;
-    nv = n - 1;
-  }
+  if (op < 0)
+    return rule_select(c, ops, out);
   DType dt = DT_F32;
-  if (!join_dtypes(c, nv, vals, &dt) || !check_elementwise_dtype(c, op, nv, vals, dt))
+  if (!join_dtypes(c, n, ops, &dt) || !check_elementwise_dtype(c, op, n, ops, dt))
     return false;
   Type shape;
   if (!rule_broadcast_shapes(c, n, ops, &shape))
@@ -402,38 +502,10 @@ bool rule_elementwise(RuleCtx *c, int op, int n, const Type *const *ops, Type *o
   for (int k = 0; k < n; k++)
     all_weak &= ops[k]->weak;
   r.weak = all_weak;
-  if (op < 0) {
-    /* select: the cases must be sharded identically on their full-size
-     * dims (E_SAME); the predicate's U/R do not count. */
-    for (int k = 0; k < n; k++)
-      if (eff[k].U)
-        return fail(c, "E_UR", "where: %s is unreduced; select is not linear in its cases' pending sums; "
-                               "reduce it first with %s", TS(&eff[k]), reduce_fix(c, &eff[k], eff[k].U));
-  }
   AxisSet U = 0, consumed = 0, R = 0;
-  if (op >= 0 && !elementwise_unreduced(c, op, n, eff, &U, &consumed))
+  if (!elementwise_unreduced(c, op, n, eff, &U, &consumed) || !elementwise_reduced(c, n, eff, consumed, &R) ||
+      !elementwise_specs(c, n, eff, &r))
     return false;
-  if (!elementwise_reduced(c, op < 0 ? n - 1 : n, op < 0 ? eff + 1 : eff, consumed, &R))
-    return false;
-  if (!elementwise_specs(c, n, eff, &r))
-    return false;
-  if (op < 0) {
-    for (int k = 1; k < n; k++)
-      for (int j = k + 1; j < n; j++) {
-        if (eff[k].rank == 0 || eff[j].rank == 0)
-          continue;
-        for (int d = 0; d < r.rank; d++) {
-          int dk = d - (r.rank - eff[k].rank), dj = d - (r.rank - eff[j].rank);
-          if (dk < 0 || dj < 0 || eff[k].shape[dk] != r.shape[d] || eff[j].shape[dj] != r.shape[d])
-            continue;
-          if (!ty_spec_equal(eff[k].spec[dk], eff[j].spec[dj]))
-            return fail(c, "E_SAME",
-                        "where: the cases must have the same sharding, but they are %s and %s; reshard one of "
-                        "them",
-                        TS(&eff[k]), TS(&eff[j]));
-        }
-      }
-  }
   r.U = U;
   r.R = R;
   *out = r;
@@ -610,7 +682,8 @@ bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, co
     return fail(c, "E_DTYPE", "%s: operands have different dtypes, %s and %s; convert one with cast(x, %s)",
                 c->opname, TS(lhs), TS(rhs), ty_dtype_name(DT_F64));
   if (lhs->dtype == DT_BOOL)
-    return fail(c, "E_DTYPE", "%s of bool arrays; convert with cast(x, f32)", c->opname);
+    return fail(c, "E_DTYPE", "%s of bool arrays (%s and %s); convert with cast(x, f32)", c->opname, TS(lhs),
+                TS(rhs));
   for (int k = 0; k < 2; k++) {
     const Type *t = k ? rhs : lhs;
     if (t->U)
@@ -635,27 +708,42 @@ bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, co
       AxisSet explicitU = annot->U & ~c->manual;
       for (int i = 0; i < d->ncontract; i++) {
         DimSpec a = eff[0].spec[d->lhs_contract[i]], b = eff[1].spec[d->rhs_contract[i]];
-        if (!ty_spec_equal(a, b))
+        if (!ty_spec_equal(a, b)) {
+          Type want = eff[1];
+          for (int k = 0; k < d->ncontract; k++)
+            want.spec[d->rhs_contract[k]] = eff[0].spec[d->lhs_contract[k]];
+          want.weak = false;
           return fail(c, "E_UR",
                       "%s: an unreduced result needs the contracting dims sharded identically on both sides, but "
-                      "they are %s and %s; reshard one operand",
-                      c->opname, TS(&eff[0]), TS(&eff[1]));
+                      "they are %s and %s; reshard one operand, e.g. reshard(y, %s)",
+                      c->opname, TS(&eff[0]), TS(&eff[1]), TS(&want));
+        }
       }
       AxisSet ca = contract_axes(&eff[0], d->lhs_contract, d->ncontract);
-      if (explicitU != ca)
+      if (explicitU != ca) {
+        Type want = *annot;
+        want.U = ca | (annot->U & c->manual);
         return fail(c, "E_UR",
-                    "%s: the unreduced axes of %s must equal the axes sharding the contracting dims, which are {%s}",
-                    c->opname, TS(annot), axes_str(c, ca));
+                    "%s: the unreduced axes of %s must equal the axes sharding the contracting dims, which are {%s}; "
+                    "annotate %s",
+                    c->opname, TS(annot), axes_str(c, ca), TS(&want));
+      }
     }
     return manual_states(c, annot, 0, 0, out);
   }
   for (int i = 0; i < d->nbatch; i++) {
     DimSpec a = eff[0].spec[d->lhs_batch[i]], b = eff[1].spec[d->rhs_batch[i]];
-    if (!ty_spec_equal(a, b))
+    if (!ty_spec_equal(a, b)) {
+      Type want = eff[1];
+      for (int k = 0; k < d->nbatch; k++)
+        want.spec[d->rhs_batch[k]] = eff[0].spec[d->lhs_batch[k]];
+      want.weak = false;
       return fail(c, "E_BATCH",
                   "%s: batch dims are sharded differently, %s and %s; batch dims are never gathered implicitly: "
-                  "reshard one operand, or annotate the result type",
-                  c->opname, TS(&eff[0]), TS(&eff[1]));
+                  "reshard one operand (e.g. reshard(y, %s)), or annotate the result type",
+                  c->opname, TS(&eff[0]), TS(&eff[1]),
+                  ty_check_wellformed(c->mesh, &want, (Pos){0}, c->manual, NULL) ? TS(&want) : "...");
+    }
   }
   AxisSet both = 0;
   for (int i = 0; i < d->ncontract; i++) {
@@ -674,10 +762,12 @@ bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, co
   for (int i = 0; i < r.rank; i++) {
     AxisSet a = ty_spec_axes(r.spec[i]);
     if (a & seen) {
+      Type want = r;
+      want.spec[i].n = 0;
       return fail(c, "E_DUP",
                   "%s of %s and %s produces an illegally sharded result %s (mesh axis %s shards two dims); "
-                  "annotate the result type or reshard an operand",
-                  c->opname, TS(&eff[0]), TS(&eff[1]), TS(&r), axes_str(c, a & seen));
+                  "annotate the result type (e.g. `as %s`) or reshard an operand",
+                  c->opname, TS(&eff[0]), TS(&eff[1]), TS(&r), axes_str(c, a & seen), TS(&want));
     }
     seen |= a;
   }
@@ -689,7 +779,7 @@ bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, co
 
 bool rule_reduce(RuleCtx *c, int redop, const Type *x, unsigned dims, const Type *annot, Type *out) {
   if (x->dtype == DT_BOOL)
-    return fail(c, "E_DTYPE", "%s of a bool array; convert with cast(x, f32)", c->opname);
+    return fail(c, "E_DTYPE", "%s of a bool array (%s); convert with cast(x, f32)", c->opname, TS(x));
   if (redop != RED_SUM && x->U)
     return fail(c, "E_UR",
                 "%s of %s: the operand is unreduced (a pending sum over %s), and the %s of a sum's pieces is not "
@@ -717,19 +807,27 @@ bool rule_reduce(RuleCtx *c, int redop, const Type *x, unsigned dims, const Type
   if (!check_annot_matches(c, annot, &r, c->opname))
     return false;
   AxisSet m = c->manual;
-  if (annot->R & ~m)
-    return fail(c, "E_UR", "%s: a reduction's result cannot be annotated reduced (%s); reshard it afterwards",
-                c->opname, TS(annot));
+  if (annot->R & ~m) {
+    Type plain = *annot;
+    plain.R &= m;
+    return fail(c, "E_UR",
+                "%s: a reduction's result cannot be annotated reduced (%s); annotate %s and reshard it "
+                "afterwards (free)",
+                c->opname, TS(annot), TS(&plain));
+  }
   if ((annot->U & ~m) && redop != RED_SUM)
     return fail(c, "E_KIND",
-                "%s: only sum reductions can leave a pending sum; %s asks for an unreduced %s result", c->opname,
-                TS(annot), c->opname);
+                "%s: only sum reductions can leave a pending sum (<U:..> is a sum); %s asks for an unreduced %s "
+                "result; annotate a replicated or sharded result instead",
+                c->opname, TS(annot), c->opname);
   AxisSet allowed = reduced_axes | x->U;
   if (annot->U & ~allowed & ~m)
     return fail(c, "E_UR",
                 "%s: %s is unreduced over %s, but only the axes that shard the reduced dims or that the operand is "
-                "unreduced over ({%s}) can stay pending",
-                c->opname, TS(annot), axes_str(c, annot->U & ~allowed & ~m), axes_str(c, allowed));
+                "unreduced over can stay pending (%s); drop <U:%s> from the annotation",
+                c->opname, TS(annot), axes_str(c, annot->U & ~allowed & ~m),
+                allowed ? arena_printf("here: %s", axes_str(c, allowed)) : "none here",
+                axes_str(c, annot->U & ~allowed & ~m));
   return manual_states(c, annot, x->U & m, x->R & m, out);
 }
 
@@ -770,11 +868,12 @@ static NonOne non_one(int rank, const int64_t *shape) {
   return r;
 }
 
-static bool reshape_fail(RuleCtx *c, const Type *x, const Type *plain_out) {
+/* why: what rule 1.7 could not do, for the message. */
+static bool reshape_fail(RuleCtx *c, const Type *x, const Type *plain_out, const char *why) {
   return fail(c, "E_RESHAPE",
-              "reshape of %s to %s is not supported without an annotation: the sharded data would move between "
-              "devices; annotate the result type (e.g. `as %s`) or reshard the operand to replicated first",
-              TS(x), TS(plain_out), TS(plain_out));
+              "reshape of %s to %s: %s, so the sharded data would have to move between devices; annotate the "
+              "result to say where it goes (e.g. `as %s`: gather, reshape, slice) or reshard the operand first",
+              TS(x), TS(plain_out), why, TS(plain_out));
 }
 
 /* Hands the split dim's axes to its pieces, major piece first. */
@@ -787,7 +886,11 @@ static bool split_axes(RuleCtx *c, const Type *x, DimSpec s, const int64_t *piec
     while (p > 1 && next < s.n) {
       int a = s.axes[next];
       if (p % c->mesh->sizes[a] != 0)
-        return reshape_fail(c, x, plain_out);
+        return reshape_fail(c, x, plain_out,
+                            arena_printf("the split dim is sharded over %s, but its piece of size %lld is not "
+                                         "divisible by %d (the size of %s)",
+                                         ty_spec_str(c->mesh, s) + 1, (long long)pieces[i], c->mesh->sizes[a],
+                                         c->mesh->names[a]));
       p /= c->mesh->sizes[a];
       ps.axes[ps.n++] = (int8_t)a;
       next++;
@@ -795,7 +898,9 @@ static bool split_axes(RuleCtx *c, const Type *x, DimSpec s, const int64_t *piec
     outspec[i] = ps;
   }
   if (next < s.n)
-    return reshape_fail(c, x, plain_out);
+    return reshape_fail(c, x, plain_out,
+                        arena_printf("the split dim's pieces cannot take all of its axes %s",
+                                     ty_spec_str(c->mesh, s) + 1));
   return true;
 }
 
@@ -873,12 +978,12 @@ static bool reshape_specs(RuleCtx *c, const Type *x, Type *r) {
     for (int k = ia; k <= last_sharded; k++) {
       DimSpec s = x->spec[a.pos[k]];
       if (!s.n)
-        return reshape_fail(c, x, r);
+        return reshape_fail(c, x, r, "the merged dims have an unsharded dim before a sharded one");
       for (int q = 0; q < s.n; q++)
         m.axes[m.n++] = s.axes[q];
     }
     if (b.size[ib] % ty_spec_parts(c->mesh, m))
-      return reshape_fail(c, x, r);
+      return reshape_fail(c, x, r, "the merged dim is not divisible by its axes");
     outspec[ib] = m;
     ia = j;
     ib++;
@@ -888,7 +993,7 @@ static bool reshape_specs(RuleCtx *c, const Type *x, Type *r) {
       r->spec[b.pos[i]] = outspec[i];
     return true;
   }
-  return reshape_fail(c, x, r);
+  return reshape_fail(c, x, r, "it neither splits one dim nor merges one run of adjacent dims");
 }
 
 bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, const Type *annot, Type *out) {
@@ -906,11 +1011,15 @@ bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, con
     if (!check_annot_matches(c, annot, &r, "reshape"))
       return false;
     AxisSet m = c->manual;
-    if ((annot->U ^ x->U) & ~m || (annot->R ^ x->R) & ~m)
+    if ((annot->U ^ x->U) & ~m || (annot->R ^ x->R) & ~m) {
+      Type want = *annot;
+      want.U = (x->U & ~m) | (annot->U & m);
+      want.R = (x->R & ~m) | (annot->R & m);
       return fail(c, "E_UR",
-                  "reshape: the annotation %s must keep the operand's unreduced and reduced axes (%s); reshard "
-                  "before or after to change them",
-                  TS(annot), TS(x));
+                  "reshape: the annotation %s must keep the operand's unreduced and reduced axes (%s): annotate %s, "
+                  "and reshard before or after to change them",
+                  TS(annot), TS(x), TS(&want));
+    }
     return manual_states(c, annot, x->U & m, x->R & m, out);
   }
   if (!reshape_specs(c, x, &r))
@@ -975,54 +1084,83 @@ bool rule_reshard(RuleCtx *c, const Type *x, const Type *target, Type *out) {
 
 /* ---- NumPy matmul as dot_general ------------------------------------------ */
 
-bool rule_matmul_dims(RuleCtx *c, const Type *a, const Type *b, DotDims *d, int *perm, int *out_rank) {
+/* NumPy's matmul: the batch dims (all but the last two; a 1-D operand has
+ * none) are right-aligned and broadcast. Equal sizes make a dot_general
+ * batch pair; a size-1 dim against a larger one is dropped from its
+ * operand's side, and the other operand's dim becomes a free dim of that
+ * operand (as jnp.matmul squeezes it); a dim only one operand has is a free
+ * dim of it. The dot's result (batch pairs, lhs free, rhs free) is put in
+ * NumPy's order (batch positions, then m, then n) by perm; the dropped
+ * dims, size 1, come last in perm and a reshape removes them
+ * (*dot_rank > *out_rank). */
+bool rule_matmul_dims(RuleCtx *c, const Type *a, const Type *b, DotDims *d, int *perm, int *out_rank,
+                      int *dot_rank) {
   memset(d, 0, sizeof *d);
   if (a->rank == 0 || b->rank == 0)
     return fail(c, "E_SHAPE", "@ needs arrays of rank 1 or more, not %s and %s; use * to scale by a scalar",
                 TS(a), TS(b));
-  int ka = a->rank - 1, kb = b->rank >= 2 ? b->rank - 2 : 0;
   d->ncontract = 1;
-  d->lhs_contract[0] = ka;
-  d->rhs_contract[0] = kb;
-  int ba = a->rank >= 2 ? a->rank - 2 : 0, bb = b->rank >= 2 ? b->rank - 2 : 0;
-  if (a->rank >= 2 && b->rank >= 2) {
-    int nb = ba < bb ? ba : bb;
-    for (int i = 0; i < nb; i++) {
-      int da = ba - nb + i, db = bb - nb + i;
-      if (a->shape[da] != b->shape[db])
-        return fail(c, "E_SHAPE",
-                    "@: batch dims must be equal: %s and %s (broadcast a size-1 batch dim away with reshape first)",
-                    TS(a), TS(b));
-      d->lhs_batch[d->nbatch] = da;
-      d->rhs_batch[d->nbatch] = db;
-      d->nbatch++;
+  d->lhs_contract[0] = a->rank - 1;
+  d->rhs_contract[0] = b->rank >= 2 ? b->rank - 2 : 0;
+  int ab = a->rank >= 2 ? a->rank - 2 : 0, bb = b->rank >= 2 ? b->rank - 2 : 0;
+  int nB = ab > bb ? ab : bb;
+  /* Output position of every operand dim: >= 0, or -1 dropped, -2 batch
+   * pair (its output position is in pair_pos), -3 contracted. */
+  int apos[MAX_RANK], bpos[MAX_RANK], pair_pos[MAX_RANK];
+  apos[a->rank - 1] = -3;
+  bpos[d->rhs_contract[0]] = -3;
+  for (int p = 0; p < nB; p++) {
+    int ia = p - (nB - ab), ib = p - (nB - bb);
+    if (ia < 0) {
+      bpos[ib] = p;
+    } else if (ib < 0) {
+      apos[ia] = p;
+    } else if (a->shape[ia] == b->shape[ib]) {
+      apos[ia] = bpos[ib] = -2;
+      pair_pos[d->nbatch] = p;
+      d->lhs_batch[d->nbatch] = ia;
+      d->rhs_batch[d->nbatch++] = ib;
+    } else if (a->shape[ia] == 1 || b->shape[ib] == 1) {
+      apos[ia] = a->shape[ia] == 1 ? -1 : p;
+      bpos[ib] = a->shape[ia] == 1 ? p : -1;
+    } else {
+      return fail(c, "E_SHAPE",
+                  "@: batch dims do not broadcast: dim %d of %s (%lld) and dim %d of %s (%lld); sizes must be equal "
+                  "or 1",
+                  ia, TS(a), (long long)a->shape[ia], ib, TS(b), (long long)b->shape[ib]);
     }
   }
-  /* dot_general order: batch, lhs free, rhs free. NumPy order: the longer
-   * operand's extra leading dims, batch, then m, n. */
-  int nfree_a = a->rank - 1 - d->nbatch;  /* includes a's extra leading and m */
-  int nfree_b = b->rank - 1 - d->nbatch;  /* includes b's extra leading and n */
-  int rank = d->nbatch + nfree_a + nfree_b;
-  *out_rank = rank;
-  int extra_a = a->rank >= 2 ? ba - d->nbatch : 0;
-  int extra_b = b->rank >= 2 ? bb - d->nbatch : 0;
-  /* Positions in dot order. */
-  int pos_batch = 0, pos_afree = d->nbatch, pos_bfree = d->nbatch + nfree_a;
-  int k = 0;
-  /* NumPy: extra leading dims of the longer operand first (only one of a, b
-   * can have them), then batch, then m (a's last free) then b's extras? no:
-   * b's extra leading dims come before the batch dims. */
-  for (int i = 0; i < extra_a; i++)
-    perm[k++] = pos_afree + i;
-  for (int i = 0; i < extra_b; i++)
-    perm[k++] = pos_bfree + i;
+  int rank = nB;
+  if (a->rank >= 2)
+    apos[a->rank - 2] = rank++;
+  if (b->rank >= 2)
+    bpos[b->rank - 1] = rank++;
+  int drank = d->nbatch + (a->rank - 1 - d->nbatch) + (b->rank - 1 - d->nbatch);
+  if (drank > MAX_RANK)
+    return fail(c, "E_SHAPE", "@ of %s and %s: the product would have more than %d dims", TS(a), TS(b), MAX_RANK);
+  /* Output position of each dot position (-1: dropped). */
+  int out_of[MAX_RANK], q = 0;
   for (int i = 0; i < d->nbatch; i++)
-    perm[k++] = pos_batch + i;
-  for (int i = extra_a; i < nfree_a; i++)
-    perm[k++] = pos_afree + i;
-  for (int i = extra_b; i < nfree_b; i++)
-    perm[k++] = pos_bfree + i;
-  if (k != rank)
-    diag_ice("matmul dims: %d != %d", k, rank);
+    out_of[q++] = pair_pos[i];
+  for (int i = 0; i < a->rank; i++)
+    if (apos[i] >= -1)
+      out_of[q++] = apos[i];
+  for (int i = 0; i < b->rank; i++)
+    if (bpos[i] >= -1)
+      out_of[q++] = bpos[i];
+  if (q != drank)
+    diag_ice("matmul dims: %d != %d", q, drank);
+  int k = 0;
+  for (int o = 0; o < rank; o++)
+    for (int i = 0; i < drank; i++)
+      if (out_of[i] == o)
+        perm[k++] = i;
+  for (int i = 0; i < drank; i++)
+    if (out_of[i] == -1)
+      perm[k++] = i;
+  if (k != drank)
+    diag_ice("matmul perm: %d != %d", k, drank);
+  *out_rank = rank;
+  *dot_rank = drank;
   return true;
 }

@@ -171,6 +171,7 @@ struct Expr {
   int64_t ival;
   double fval;
   char *str;           /* EX_STRING contents (escapes resolved), names */
+  int depth;           /* nesting depth of the subtree (parse.c bounds it) */
 
   /* set by the typechecker */
   Type *ty;            /* result type (TY_TUPLE for tuple-valued calls) */
@@ -276,9 +277,11 @@ typedef struct ParseCtx {
   Program *prog;
   const SourceFile *file;
   bool failed;
-  Token last;
+  bool error_now;      /* the token just fed was a syntax error */
+  Token last, prev;    /* the token being fed and the one before it */
 } ParseCtx;
 void parse_syntax_error(ParseCtx *pc, Token tok);
+void parse_too_deep(ParseCtx *pc);
 TypeExpr *parse_type(ParseCtx *pc, Token dtype);
 void parse_type_dim(ParseCtx *pc, TypeExpr *t, DimExpr d, Pos pos);
 void parse_type_annot(ParseCtx *pc, TypeExpr *t, char kind, Vec *axes, Pos pos);
@@ -312,6 +315,8 @@ Pos tok_pos(Token t);
 void *ParseAlloc(void *(*mallocProc)(size_t));
 void Parse(void *parser, int kind, Token tok, ParseCtx *pc);
 void ParseFree(void *parser, void (*freeProc)(void *));
+/* Lets the next syntax error be reported at once (grammar.y %code). */
+void ParseErrorsReported(void *parser);
 
 /* ---- types.c: the type model -------------------------------------------- */
 
@@ -378,8 +383,9 @@ const char *ty_spec_str(const Mesh *m, DimSpec s);
 const char *ty_axes_str(const Mesh *m, AxisSet s);          /* X,Y */
 const char *ty_axes_arg(const Mesh *m, AxisSet s);          /* X or (X, Y): a collective's AXES */
 const char *ty_local_str(const Mesh *m, const Type *t);     /* f32[4,8] */
-/* Well-formedness (rules 0.3): E_DUP, E_DIVIS, E_SPEC; reports at pos and
- * returns false on the first problem. manual: axes allowed in V. */
+/* Well-formedness (rules 0.3): E_DUP, E_DIVIS, E_SPEC; reports at pos (if
+ * pos.file is set) and returns false on the first problem. manual: axes
+ * allowed in V. */
 bool ty_check_wellformed(const Mesh *m, const Type *t, Pos pos, AxisSet manual, const char *what);
 Type ty_strip_sharding(const Type *t);   /* same shape/dtype, replicated */
 Type ty_ct(const Type *t);               /* cotangent type: U and R swap */
@@ -416,8 +422,11 @@ bool rule_transpose(RuleCtx *c, const Type *x, const int *perm, Type *out);
 bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, const Type *annot, Type *out);
 bool rule_reshard(RuleCtx *c, const Type *x, const Type *target, Type *out);
 /* NumPy matmul as dot_general (+ the transpose to NumPy order in *perm,
- * identity when none is needed). */
-bool rule_matmul_dims(RuleCtx *c, const Type *a, const Type *b, DotDims *d, int *perm, int *out_rank);
+ * identity when none is needed; size-1 batch dims broadcast against
+ * larger ones are left in the dot's result and come last in perm, to be
+ * removed by a reshape when *dot_rank > *out_rank). */
+bool rule_matmul_dims(RuleCtx *c, const Type *a, const Type *b, DotDims *d, int *perm, int *out_rank,
+                      int *dot_rank);
 
 /* ---- tc*.c: the typechecker --------------------------------------------- */
 
@@ -481,6 +490,7 @@ typedef struct {
   Type dot_type;                 /* dot_general result (before perm) */
   unsigned sum_x, sum_y;         /* einsum: dims summed out of one operand first */
   bool einsum_unary;
+  bool squeeze;                  /* matmul: reshape away broadcast size-1 batch dims */
   bool scale_by_count;           /* mean, pmean */
   double count;
   bool with_value;               /* value_and_grad */
@@ -509,6 +519,8 @@ typedef struct {
   Scope *scope;
   Vec diverge;                   /* Diverge *: varying conditions we are under */
   bool annot_v_free;             /* manual returns: annotations do not fix the manual states */
+  Expr *bad_annot;               /* an expression whose annotation was itself wrong */
+  const char *annot_code;        /* code of a creation/annotation mismatch (E_ANNOT if NULL) */
 } TcCtx;
 
 /* tc.c */
@@ -524,6 +536,10 @@ Type tc_expr(TcCtx *c, Expr *e);
  * out_sharding of an annotatable operation, an assertion ([E_ANNOT])
  * otherwise. Returns the type of e. */
 Type tc_expr_annot(TcCtx *c, Expr *e, const Type *annot, const char *where);
+/* Types e whose annotation (or parameter or result type) was itself
+ * wrong and already reported: a creation call, load or arg there then says
+ * nothing more. */
+Type tc_expr_unannotated(TcCtx *c, Expr *e);
 bool tc_is_annotatable(TcCtx *c, Expr *e);
 Type tc_call_user(TcCtx *c, Expr *e, FuncDecl *f, Vec *args, int first_arg);
 void tc_split_args(Expr *call, Expr **pos, int maxpos, int *npos, Expr **kw, const char **kwnames, int nkw, bool *ok);
@@ -703,6 +719,9 @@ bool part_module(Module *mod);
  * slices, reduce-scatters, all-to-alls, all-reduces, all-gathers, embeds,
  * or one whole-mesh permutation, chosen greedily for the least traffic. */
 Value *part_reshard(Module *mod, IrBlock *b, Pos pos, Value *v, const Type *to);
+/* What part_reshard would cost: bytes one rank sends (and the number of
+ * collectives), without emitting anything. */
+int64_t part_reshard_cost(const Mesh *m, const Type *from, const Type *to, int *ncoll);
 /* For IR_PERMUTE: the world rank this rank sends to and receives from. */
 void part_permute_tables(const Mesh *m, const Type *from, const Type *to, int *dest, int *src);
 /* Offsets of rank r's local block of t along each dim (global coordinates). */

@@ -212,6 +212,9 @@ bool tc_resolve_type(TcCtx *c, TypeExpr *te, Type *out) {
   int64_t shape[MAX_RANK] = {0};
   Type t = ty_array(te->dtype, te->rank, shape);
   bool ok = te->ndims_written <= MAX_RANK;
+  if (!ok)
+    diag_error(te->pos, "E_SPEC", "arrays have at most %d dims, this type has %d; merge dims with reshape", MAX_RANK,
+               te->ndims_written);
   for (int d = 0; d < te->rank; d++) {
     DimExpr *de = &te->dims[d];
     ok &= resolve_size(c, de->size, &t.shape[d]);
@@ -223,7 +226,9 @@ bool tc_resolve_type(TcCtx *c, TypeExpr *te, Type *out) {
         continue;
       }
       if (seen & (1u << a)) {
-        diag_error(de->axes[i].pos, "E_DUP", "mesh axis %s appears twice in one dim", c->mesh->names[a]);
+        diag_error(de->axes[i].pos, "E_DUP",
+                   "mesh axis %s appears twice in one dim; a mesh axis shards one dim once: write it once",
+                   c->mesh->names[a]);
         ok = false;
         continue;
       }
@@ -242,7 +247,8 @@ bool tc_resolve_type(TcCtx *c, TypeExpr *te, Type *out) {
         continue;
       }
       if (*set & (1u << a)) {
-        diag_error(an->axes[i].pos, "E_DUP", "mesh axis %s appears twice in <%c:..>", c->mesh->names[a], an->kind);
+        diag_error(an->axes[i].pos, "E_DUP", "mesh axis %s appears twice in <%c:..>; write it once",
+                   c->mesh->names[a], an->kind);
         ok = false;
       }
       *set |= 1u << a;
@@ -251,7 +257,7 @@ bool tc_resolve_type(TcCtx *c, TypeExpr *te, Type *out) {
   if (ok && (ty_dim_axes(&t) & c->manual))
     t = body_block_type(c, &t, te->pos, &ok);
   else if (ok)
-    ok = ty_check_wellformed(c->mesh, &t, te->pos, c->manual, "type");
+    ok = ty_check_wellformed(c->mesh, &t, te->pos, c->manual, "");
   *out = ok ? t : ty_error();
   return ok;
 }
@@ -427,7 +433,7 @@ static Type bind_value(TcCtx *c, Stmt *s, bool mutable_) {
   if (s->type) {
     Type annot;
     if (!tc_resolve_type(c, s->type, &annot)) {
-      tc_expr(c, s->expr);
+      tc_expr_unannotated(c, s->expr);
       return ty_error();
     }
     t = tc_expr_annot(c, s->expr, &annot, what);
@@ -474,7 +480,7 @@ static void check_assign(TcCtx *c, Stmt *s) {
   }
   s->sym = sym;
   if (sym->type.kind == TY_ERROR) {
-    tc_expr(c, s->expr);
+    tc_expr_unannotated(c, s->expr);
     return;
   }
   if (!tc_check_diverge_assign(c, s, sym)) {
@@ -483,7 +489,11 @@ static void check_assign(TcCtx *c, Stmt *s) {
   }
   Type t;
   if (tc_is_annotatable(c, s->expr)) {
+    /* The var's type is the out_sharding; a creation that names another
+     * type changes the var's type. */
+    c->annot_code = "E_CARRY";
     t = tc_expr_annot(c, s->expr, &sym->type, arena_printf("assignment to %s", name));
+    c->annot_code = NULL;
     return;
   }
   t = tc_expr(c, s->expr);
@@ -521,7 +531,10 @@ static bool check_scalar_index(TcCtx *c, Expr *e, const char *what) {
     return false;
   }
   if (t.U) {
-    diag_error(e->pos, "E_UR", "%s is unreduced (%s); reduce it first", what, ty_str(c->mesh, &t));
+    Type r = t;
+    r.U &= c->manual;
+    diag_error(e->pos, "E_UR", "%s is unreduced (%s); reduce it first: reshard(x, %s)", what, ty_str(c->mesh, &t),
+               ty_str(c->mesh, &r));
     return false;
   }
   return true;
@@ -554,7 +567,8 @@ static void check_if(TcCtx *c, Stmt *s) {
       diag_error(s->expr->pos, "E_DTYPE", "an if condition must be a bool scalar, not %s; compare, e.g. x > 0",
                  ty_str(c->mesh, &t));
     else if (t.U)
-      diag_error(s->expr->pos, "E_UR", "the if condition %s is unreduced; reduce it first", ty_str(c->mesh, &t));
+      diag_error(s->expr->pos, "E_UR", "the if condition %s is unreduced; reduce what it compares first with "
+                 "reshard", ty_str(c->mesh, &t));
     v = t.V;
   }
   int depth = c->diverge.len;
@@ -609,7 +623,12 @@ static void check_return(TcCtx *c, Stmt *s, bool last_in_body) {
     /* return f(...) where f returns the whole tuple */
     Type t = tc_expr(c, s->expr);
     Type decl = ty_tuple(want, f->result_types);
-    if (t.kind != TY_ERROR && !ty_equal(&t, &decl))
+    if (t.kind == TY_ERROR || ty_equal(&t, &decl))
+      return;
+    if (t.kind != TY_TUPLE || t.nelems != want)
+      diag_error(s->pos, "E_RETURN", "'%.*s' declares %d results %s but this returns %s; write return (a, b, ...)",
+                 f->name.len, f->name.start, want, ty_str(c->mesh, &decl), ty_str(c->mesh, &t));
+    else
       diag_error(s->pos, "E_ANNOT", "returns %s but '%.*s' declares %s", ty_str(c->mesh, &t), f->name.len,
                  f->name.start, ty_str(c->mesh, &decl));
     return;
@@ -617,7 +636,7 @@ static void check_return(TcCtx *c, Stmt *s, bool last_in_body) {
   for (int i = 0; i < n; i++) {
     Type *decl = &f->result_types[i];
     if (decl->kind == TY_ERROR) {
-      tc_expr(c, vals[i]);
+      tc_expr_unannotated(c, vals[i]);
       continue;
     }
     if (!f->manual) {
@@ -627,7 +646,7 @@ static void check_return(TcCtx *c, Stmt *s, bool last_in_body) {
     bool ok = true;
     Type local = tc_manual_local(c, decl, f->manual_set, s->pos, "result", &ok);
     if (!ok) {
-      tc_expr(c, vals[i]);
+      tc_expr_unannotated(c, vals[i]);
       continue;
     }
     Type t;
@@ -701,7 +720,9 @@ static void check_body(TcCtx *c, FuncDecl *f) {
   }
   check_block(c, f->body, true);
   Block *b = f->body;
-  bool returns = b->stmts.len && ((Stmt *)b->stmts.data[b->stmts.len - 1])->kind == ST_RETURN;
+  bool returns = false;   /* a misplaced return was reported already */
+  for (int i = 0; i < b->stmts.len; i++)
+    returns |= ((Stmt *)b->stmts.data[i])->kind == ST_RETURN;
   if (f->nresults && !returns)
     diag_error(f->pos, "E_RETURN", "'%.*s' declares a result but does not end with `return`", f->name.len,
                f->name.start);

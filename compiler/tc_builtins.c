@@ -578,6 +578,15 @@ static Type check_cast(TcCtx *c, Expr *e, TcInfo *info) {
     return ty_error();
   }
   info->dtype = pos[1]->type->dtype;
+  if (x.U && !ty_is_float(info->dtype) && ty_is_float(x.dtype)) {
+    Type r = x;
+    r.U &= c->manual;
+    diag_error(e->pos, "E_UR",
+               "cast of %s to %s: the value is a pending sum over %s, and converting each piece to %s does not "
+               "convert the sum; reduce it first with reshard(x, %s)",
+               TS(&x), ty_dtype_name(info->dtype), ty_axes_str(c->mesh, x.U), ty_dtype_name(info->dtype), TS(&r));
+    return ty_error();
+  }
   Type out = x;
   out.dtype = info->dtype;
   out.weak = false;
@@ -621,7 +630,7 @@ static Type creation_type(TcCtx *c, Expr *e, Expr *targ, const Type *annot, bool
       if (c->annot_v_free)
         tc_manual_states_from(c, &want, t.V, t.U, t.R);
       if (!ty_equal(&t, &want)) {
-        diag_error(e->pos, "E_ANNOT",
+        diag_error(e->pos, c->annot_code ? c->annot_code : "E_ANNOT",
                    "%s creates %s but %s is expected; change one of them, or reshard(x, %s) afterwards", fname(e),
                    TS(&t), TS(annot), TS(annot));
         *ok = false;
@@ -632,6 +641,9 @@ static Type creation_type(TcCtx *c, Expr *e, Expr *targ, const Type *annot, bool
     t = *annot;
     if (c->annot_v_free)
       tc_manual_states_from(c, &t, 0, 0, 0);
+  } else if (c->bad_annot == e) {
+    *ok = false;
+    return ty_error();
   } else {
     diag_error(e->pos, "E_ARG", "%s needs a type: %s(f32[8,4], ...), or annotate the binding: let x: f32[8,4] = %s(...)",
                fname(e), fname(e), fname(e));
@@ -659,7 +671,9 @@ static bool scalar_value(TcCtx *c, Expr *v, DType dt, const char *what, bool all
     return false;
   }
   if (t.U) {
-    diag_error(v->pos, "E_UR", "%s is unreduced (%s); reduce it first", what, TS(&t));
+    Type r = t;
+    r.U &= c->manual;
+    diag_error(v->pos, "E_UR", "%s is unreduced (%s); reduce it first: reshard(x, %s)", what, TS(&t), TS(&r));
     return false;
   }
   if (t.V && !allow_v) {
@@ -713,8 +727,14 @@ static Type check_creation(TcCtx *c, Expr *e, TcInfo *info, const Type *annot) {
       return ty_error();
   }
   if (code == BI_IOTA) {
-    if (t.dtype == DT_BOOL || t.rank == 0) {
-      diag_error(e->pos, "E_SHAPE", "iota makes an array of rank 1 or more of numbers, not %s", TS(&t));
+    if (t.dtype == DT_BOOL) {
+      diag_error(e->pos, "E_DTYPE", "iota makes numbers, not %s; make it i32, f32 or f64 and compare if you need "
+                                    "bool", TS(&t));
+      return ty_error();
+    }
+    if (t.rank == 0) {
+      diag_error(e->pos, "E_SHAPE", "iota makes an array of rank 1 or more, not %s; give it a shape, e.g. "
+                                    "iota(%s[8], axis=0)", TS(&t), ty_dtype_name(t.dtype));
       return ty_error();
     }
     info->dim = 0;
@@ -723,7 +743,8 @@ static Type check_creation(TcCtx *c, Expr *e, TcInfo *info, const Type *annot) {
   }
   if (code == BI_NORMAL || code == BI_UNIFORM) {
     if (!ty_is_float(t.dtype)) {
-      diag_error(e->pos, "E_DTYPE", "%s makes float arrays, not %s", fname(e), TS(&t));
+      diag_error(e->pos, "E_DTYPE", "%s makes float arrays (f32 or f64), not %s; cast the result if you need "
+                                    "another dtype", fname(e), TS(&t));
       return ty_error();
     }
     if (!kw[0]) {
@@ -786,6 +807,8 @@ static Type check_load(TcCtx *c, Expr *e, TcInfo *info, const Type *annot) {
   bool ok = true;
   tc_split_args(e, pos, 1, &n, kw, NULL, 0, &ok);
   if (!ok || !need_pos(c, e, n, 1, 1, "load(\"path.npy\")") || !string_arg(c, pos[0], "load"))
+    return ty_error();
+  if (!annot && c->bad_annot == e)
     return ty_error();
   if (!annot) {
     diag_error(e->pos, "E_ARG", "load takes its type from an annotation: let w: f32[8@X,4] = load(\"w.npy\")");

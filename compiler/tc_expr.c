@@ -75,6 +75,11 @@ static const char *suggest(TcCtx *c, const char *name) {
 
 static Type check_name(TcCtx *c, Expr *e) {
   Symbol *s = tc_lookup(c, e->str);
+  int un;
+  if (!s && tc_builtin_code(e->str, &un)) {
+    diag_error(e->pos, "E_ARG", "'%s' is a builtin function, not a value; call it: %s(...)", e->str, e->str);
+    return ty_error();
+  }
   if (!s) {
     const char *sug = suggest(c, e->str);
     if (sug)
@@ -162,11 +167,12 @@ static Type check_matmul(TcCtx *c, Expr *e, const Type *annot) {
   RuleCtx r = tc_rule(c, e->pos, "matmul");
   TcInfo *info = arena_alloc(sizeof *info);
   e->tc = info;
-  int rank;
-  if (!rule_matmul_dims(&r, &a, &b, &info->dot, info->perm, &rank))
+  int rank, drank;
+  if (!rule_matmul_dims(&r, &a, &b, &info->dot, info->perm, &rank, &drank))
     return ty_error();
-  for (int i = 0; i < rank; i++)
+  for (int i = 0; i < drank; i++)
     info->has_perm |= info->perm[i] != i;
+  info->squeeze = drank > rank;
   Type dot_annot, *pa = NULL;
   if (annot) {
     if (annot->rank != rank) {
@@ -175,9 +181,10 @@ static Type check_matmul(TcCtx *c, Expr *e, const Type *annot) {
       return ty_error();
     }
     dot_annot = *annot;
-    for (int i = 0; i < rank; i++) {
-      dot_annot.shape[info->perm[i]] = annot->shape[i];
-      dot_annot.spec[info->perm[i]] = annot->spec[i];
+    dot_annot.rank = drank;
+    for (int i = 0; i < drank; i++) {
+      dot_annot.shape[info->perm[i]] = i < rank ? annot->shape[i] : 1;
+      dot_annot.spec[info->perm[i]] = i < rank ? annot->spec[i] : (DimSpec){0};
     }
     if (c->annot_v_free)
       tc_manual_states_from(c, &dot_annot, (a.weak ? 0 : a.V) | (b.weak ? 0 : b.V), 0, 0);
@@ -187,12 +194,14 @@ static Type check_matmul(TcCtx *c, Expr *e, const Type *annot) {
   if (!rule_dot(&r, &a, &b, &info->dot, pa, &dt))
     return ty_error();
   info->dot_type = dt;
-  if (!info->has_perm)
-    return dt;
-  Type out;
-  if (!rule_transpose(&r, &dt, info->perm, &out))
+  Type out = dt;
+  if (info->has_perm && !rule_transpose(&r, &dt, info->perm, &out))
     return ty_error();
-  return out;
+  info->type = out;
+  if (!info->squeeze)
+    return out;
+  Type sq;
+  return rule_reshape(&r, &out, rank, out.shape, NULL, &sq) ? sq : ty_error();
 }
 
 static Type check_binary(TcCtx *c, Expr *e, const Type *annot) {
@@ -275,7 +284,7 @@ static bool check_call_args(TcCtx *c, Expr *call, FuncDecl *f, Expr **args, int 
     Type *pt = &f->param_types[i];
     Param *p = f->params.data[i];
     if (pt->kind == TY_ERROR) {
-      check(c, args[i], NULL);
+      tc_expr_unannotated(c, args[i]);
       ok = false;
       continue;
     }
@@ -515,7 +524,7 @@ static Type check(TcCtx *c, Expr *e, const Type *annot) {
   case EX_AS: {
     Type at;
     if (!tc_resolve_type(c, e->type, &at)) {
-      check(c, e->lhs, NULL);
+      tc_expr_unannotated(c, e->lhs);
       t = ty_error();
       break;
     }
@@ -555,6 +564,14 @@ static Type check(TcCtx *c, Expr *e, const Type *annot) {
 }
 
 Type tc_expr(TcCtx *c, Expr *e) { return check(c, e, NULL); }
+
+Type tc_expr_unannotated(TcCtx *c, Expr *e) {
+  Expr *saved = c->bad_annot;
+  c->bad_annot = e;
+  Type t = check(c, e, NULL);
+  c->bad_annot = saved;
+  return t.kind == TY_ERROR ? t : ty_error();
+}
 
 bool tc_is_annotatable(TcCtx *c, Expr *e) {
   if (e->kind == EX_BINARY)
@@ -612,9 +629,17 @@ Type tc_expr_annot(TcCtx *c, Expr *e, const Type *annot, const char *where) {
   Type plain_t = ty_strip_sharding(&t), plain_a = ty_strip_sharding(annot);
   if (!ty_equal(&plain_t, &plain_a)) {
     const char *code = t.dtype != annot->dtype ? "E_DTYPE" : "E_SHAPE";
-    diag_error(e->pos, code, "%s: the value has type %s but %s is expected%s", where, TS(&t), TS(annot),
-               t.dtype != annot->dtype ? arena_printf("; convert with cast(x, %s)", ty_dtype_name(annot->dtype))
-                                       : "");
+    const char *fix = "";
+    if (t.dtype != annot->dtype) {
+      fix = arena_printf("; convert with cast(x, %s)", ty_dtype_name(annot->dtype));
+    } else if (ty_global_count(&t) == ty_global_count(annot) && annot->rank) {
+      Str dims = {0};
+      for (int d = 0; d < annot->rank; d++)
+        str_printf(&dims, "%s%lld", d ? ", " : "", (long long)annot->shape[d]);
+      fix = arena_printf("; reshape it: reshape(x, [%s])", str_cstr(&dims));
+      free(dims.buf);
+    }
+    diag_error(e->pos, code, "%s: the value has type %s but %s is expected%s", where, TS(&t), TS(annot), fix);
     return ty_error();
   }
   if ((t.V != annot->V) && c->manual) {

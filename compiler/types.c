@@ -264,33 +264,47 @@ const char *ty_local_str(const Mesh *m, const Type *t) {
 
 static const char *axis_name(const Mesh *m, int a) { return m->names[a]; }
 
+/* Reports only when pos has a file: a NULL file asks quietly. */
+__attribute__((format(printf, 3, 4))) static void wf_error(Pos pos, const char *code, const char *fmt, ...) {
+  if (!pos.file)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  diag_verror(pos, code, fmt, ap);
+  va_end(ap);
+}
+
 bool ty_check_wellformed(const Mesh *m, const Type *t, Pos pos, AxisSet manual, const char *what) {
   if (t->kind != TY_ARRAY)
     return true;
+  /* what names the type's role; empty for a type as written */
+  const char *pre = what && *what ? arena_printf("%s: ", what) : "";
   AxisSet seen = 0;
   for (int d = 0; d < t->rank; d++) {
     for (int i = 0; i < t->spec[d].n; i++) {
       int a = t->spec[d].axes[i];
       if (manual & (1u << a)) {
-        diag_error(pos, "E_SPEC",
-                   "%s: mesh axis %s is manual here, so a dim cannot be sharded over it; inside the body the "
+        wf_error(pos, "E_SPEC",
+                   "%smesh axis %s is manual here, so a dim cannot be sharded over it; inside the body the "
                    "array is already split: write the local size and <V:%s>",
-                   what, axis_name(m, a), axis_name(m, a));
+                   pre, axis_name(m, a), axis_name(m, a));
         return false;
       }
       if (seen & (1u << a)) {
-        diag_error(pos, "E_DUP", "%s: mesh axis %s is used by two dims of %s; a mesh axis may shard at most one dim",
-                   what, axis_name(m, a), ty_str(m, t));
+        wf_error(pos, "E_DUP",
+                   "%smesh axis %s shards two dims of %s; a mesh axis shards at most one dim: remove it from one "
+                   "of them",
+                   pre, axis_name(m, a), ty_str(m, t));
         return false;
       }
       seen |= 1u << a;
     }
     int64_t parts = ty_spec_parts(m, t->spec[d]);
     if (t->shape[d] % parts != 0) {
-      diag_error(pos, "E_DIVIS",
-                 "%s: dim %d of %s has size %lld, which is not divisible by %lld (the size of %s); choose a size "
+      wf_error(pos, "E_DIVIS",
+                 "%sdim %d of %s has size %lld, which is not divisible by %lld (the size of %s); choose a size "
                  "that is a multiple of %lld or shard it over other axes",
-                 what, d, ty_str(m, t), (long long)t->shape[d], (long long)parts,
+                 pre, d, ty_str(m, t), (long long)t->shape[d], (long long)parts,
                  t->spec[d].n == 1 ? axis_name(m, t->spec[d].axes[0]) : ty_spec_str(m, t->spec[d]) + 1,
                  (long long)parts);
       return false;
@@ -300,16 +314,19 @@ bool ty_check_wellformed(const Mesh *m, const Type *t, Pos pos, AxisSet manual, 
   for (int k = 0; k < 3; k++) {
     AxisSet both = ann[k].set & seen;
     if (both) {
-      diag_error(pos, "E_SPEC",
-                 "%s: mesh axis %s both shards a dim and is in <%c:..> in %s; an axis is in one state only",
-                 what, ty_axes_str(m, both), ann[k].name, ty_str(m, t));
+      wf_error(pos, "E_SPEC",
+                 "%smesh axis %s both shards a dim and is in <%c:..> in %s; an axis is in one state only: remove "
+                 "it from one of them",
+                 pre, ty_axes_str(m, both), ann[k].name, ty_str(m, t));
       return false;
     }
     for (int j = k + 1; j < 3; j++) {
       AxisSet ov = ann[k].set & ann[j].set;
       if (ov) {
-        diag_error(pos, "E_SPEC", "%s: mesh axis %s is in both <%c:..> and <%c:..> in %s; an axis is in one state only",
-                   what, ty_axes_str(m, ov), ann[k].name, ann[j].name, ty_str(m, t));
+        wf_error(pos, "E_SPEC",
+                   "%smesh axis %s is in both <%c:..> and <%c:..> in %s; an axis is in one state only: remove it "
+                   "from one of them",
+                   pre, ty_axes_str(m, ov), ann[k].name, ann[j].name, ty_str(m, t));
         return false;
       }
     }
@@ -317,12 +334,12 @@ bool ty_check_wellformed(const Mesh *m, const Type *t, Pos pos, AxisSet manual, 
   if (t->V & ~manual) {
     AxisSet bad = t->V & ~manual;
     if (!manual)
-      diag_error(pos, "E_SPEC",
-                 "%s: <V:%s> (varying) exists only inside a manual function body; in the global view shard a dim "
+      wf_error(pos, "E_SPEC",
+                 "%s<V:%s> (varying) exists only inside a manual function body; in the global view shard a dim "
                  "instead, e.g. 8@%s",
-                 what, ty_axes_str(m, bad), ty_axes_str(m, bad));
+                 pre, ty_axes_str(m, bad), ty_axes_str(m, bad));
     else
-      diag_error(pos, "E_SPEC", "%s: <V:%s>: only the manual axes of this function (%s) can be varying", what,
+      wf_error(pos, "E_SPEC", "%s<V:%s>: only the manual axes of this function (%s) can be varying", pre,
                  ty_axes_str(m, bad), ty_axes_str(m, manual));
     return false;
   }

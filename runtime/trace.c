@@ -2,7 +2,8 @@
  *
  * Every collective adds one call and the bytes this rank sent, computed by
  * the same formulas `shdc explain` uses, so measured and predicted agree
- * exactly. The six collective kinds are listed first, in a fixed order, so
+ * exactly; the table ends with the largest figures of any rank, which are
+ * the ones explain prints. The six collective kinds are listed first, in a fixed order, so
  * the SHD_TRACE table always comes out in the same order; other kinds are
  * appended as they appear.
  *
@@ -77,8 +78,19 @@ static bool trace_enabled(void)
     return v && *v && strcmp(v, "0") != 0;
 }
 
+/* The rank 0 table, then the largest count, bytes and peak of any rank,
+ * which is what `shdc explain` predicts (for a permute, the most any rank
+ * sends). The reduction runs on every rank whether or not SHD_TRACE is set
+ * there, so ranks that disagree about the variable cannot hang. */
 void shd_trace_report(void)
 {
+    uint64_t mine[2 * 6 + 1], most[2 * 6 + 1];
+    for (int i = 0; i < 6; i++) {
+        mine[2 * i] = g_trace.kinds[i].count;
+        mine[2 * i + 1] = g_trace.kinds[i].bytes;
+    }
+    mine[12] = shd_peak_bytes();
+    MPI_Reduce(mine, most, 13, MPI_UINT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
     if (shd_world_rank() != 0 || !trace_enabled())
         return;
     for (int i = 0; i < g_trace.n; i++) {
@@ -89,5 +101,11 @@ void shd_trace_report(void)
                     (unsigned long long)k->bytes);
     }
     fprintf(stderr, "shdc trace: rank 0: peak_bytes=%zu\n", shd_peak_bytes());
+    for (int i = 0; i < 6; i++)
+        if (most[2 * i])
+            fprintf(stderr, "shdc trace: max over ranks: %s count=%llu bytes=%llu\n",
+                    g_trace.kinds[i].name, (unsigned long long)most[2 * i],
+                    (unsigned long long)most[2 * i + 1]);
+    fprintf(stderr, "shdc trace: max over ranks: peak_bytes=%llu\n", (unsigned long long)most[12]);
     fflush(stderr);
 }

@@ -4,7 +4,9 @@
 Each .shd test carries its expectations in comments (the format is in
 tests/README.md):
 
-  // ERROR: E_CODE [E_CODE...]   on a line: `shdc check` reports exactly these
+  // ERROR: E_CODE [E_CODE...] [| regex]   on a line: `shdc check` reports
+                                 exactly these codes there (and a message
+                                 matching regex); nothing on other lines
   // TYPE: main.y: f32[4@Y,8@X]  `shdc types` prints this line
   // IR: regex                   lines of `shdc emit-ir`, matched in order
   // IR-NOT: regex               no line of `shdc emit-ir` matches
@@ -22,14 +24,24 @@ tests/README.md):
   // TOL: rtol atol              tolerance of those comparisons
   // ARGS: --steps=3             program arguments
   // STDOUT: regex               rank 0's output contains these lines, in order
+  // STDOUT-NOT: regex           no line of any run's output matches
   // SAME-STDOUT                 the numbers printed agree with the all-ones build
-  // RUNFAIL: X=2 np=3 regex     this launch must fail with status 1 and regex
-                                 in its output
+  // RUNFAIL: X=2 np=3 [args=--a=1,--b=2] regex   this launch (with these
+                                 program arguments instead of ARGS) must fail
+                                 and print regex
+  // BUILD-FLAGS: -O0            extra `shdc build` options (huge generated tests)
+  // TRACE: X=2,Y=2              built for that mesh and run with SHD_TRACE=1, the
+                                 largest count and bytes of each collective kind
+                                 over the ranks, and the peak bytes, equal what
+                                 `shdc explain` predicts (no loops; each function
+                                 called at most once)
 
 Runtime unit tests (tests/runtime/test_*.c, first line `// RANKS: 1 2 4`)
-run under mpirun at each rank count. In docs/*.md, a ```shd block whose
-first line is `// tests/FILE.shd` must be an excerpt (consecutive lines) of
-that test, so the documented examples are tested ones.
+run under mpirun at each rank count. Test scripts (tests/**/test_*.py) run
+with this Python and `--shdc PATH`; they pass when they exit 0. In
+docs/*.md, a ```shd block whose first line is `// tests/FILE.shd` must be
+an excerpt (consecutive lines) of that test, so the documented examples are
+tested ones.
 """
 import argparse
 import glob
@@ -81,14 +93,19 @@ class ShdTest:
         self.text = open(path).read()
         self.lines = self.text.split("\n")
         self.errors = {}          # line -> [codes]
+        self.error_msgs = {}      # line -> regex the line's messages must match
         self.types, self.ir, self.explain = [], [], []
         self.runs, self.refs, self.stdout, self.runfail = [], [], [], []
+        self.stdout_not, self.build_flags, self.trace = [], [], []
         self.args, self.mesh, self.tol, self.same_stdout = [], None, None, False
         self.mesh_dependent = []
         for i, l in enumerate(self.lines, 1):
             m = re.search(r"//\s*ERROR:\s*(.*)$", l)
             if m:
-                self.errors[i] = m.group(1).split()
+                codes, _, msg = m.group(1).partition(" | ")
+                self.errors[i] = codes.split()
+                if msg.strip():
+                    self.error_msgs[i] = msg.strip()
             m = re.search(r"//\s*([A-Z-]+):?\s?(.*)$", l)
             if not m:
                 continue
@@ -109,6 +126,12 @@ class ShdTest:
                 self.args = val.split()
             elif key == "STDOUT":
                 self.stdout.append(val)
+            elif key == "STDOUT-NOT":
+                self.stdout_not.append(val)
+            elif key == "BUILD-FLAGS":
+                self.build_flags = val.split()
+            elif key == "TRACE":
+                self.trace.append(val)
             elif key == "SAME-STDOUT":
                 self.same_stdout = True
             elif key == "MESH":
@@ -136,9 +159,17 @@ class ShdTest:
             return
         if rc != 1:
             raise Failure("shdc check should exit 1 on errors, exited %d:\n%s" % (rc, err))
+        msgs = {}
+        for l in err.split("\n"):
+            m = DIAG.match(l)
+            if m:
+                msgs.setdefault(int(m.group("line")), []).append(m.group("msg"))
         for line, codes in self.errors.items():
             if sorted(got.get(line, [])) != sorted(codes):
                 raise Failure("line %d: expected %s, got %s\n%s" % (line, codes, got.get(line, []), err))
+            pat = self.error_msgs.get(line)
+            if pat and not any(re.search(pat, msg) for msg in msgs.get(line, [])):
+                raise Failure("line %d: no message matches %r:\n%s" % (line, pat, "\n".join(msgs.get(line, []))))
         extra = {l: c for l, c in got.items() if l not in self.errors}
         if extra:
             raise Failure("unexpected errors %s:\n%s" % (extra, err))
@@ -202,7 +233,8 @@ class ShdTest:
     # ---- running -------------------------------------------------------------
 
     def build(self, mesh, exe):
-        rc, out, err = run(self.shdc_cmd("build", self.path, "-o", exe, "--mesh", mesh), timeout=300)
+        rc, out, err = run(self.shdc_cmd("build", self.path, "-o", exe, "--mesh", mesh, *self.build_flags),
+                           timeout=300)
         if rc != 0:
             raise Failure("shdc build --mesh %s failed:\n%s%s" % (mesh, out, err))
 
@@ -278,7 +310,8 @@ class ShdTest:
             self.assert_close("%s against NumPy at mesh %s" % (name, mesh), got, want)
 
     def check_stdout(self, out, mesh):
-        self.match_lines("output at mesh " + mesh, out, [("STDOUT", s) for s in self.stdout])
+        self.match_lines("output at mesh " + mesh, out, [("STDOUT", s) for s in self.stdout] +
+                         [("STDOUT-NOT", s) for s in self.stdout_not])
 
     def numbers(self, out):
         return [float(x) for x in re.findall(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|nan|inf", out)]
@@ -313,19 +346,61 @@ class ShdTest:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def check_runfail(self, spec, tmp):
-        m = re.match(r"(\S+)\s+np=(\d+)\s+(.*)$", spec)
+        m = re.match(r"(\S+)\s+np=(\d+)\s+(?:args=(\S+)\s+)?(.*)$", spec)
         if not m:
             raise Failure("bad RUNFAIL line %r" % spec)
-        mesh, n, pat = m.group(1), int(m.group(2)), m.group(3)
+        mesh, n, pat = m.group(1), int(m.group(2)), m.group(4)
+        args = m.group(3).split(",") if m.group(3) else self.args
         exe = os.path.join(tmp, "fail_prog")
         self.build(mesh, exe)
         d = os.path.join(tmp, "fail")
         os.makedirs(d, exist_ok=True)
-        rc, out, err = run(mpirun_cmd(n) + [exe] + self.args, cwd=d, timeout=120)
+        rc, out, err = run(mpirun_cmd(n) + [exe] + args, cwd=d, timeout=120)
         if rc == 0:
             raise Failure("RUNFAIL %s: the program succeeded" % spec)
         if not re.search(pat, out + err):
             raise Failure("RUNFAIL %s: %r not in the output:\n%s%s" % (spec, pat, out, err))
+
+    # ---- SHD_TRACE against shdc explain ------------------------------------------
+
+    def explain_totals(self, mesh):
+        rc, out, err = run(self.shdc_cmd("explain", self.path, "--mesh", mesh))
+        if rc != 0:
+            raise Failure("shdc explain failed:\n%s" % err)
+        kinds, peak, fn = {}, None, None
+        for l in out.split("\n"):
+            m = re.match(r"fn (\S+)", l)
+            if m:
+                fn = m.group(1)
+            m = re.match(r"\s+line\s+\d+\s+(\w+)(?:\.\w+)?\s+over .*?(\d+) bytes/rank", l)
+            if m:
+                c, b = kinds.get(m.group(1), (0, 0))
+                kinds[m.group(1)] = (c + 1, b + int(m.group(2)))
+            m = re.match(r"\s+peak live arrays per rank: (\d+) bytes", l)
+            if m and fn == "main":
+                peak = int(m.group(1))
+        return kinds, peak, out
+
+    def check_trace(self, mesh, tmp):
+        exe = os.path.join(tmp, "trace_prog")
+        self.build(mesh, exe)
+        d = os.path.join(tmp, "trace")
+        os.makedirs(d, exist_ok=True)
+        rc, out, err = run(mpirun_cmd(self.ranks(mesh)) + [exe] + self.args, cwd=d, env={"SHD_TRACE": "1"})
+        if rc != 0:
+            raise Failure("SHD_TRACE run with --mesh %s exited %d:\n%s%s" % (mesh, rc, out, err))
+        got, peak = {}, None
+        for l in err.split("\n"):
+            m = re.match(r"shdc trace: max over ranks: (\w+) count=(\d+) bytes=(\d+)", l)
+            if m:
+                got[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+            m = re.match(r"shdc trace: max over ranks: peak_bytes=(\d+)", l)
+            if m:
+                peak = int(m.group(1))
+        want, want_peak, text = self.explain_totals(mesh)
+        if got != want or peak != want_peak:
+            raise Failure("SHD_TRACE at mesh %s measured %s, peak %s; shdc explain predicts %s, peak %s:\n%s%s"
+                          % (mesh, got, peak, want, want_peak, text, err))
 
     def run_all(self):
         self.check_errors()
@@ -341,6 +416,13 @@ class ShdTest:
             if not self.runs:
                 self.runs = [self.runfail[0].split()[0]]
             self.check_runs()
+        if self.trace:
+            tmp = tempfile.mkdtemp(prefix="shdt-")
+            try:
+                for mesh in self.trace:
+                    self.check_trace(mesh, tmp)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
 
 
 def runtime_test(path, build):
@@ -352,6 +434,12 @@ def runtime_test(path, build):
         rc, out, err = run(mpirun_cmd(n) + [exe], timeout=300)
         if rc != 0:
             raise Failure("%d ranks: exit %d\n%s%s" % (n, rc, out, err))
+
+
+def script_test(path, shdc):
+    rc, out, err = run([sys.executable, path, "--shdc", shdc], timeout=600)
+    if rc != 0:
+        raise Failure("exit %d\n%s%s" % (rc, out, err))
 
 
 EXCERPT = re.compile(r"^```shd\n// ((?:tests|dsl-examples)/\S+\.shd)\n(.*?)^```", re.M | re.S)
@@ -385,10 +473,12 @@ def main():
     tests = sorted(glob.glob(os.path.join(ROOT, "tests", "**", "*.shd"), recursive=True))
     tests += sorted(glob.glob(os.path.join(ROOT, "dsl-examples", "*.shd")))
     rt = sorted(glob.glob(os.path.join(ROOT, "tests", "runtime", "test_*.c")))
+    scripts = sorted(glob.glob(os.path.join(ROOT, "tests", "**", "test_*.py"), recursive=True))
     docs = [d for d in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))) if docs_excerpts(d)]
     if a.patterns:
         tests = [t for t in tests if any(p in t for p in a.patterns)]
         rt = [t for t in rt if any(p in t for p in a.patterns)]
+        scripts = [t for t in scripts if any(p in t for p in a.patterns)]
         docs = [d for d in docs if any(p in d for p in a.patterns)]
     if np is None:
         print("warning: NumPy is missing, so results are not compared with references (apt-get install python3-numpy)")
@@ -399,6 +489,15 @@ def main():
         t0 = time.time()
         try:
             runtime_test(t, os.path.abspath(a.build))
+            print("PASS %s (%.1fs)" % (name, time.time() - t0), flush=True)
+        except Failure as f:
+            print("FAIL %s\n  %s" % (name, str(f).replace("\n", "\n  ")), flush=True)
+            failed.append(name)
+    for t in scripts:
+        name = os.path.relpath(t, ROOT)
+        t0 = time.time()
+        try:
+            script_test(t, shdc)
             print("PASS %s (%.1fs)" % (name, time.time() - t0), flush=True)
         except Failure as f:
             print("FAIL %s\n  %s" % (name, str(f).replace("\n", "\n  ")), flush=True)
@@ -420,7 +519,7 @@ def main():
         except Failure as f:
             print("FAIL %s\n  %s" % (name, str(f).replace("\n", "\n  ")), flush=True)
             failed.append(name)
-    total = len(tests) + len(rt) + len(docs)
+    total = len(tests) + len(rt) + len(scripts) + len(docs)
     print("\n%d of %d tests passed in %.0fs" % (total - len(failed), total, time.time() - start))
     if failed:
         print("failed:\n  " + "\n  ".join(failed))
