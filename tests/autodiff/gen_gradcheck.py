@@ -254,6 +254,12 @@ dots = [
          wrt=(0, 1)),
     Case("batched", [("a", B284, N(B284, 52)), ("b", B243, N(B243, 53))], "let y = a @ b\nreturn sum(y * y)",
          wrt=(0, 1)),
+    # size-1 batch dims broadcast, as NumPy's matmul
+    Case("batch_bcast", [("a", "f64[1, 8@X, 4]", N("f64[1, 8@X, 4]", 68)), ("b", B243, N(B243, 69))],
+         "let y = a @ b\nreturn sum(y * sin(y))", wrt=(0, 1)),
+    Case("batch_bcast2", [("a", "f64[2, 1, 8@X, 4]", N("f64[2, 1, 8@X, 4]", 85)),
+                          ("b", "f64[1, 3, 4, 2]", N("f64[1, 3, 4, 2]", 86))],
+         "let y = a @ b\nreturn sum(y * y * y)", wrt=(0, 1)),
     Case("vec_mat", [("v", "f64[4]", N("f64[4]", 54)), ("w", W45, N(W45, 55))], "let y = v @ w\nreturn sum(y * y)",
          wrt=(0, 1)),
     Case("mat_vec", [("x", X84, N(X84, 56)), ("v", "f64[4]", N("f64[4]", 57))],
