@@ -726,19 +726,7 @@ static void clone_inst(AD *a, const Inst *in, bool recompute, const IrBlock *own
     rt[i] = in->results[i]->type;
   Inst *n = ir_emit(a->mod, a->b, in->op, in->pos, in->nargs, args, in->nresults, rt);
   grow(a);
-  n->fn = in->fn;
-  n->dim = in->dim;
-  n->dim2 = in->dim2;
-  n->shift = in->shift;
-  n->ival = in->ival;
-  n->fval = in->fval;
-  n->mask = in->mask;
-  memcpy(n->perm, in->perm, sizeof n->perm);
-  memcpy(n->axes, in->axes, sizeof n->axes);
-  n->naxes = in->naxes;
-  n->dot = in->dot;
-  n->str = in->str;
-  n->callee = in->callee;
+  ir_copy_attrs(n, in);
   for (int i = 0; i < in->nresults; i++) {
     a->rm[in->results[i]->id] = n->results[i];
     n->results[i]->name = in->results[i]->name;

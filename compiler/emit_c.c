@@ -1168,16 +1168,6 @@ static bool calls(const IrBlock *b, const Func *f) {
   return false;
 }
 
-static void count_module_uses(const IrBlock *b, int *uses) {
-  for (int i = 0; i < b->insts.len; i++) {
-    const Inst *in = b->insts.data[i];
-    for (int k = 0; k < in->nargs; k++)
-      uses[in->args[k]->id]++;
-    for (int r = 0; r < in->nregions; r++)
-      count_module_uses(in->regions[r], uses);
-  }
-}
-
 void emit_module(FILE *out, const Module *mod, const SourceFile *file) {
   Emit e;
   memset(&e, 0, sizeof e);
@@ -1232,7 +1222,7 @@ void emit_module(FILE *out, const Module *mod, const SourceFile *file) {
             live[j] = more = true;
   }
   for (int i = 0; i < mod->funcs.len; i++)
-    count_module_uses(((Func *)mod->funcs.data[i])->body, e.uses);
+    ir_count_uses(((Func *)mod->funcs.data[i])->body, e.uses);
   for (int i = 0; i < mod->funcs.len; i++)
     if (live[i]) {
       if (!mainf)

@@ -69,6 +69,22 @@ Inst *ir_emit(Module *mod, IrBlock *b, Opcode op, Pos pos, int nargs, Value **ar
   return in;
 }
 
+void ir_copy_attrs(Inst *dst, const Inst *src) {
+  dst->fn = src->fn;
+  dst->dim = src->dim;
+  dst->dim2 = src->dim2;
+  dst->shift = src->shift;
+  dst->ival = src->ival;
+  dst->fval = src->fval;
+  dst->mask = src->mask;
+  memcpy(dst->perm, src->perm, sizeof dst->perm);
+  memcpy(dst->axes, src->axes, sizeof dst->axes);
+  dst->naxes = src->naxes;
+  dst->dot = src->dot;
+  dst->str = src->str;
+  dst->callee = src->callee;
+}
+
 void ir_add_region(Inst *in, IrBlock *b) {
   if (in->nregions >= 2)
     diag_ice("too many regions");
@@ -336,6 +352,16 @@ static void note_uses(const Inst *in, int idx, const IrBlock *b, int *last_use) 
   }
   for (int r = 0; r < in->nregions; r++)
     note_block_uses(in->regions[r], idx, b, last_use);
+}
+
+void ir_count_uses(const IrBlock *b, int *uses) {
+  for (int i = 0; i < b->insts.len; i++) {
+    const Inst *in = b->insts.data[i];
+    for (int k = 0; k < in->nargs; k++)
+      uses[in->args[k]->id]++;
+    for (int r = 0; r < in->nregions; r++)
+      ir_count_uses(in->regions[r], uses);
+  }
 }
 
 void ir_last_uses(const IrBlock *b, int *last_use) {

@@ -16,16 +16,6 @@
  */
 #include "shdc.h"
 
-static void count_uses_block(const IrBlock *b, int *uses) {
-  for (int i = 0; i < b->insts.len; i++) {
-    const Inst *in = b->insts.data[i];
-    for (int k = 0; k < in->nargs; k++)
-      uses[in->args[k]->id]++;
-    for (int r = 0; r < in->nregions; r++)
-      count_uses_block(in->regions[r], uses);
-  }
-}
-
 static bool foldable(const Inst *def) {
   return def->op == IR_REDUCE || def->op == IR_DOT || def->op == IR_RESHARD;
 }
@@ -114,7 +104,7 @@ static void each_func(Module *mod, void (*fn)(Module *, Func *)) {
 static void fold_func(Module *mod, Func *f) {
   int n = mod->next_value + 1;
   int *uses = calloc((size_t)n, sizeof(int));
-  count_uses_block(f->body, uses);
+  ir_count_uses(f->body, uses);
   fold_block(mod, f->body, uses);
   Value **repl = calloc((size_t)n, sizeof(Value *));
   forward_identity(f->body, repl);
@@ -148,7 +138,7 @@ static void merge_all_reduces(IrBlock *b, int *uses) {
 static void dce_func(Module *mod, Func *f) {
   int n = mod->next_value + 1;
   int *uses = calloc((size_t)n, sizeof(int));
-  count_uses_block(f->body, uses);
+  ir_count_uses(f->body, uses);
   merge_all_reduces(f->body, uses);
   while (dce_block(f->body, uses))
     ;

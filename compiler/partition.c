@@ -47,19 +47,7 @@ static Inst *copy_inst(Part *p, Inst *in, Value **args) {
   for (int i = 0; i < in->nresults; i++)
     rt[i] = in->results[i]->type;
   Inst *n = ir_emit(p->mod, p->b, in->op, in->pos, in->nargs, args, in->nresults, rt);
-  n->fn = in->fn;
-  n->dim = in->dim;
-  n->dim2 = in->dim2;
-  n->shift = in->shift;
-  n->ival = in->ival;
-  n->fval = in->fval;
-  n->mask = in->mask;
-  memcpy(n->perm, in->perm, sizeof n->perm);
-  memcpy(n->axes, in->axes, sizeof n->axes);
-  n->naxes = in->naxes;
-  n->dot = in->dot;
-  n->str = in->str;
-  n->callee = in->callee;
+  ir_copy_attrs(n, in);
   for (int i = 0; i < in->nresults; i++)
     put(p, in->results[i], n->results[i]);
   return n;

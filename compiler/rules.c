@@ -904,6 +904,34 @@ static bool split_axes(RuleCtx *c, const Type *x, DimSpec s, const int64_t *piec
   return true;
 }
 
+/* Walks two lists of non-1 sizes together: equal sizes pair up, and in one
+ * place one element of `one` is the product of a run of >= 2 elements of
+ * `many`. Finds that place (*at_one, *at_many, run length *len). */
+static bool find_run(const NonOne *one, const NonOne *many, int *at_one, int *at_many, int *len) {
+  int i = 0, j = 0;
+  *len = 0;
+  while (i < one->n && j < many->n) {
+    if (one->size[i] == many->size[j]) {
+      i++, j++;
+      continue;
+    }
+    if (*len)
+      return false;
+    int64_t prod = many->size[j];
+    int k = j + 1;
+    while (k < many->n && prod < one->size[i])
+      prod *= many->size[k++];
+    if (prod != one->size[i] || k - j < 2)
+      return false;
+    *at_one = i;
+    *at_many = j;
+    *len = k - j;
+    i++;
+    j = k;
+  }
+  return *len && i == one->n && j == many->n;
+}
+
 static bool reshape_specs(RuleCtx *c, const Type *x, Type *r) {
   bool any = false;
   for (int d = 0; d < x->rank; d++)
@@ -922,73 +950,46 @@ static bool reshape_specs(RuleCtx *c, const Type *x, Type *r) {
       r->spec[b.pos[i]] = x->spec[a.pos[i]];
     return true;
   }
-  /* Split: one operand dim becomes a run of >= 2 output dims. */
-  int ia = 0, ib = 0, splits = 0;
-  bool ok = true;
+  int ia, ib, len;
   DimSpec outspec[MAX_RANK];
   memset(outspec, 0, sizeof outspec);
-  while (ok && ia < a.n && ib < b.n) {
-    if (a.size[ia] == b.size[ib]) {
-      outspec[ib] = x->spec[a.pos[ia]];
-      ia++, ib++;
-      continue;
+  /* Split: one operand dim becomes a run of >= 2 output dims. */
+  if (find_run(&a, &b, &ia, &ib, &len)) {
+    for (int k = 0; k < b.n; k++) {
+      if (k < ib)
+        outspec[k] = x->spec[a.pos[k]];
+      else if (k >= ib + len)
+        outspec[k] = x->spec[a.pos[k - len + 1]];
     }
-    int64_t prod = b.size[ib];
-    int j = ib + 1;
-    while (j < b.n && prod < a.size[ia])
-      prod *= b.size[j++];
-    if (prod != a.size[ia] || j - ib < 2 || ++splits > 1) {
-      ok = false;
-      break;
-    }
-    if (!split_axes(c, x, x->spec[a.pos[ia]], &b.size[ib], j - ib, &outspec[ib], r))
+    if (!split_axes(c, x, x->spec[a.pos[ia]], &b.size[ib], len, &outspec[ib], r))
       return false;
-    ia++;
-    ib = j;
-  }
-  if (ok && ia == a.n && ib == b.n) {
     for (int i = 0; i < b.n; i++)
       r->spec[b.pos[i]] = outspec[i];
     return true;
   }
   /* Merge: a run of >= 2 operand dims becomes one output dim. */
-  ia = ib = 0;
-  int merges = 0;
-  ok = true;
-  memset(outspec, 0, sizeof outspec);
-  while (ok && ia < a.n && ib < b.n) {
-    if (a.size[ia] == b.size[ib]) {
-      outspec[ib] = x->spec[a.pos[ia]];
-      ia++, ib++;
-      continue;
-    }
-    int64_t prod = a.size[ia];
-    int j = ia + 1;
-    while (j < a.n && prod < b.size[ib])
-      prod *= a.size[j++];
-    if (prod != b.size[ib] || j - ia < 2 || ++merges > 1) {
-      ok = false;
-      break;
+  if (find_run(&b, &a, &ib, &ia, &len)) {
+    for (int k = 0; k < b.n; k++) {
+      if (k < ib)
+        outspec[k] = x->spec[a.pos[k]];
+      else if (k > ib)
+        outspec[k] = x->spec[a.pos[k + len - 1]];
     }
     DimSpec m = {0};
     int last_sharded = -1;
-    for (int k = ia; k < j; k++)
+    for (int k = ia; k < ia + len; k++)
       if (x->spec[a.pos[k]].n)
         last_sharded = k;
     for (int k = ia; k <= last_sharded; k++) {
-      DimSpec s = x->spec[a.pos[k]];
-      if (!s.n)
+      DimSpec sp = x->spec[a.pos[k]];
+      if (!sp.n)
         return reshape_fail(c, x, r, "the merged dims have an unsharded dim before a sharded one");
-      for (int q = 0; q < s.n; q++)
-        m.axes[m.n++] = s.axes[q];
+      for (int q = 0; q < sp.n; q++)
+        m.axes[m.n++] = sp.axes[q];
     }
     if (b.size[ib] % ty_spec_parts(c->mesh, m))
       return reshape_fail(c, x, r, "the merged dim is not divisible by its axes");
     outspec[ib] = m;
-    ia = j;
-    ib++;
-  }
-  if (ok && ia == a.n && ib == b.n) {
     for (int i = 0; i < b.n; i++)
       r->spec[b.pos[i]] = outspec[i];
     return true;

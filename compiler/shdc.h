@@ -686,6 +686,8 @@ Value *ir_value(Module *mod, Type t);
 Inst *ir_emit(Module *mod, IrBlock *b, Opcode op, Pos pos, int nargs, Value **args, int nresults, const Type *rtypes);
 Value *ir_emit1(Module *mod, IrBlock *b, Opcode op, Pos pos, int nargs, Value **args, Type rtype);
 void ir_add_region(Inst *in, IrBlock *b);
+/* Copies every attribute (not operands, results or regions). */
+void ir_copy_attrs(Inst *dst, const Inst *src);
 const char *ir_unop_name(int op);
 const char *ir_binop_name(int op);
 const char *ir_red_name(int op);
@@ -697,6 +699,8 @@ const char *ir_opname(Opcode op);
  * blocks as uses by the instruction that owns the block; unused values get
  * their defining index. last_use is indexed by value id. */
 void ir_last_uses(const IrBlock *b, int *last_use);
+/* Adds to uses[id] every use of each value in b, nested blocks included. */
+void ir_count_uses(const IrBlock *b, int *uses);
 /* Structural checks between passes: operands defined before use and in
  * scope, region arity, terminators. Aborts with an ICE on failure. */
 void ir_verify(const Module *mod);

@@ -71,6 +71,17 @@ static bool need_pos(TcCtx *c, Expr *e, int npos, int want_min, int want_max, co
   return true;
 }
 
+/* Splits a call's arguments into lo..hi positional ones and the keyword
+ * arguments kwn[0..nkw); returns how many positional ones there are, or -1
+ * after reporting a misuse with the usage line. */
+static int call_args(TcCtx *c, Expr *e, Expr **pos, int lo, int hi, Expr **kw, const char **kwn, int nkw,
+                     const char *usage) {
+  int n;
+  bool ok = true;
+  tc_split_args(e, pos, hi, &n, kw, kwn, nkw, &ok);
+  return ok && need_pos(c, e, n, lo, hi, usage) ? n : -1;
+}
+
 /* axis=k, axis=(j, k) or axis=[j, k] -> a dims mask; negative counts from
  * the end as in NumPy. */
 static bool dims_arg(TcCtx *c, Expr *a, int rank, unsigned *mask, const char *what) {
@@ -124,10 +135,8 @@ static bool one_dim_arg(TcCtx *c, Expr *a, int rank, int *dim, const char *what)
 
 static Type check_unary_fn(TcCtx *c, Expr *e, TcInfo *info) {
   Expr *pos[1], *kw[1];
-  int n;
-  bool ok = true;
-  tc_split_args(e, pos, 1, &n, kw, NULL, 0, &ok);
-  if (!ok || !need_pos(c, e, n, 1, 1, arena_printf("%s(x)", fname(e))))
+  int n = call_args(c, e, pos, 1, 1, kw, NULL, 0, arena_printf("%s(x)", fname(e)));
+  if (n < 0)
     return ty_error();
   Type x = operand(c, pos[0], fname(e));
   if (x.kind == TY_ERROR)
@@ -140,12 +149,10 @@ static Type check_unary_fn(TcCtx *c, Expr *e, TcInfo *info) {
 
 static Type check_nary(TcCtx *c, Expr *e, TcInfo *info, int op, int nargs) {
   Expr *pos[3], *kw[1];
-  int n;
-  bool ok = true;
-  tc_split_args(e, pos, nargs, &n, kw, NULL, 0, &ok);
   const char *usage = nargs == 3 ? "where(cond, a, b)" : arena_printf("%s(a, b)", fname(e));
-  if (!ok || !need_pos(c, e, n, nargs, nargs, usage))
+  if (call_args(c, e, pos, nargs, nargs, kw, NULL, 0, usage) < 0)
     return ty_error();
+  bool ok = true;
   Type t[3];
   for (int i = 0; i < nargs; i++) {
     t[i] = operand(c, pos[i], fname(e));
@@ -167,11 +174,9 @@ static Type check_nary(TcCtx *c, Expr *e, TcInfo *info, int op, int nargs) {
 static Type check_reduction(TcCtx *c, Expr *e, TcInfo *info, const Type *annot) {
   Expr *pos[1], *kw[1];
   const char *kwn[1] = {"axis"};
-  int n;
-  bool ok = true;
-  tc_split_args(e, pos, 1, &n, kw, kwn, 1, &ok);
-  if (!ok || !need_pos(c, e, n, 1, 1, arena_printf("%s(x) or %s(x, axis=k) or %s(x, axis=(j, k))", fname(e),
-                                                     fname(e), fname(e))))
+  int n = call_args(c, e, pos, 1, 1, kw, kwn, 1, arena_printf("%s(x) or %s(x, axis=k) or %s(x, axis=(j, k))", fname(e),
+                                                     fname(e), fname(e)));
+  if (n < 0)
     return ty_error();
   Type x = operand(c, pos[0], fname(e));
   if (x.kind == TY_ERROR)
@@ -215,10 +220,8 @@ static Type check_reduction(TcCtx *c, Expr *e, TcInfo *info, const Type *annot) 
 static Type check_transpose(TcCtx *c, Expr *e, TcInfo *info) {
   Expr *pos[1], *kw[1];
   const char *kwn[1] = {"perm"};
-  int n;
-  bool ok = true;
-  tc_split_args(e, pos, 1, &n, kw, kwn, 1, &ok);
-  if (!ok || !need_pos(c, e, n, 1, 1, "transpose(x) or transpose(x, perm=[1, 0, 2])"))
+  int n = call_args(c, e, pos, 1, 1, kw, kwn, 1, "transpose(x) or transpose(x, perm=[1, 0, 2])");
+  if (n < 0)
     return ty_error();
   Type x = operand(c, pos[0], "transpose");
   if (x.kind == TY_ERROR)
@@ -251,10 +254,8 @@ static Type check_transpose(TcCtx *c, Expr *e, TcInfo *info) {
 
 static Type check_reshape(TcCtx *c, Expr *e, TcInfo *info, const Type *annot) {
   Expr *pos[2], *kw[1];
-  int n;
-  bool ok = true;
-  tc_split_args(e, pos, 2, &n, kw, NULL, 0, &ok);
-  if (!ok || !need_pos(c, e, n, 2, 2, "reshape(x, [dims])"))
+  int n = call_args(c, e, pos, 2, 2, kw, NULL, 0, "reshape(x, [dims])");
+  if (n < 0)
     return ty_error();
   Type x = operand(c, pos[0], "reshape");
   if (x.kind == TY_ERROR)
@@ -435,10 +436,8 @@ static Type einsum_unary(TcCtx *c, Expr *e, TcInfo *info, EinsumSpec *sp, Type *
 
 static Type check_einsum(TcCtx *c, Expr *e, TcInfo *info, const Type *annot) {
   Expr *pos[3], *kw[1];
-  int n;
-  bool ok = true;
-  tc_split_args(e, pos, 3, &n, kw, NULL, 0, &ok);
-  if (!ok || !need_pos(c, e, n, 2, 3, "einsum(\"bd,df->bf\", a, b) or einsum(\"ij->ji\", a)"))
+  int n = call_args(c, e, pos, 2, 3, kw, NULL, 0, "einsum(\"bd,df->bf\", a, b) or einsum(\"ij->ji\", a)");
+  if (n < 0)
     return ty_error();
   if (pos[0]->kind != EX_STRING) {
     diag_error(pos[0]->pos, "E_ARG", "einsum: the first argument is the spec string, e.g. \"bd,df->bf\"");
@@ -564,10 +563,8 @@ static bool type_arg(TcCtx *c, Expr *a, Type *out, const char *what) {
 
 static Type check_cast(TcCtx *c, Expr *e, TcInfo *info) {
   Expr *pos[2], *kw[1];
-  int n;
-  bool ok = true;
-  tc_split_args(e, pos, 2, &n, kw, NULL, 0, &ok);
-  if (!ok || !need_pos(c, e, n, 2, 2, "cast(x, f64)"))
+  int n = call_args(c, e, pos, 2, 2, kw, NULL, 0, "cast(x, f64)");
+  if (n < 0)
     return ty_error();
   Type x = operand(c, pos[0], "cast");
   if (x.kind == TY_ERROR)
@@ -595,10 +592,8 @@ static Type check_cast(TcCtx *c, Expr *e, TcInfo *info) {
 
 static Type check_reshard(TcCtx *c, Expr *e, TcInfo *info) {
   Expr *pos[2], *kw[1];
-  int n;
-  bool ok = true;
-  tc_split_args(e, pos, 2, &n, kw, NULL, 0, &ok);
-  if (!ok || !need_pos(c, e, n, 2, 2, "reshard(x, TYPE)"))
+  int n = call_args(c, e, pos, 2, 2, kw, NULL, 0, "reshard(x, TYPE)");
+  if (n < 0)
     return ty_error();
   Type x = operand(c, pos[0], "reshard");
   Type target;
@@ -787,10 +782,8 @@ static bool string_arg(TcCtx *c, Expr *a, const char *what) {
 
 static Type check_save(TcCtx *c, Expr *e, TcInfo *info) {
   Expr *pos[2], *kw[1];
-  int n;
-  bool ok = true;
-  tc_split_args(e, pos, 2, &n, kw, NULL, 0, &ok);
-  if (!ok || !need_pos(c, e, n, 2, 2, "save(\"path.npy\", x)") || !string_arg(c, pos[0], "save"))
+  int n = call_args(c, e, pos, 2, 2, kw, NULL, 0, "save(\"path.npy\", x)");
+  if (n < 0 || !string_arg(c, pos[0], "save"))
     return ty_error();
   Type x = operand(c, pos[1], "save");
   if (x.kind == TY_ERROR)
@@ -803,10 +796,8 @@ static Type check_save(TcCtx *c, Expr *e, TcInfo *info) {
 
 static Type check_load(TcCtx *c, Expr *e, TcInfo *info, const Type *annot) {
   Expr *pos[1], *kw[1];
-  int n;
-  bool ok = true;
-  tc_split_args(e, pos, 1, &n, kw, NULL, 0, &ok);
-  if (!ok || !need_pos(c, e, n, 1, 1, "load(\"path.npy\")") || !string_arg(c, pos[0], "load"))
+  int n = call_args(c, e, pos, 1, 1, kw, NULL, 0, "load(\"path.npy\")");
+  if (n < 0 || !string_arg(c, pos[0], "load"))
     return ty_error();
   if (!annot && c->bad_annot == e)
     return ty_error();
@@ -825,10 +816,8 @@ static Type check_load(TcCtx *c, Expr *e, TcInfo *info, const Type *annot) {
 
 static Type check_arg(TcCtx *c, Expr *e, TcInfo *info, const Type *annot) {
   Expr *pos[2], *kw[1];
-  int n;
-  bool ok = true;
-  tc_split_args(e, pos, 2, &n, kw, NULL, 0, &ok);
-  if (!ok || !need_pos(c, e, n, 2, 2, "arg(\"name\", default)") || !string_arg(c, pos[0], "arg"))
+  int n = call_args(c, e, pos, 2, 2, kw, NULL, 0, "arg(\"name\", default)");
+  if (n < 0 || !string_arg(c, pos[0], "arg"))
     return ty_error();
   Type d = tc_expr(c, pos[1]);
   if (d.kind == TY_ERROR)
