@@ -19,7 +19,8 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototy
 OPT      ?= -O2 -g
 SAN      ?=
 CFLAGS_C := -std=c11 -D_GNU_SOURCE $(OPT) $(SAN) $(WARN) -MMD -MP
-BLAS_INC := $(shell pkg-config --cflags openblas 2>/dev/null)
+# Deferred: on a fresh machine OpenBLAS is installed by $(B)/stamp-deps first.
+BLAS_INC  = $(shell pkg-config --cflags openblas 2>/dev/null)
 RE2C     ?= re2c
 LEMON    ?= lemon
 
