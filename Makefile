@@ -4,6 +4,7 @@
 #   make test     install what is missing, build, run every test
 #   make demo     build, compile dsl-examples/mlp_dp.shd, run it under mpirun
 #   make san      the same build with ASan+UBSan, under build/san/
+#   make fuzz     mutated test programs through the sanitizer build
 #   make bench    run the benchmarks in bench/ and print their tables
 #   make clean
 
@@ -99,12 +100,19 @@ demo: all
 san:
 	$(MAKE) B=$(B)/san SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -Wno-format-truncation" OPT="-O1 -g" all
 
+# Every test program, truncated and mutated, through the sanitizer build:
+# shdc must answer each with diagnostics, never crash or hang.
+fuzz: san
+	ASAN_OPTIONS=detect_leaks=0:exitcode=86 UBSAN_OPTIONS=halt_on_error=1:exitcode=87 \
+	    "$$(tools/find-python)" tests/errors/test_fuzz.py --shdc $(B)/san/shdc --all \
+	    --mutations $${FUZZ_MUTATIONS:-20} --seed $${FUZZ_SEED:-1}
+
 bench: all
 	bench/run
 
 clean:
 	rm -rf $(B)
 
-.PHONY: all test demo san bench clean runtime-tests
+.PHONY: all test demo san fuzz bench clean runtime-tests
 
 -include $(COMPILER_OBJ:.o=.d) $(RUNTIME_OBJ:.o=.d) $(RT_TESTS:=.d)

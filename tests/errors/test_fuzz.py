@@ -38,14 +38,14 @@ def run(shdc, path, cmd):
     return None
 
 
-def cases():
-    rnd = random.Random(2024)
-    for rel in SOURCES:
+def cases(sources, mutations, seed):
+    rnd = random.Random(seed)
+    for rel in sources:
         src = open(os.path.join(ROOT, rel), encoding="utf-8").read()
         step = max(1, len(src) // 150)
         for n in range(0, len(src), step):
             yield "%s[:%d]" % (rel, n), src[:n]
-        for k in range(60):
+        for k in range(mutations):
             t = list(src)
             for _ in range(rnd.randint(1, 4)):
                 i = rnd.randrange(len(t))
@@ -69,12 +69,21 @@ def cases():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
+    ap.add_argument("--mutations", type=int, default=60, help="mutated copies of each source")
+    ap.add_argument("--seed", type=int, default=2024)
+    ap.add_argument("--all", action="store_true", help="every .shd in tests/ and dsl-examples/ as a source")
     a = ap.parse_args()
+    sources = SOURCES
+    if a.all:
+        import glob
+        sources = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests", "**", "*.shd"),
+                                                                         recursive=True))
+        sources += sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "dsl-examples", "*.shd")))
     failures = []
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "fuzz.shd")
         n = 0
-        for name, text in cases():
+        for name, text in cases(sources, a.mutations, a.seed):
             with open(path, "w", encoding="latin-1", errors="replace") as f:
                 f.write(text)
             n += 1
