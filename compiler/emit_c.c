@@ -244,8 +244,7 @@ static int open_loops(Emit *e, const Type *res, bool need_dims) {
   return res->rank;
 }
 
-static void close_loops(Emit *e, int n, bool need_dims) {
-  (void)need_dims;
+static void close_loops(Emit *e, int n) {
   for (int k = 0; k < n; k++) {
     e->indent -= 2;
     line(e, "}");
@@ -419,7 +418,7 @@ static void emit_elementwise(Emit *e, const Inst *in) {
   bool dims = needs_dims(e, in);
   int n = open_loops(e, &r->type, dims);
   line(e, "%s[i] = %s;", vname(r), x);
-  close_loops(e, n, dims);
+  close_loops(e, n);
 }
 
 /* ---- creation --------------------------------------------------------------------------- */

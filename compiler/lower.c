@@ -167,9 +167,7 @@ static double fold(Lower *L, Expr *e) {
   case EX_FLOAT: return e->fval;
   case EX_BOOL: return (double)e->ival;
   case EX_NAME:
-    if (e->sym->kind == SYM_CONST)
-      return e->sym->fval;
-    return e->sym->fval;   /* a let-bound weak value */
+    return e->sym->fval;   /* a const, or a let-bound weak value */
   case EX_UNARY: return fold_unary(e->op, fold(L, e->lhs));
   case EX_BINARY: {
     bool integer = e->lhs->ty->dtype == DT_I32 && e->rhs->ty->dtype == DT_I32;

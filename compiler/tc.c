@@ -492,7 +492,7 @@ static void check_assign(TcCtx *c, Stmt *s) {
     /* The var's type is the out_sharding; a creation that names another
      * type changes the var's type. */
     c->annot_code = "E_CARRY";
-    t = tc_expr_annot(c, s->expr, &sym->type, arena_printf("assignment to %s", name));
+    tc_expr_annot(c, s->expr, &sym->type, arena_printf("assignment to %s", name));
     c->annot_code = NULL;
     return;
   }

@@ -484,41 +484,19 @@ def main():
         print("warning: NumPy is missing, so results are not compared with references (apt-get install python3-numpy)")
     failed = []
     start = time.time()
-    for t in rt:
-        name = os.path.relpath(t, ROOT)
-        t0 = time.time()
-        try:
-            runtime_test(t, os.path.abspath(a.build))
-            print("PASS %s (%.1fs)" % (name, time.time() - t0), flush=True)
-        except Failure as f:
-            print("FAIL %s\n  %s" % (name, str(f).replace("\n", "\n  ")), flush=True)
-            failed.append(name)
-    for t in scripts:
-        name = os.path.relpath(t, ROOT)
-        t0 = time.time()
-        try:
-            script_test(t, shdc)
-            print("PASS %s (%.1fs)" % (name, time.time() - t0), flush=True)
-        except Failure as f:
-            print("FAIL %s\n  %s" % (name, str(f).replace("\n", "\n  ")), flush=True)
-            failed.append(name)
-    for t in tests:
-        name = os.path.relpath(t, ROOT)
-        t0 = time.time()
-        try:
-            ShdTest(t, shdc).run_all()
-            print("PASS %s (%.1fs)" % (name, time.time() - t0), flush=True)
-        except Failure as f:
-            print("FAIL %s\n  %s" % (name, str(f).replace("\n", "\n  ")), flush=True)
-            failed.append(name)
-    for d in docs:
-        name = os.path.relpath(d, ROOT)
-        try:
-            docs_test(d)
-            print("PASS %s (examples are test excerpts)" % name, flush=True)
-        except Failure as f:
-            print("FAIL %s\n  %s" % (name, str(f).replace("\n", "\n  ")), flush=True)
-            failed.append(name)
+    build = os.path.abspath(a.build)
+    kinds = [(rt, lambda t: runtime_test(t, build)), (scripts, lambda t: script_test(t, shdc)),
+             (tests, lambda t: ShdTest(t, shdc).run_all()), (docs, docs_test)]
+    for paths, check in kinds:
+        for t in paths:
+            name = os.path.relpath(t, ROOT)
+            t0 = time.time()
+            try:
+                check(t)
+                print("PASS %s (%.1fs)" % (name, time.time() - t0), flush=True)
+            except Failure as f:
+                print("FAIL %s\n  %s" % (name, str(f).replace("\n", "\n  ")), flush=True)
+                failed.append(name)
     total = len(tests) + len(rt) + len(scripts) + len(docs)
     print("\n%d of %d tests passed in %.0fs" % (total - len(failed), total, time.time() - start))
     if failed:
