@@ -127,7 +127,6 @@ static const char *binop_names[BIN__COUNT] = {
 };
 static const char *red_names[] = {"sum", "max", "min"};
 
-const char *ir_unop_name(int op) { return unop_names[op]; }
 const char *ir_binop_name(int op) { return binop_names[op]; }
 const char *ir_red_name(int op) { return red_names[op]; }
 

@@ -360,15 +360,12 @@ Type ty_scalar(DType dt);
 Type ty_void(void);
 Type ty_error(void);
 Type ty_tuple(int n, const Type *elems);
-bool ty_is_array(const Type *t);
-bool ty_is_scalar(const Type *t);
 bool ty_is_float(DType dt);
 bool ty_equal(const Type *a, const Type *b);          /* ignores weak */
 bool ty_same_sharding(const Type *a, const Type *b);  /* specs, U, R, V */
 bool ty_spec_equal(DimSpec a, DimSpec b);
 AxisSet ty_spec_axes(DimSpec s);
 AxisSet ty_dim_axes(const Type *t);                   /* axes used by any dim */
-AxisSet ty_used_axes(const Type *t);                  /* dims | U | R | V */
 int64_t ty_spec_parts(const Mesh *m, DimSpec s);      /* product of sizes */
 int64_t ty_local_dim(const Mesh *m, const Type *t, int d);
 void ty_local_shape(const Mesh *m, const Type *t, int64_t *out);
@@ -688,7 +685,6 @@ Value *ir_emit1(Module *mod, IrBlock *b, Opcode op, Pos pos, int nargs, Value **
 void ir_add_region(Inst *in, IrBlock *b);
 /* Copies every attribute (not operands, results or regions). */
 void ir_copy_attrs(Inst *dst, const Inst *src);
-const char *ir_unop_name(int op);
 const char *ir_binop_name(int op);
 const char *ir_red_name(int op);
 void ir_print_module(FILE *out, const Module *mod);

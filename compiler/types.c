@@ -47,8 +47,6 @@ Type ty_tuple(int n, const Type *elems) {
   return t;
 }
 
-bool ty_is_array(const Type *t) { return t->kind == TY_ARRAY; }
-bool ty_is_scalar(const Type *t) { return t->kind == TY_ARRAY && t->rank == 0; }
 bool ty_is_float(DType dt) { return dt == DT_F32 || dt == DT_F64; }
 
 bool ty_spec_equal(DimSpec a, DimSpec b) {
@@ -73,8 +71,6 @@ AxisSet ty_dim_axes(const Type *t) {
     m |= ty_spec_axes(t->spec[d]);
   return m;
 }
-
-AxisSet ty_used_axes(const Type *t) { return ty_dim_axes(t) | t->U | t->R | t->V; }
 
 bool ty_same_sharding(const Type *a, const Type *b) {
   if (a->rank != b->rank || a->U != b->U || a->R != b->R || a->V != b->V)
