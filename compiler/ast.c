@@ -22,9 +22,9 @@ Stmt *ast_stmt(StmtKind kind, Pos pos) {
 const char *ast_binop_text(int op) {
   static const char *names[BIN__COUNT] = {
       [BIN_ADD] = "+", [BIN_SUB] = "-", [BIN_MUL] = "*", [BIN_DIV] = "/",
-      [BIN_MAX] = "maximum", [BIN_MIN] = "minimum", [BIN_POW] = "pow",
+      [BIN_MAX] = "maximum", [BIN_MIN] = "minimum", [BIN_POW] = "**", [BIN_MOD] = "%",
       [BIN_LT] = "<", [BIN_LE] = "<=", [BIN_GT] = ">", [BIN_GE] = ">=",
-      [BIN_EQ] = "==", [BIN_NE] = "!=", [BIN_AND] = "and", [BIN_OR] = "or",
+      [BIN_EQ] = "==", [BIN_NE] = "!=", [BIN_AND] = "&", [BIN_OR] = "|",
       [BIN_MATMUL] = "@",
   };
   return op >= 0 && op < BIN__COUNT ? names[op] : "?";

@@ -13,9 +13,17 @@
  * all-reduce that transposes pcast(to=varying).
  *
  * Loops: the forward loop saves its carries on a tape, one entry per
- * iteration; the reverse loop runs the iterations backwards, recomputes each
- * body from its saved carries, and backpropagates through it, carrying the
- * cotangents of the carries and of the outer values the body reads. Branches
+ * iteration, and the results of the body's costly operations (contractions,
+ * reductions, reshards and every other operation that may communicate or
+ * is not a fusable elementwise one) that depend on the carries: its
+ * residuals, as JAX's scan saves them (what depends only on outer values,
+ * such as a layer's weights gathered from their shards, is recomputed). The reverse loop runs the iterations backwards, takes the residuals
+ * from their tapes and recomputes only the cheap elementwise code between
+ * them (which fuses into the backward's loops), then backpropagates through
+ * the body, carrying the cotangents of the carries and of the outer values
+ * the body reads. So a layer loop communicates and multiplies matrices in
+ * the backward pass exactly as an unrolled one; residual tapes that the
+ * backward does not read are dropped (opt_prune_tapes). Branches
  * recompute the taken branch; under a condition that varies across devices,
  * an active cast whose transpose all-reduces is an error [E_GRAD].
  * Recomputed code drops print and save.
@@ -25,6 +33,10 @@
  * meets only reduced partners and stays pending: no VJP communicates
  * beyond what the types ask for.
  *
+ * This file holds the machinery (activity, accumulation, inlining, tapes,
+ * loops, branches) and the builders that the families' VJPs use; each
+ * operation's own VJP is its OpDef.vjp, in its family's file.
+ *
  * A grad inside a differentiated function is built first and inlined like
  * any call: second derivatives work, except through a loop (the inner
  * gradient's tape is not differentiated: [E_GRAD]).
@@ -33,10 +45,12 @@
 
 typedef struct {
   Inst *loop;
-  Value *tapes[64];
+  Value **tapes;        /* one per carry */
+  Vec saved;            /* Inst *: body instructions whose results are taped */
+  Vec saved_tapes;      /* Value **: their tapes, one per result */
 } LoopTapes;
 
-typedef struct {
+struct AD {
   Module *mod;
   const Mesh *m;
   IrBlock *b;           /* where instructions go */
@@ -52,7 +66,9 @@ typedef struct {
   Pos nested;           /* while inlining a generated gradient: the call's place */
   bool in_nested;
   Vec nested_pushes;    /* NestedPush *: tape pushes copied from a generated gradient */
-} AD;
+  long cloned;          /* instructions copied for all gradients so far */
+  bool too_big;         /* ... more than MAX_CLONED: autodiff is abandoned */
+};
 
 /* A tape push of a gradient function that is itself being differentiated
  * (grad of a function that calls grad): differentiating through a tape is not
@@ -78,8 +94,7 @@ static void grow(AD *a) {
   a->cap = cap;
 }
 
-static void fail(AD *a, Pos pos, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fail(AD *a, Pos pos, const char *fmt, ...) {
+void ad_fail(AD *a, Pos pos, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   diag_verror(pos, "E_GRAD", fmt, ap);
@@ -89,26 +104,28 @@ static void fail(AD *a, Pos pos, const char *fmt, ...) {
   a->failed = true;
 }
 
+const Mesh *ad_mesh(AD *a) { return a->m; }
+
 /* The value a primal value has in the code being emitted. */
-static Value *P(AD *a, Value *v) {
+Value *ad_primal(AD *a, Value *v) {
   grow(a);
   return a->rm[v->id] ? a->rm[v->id] : v;
 }
 
 /* ---- emitting typed instructions ---------------------------------------------------- */
 
-static Inst *emit(AD *a, Opcode op, int n, Value **args, Type t) {
+Inst *ad_emit(AD *a, int op, int n, Value **args, Type t) {
   Inst *in = ir_emit(a->mod, a->b, op, a->pos, n, args, 1, &t);
   grow(a);
   return in;
 }
 
-static Value *emit1(AD *a, Opcode op, int n, Value **args, Type t) { return emit(a, op, n, args, t)->results[0]; }
+Value *ad_emit1(AD *a, int op, int n, Value **args, Type t) { return ad_emit(a, op, n, args, t)->results[0]; }
 
 static bool is_literal(const Value *v) { return v->def && v->def->op == IR_CONST; }
 
-static Value *cst(AD *a, DType dt, double x) {
-  Inst *in = emit(a, IR_CONST, 0, NULL, ty_scalar(dt));
+Value *ad_const(AD *a, DType dt, double x) {
+  Inst *in = ad_emit(a, IR_CONST, 0, NULL, ty_scalar(dt));
   in->fval = x;
   in->ival = (int64_t)x;
   return in->results[0];
@@ -118,8 +135,6 @@ static RuleCtx quiet(AD *a, const char *op) {
   RuleCtx r = {a->m, 0, {0}, op};
   return r;
 }
-
-static Value *to_type(AD *a, Value *v, const Type *t);
 
 /* An elementwise op whose result type the rules compute; a literal operand
  * adopts states as typing-rules D7 says. */
@@ -144,34 +159,34 @@ static Value *ew(AD *a, int irop, int fn, int n, Value **args) {
         continue;
       Type plain = args[i]->type;
       plain.U = plain.R = 0;
-      args[i] = to_type(a, args[i], &plain);
+      args[i] = ad_to_type(a, args[i], &plain);
       ts[i] = args[i]->type;
       ts[i].weak = false;
     }
     if (!rule_elementwise(&rc, irop == IR_SELECT ? -1 : fn, n, tp, &out))
-      diag_ice("autodiff: no type for an elementwise %s", irop == IR_SELECT ? "select" : ir_binop_name(fn));
+      diag_ice("autodiff: no type for an elementwise %s", irop == IR_SELECT ? "select" : op_binary_name(fn));
   }
   out.weak = false;
-  Inst *in = emit(a, irop, n, args, out);
+  Inst *in = ad_emit(a, irop, n, args, out);
   in->fn = fn;
   return in->results[0];
 }
 
-static Value *bin(AD *a, int fn, Value *x, Value *y) {
+Value *ad_bin(AD *a, int fn, Value *x, Value *y) {
   Value *args[2] = {x, y};
   return ew(a, IR_BINARY, fn, 2, args);
 }
 
-static Value *un(AD *a, int fn, Value *x) {
+Value *ad_un(AD *a, int fn, Value *x) {
   Type t = x->type;
   if (fn == UN_STEP || fn == UN_SIGN)
     t.U = 0;
-  Inst *in = emit(a, IR_UNARY, 1, &x, t);
+  Inst *in = ad_emit(a, IR_UNARY, 1, &x, t);
   in->fn = fn;
   return in->results[0];
 }
 
-static Value *select3(AD *a, Value *c, Value *x, Value *y) {
+Value *ad_select(AD *a, Value *c, Value *x, Value *y) {
   Value *args[3] = {c, x, y};
   return ew(a, IR_SELECT, 0, 3, args);
 }
@@ -179,7 +194,7 @@ static Value *select3(AD *a, Value *c, Value *x, Value *y) {
 /* The same logical value in another representation: a reshard in the
  * global view (free when only R changes), a retype across a manual
  * boundary. */
-static Value *to_type(AD *a, Value *v, const Type *t) {
+Value *ad_to_type(AD *a, Value *v, const Type *t) {
   if (ty_equal(&v->type, t))
     return v;
   bool same_shape = v->type.rank == t->rank;
@@ -188,43 +203,48 @@ static Value *to_type(AD *a, Value *v, const Type *t) {
   if (v->type.dtype != t->dtype) {
     Type c = v->type;
     c.dtype = t->dtype;
-    v = emit1(a, IR_CAST, 1, &v, c);
+    v = ad_emit1(a, IR_CAST, 1, &v, c);
     if (ty_equal(&v->type, t))
       return v;
   }
   if (same_shape && v->type.V == t->V)
-    return emit1(a, IR_RESHARD, 1, &v, *t);
+    return ad_emit1(a, IR_RESHARD, 1, &v, *t);
   diag_ice("autodiff: cannot convert %s to %s", ty_str(a->m, &v->type), ty_str(a->m, t));
 }
 
-static Value *zeros(AD *a, const Type *t) {
+Value *ad_zeros(AD *a, const Type *t) {
   Type plain = *t;
-  Value *z = cst(a, t->dtype, 0);
+  Value *z = ad_const(a, t->dtype, 0);
   if (t->rank == 0 && !t->U && !t->R && !t->V)
     return z;
   if (t->rank == 0)   /* a zero scalar with states: the same bytes everywhere */
-    return emit1(a, IR_RETYPE, 1, &z, plain);
-  return emit1(a, IR_FILL, 1, &z, plain);
+    return ad_emit1(a, IR_RETYPE, 1, &z, plain);
+  return ad_emit1(a, IR_FILL, 1, &z, plain);
 }
 
 static bool is_float_value(const Value *v) { return v->type.kind == TY_ARRAY && ty_is_float(v->type.dtype); }
 
 /* ---- accumulation -------------------------------------------------------------------- */
 
-static void add_ct(AD *a, Value *primal, Value *c) {
+void ad_add_ct(AD *a, Value *primal, Value *c) {
   grow(a);
   if (!a->active[primal->id] || !is_float_value(primal))
     return;
   Type want = ty_ct(&primal->type);
-  c = to_type(a, c, &want);
+  c = ad_to_type(a, c, &want);
   Value *prev = a->ct[primal->id];
   if (!prev) {
     a->ct[primal->id] = c;
     return;
   }
-  Inst *in = emit(a, IR_BINARY, 2, (Value *[]){prev, c}, want);
+  Inst *in = ad_emit(a, IR_BINARY, 2, (Value *[]){prev, c}, want);
   in->fn = BIN_ADD;
   a->ct[primal->id] = in->results[0];
+}
+
+Value *ad_ct(AD *a, Value *primal) {
+  grow(a);
+  return a->ct[primal->id];
 }
 
 static Value *ct_or_zero(AD *a, Value *primal) {
@@ -232,7 +252,7 @@ static Value *ct_or_zero(AD *a, Value *primal) {
   if (a->ct[primal->id])
     return a->ct[primal->id];
   Type t = ty_ct(&primal->type);
-  return zeros(a, &t);
+  return ad_zeros(a, &t);
 }
 
 /* Sums g (shaped like a broadcast result) down to the shape of the primal
@@ -240,7 +260,7 @@ static Value *ct_or_zero(AD *a, Value *primal) {
  * the cotangent type keeps (a <R:X> operand's cotangent stays <U:X>: no
  * all-reduce), and produces none that it does not (an <U:X> operand's
  * cotangent, <R:X>, is summed locally from the replicated g). */
-static Value *unbroadcast(AD *a, Value *g, const Type *primal) {
+Value *ad_unbroadcast(AD *a, Value *g, const Type *primal) {
   const Type *G = &g->type;
   Type want = ty_ct(primal);
   int off = G->rank - want.rank;
@@ -251,7 +271,7 @@ static Value *unbroadcast(AD *a, Value *g, const Type *primal) {
       mask |= 1u << d;
   }
   if (!mask)
-    return to_type(a, g, &want);
+    return ad_to_type(a, g, &want);
   Type r = *G;
   r.rank = 0;
   for (int d = 0; d < G->rank; d++) {
@@ -266,7 +286,7 @@ static Value *unbroadcast(AD *a, Value *g, const Type *primal) {
   r.U = want.U & ~ty_dim_axes(&r);
   r.R = 0;
   r.V = G->V;
-  Inst *in = emit(a, IR_REDUCE, 1, &g, r);
+  Inst *in = ad_emit(a, IR_REDUCE, 1, &g, r);
   in->fn = RED_SUM;
   in->mask = mask;
   Value *s = in->results[0];
@@ -274,14 +294,14 @@ static Value *unbroadcast(AD *a, Value *g, const Type *primal) {
     Type t = want;
     t.R = 0;
     t.U = r.U;
-    s = emit1(a, IR_RESHAPE, 1, &s, t);
+    s = ad_emit1(a, IR_RESHAPE, 1, &s, t);
   }
-  return to_type(a, s, &want);
+  return ad_to_type(a, s, &want);
 }
 
 /* v (shaped like a reduction of x over `mask`) broadcast back to x's shape,
  * typed t. */
-static Value *broadcast_as(AD *a, Value *v, const Type *x, unsigned mask, Type t) {
+Value *ad_broadcast_as(AD *a, Value *v, const Type *x, unsigned mask, Type t) {
   Type keep = v->type;
   keep.rank = x->rank;
   int k = 0;
@@ -295,14 +315,8 @@ static Value *broadcast_as(AD *a, Value *v, const Type *x, unsigned mask, Type t
       k++;
     }
   }
-  Value *r = keep.rank == v->type.rank ? v : emit1(a, IR_RESHAPE, 1, &v, keep);
-  return emit1(a, IR_BROADCAST, 1, &r, t);
-}
-
-/* The transpose of a sum: g broadcast back over the reduced dims, typed
- * ct(x). */
-static Value *broadcast_back(AD *a, Value *g, const Type *x, unsigned mask) {
-  return broadcast_as(a, g, x, mask, ty_ct(x));
+  Value *r = keep.rank == v->type.rank ? v : ad_emit1(a, IR_RESHAPE, 1, &v, keep);
+  return ad_emit1(a, IR_BROADCAST, 1, &r, t);
 }
 
 /* g where cond holds, 0 elsewhere. A pending (unreduced) g cannot meet a
@@ -310,418 +324,128 @@ static Value *broadcast_back(AD *a, Value *g, const Type *x, unsigned mask) {
  * over g's unreduced axes (U(A) x R(A) is U(A)); the mask, computed from
  * replicated or reduced values, is the same on every device, so marking it
  * is free. Otherwise a select: no NaN from an infinite g where cond fails. */
-static Value *gate(AD *a, Value *g, Value *cond) {
+Value *ad_gate(AD *a, Value *g, Value *cond) {
   if (!g->type.U)
-    return select3(a, cond, g, cst(a, g->type.dtype, 0));
+    return ad_select(a, cond, g, ad_const(a, g->type.dtype, 0));
   Type t = cond->type;
   t.dtype = g->type.dtype;
-  Value *m = emit1(a, IR_CAST, 1, &cond, t);
+  Value *m = ad_emit1(a, IR_CAST, 1, &cond, t);
   Type r = m->type;
   r.R = g->type.U;
-  return bin(a, BIN_MUL, g, to_type(a, m, &r));
-}
-
-/* ---- the VJP of each instruction ------------------------------------------------------- */
-
-static void vjp_unary(AD *a, Inst *in, Value *g) {
-  Value *x = P(a, in->args[0]), *y = P(a, in->results[0]);
-  DType dt = x->type.dtype;
-  Value *r;
-  switch (in->fn) {
-  case UN_NEG: r = un(a, UN_NEG, g); break;
-  case UN_EXP: r = bin(a, BIN_MUL, g, y); break;
-  case UN_LOG: r = bin(a, BIN_DIV, g, x); break;
-  case UN_SIN: r = bin(a, BIN_MUL, g, un(a, UN_COS, x)); break;
-  case UN_COS: r = un(a, UN_NEG, bin(a, BIN_MUL, g, un(a, UN_SIN, x))); break;
-  case UN_TANH: r = bin(a, BIN_MUL, g, bin(a, BIN_SUB, cst(a, dt, 1), bin(a, BIN_MUL, y, y))); break;
-  case UN_SQRT: r = bin(a, BIN_DIV, bin(a, BIN_MUL, g, cst(a, dt, 0.5)), y); break;
-  case UN_ABS: r = bin(a, BIN_MUL, g, un(a, UN_SIGN, x)); break;
-  /* relu' from the output (y > 0 iff x > 0): the pre-activation then has
-   * one use and fuses with whatever produced it. */
-  case UN_RELU: r = bin(a, BIN_MUL, g, un(a, UN_STEP, y)); break;
-  case UN_SIGMOID: r = bin(a, BIN_MUL, g, bin(a, BIN_MUL, y, bin(a, BIN_SUB, cst(a, dt, 1), y))); break;
-  default: return;   /* sign, step, not: zero derivative */
-  }
-  add_ct(a, in->args[0], r);
+  return ad_bin(a, BIN_MUL, g, ad_to_type(a, m, &r));
 }
 
 /* Whether primal needs a cotangent (active and float): checked before a
  * VJP emits anything, so inactive operands cost no code. A literal operand
  * is never active; its own unbroadcast would even be ill-typed (a varying
  * cotangent summed to an invariant literal's type). */
-static bool wants_ct(AD *a, const Value *primal) {
+bool ad_wants_ct(AD *a, const Value *primal) {
   grow(a);
   return a->active[primal->id] && is_float_value(primal);
 }
 
 /* Adds g, summed over the dims that broadcasting stretched, to primal. */
-static void add_ct_unbroadcast(AD *a, Value *primal, Value *g) {
-  add_ct(a, primal, unbroadcast(a, g, &primal->type));
-}
-
-static void vjp_binary(AD *a, Inst *in, Value *g) {
-  Value *x = P(a, in->args[0]), *y = P(a, in->args[1]);
-  Value *px = in->args[0], *py = in->args[1];
-  bool ax = wants_ct(a, px), ay = wants_ct(a, py);
-  DType dt = in->results[0]->type.dtype;
-  switch (in->fn) {
-  case BIN_ADD:
-    if (ax)
-      add_ct_unbroadcast(a, px, g);
-    if (ay)
-      add_ct_unbroadcast(a, py, g);
-    return;
-  case BIN_SUB:
-    if (ax)
-      add_ct_unbroadcast(a, px, g);
-    if (ay)
-      add_ct_unbroadcast(a, py, un(a, UN_NEG, g));
-    return;
-  case BIN_MUL:
-    if (ax)
-      add_ct_unbroadcast(a, px, bin(a, BIN_MUL, g, y));
-    if (ay)
-      add_ct_unbroadcast(a, py, bin(a, BIN_MUL, g, x));
-    return;
-  case BIN_DIV:
-    if (ax)
-      add_ct_unbroadcast(a, px, bin(a, BIN_DIV, g, y));
-    if (ay) {
-      Value *q = P(a, in->results[0]);
-      add_ct_unbroadcast(a, py, un(a, UN_NEG, bin(a, BIN_DIV, bin(a, BIN_MUL, g, q), y)));
-    }
-    return;
-  case BIN_MAX:
-  case BIN_MIN: {
-    if (!ax && !ay)
-      return;
-    /* Ties split evenly, as JAX does. */
-    Value *win = bin(a, in->fn == BIN_MAX ? BIN_GT : BIN_LT, x, y);
-    Value *lose = bin(a, in->fn == BIN_MAX ? BIN_LT : BIN_GT, x, y);
-    Value *tie = bin(a, BIN_EQ, x, y);
-    Value *half = gate(a, bin(a, BIN_MUL, g, cst(a, dt, 0.5)), tie);
-    if (ax)
-      add_ct_unbroadcast(a, px, bin(a, BIN_ADD, gate(a, g, win), half));
-    if (ay)
-      add_ct_unbroadcast(a, py, bin(a, BIN_ADD, gate(a, g, lose), half));
-    return;
-  }
-  default:
-    return;  /* comparisons and logic have no derivative */
-  }
-}
-
-/* The transpose of dot_general: a dot of the cotangent with the other
- * operand, whose result type is the differentiated operand's cotangent type
- * (typing-rules 4.2). */
-static void vjp_dot(AD *a, Inst *in, Value *g) {
-  const DotDims *d = &in->dot;
-  Value *x = P(a, in->args[0]), *y = P(a, in->args[1]);
-  int nb = d->nbatch;
-  bool used_x[MAX_RANK] = {0}, used_y[MAX_RANK] = {0};
-  for (int i = 0; i < nb; i++)
-    used_x[d->lhs_batch[i]] = used_y[d->rhs_batch[i]] = true;
-  for (int i = 0; i < d->ncontract; i++)
-    used_x[d->lhs_contract[i]] = used_y[d->rhs_contract[i]] = true;
-  int fx[MAX_RANK], nfx = 0, fy[MAX_RANK], nfy = 0;
-  for (int i = 0; i < x->type.rank; i++)
-    if (!used_x[i])
-      fx[nfx++] = i;
-  for (int i = 0; i < y->type.rank; i++)
-    if (!used_y[i])
-      fy[nfy++] = i;
-  for (int side = 0; side < 2; side++) {
-    Value *primal = in->args[side];
-    if (!a->active[primal->id])
-      continue;
-    /* side 0: ct_x = dot(g, y) contracting g's y-free dims with y's free
-     * dims; side 1: ct_y = dot(x, g) contracting x's free dims with g's
-     * x-free dims. */
-    Value *other = side ? x : y;
-    const Type *target = &primal->type;
-    DotDims nd = {0};
-    nd.nbatch = nb;
-    for (int i = 0; i < nb; i++) {
-      nd.lhs_batch[i] = side ? d->lhs_batch[i] : i;
-      nd.rhs_batch[i] = side ? i : d->rhs_batch[i];
-    }
-    if (!side) {
-      for (int i = 0; i < nfy; i++) {
-        nd.lhs_contract[nd.ncontract] = nb + nfx + i;
-        nd.rhs_contract[nd.ncontract++] = fy[i];
-      }
-    } else {
-      for (int i = 0; i < nfx; i++) {
-        nd.lhs_contract[nd.ncontract] = fx[i];
-        nd.rhs_contract[nd.ncontract++] = nb + i;
-      }
-    }
-    /* The new dot's result order and where each of target's dims lands. */
-    int where[MAX_RANK];
-    int pos = nb;
-    if (!side) {
-      /* (batch, x free (g's), y's remaining = y's contracting, in y order) */
-      for (int i = 0; i < nb; i++)
-        where[d->lhs_batch[i]] = i;
-      for (int i = 0; i < nfx; i++)
-        where[fx[i]] = pos++;
-      int ycon[MAX_RANK], nyc = 0;
-      for (int k = 0; k < y->type.rank; k++) {
-        bool is_c = false;
-        for (int i = 0; i < d->ncontract; i++)
-          is_c |= d->rhs_contract[i] == k;
-        if (is_c)
-          ycon[nyc++] = k;
-      }
-      for (int j = 0; j < nyc; j++)
-        for (int i = 0; i < d->ncontract; i++)
-          if (d->rhs_contract[i] == ycon[j])
-            where[d->lhs_contract[i]] = pos + j;
-    } else {
-      /* (batch, x's remaining = x's contracting in x order, y free (g's)) */
-      for (int i = 0; i < nb; i++)
-        where[d->rhs_batch[i]] = i;
-      int xcon[MAX_RANK], nxc = 0;
-      for (int k = 0; k < x->type.rank; k++) {
-        bool is_c = false;
-        for (int i = 0; i < d->ncontract; i++)
-          is_c |= d->lhs_contract[i] == k;
-        if (is_c)
-          xcon[nxc++] = k;
-      }
-      for (int j = 0; j < nxc; j++)
-        for (int i = 0; i < d->ncontract; i++)
-          if (d->lhs_contract[i] == xcon[j])
-            where[d->rhs_contract[i]] = pos + j;
-      pos += nxc;
-      for (int i = 0; i < nfy; i++)
-        where[fy[i]] = pos++;
-    }
-    Type ctt = ty_ct(target);
-    Type dt = ctt;
-    for (int k = 0; k < target->rank; k++) {
-      dt.shape[where[k]] = ctt.shape[k];
-      dt.spec[where[k]] = ctt.spec[k];
-    }
-    Value *ops[2] = {side ? other : g, side ? g : other};
-    Inst *di = emit(a, IR_DOT, 2, ops, dt);
-    di->dot = nd;
-    Value *r = di->results[0];
-    bool ident = true;
-    int perm[MAX_RANK];
-    for (int k = 0; k < target->rank; k++) {
-      perm[k] = where[k];
-      ident &= perm[k] == k;
-    }
-    if (!ident) {
-      Inst *t = emit(a, IR_TRANSPOSE, 1, &r, ctt);
-      memcpy(t->perm, perm, sizeof t->perm);
-      r = t->results[0];
-    }
-    add_ct(a, primal, r);
-  }
-}
-
-static void vjp_reduce(AD *a, Inst *in, Value *g) {
-  Value *px = in->args[0];
-  const Type *X = &px->type;
-  if (in->fn == RED_SUM) {
-    add_ct(a, px, broadcast_back(a, g, X, in->mask));
-    return;
-  }
-  /* max/min: the cotangent goes to the elements equal to the result, split
-   * evenly among ties. */
-  /* Everything but g is typed like the primal values (a reduced x gives
-   * reduced masks and counts, which a pending g may be divided and
-   * multiplied by without communication). */
-  Value *x = P(a, px), *y = P(a, in->results[0]);
-  Value *yb = broadcast_as(a, y, X, in->mask, x->type);
-  Value *hit = bin(a, BIN_EQ, x, yb);
-  Type ht = hit->type;
-  ht.dtype = X->dtype;
-  Value *m = emit1(a, IR_CAST, 1, &hit, ht);
-  Inst *cnt = emit(a, IR_REDUCE, 1, &m, y->type);
-  cnt->fn = RED_SUM;
-  cnt->mask = in->mask;
-  Value *share = bin(a, BIN_DIV, g, cnt->results[0]);
-  add_ct(a, px, bin(a, BIN_MUL, broadcast_back(a, share, X, in->mask), m));
-}
-
-static void vjp_transpose(AD *a, Inst *in, Value *g) {
-  int inv[MAX_RANK];
-  int rank = in->results[0]->type.rank;
-  for (int k = 0; k < rank; k++)
-    inv[in->perm[k]] = k;
-  Type t = ty_ct(&in->args[0]->type);
-  Inst *tr = emit(a, IR_TRANSPOSE, 1, &g, t);
-  memcpy(tr->perm, inv, sizeof tr->perm);
-  add_ct(a, in->args[0], tr->results[0]);
-}
-
-static Inst *collective(AD *a, Opcode op, Value *g, const Inst *like, Type t) {
-  Inst *c = emit(a, op, 1, &g, t);
-  c->naxes = like->naxes;
-  memcpy(c->axes, like->axes, sizeof c->axes);
-  c->fn = RED_SUM;
-  return c;
-}
-
-static AxisSet inst_axes(const Inst *in) {
-  AxisSet s = 0;
-  for (int i = 0; i < in->naxes; i++)
-    s |= 1u << in->axes[i];
-  return s;
-}
-
-/* Collectives and casts transpose as in typing-rules 4.3. */
-static void vjp_manual(AD *a, Inst *in, Value *g) {
-  Value *px = in->args[0];
-  Type X = px->type, ct = ty_ct(&X);
-  AxisSet ax = inst_axes(in);
-  switch (in->op) {
-  case IR_PCAST: {
-    int to;
-    if (in->fn == PCAST_VARYING && !(X.R & ax)) {
-      add_ct(a, px, collective(a, IR_ALL_REDUCE, g, in, ct)->results[0]);  /* pvary -> psum */
-      return;
-    }
-    to = in->fn == PCAST_VARYING ? PCAST_UNREDUCED : in->fn == PCAST_UNREDUCED ? PCAST_VARYING : -1;
-    if (to < 0) {
-      add_ct(a, px, collective(a, IR_ALL_REDUCE, g, in, ct)->results[0]);  /* reduced -> unreduced psum */
-      return;
-    }
-    Inst *c = collective(a, IR_PCAST, g, in, ct);
-    c->fn = to;
-    add_ct(a, px, c->results[0]);
-    return;
-  }
-  case IR_ALL_REDUCE:
-    if (in->fn == RED_SUM) {
-      Inst *c = collective(a, IR_PCAST, g, in, ct);
-      c->fn = (X.U & ax) ? PCAST_REDUCED : PCAST_VARYING;
-      add_ct(a, px, c->results[0]);
-      return;
-    } else {
-      /* pmax/pmin: the devices holding the extreme value share the
-       * cotangent. */
-      Value *x = P(a, px), *y = P(a, in->results[0]);
-      Value *hit = bin(a, BIN_EQ, x, y);
-      Type ht = hit->type;
-      ht.dtype = X.dtype;
-      Value *m = emit1(a, IR_CAST, 1, &hit, ht);
-      Type ct_t = m->type;
-      ct_t.V &= ~ax;
-      Value *cnt = collective(a, IR_ALL_REDUCE, m, in, ct_t)->results[0];
-      Value *share = bin(a, BIN_DIV, g, cnt);
-      Type vt = share->type;
-      vt.V |= ax;
-      Inst *pv = collective(a, IR_PCAST, share, in, vt);
-      pv->fn = PCAST_VARYING;
-      add_ct(a, px, bin(a, BIN_MUL, pv->results[0], m));
-      return;
-    }
-  case IR_ALL_GATHER: {
-    Type Y = in->results[0]->type;
-    Opcode op = (Y.R & ax) || (Y.V & ax) ? IR_REDUCE_SCATTER : IR_SLICE_BLOCK;
-    Inst *c = collective(a, op, g, in, ct);
-    c->dim = in->dim;
-    add_ct(a, px, c->results[0]);
-    return;
-  }
-  case IR_SLICE_BLOCK:    /* take the own block (I -> V): its transpose gathers (V -> I) */
-  case IR_REDUCE_SCATTER: {
-    Inst *c = collective(a, IR_ALL_GATHER, g, in, ct);
-    c->dim = in->dim;
-    add_ct(a, px, c->results[0]);
-    return;
-  }
-  case IR_ALL_TO_ALL: {
-    Inst *c = collective(a, IR_ALL_TO_ALL, g, in, ct);
-    c->dim = in->dim2;
-    c->dim2 = in->dim;
-    add_ct(a, px, c->results[0]);
-    return;
-  }
-  case IR_PPERMUTE: {
-    int64_t n = 1;
-    for (int i = 0; i < in->naxes; i++)
-      n *= a->m->sizes[in->axes[i]];
-    Inst *c = collective(a, IR_PPERMUTE, g, in, ct);
-    c->shift = (int)((n - in->shift) % n);
-    add_ct(a, px, c->results[0]);
-    return;
-  }
-  case IR_RETYPE:
-    add_ct(a, px, emit1(a, IR_RETYPE, 1, &g, ct));
-    return;
-  default:
-    diag_ice("vjp_manual %s", ir_opname(in->op));
-  }
+void ad_add_ct_unbroadcast(AD *a, Value *primal, Value *g) {
+  ad_add_ct(a, primal, ad_unbroadcast(a, g, &primal->type));
 }
 
 /* ---- cloning (with inlining) ------------------------------------------------------------- */
 
-static void clone_block(AD *a, const IrBlock *src, bool recompute, const IrBlock *own_loop_body);
-static void clone_inst(AD *a, const Inst *in, bool recompute, const IrBlock *own_loop_body);
+/* Cloning walks a body and, at each call, the callee's body, and at each
+ * for/if its regions. A call chain may be as long as the program, so the
+ * walk keeps its own stack of frames on the heap instead of recursing:
+ * each frame is a block being copied into `target`, and a callee's frame
+ * maps its return values to the call's results when it ends. Every call is
+ * inlined, so a function called from k places is copied k times; the
+ * copies all gradients together may make are capped (MAX_CLONED), since a
+ * program of functions that each call the next twice would otherwise
+ * double with every level. */
+#define MAX_CLONED 1000000
 
-static void inline_body(AD *a, const Inst *in, const Func *f, bool recompute);
+typedef struct {
+  const IrBlock *src;
+  int next;             /* src's next instruction */
+  IrBlock *target;      /* where the copies go */
+  const Inst *call;     /* the call whose callee src is the body of; NULL for a region */
+  Pos saved_nested;
+  bool saved_in_nested;
+} CloneFrame;
+
+typedef struct {
+  CloneFrame *f;
+  int n, cap;
+  bool recompute;
+  const IrBlock *own_loop_body;
+} CloneStack;
+
+static CloneFrame *push_frame(CloneStack *st, const IrBlock *src, IrBlock *target, const Inst *call) {
+  if (st->n == st->cap) {
+    st->cap = st->cap ? 2 * st->cap : 16;
+    st->f = realloc(st->f, sizeof(CloneFrame) * (size_t)st->cap);
+    if (!st->f)
+      diag_ice("out of memory");
+  }
+  CloneFrame *fr = &st->f[st->n++];
+  memset(fr, 0, sizeof *fr);
+  fr->src = src;
+  fr->target = target;
+  fr->call = call;
+  return fr;
+}
 
 static Value *retype_to(AD *a, Value *v, const Type *t) {
   if (ty_equal(&v->type, t))
     return v;
-  return emit1(a, IR_RETYPE, 1, &v, *t);
+  return ad_emit1(a, IR_RETYPE, 1, &v, *t);
 }
 
-static void inline_call(AD *a, const Inst *in, bool recompute) {
+/* A call: its arguments become the callee's parameters, and its body is
+ * copied next (a generated gradient inlined into another one marks where
+ * its tape pushes came from). */
+static void enter_call(AD *a, CloneStack *st, const Inst *in) {
   const Func *f = in->callee;
-  Pos saved_site = a->nested;
-  bool saved_in = a->in_nested;
+  for (int k = 0; k < f->body->nargs; k++)
+    a->rm[f->body->args[k]->id] = retype_to(a, ad_primal(a, in->args[k]), &f->body->args[k]->type);
+  CloneFrame *fr = push_frame(st, f->body, a->b, in);
+  fr->saved_nested = a->nested;
+  fr->saved_in_nested = a->in_nested;
   if (f->generated && !a->in_nested) {
     a->nested = in->pos;
     a->in_nested = true;
   }
-  inline_body(a, in, f, recompute);
-  a->nested = saved_site;
-  a->in_nested = saved_in;
 }
 
-static void inline_body(AD *a, const Inst *in, const Func *f, bool recompute) {
-  for (int k = 0; k < f->body->nargs; k++)
-    a->rm[f->body->args[k]->id] = retype_to(a, P(a, in->args[k]), &f->body->args[k]->type);
-  const IrBlock *body = f->body;
-  for (int i = 0; i < body->insts.len; i++) {
-    const Inst *bi = body->insts.data[i];
-    if (bi->op == IR_RETURN) {
-      for (int k = 0; k < bi->nargs; k++)
-        a->rm[in->results[k]->id] = retype_to(a, P(a, bi->args[k]), &in->results[k]->type);
-      return;
-    }
-    clone_inst(a, bi, recompute, NULL);
+static void leave_frame(AD *a, CloneStack *st) {
+  CloneFrame *fr = &st->f[--st->n];
+  if (fr->call) {
+    a->nested = fr->saved_nested;
+    a->in_nested = fr->saved_in_nested;
   }
 }
 
-static void clone_inst(AD *a, const Inst *in, bool recompute, const IrBlock *own_loop_body) {
+/* Copies one instruction; a call or a region pushes frames instead. */
+static void clone_one(AD *a, CloneStack *st, const Inst *in) {
   grow(a);
   a->pos = in->pos;
-  if (recompute && (in->op == IR_PRINT || in->op == IR_SAVE))
+  if (st->recompute && (in->op == IR_PRINT || in->op == IR_SAVE))
     return;
-  if (recompute && in->op == IR_TAPE_PUSH && in->parent == own_loop_body)
+  if (st->recompute && in->op == IR_TAPE_PUSH && in->parent == st->own_loop_body)
     return;
   if (in->op == IR_CALL) {
-    inline_call(a, in, recompute);
+    enter_call(a, st, in);
     return;
   }
   if (in->op == IR_GRAD) {
-    fail(a, in->pos, "this grad is part of the function %s that is being differentiated, and its own gradient "
+    ad_fail(a, in->pos, "this grad is part of the function %s that is being differentiated, and its own gradient "
                      "could not be built first (a call cycle?) [not supported yet]", a->fname);
     for (int k = 0; k < in->nresults; k++)
-      a->rm[in->results[k]->id] = zeros(a, &in->results[k]->type);
+      a->rm[in->results[k]->id] = ad_zeros(a, &in->results[k]->type);
     return;
   }
-  Value *args[64];
+  Value **args = arena_alloc(sizeof(Value *) * (size_t)(in->nargs + 1));
   for (int i = 0; i < in->nargs; i++)
-    args[i] = P(a, in->args[i]);
-  Type rt[64];
+    args[i] = ad_primal(a, in->args[i]);
+  Type *rt = arena_alloc(sizeof(Type) * (size_t)(in->nresults + 1));
   for (int i = 0; i < in->nresults; i++)
     rt[i] = in->results[i]->type;
   Inst *n = ir_emit(a->mod, a->b, in->op, in->pos, in->nargs, args, in->nresults, rt);
@@ -738,26 +462,64 @@ static void clone_inst(AD *a, const Inst *in, bool recompute, const IrBlock *own
     np->loop = in->pos;
     vec_push(&a->nested_pushes, np);
   }
+  IrBlock *nbs[2];
   for (int r = 0; r < in->nregions; r++) {
     const IrBlock *src = in->regions[r];
-    Type ts[64];
+    Type *ts = arena_alloc(sizeof(Type) * (size_t)(src->nargs + 1));
     for (int k = 0; k < src->nargs; k++)
       ts[k] = src->args[k]->type;
-    IrBlock *nb = ir_block(src->nargs, ts, a->mod);
+    nbs[r] = ir_block(src->nargs, ts, a->mod);
     grow(a);
-    ir_add_region(n, nb);
+    ir_add_region(n, nbs[r]);
     for (int k = 0; k < src->nargs; k++)
-      a->rm[src->args[k]->id] = nb->args[k];
-    IrBlock *saved = a->b;
-    a->b = nb;
-    clone_block(a, src, recompute, NULL);
-    a->b = saved;
+      a->rm[src->args[k]->id] = nbs[r]->args[k];
   }
+  for (int r = in->nregions - 1; r >= 0; r--)   /* region 0 is copied first */
+    push_frame(st, in->regions[r], nbs[r], NULL);
 }
 
-static void clone_block(AD *a, const IrBlock *src, bool recompute, const IrBlock *own_loop_body) {
-  for (int i = 0; i < src->insts.len; i++)
-    clone_inst(a, src->insts.data[i], recompute, own_loop_body);
+/* Runs the frames until the stack is empty; a->b is where it was. */
+static void clone_drain(AD *a, CloneStack *st) {
+  IrBlock *saved = a->b;
+  while (st->n > 0 && !a->too_big) {
+    CloneFrame *fr = &st->f[st->n - 1];
+    if (fr->next == fr->src->insts.len) {
+      leave_frame(a, st);
+      continue;
+    }
+    const Inst *in = fr->src->insts.data[fr->next++];
+    a->b = fr->target;
+    if (fr->call && in->op == IR_RETURN) {
+      for (int k = 0; k < in->nargs; k++)
+        a->rm[fr->call->results[k]->id] = retype_to(a, ad_primal(a, in->args[k]), &fr->call->results[k]->type);
+      fr->next = fr->src->insts.len;
+      continue;
+    }
+    if (++a->cloned > MAX_CLONED) {
+      a->too_big = true;
+      ad_fail(a, a->grad_pos, "differentiating %s copies more than %d instructions: every call inside it is "
+                           "inlined, once per call site; call fewer functions from several places, or split the "
+                           "computation into several gradients", a->fname, MAX_CLONED);
+      break;
+    }
+    clone_one(a, st, in);
+  }
+  while (st->n > 0)
+    leave_frame(a, st);
+  free(st->f);
+  a->b = saved;
+}
+
+static void inline_call(AD *a, const Inst *in, bool recompute) {
+  CloneStack st = {NULL, 0, 0, recompute, NULL};
+  enter_call(a, &st, in);
+  clone_drain(a, &st);
+}
+
+static void clone_inst(AD *a, const Inst *in, bool recompute, const IrBlock *own_loop_body) {
+  CloneStack st = {NULL, 0, 0, recompute, own_loop_body};
+  clone_one(a, &st, in);
+  clone_drain(a, &st);
 }
 
 /* ---- activity ------------------------------------------------------------------------------ */
@@ -829,8 +591,77 @@ static bool loop_is_active(AD *a, const Inst *in) {
   return false;
 }
 
+/* Whether a loop body's instruction is a residual, saved for the backward
+ * pass rather than recomputed: anything but cheap elementwise code,
+ * creation, views and state casts (which recompute without communication
+ * and fuse), control flow and effects. */
+static bool is_residual(const Inst *in) {
+  if (in->nresults == 0 || in->nregions)
+    return false;
+  for (int k = 0; k < in->nresults; k++)
+    if (in->results[k]->type.kind != TY_ARRAY)
+      return false;
+  switch (in->op) {
+  case IR_CONST: case IR_FILL: case IR_IOTA: case IR_RANDOM: case IR_BROADCAST: case IR_PCAST: case IR_RETYPE:
+  case IR_ARG: case IR_CLOCK: case IR_CALL: case IR_GRAD: case IR_TAPE_NEW: case IR_TAPE_GET: case IR_LOAD:
+    return false;
+  default: {
+    const OpDef *d = op_def(in->op);
+    return !d || !(d->flags & (OPF_ELEMENTWISE | OPF_EFFECT));
+  }
+  }
+}
+
+/* Whether `in` reads a value marked in dep (directly, or inside its
+ * regions); marks its results so. */
+static bool reads_marked(const Inst *in, const bool *dep) {
+  for (int k = 0; k < in->nargs; k++)
+    if (dep[in->args[k]->id])
+      return true;
+  for (int r = 0; r < in->nregions; r++)
+    for (int i = 0; i < in->regions[r]->insts.len; i++)
+      if (reads_marked(in->regions[r]->insts.data[i], dep))
+        return true;
+  return false;
+}
+
+/* Marks the results of a loop body's instruction that depend on the loop's
+ * carries (the activations of a layer loop), and says whether it does.
+ * Only those are residuals: what depends on outer values and the index
+ * alone (a layer's weights sliced from the stack, gathered for use) is
+ * computed again in the backward pass, as ZeRO-3 gathers a layer's
+ * weights again rather than keeping every layer's gathered. */
+static bool mark_dependent(const Inst *in, bool *dep) {
+  if (!reads_marked(in, dep))
+    return false;
+  for (int k = 0; k < in->nresults; k++)
+    dep[in->results[k]->id] = true;
+  return true;
+}
+
+/* One tape per result of the residual `in` of loop `lt` (created in the
+ * outer block `b`, sized n), pushed right after `in` in the body. */
+static void save_residual(AD *a, LoopTapes *lt, IrBlock *b, IrBlock *body, Inst *in, Value *n, Value *idx) {
+  Value **tapes = arena_alloc(sizeof(Value *) * (size_t)in->nresults);
+  IrBlock *saved = a->b;
+  a->b = b;
+  for (int k = 0; k < in->nresults; k++) {
+    Type tt = ty_void();
+    tt.kind = TY_TAPE;
+    tt.elems = arena_alloc(sizeof(Type));
+    tt.elems[0] = in->results[k]->type;
+    tapes[k] = ad_emit1(a, IR_TAPE_NEW, 1, &n, tt);
+  }
+  a->b = saved;
+  for (int k = 0; k < in->nresults; k++)
+    ir_emit(a->mod, body, IR_TAPE_PUSH, in->pos, 3, (Value *[]){tapes[k], idx, in->results[k]}, 0, NULL);
+  vec_push(&lt->saved, in);
+  vec_push(&lt->saved_tapes, tapes);
+}
+
 /* Inserts, before each active loop, one tape per carry sized by the trip
- * count, and at the top of its body the pushes of the carries. */
+ * count, and at the top of its body the pushes of the carries; and a tape
+ * per residual of the body, pushed where it is computed. */
 static void instrument_block(AD *a, IrBlock *b) {
   Vec old = b->insts;
   b->insts = (Vec){0};
@@ -841,26 +672,35 @@ static void instrument_block(AD *a, IrBlock *b) {
       a->b = b;
       a->pos = in->pos;
       Value *lo = in->args[0], *hi = in->args[1];
-      Value *n = bin(a, BIN_SUB, hi, lo);
+      Value *n = ad_bin(a, BIN_SUB, hi, lo);
       LoopTapes *lt = arena_alloc(sizeof *lt);
       lt->loop = in;
+      lt->tapes = arena_alloc(sizeof(Value *) * (size_t)(in->nresults + 1));
       for (int k = 0; k < in->nresults; k++) {
         Type tt = ty_void();
         tt.kind = TY_TAPE;
         tt.elems = arena_alloc(sizeof(Type));
         tt.elems[0] = in->regions[0]->args[k + 1]->type;
-        lt->tapes[k] = emit1(a, IR_TAPE_NEW, 1, &n, tt);
+        lt->tapes[k] = ad_emit1(a, IR_TAPE_NEW, 1, &n, tt);
       }
       vec_push(&a->tapes, lt);
       IrBlock *body = in->regions[0];
       Vec bold = body->insts;
       body->insts = (Vec){0};
       a->b = body;
-      Value *idx = bin(a, BIN_SUB, body->args[0], lo);
+      Value *idx = ad_bin(a, BIN_SUB, body->args[0], lo);
       for (int k = 0; k < in->nresults; k++)
         ir_emit(a->mod, body, IR_TAPE_PUSH, in->pos, 3, (Value *[]){lt->tapes[k], idx, body->args[k + 1]}, 0, NULL);
-      for (int j = 0; j < bold.len; j++)
-        vec_push(&body->insts, bold.data[j]);
+      bool *dep = calloc((size_t)a->mod->next_value + 1, sizeof(bool));
+      for (int k = 1; k < body->nargs; k++)
+        dep[body->args[k]->id] = true;
+      for (int j = 0; j < bold.len; j++) {
+        Inst *bi = bold.data[j];
+        vec_push(&body->insts, bi);
+        if (mark_dependent(bi, dep) && is_residual(bi))
+          save_residual(a, lt, b, body, bi, n, idx);
+      }
+      free(dep);
       free(bold.data);
       a->b = saved;
       in->parent = b;
@@ -879,6 +719,13 @@ static LoopTapes *tapes_of(AD *a, const Inst *loop) {
     if (lt->loop == loop)
       return lt;
   }
+  return NULL;
+}
+
+static Value **saved_tapes_of(const LoopTapes *lt, const Inst *in) {
+  for (int i = 0; i < lt->saved.len; i++)
+    if (lt->saved.data[i] == in)
+      return lt->saved_tapes.data[i];
   return NULL;
 }
 
@@ -932,7 +779,7 @@ static void backprop_region(AD *a, const IrBlock *src, Value **seeds, Vec *outer
   const Inst *y = src->insts.data[src->insts.len - 1];
   for (int k = 0; k < y->nargs; k++)
     if (seeds[k])
-      add_ct(a, y->args[k], seeds[k]);
+      ad_add_ct(a, y->args[k], seeds[k]);
   backprop(a, src, src->insts.len - 1);
   for (int j = 0; j < outer->len; j++) {
     Value *o = outer->data[j];
@@ -953,16 +800,16 @@ static void vjp_for(AD *a, Inst *in) {
   outer_uses(a, body, body, &outer);
   /* Reverse loop carries: cotangents of the active carries, then of the
    * outer values. */
-  int act[64], na = 0;
+  int *act = arena_alloc(sizeof(int) * (size_t)(nc + 1)), na = 0;
   for (int k = 0; k < nc; k++)
     if (a->active[body->args[k + 1]->id])
       act[na++] = k;
   int ncar = na + outer.len;
   Value **args = arena_alloc(sizeof(Value *) * (size_t)(ncar + 2));
   Type *types = arena_alloc(sizeof(Type) * (size_t)(ncar + 2));
-  Value *lo = P(a, in->args[0]), *hi = P(a, in->args[1]);
-  Value *trips = bin(a, BIN_SUB, hi, lo);
-  args[0] = cst(a, DT_I32, 0);
+  Value *lo = ad_primal(a, in->args[0]), *hi = ad_primal(a, in->args[1]);
+  Value *trips = ad_bin(a, BIN_SUB, hi, lo);
+  args[0] = ad_const(a, DT_I32, 0);
   args[1] = trips;
   types[0] = ty_scalar(DT_I32);
   for (int j = 0; j < na; j++) {
@@ -982,18 +829,31 @@ static void vjp_for(AD *a, Inst *in) {
   a->b = rb;
   /* i = hi - 1 - j; the tape index is i - lo. */
   Value *j = rb->args[0];
-  Value *i = bin(a, BIN_SUB, bin(a, BIN_SUB, hi, cst(a, DT_I32, 1)), j);
-  Value *idx = bin(a, BIN_SUB, i, lo);
+  Value *i = ad_bin(a, BIN_SUB, ad_bin(a, BIN_SUB, hi, ad_const(a, DT_I32, 1)), j);
+  Value *idx = ad_bin(a, BIN_SUB, i, lo);
   a->rm[body->args[0]->id] = i;
   for (int k = 0; k < nc; k++) {
-    Value *tape = P(a, lt->tapes[k]);
+    Value *tape = ad_primal(a, lt->tapes[k]);
     Inst *g = ir_emit(a->mod, rb, IR_TAPE_GET, in->pos, 2, (Value *[]){tape, idx}, 1, &body->args[k + 1]->type);
     grow(a);
     a->rm[body->args[k + 1]->id] = g->results[0];
   }
-  /* Recompute the body (without its last yield), then sweep it backwards. */
-  for (int q = 0; q + 1 < body->insts.len; q++)
-    clone_inst(a, body->insts.data[q], true, body);
+  /* The residuals from their tapes, the rest of the body (without its last
+   * yield) recomputed; then sweep it backwards. */
+  for (int q = 0; q + 1 < body->insts.len; q++) {
+    const Inst *bi = body->insts.data[q];
+    Value **st = saved_tapes_of(lt, bi);
+    if (!st) {
+      clone_inst(a, bi, true, body);
+      continue;
+    }
+    for (int k = 0; k < bi->nresults; k++) {
+      Value *tape = ad_primal(a, st[k]);
+      Inst *g = ir_emit(a->mod, rb, IR_TAPE_GET, bi->pos, 2, (Value *[]){tape, idx}, 1, &bi->results[k]->type);
+      grow(a);
+      a->rm[bi->results[k]->id] = g->results[0];
+    }
+  }
   Value **seeds = arena_alloc(sizeof(Value *) * (size_t)(nc + 1));
   for (int k = 0; k < nc; k++)
     seeds[k] = NULL;
@@ -1020,7 +880,7 @@ static void vjp_for(AD *a, Inst *in) {
     a->ct[o->id] = rev->results[na + q];
   }
   for (int jj = 0; jj < na; jj++)
-    add_ct(a, in->args[act[jj] + 2], rev->results[jj]);
+    ad_add_ct(a, in->args[act[jj] + 2], rev->results[jj]);
   free(outer.data);
 }
 
@@ -1030,14 +890,14 @@ static void vjp_for(AD *a, Inst *in) {
  * the forward pass, [E_DIVERGE]). Casts between reduced, varying and
  * unreduced transpose to casts. */
 static bool transpose_communicates(const Inst *in) {
-  switch (in->op) {
-  case IR_PCAST:
-    return (in->fn == PCAST_VARYING && !(in->args[0]->type.R & inst_axes(in))) || in->fn == PCAST_REDUCED;
-  case IR_ALL_REDUCE: case IR_ALL_GATHER: case IR_REDUCE_SCATTER: case IR_ALL_TO_ALL: case IR_PPERMUTE:
-    return true;
-  default:
-    return false;
+  if (in->op == IR_PCAST) {
+    AxisSet ax = 0;
+    for (int i = 0; i < in->naxes; i++)
+      ax |= 1u << in->axes[i];
+    return (in->fn == PCAST_VARYING && !(in->args[0]->type.R & ax)) || in->fn == PCAST_REDUCED;
   }
+  const OpDef *d = op_def(in->op);
+  return d && (d->flags & OPF_COLLECTIVE);
 }
 
 /* The first active instruction under `blk` (nested regions included) whose
@@ -1061,7 +921,7 @@ static void vjp_if(AD *a, Inst *in) {
   for (int r = 0; r < 2; r++)
     outer_uses(a, in->regions[r], in->regions[r], &outer);
   int no = outer.len;
-  Value *cond = P(a, in->args[0]);
+  Value *cond = ad_primal(a, in->args[0]);
   if (cond->type.V) {
     /* A varying condition: the branches' backward collectives (the psum of
      * a pcast) would not be reached by every device. */
@@ -1072,7 +932,7 @@ static void vjp_if(AD *a, Inst *in) {
                            : bi->fn == PCAST_REDUCED ? "pcast to reduced"
                            : "cast of an invariant value to varying (a pcast, or the implicit one where it meets "
                              "a varying operand)";
-        fail(a, bi->pos,
+        ad_fail(a, bi->pos,
              "cannot differentiate through this %s: it sits under a condition that varies across devices, so its "
              "transpose (an all-reduce) would not be reached by every device; cast the value before the branch "
              "(pcast(x, AXES, to=varying)) or select between values computed outside it with where()", what);
@@ -1128,58 +988,38 @@ static void vjp(AD *a, Inst *in) {
       vjp_if(a, in);
     return;
   }
+  if (in->nresults > 1 && in->op >= IR__CORE) {
+    /* A family instruction with several results (split): its VJP reads
+     * each result's cotangent with ad_ct. */
+    bool any = false;
+    for (int k = 0; k < in->nresults; k++)
+      any |= a->ct[in->results[k]->id] != NULL;
+    const OpDef *d = op_def(in->op);
+    if (any && d && d->vjp)
+      d->vjp(a, in, NULL);
+    else if (any)
+      ad_fail(a, in->pos, "cannot differentiate %s (in %s)", ir_opname(in->op), a->fname);
+    return;
+  }
   if (in->nresults != 1 || !a->active[in->results[0]->id])
     return;
   Value *g = a->ct[in->results[0]->id];
   if (!g)
     return;
   switch (in->op) {
-  case IR_UNARY: vjp_unary(a, in, g); return;
-  case IR_BINARY: vjp_binary(a, in, g); return;
-  case IR_SELECT: {
-    Value *c = P(a, in->args[0]);
-    if (wants_ct(a, in->args[1]))
-      add_ct_unbroadcast(a, in->args[1], gate(a, g, c));
-    if (wants_ct(a, in->args[2])) {
-      Value *nc = emit1(a, IR_UNARY, 1, &c, c->type);
-      nc->def->fn = UN_NOT;
-      add_ct_unbroadcast(a, in->args[2], gate(a, g, nc));
-    }
-    return;
-  }
-  case IR_CAST:
-    if (is_float_value(in->args[0]))
-      add_ct(a, in->args[0], g);
-    return;
-  case IR_BROADCAST:
-    if (wants_ct(a, in->args[0]))
-      add_ct_unbroadcast(a, in->args[0], g);
-    return;
-  case IR_FILL: {
-    Inst *s = emit(a, IR_REDUCE, 1, &g, ty_ct(&in->args[0]->type));
-    s->fn = RED_SUM;
-    s->mask = (1u << g->type.rank) - 1;
-    add_ct(a, in->args[0], s->results[0]);
-    return;
-  }
-  case IR_DOT: vjp_dot(a, in, g); return;
-  case IR_REDUCE: vjp_reduce(a, in, g); return;
-  case IR_TRANSPOSE: vjp_transpose(a, in, g); return;
-  case IR_RESHAPE: {
-    Type t = ty_ct(&in->args[0]->type);
-    add_ct(a, in->args[0], emit1(a, IR_RESHAPE, 1, &g, t));
-    return;
-  }
-  case IR_RESHARD: add_ct(a, in->args[0], g); return;   /* add_ct reshards to ct(x) */
-  case IR_PCAST: case IR_ALL_REDUCE: case IR_ALL_GATHER: case IR_REDUCE_SCATTER: case IR_ALL_TO_ALL:
-  case IR_PPERMUTE: case IR_RETYPE: case IR_SLICE_BLOCK:
-    vjp_manual(a, in, g);
+  case IR_RETYPE:   /* a manual boundary: the same bytes, another type */
+    ad_add_ct(a, in->args[0], ad_emit1(a, IR_RETYPE, 1, &g, ty_ct(&in->args[0]->type)));
     return;
   case IR_TAPE_GET: case IR_TAPE_NEW: case IR_TAPE_PUSH:
     return;
-  default:
-    fail(a, in->pos, "cannot differentiate %s (in %s)", ir_opname(in->op), a->fname);
+  default: {
+    const OpDef *d = op_def(in->op);
+    if (d && d->vjp)
+      d->vjp(a, in, g);
+    else
+      ad_fail(a, in->pos, "cannot differentiate %s (in %s)", ir_opname(in->op), a->fname);
     return;
+  }
   }
 }
 
@@ -1198,7 +1038,7 @@ static bool check_nested_pushes(AD *a) {
     NestedPush *np = a->nested_pushes.data[i];
     if (!a->active[np->push->args[2]->id])
       continue;
-    fail(a, np->site,
+    ad_fail(a, np->site,
          "cannot differentiate this gradient again (a second derivative): the function it differentiates has a "
          "loop whose carries depend on the differentiated values, and differentiating through the loop's tape is "
          "not supported yet; write the inner gradient by hand, or take the second derivative of a loop-free "
@@ -1214,10 +1054,26 @@ static bool check_nested_pushes(AD *a) {
 typedef struct {
   Func *f;
   unsigned mask;
-  int order[MAX_RANK * 2], norder;
+  const int64_t *order;   /* the wrt positions, in the order asked */
+  int norder;
   bool tuple, with_value;
   Func *g;
 } GradKey;
+
+/* A program may name its own function f_grad_0, and two natural names
+ * may meet (value_and_grad of f and grad of f_value_and, both wrt 0): the
+ * C function names come from these, so a taken name gets a suffix. */
+static const char *unique_func_name(const Module *mod, const char *want) {
+  const char *name = want;
+  for (int n = 2;; n++) {
+    bool taken = false;
+    for (int i = 0; i < mod->funcs.len && !taken; i++)
+      taken = !strcmp(((Func *)mod->funcs.data[i])->name, name);
+    if (!taken)
+      return arena_strdup(name);
+    name = arena_printf("%s_%d", want, n);
+  }
+}
 
 static Func *build_grad(AD *a, GradKey *k) {
   Func *f = k->f;
@@ -1226,7 +1082,7 @@ static Func *build_grad(AD *a, GradKey *k) {
   if (!f->sig_params)
     for (int i = 0; i < np; i++)
       ptypes[i] = f->body->args[i]->type;
-  Type res[64];
+  Type *res = arena_alloc(sizeof(Type) * (size_t)(k->norder + 2));
   int nr = 0;
   Type loss_t = f->sig_results ? f->sig_results[0] : f->results[0];
   if (k->with_value)
@@ -1236,8 +1092,8 @@ static Func *build_grad(AD *a, GradKey *k) {
   Str name = {0};
   str_printf(&name, "%s_%s", f->name, k->with_value ? "value_and_grad" : "grad");
   for (int i = 0; i < k->norder; i++)
-    str_printf(&name, "_%d", k->order[i]);
-  Func *g = ir_func(a->mod, arena_strdup(str_cstr(&name)), np, ptypes, nr, res);
+    str_printf(&name, "_%d", (int)k->order[i]);
+  Func *g = ir_func(a->mod, unique_func_name(a->mod, str_cstr(&name)), np, ptypes, nr, res);
   free(name.buf);
   g->generated = true;
   g->pos = f->pos;
@@ -1259,7 +1115,9 @@ static Func *build_grad(AD *a, GradKey *k) {
   fake.nresults = 1;
   fake.results = &loss_slot;
   inline_call(a, &fake, false);
-  Value *loss = P(a, loss_slot);
+  if (a->too_big)
+    return g;
+  Value *loss = ad_primal(a, loss_slot);
   /* Activity, tapes, seed, sweep. */
   for (int i = 0; i < k->norder; i++)
     a->active[g->body->args[k->order[i]]->id] = is_float_value(g->body->args[k->order[i]]);
@@ -1273,25 +1131,26 @@ static Func *build_grad(AD *a, GradKey *k) {
   a->pos = f->pos;
   if (a->active[loss->id]) {
     Type seed_t = ty_ct(&loss->type);
-    Value *one = cst(a, seed_t.dtype, 1);
+    Value *one = ad_const(a, seed_t.dtype, 1);
     if (seed_t.U) {
       Type rep = seed_t;
       rep.U = 0;
-      one = to_type(a, one, &rep);
+      one = ad_to_type(a, one, &rep);
     }
-    a->ct[loss->id] = to_type(a, one, &seed_t);
+    a->ct[loss->id] = ad_to_type(a, one, &seed_t);
     backprop(a, g->body, nfwd);
   }
-  Value *outs[64];
+  Value **outs = arena_alloc(sizeof(Value *) * (size_t)(k->norder + 2));
   int no = 0;
   if (k->with_value)
     outs[no++] = loss;
   for (int i = 0; i < k->norder; i++) {
     Value *p = g->body->args[k->order[i]];
     Type want = ty_ct(&p->type);
-    outs[no++] = a->ct[p->id] ? to_type(a, a->ct[p->id], &want) : zeros(a, &want);
+    outs[no++] = a->ct[p->id] ? ad_to_type(a, a->ct[p->id], &want) : ad_zeros(a, &want);
   }
   ir_emit(a->mod, g->body, IR_RETURN, f->pos, no, outs, 0, NULL);
+  opt_prune_tapes(a->mod, g);
   return g;
 }
 
@@ -1305,28 +1164,68 @@ static void collect_grads(Module *mod, IrBlock *b, Vec *out) {
   }
 }
 
-/* Whether f's body, or a function it calls, still holds a grad. */
-static bool reaches_grad(const IrBlock *b, int depth) {
-  if (depth > 64)
-    return true;   /* a call cycle: never ready */
+static bool holds_grad(const IrBlock *b, Vec *callees) {
+  bool found = false;
   for (int i = 0; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];
-    if (in->op == IR_GRAD || (in->op == IR_CALL && reaches_grad(in->callee->body, depth + 1)))
-      return true;
+    found |= in->op == IR_GRAD;
+    if (in->op == IR_CALL)
+      vec_push(callees, in->callee);
     for (int r = 0; r < in->nregions; r++)
-      if (reaches_grad(in->regions[r], depth))
-        return true;
+      found |= holds_grad(in->regions[r], callees);
   }
-  return false;
+  return found;
+}
+
+/* reach[f]: whether f's body, or a function it calls, still holds a grad.
+ * One pass over the program, callees first, with an explicit stack (a
+ * call chain may be as long as the program). */
+static void mark_reaching(const Module *mod, int nf, const PtrMap *index, char *reach) {
+  char *state = calloc((size_t)nf + 1, 1);
+  int *stack = malloc(sizeof(int) * (size_t)(nf + 1)), *next = calloc((size_t)nf + 1, sizeof(int));
+  Vec *calls = calloc((size_t)nf + 1, sizeof(Vec));
+  for (int root = 0; root < nf; root++) {
+    if (state[root])
+      continue;
+    int top = 0;
+    stack[top++] = root;
+    state[root] = 1;
+    reach[root] = holds_grad(((Func *)mod->funcs.data[root])->body, &calls[root]);
+    while (top) {
+      int f = stack[top - 1];
+      if (next[f] == calls[f].len) {
+        state[f] = 2;
+        top--;
+        continue;
+      }
+      int g = ptrmap_get(index, calls[f].data[next[f]++]);
+      if (g < 0 || g >= nf)
+        continue;
+      if (state[g] == 0) {
+        state[g] = 1;
+        reach[g] = holds_grad(((Func *)mod->funcs.data[g])->body, &calls[g]);
+        stack[top++] = g;
+        next[f]--;   /* look at g's answer when it is done */
+        continue;
+      }
+      reach[f] |= state[g] == 1 || reach[g];   /* on the stack: a call cycle, never ready */
+    }
+  }
+  for (int i = 0; i < nf; i++)
+    free(calls[i].data);
+  free(calls);
+  free(next);
+  free(stack);
+  free(state);
 }
 
 static GradKey *grad_key(AD *a, Vec *keys, Inst *in) {
   for (int j = 0; j < keys->len; j++) {
     GradKey *k = keys->data[j];
-    bool same = k->f == in->callee && k->with_value == (in->ival != 0) && k->norder == in->dim &&
+    bool same = k->f == in->callee && k->with_value == (in->ival != 0) && k->norder == in->niv &&
                 k->tuple == (in->dim2 != 0);
-    for (int q = 0; same && q < in->dim; q++)
-      same = k->order[q] == in->perm[q];
+    for (int q = 0; same && q < in->niv; q++)
+      same = k->order[q] == in->iv[q];
     if (same)
       return k;
   }
@@ -1334,8 +1233,8 @@ static GradKey *grad_key(AD *a, Vec *keys, Inst *in) {
   key->f = in->callee;
   key->with_value = in->ival != 0;
   key->tuple = in->dim2 != 0;
-  key->norder = in->dim;
-  memcpy(key->order, in->perm, sizeof(int) * (size_t)in->dim);
+  key->norder = in->niv;
+  key->order = in->iv;
   a->grad_pos = in->pos;
   key->g = build_grad(a, key);
   a->grad_pos = (Pos){0};
@@ -1356,11 +1255,17 @@ bool ad_module(Module *mod) {
   int nfuncs = mod->funcs.len;
   for (int i = 0; i < nfuncs; i++)
     collect_grads(mod, ((Func *)mod->funcs.data[i])->body, &grads);
+  PtrMap index = {0};
+  for (int i = 0; i < nfuncs; i++)
+    ptrmap_put(&index, mod->funcs.data[i], i);
+  char *reach = calloc((size_t)nfuncs + 1, 1);
   for (int done = 0, progress = 1; done < grads.len && progress;) {
     progress = 0;
+    mark_reaching(mod, nfuncs, &index, reach);
     for (int i = 0; i < grads.len; i++) {
       Inst *in = grads.data[i];
-      if (in->op != IR_GRAD || reaches_grad(in->callee->body, 0))
+      int f = ptrmap_get(&index, in->callee);
+      if (in->op != IR_GRAD || f < 0 || reach[f])
         continue;
       in->callee = grad_key(&a, &keys, in)->g;
       in->op = IR_CALL;
@@ -1376,11 +1281,18 @@ bool ad_module(Module *mod) {
       in->op = IR_CALL;
     }
   }
+  free(reach);
+  ptrmap_free(&index);
   free(grads.data);
   free(keys.data);
   free(a.ct);
   free(a.rm);
   free(a.active);
+  for (int i = 0; i < a.tapes.len; i++) {
+    LoopTapes *lt = a.tapes.data[i];
+    free(lt->saved.data);
+    free(lt->saved_tapes.data);
+  }
   free(a.tapes.data);
   free(a.nested_pushes.data);
   return !a.failed;

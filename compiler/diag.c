@@ -7,24 +7,66 @@
  * Every stage reports through diag_error and keeps going where it can; the
  * driver stops between stages when the count is non-zero. Messages are lower
  * case, print types in DSL syntax and end with a fix where one exists.
+ * With --diagnostics=json or sarif they are recorded instead (diag_json.c)
+ * and written as one document at the end.
  */
 #include "shdc.h"
 
 static int error_count;
+static int max_shown = 100;   /* --max-errors; 0: no limit */
 
 int diag_error_count(void) { return error_count; }
 void diag_reset(void) { error_count = 0; }
+void diag_set_max_errors(int n) { max_shown = n; }
+
+/* Past the limit an error is counted, not printed (nor its notes), so that
+ * a file of a hundred thousand bad lines costs little; the driver says how
+ * many were left out. */
+static bool shown(void) { return max_shown == 0 || error_count <= max_shown; }
+
+bool diag_will_show(void) { return max_shown == 0 || error_count < max_shown; }
+
+int diag_errors_not_shown(void) { return max_shown && error_count > max_shown ? error_count - max_shown : 0; }
+
+/* Where each line of the last file asked about starts: built once, so that
+ * quoting a line costs O(1) however many diagnostics (or generated C
+ * comments) quote it. */
+static struct {
+  const SourceFile *file;
+  const char **starts;
+  int n;
+} lines;
+
+const char *diag_line_text(const SourceFile *f, int line, size_t *len) {
+  if (lines.file != f) {
+    free(lines.starts);
+    lines.file = f;
+    lines.n = 1;
+    for (size_t i = 0; i < f->len; i++)
+      lines.n += f->text[i] == '\n';
+    lines.starts = malloc(sizeof(char *) * (size_t)(lines.n + 1));
+    if (!lines.starts)
+      diag_ice("out of memory");
+    int k = 0;
+    lines.starts[k++] = f->text;
+    for (size_t i = 0; i < f->len; i++)
+      if (f->text[i] == '\n')
+        lines.starts[k++] = f->text + i + 1;
+  }
+  const char *p = line >= 1 && line <= lines.n ? lines.starts[line - 1] : f->text + f->len;
+  const char *end = p;
+  while (end < f->text + f->len && *end && *end != '\n')
+    end++;
+  *len = (size_t)(end - p);
+  return p;
+}
 
 static void print_source_line(Pos pos) {
   if (!pos.file || pos.line <= 0)
     return;
-  const char *p = pos.file->text;
-  for (int line = 1; line < pos.line && *p; p++)
-    if (*p == '\n')
-      line++;
-  const char *end = p;
-  while (*end && *end != '\n')
-    end++;
+  size_t len;
+  const char *p = diag_line_text(pos.file, pos.line, &len);
+  const char *end = p + len;
   fprintf(stderr, "  %.*s\n  ", (int)(end - p), p);
   /* The caret lines up under tabs as well as spaces. */
   for (int i = 1; i < pos.col && p + i - 1 < end; i++)
@@ -43,6 +85,12 @@ static void print_where(Pos pos) {
 
 void diag_verror(Pos pos, const char *code, const char *fmt, va_list ap) {
   error_count++;
+  if (!shown())
+    return;
+  if (diagout_recording()) {
+    diagout_add(pos, code, arena_vprintf(fmt, ap), false);
+    return;
+  }
   print_where(pos);
   fputs("error: ", stderr);
   vfprintf(stderr, fmt, ap);
@@ -60,8 +108,15 @@ void diag_error(Pos pos, const char *code, const char *fmt, ...) {
 }
 
 void diag_note(Pos pos, const char *fmt, ...) {
+  if (!shown())
+    return;
   va_list ap;
   va_start(ap, fmt);
+  if (diagout_recording()) {
+    diagout_add(pos, NULL, arena_vprintf(fmt, ap), true);
+    va_end(ap);
+    return;
+  }
   print_where(pos);
   fputs("note: ", stderr);
   vfprintf(stderr, fmt, ap);

@@ -8,49 +8,28 @@
  * come from simulating the generated code's buffers: the same allocation
  * decisions as emit_c.c (emit_result_kind, emit_temp_bytes) and the same
  * release points (ir_last_uses).
+ *
+ * The simulation is linear in the program: each function is simulated once,
+ * callees first (a call then costs its summary, not its body), each loop
+ * body once (the second iteration follows from the first), and byte sums
+ * are checked ([E_SHAPE] on the line where one would overflow).
  */
 #include "shdc.h"
 
 /* ---- bytes sent ------------------------------------------------------------------ */
 
-static int64_t group_size(const Module *mod, const Inst *in) {
-  int64_t g = 1;
-  for (int i = 0; i < in->naxes; i++)
-    g *= mod->mesh.sizes[in->axes[i]];
-  return g;
-}
-
 static int64_t local_bytes(const Module *mod, const Type *t) {
   return ty_local_count(&mod->mesh, t) * (int64_t)ty_dtype_size(t->dtype);
 }
 
-static bool is_collective(Opcode op) {
-  return op == IR_ALL_REDUCE || op == IR_ALL_GATHER || op == IR_REDUCE_SCATTER || op == IR_ALL_TO_ALL ||
-         op == IR_PPERMUTE || op == IR_PERMUTE;
+static bool is_collective(int op) {
+  const OpDef *d = op_def(op);
+  return d && (d->flags & OPF_COLLECTIVE);
 }
 
 int64_t explain_bytes_sent(const Module *mod, const Inst *in) {
-  int64_t n = local_bytes(mod, &in->args[0]->type), g = group_size(mod, in);
-  switch (in->op) {
-  case IR_ALL_REDUCE: return 2 * (g - 1) * n / g;
-  case IR_ALL_GATHER: return (g - 1) * n;
-  case IR_REDUCE_SCATTER: return (g - 1) * n / g;
-  case IR_ALL_TO_ALL: return (g - 1) * n / g;
-  case IR_PPERMUTE: return (g == 1 || in->shift % g == 0) ? 0 : n;
-  case IR_PERMUTE: {
-    /* Ranks that keep their block send nothing; report the most any sends. */
-    int w = 1;
-    for (int a = 0; a < mod->mesh.naxes; a++)
-      w *= mod->mesh.sizes[a];
-    int *dest = arena_alloc(sizeof(int) * (size_t)w), *src = arena_alloc(sizeof(int) * (size_t)w);
-    part_permute_tables(&mod->mesh, &in->args[0]->type, &in->results[0]->type, dest, src);
-    for (int r = 0; r < w; r++)
-      if (dest[r] != r)
-        return n;
-    return 0;
-  }
-  default: return 0;
-  }
+  const OpDef *d = op_def(in->op);
+  return d && d->bytes_sent ? d->bytes_sent(mod, in) : 0;
 }
 
 /* ---- the list ------------------------------------------------------------------------ */
@@ -60,6 +39,8 @@ typedef struct {
   const Module *mod;
   int count;
   int64_t bytes;
+  const NetModel *net;   /* --network: estimates too */
+  double seconds;
 } Report;
 
 static void list_block(Report *r, const IrBlock *b, const char *ctx);
@@ -72,14 +53,25 @@ static void list_inst(Report *r, const Inst *in, const char *ctx) {
       str_printf(&axes, "%s%s", i ? "," : "", m->names[in->axes[i]]);
     int64_t bytes = explain_bytes_sent(r->mod, in);
     const char *kind = ir_opname(in->op);
-    if (in->op == IR_ALL_REDUCE || in->op == IR_REDUCE_SCATTER)
-      kind = arena_printf("%s.%s", kind, ir_red_name(in->fn));
-    fprintf(r->out, "  line %-4d %-18s over (%s)%*s %12lld bytes/rank   %s -> %s%s\n", in->pos.line, kind,
-            in->op == IR_PERMUTE ? "mesh" : str_cstr(&axes), (int)(8 - (in->op == IR_PERMUTE ? 4 : axes.len)), "",
-            (long long)bytes, ty_local_str(m, &in->args[0]->type), ty_local_str(m, &in->results[0]->type), ctx);
+    const OpDef *d = op_def(in->op);
+    if (d->variant)
+      kind = arena_printf("%s.%s", kind, d->variant(in));
+    const char *est = "";
+    if (r->net) {
+      const char *algo;
+      double sec = net_collective_seconds(r->net, r->mod, in, &algo);
+      r->seconds += sec;
+      est = arena_printf("  est %10s %-18s", net_seconds_str(sec), *algo ? algo : "-");
+    }
+    fprintf(r->out, "  line %-4d %-18s over (%s)%*s %12lld bytes/rank%s   %s -> %s%s\n", in->pos.line, kind,
+            in->naxes == 0 ? "mesh" : str_cstr(&axes), (int)(8 - (in->naxes == 0 ? 4 : axes.len)), "",
+            (long long)bytes, est, ty_local_str(m, &in->args[0]->type), ty_local_str(m, &in->results[0]->type), ctx);
     free(axes.buf);
     r->count++;
-    r->bytes += bytes;
+    if (__builtin_add_overflow(r->bytes, bytes, &r->bytes)) {
+      diag_error(in->pos, "E_SHAPE", "explain: the bytes sent per rank do not fit in 64 bits");
+      r->bytes = INT64_MAX;
+    }
   }
   for (int k = 0; k < in->nregions; k++) {
     const char *inner = in->op == IR_FOR ? arena_printf("   (in the loop at line %d)", in->pos.line)
@@ -96,32 +88,71 @@ static void list_block(Report *r, const IrBlock *b, const char *ctx) {
 
 /* ---- peak memory: a simulation of the generated code's buffers -------------------------- */
 
+/* What a call of a function does to its caller's buffers: the most bytes
+ * it has live beyond its caller's at any moment (extra), the bytes still
+ * live when it returns (net: its new results), and for each result a
+ * scalar (-1), a parameter's buffer (p), or new buffer np + b. A callee
+ * cannot reuse its parameters' buffers (only values defined in the same
+ * block are stolen), so the summary does not depend on the caller: each
+ * function is simulated once, callees first, and a call costs O(results). */
+typedef struct {
+  int64_t extra, net, peak;
+  int nparams, nres;
+  int *res;
+  int64_t *res_bytes;
+} Summary;
+
 typedef struct {
   const Module *mod;
   int64_t *bytes;      /* by buffer */
   int *refs;
   int nbufs, capbufs;
   int *buf_of;         /* by value id */
-  int *last_use;       /* by value id, for the block being walked */
+  int *last_use;       /* by value id, for the block defining it */
+  int *dead_next;      /* by value id: the next value released at the same instruction */
   int64_t live, peak;
+  PtrMap func_index;
+  Summary *sums;       /* by function index */
+  bool overflow;
+  /* Tape pushes of arrays, for loops to repeat: the tape's buffer and the
+   * bytes it took on (pushes[2i], pushes[2i+1]). */
+  int64_t *pushes;
+  int npushes, cappushes;
 } Sim;
+
+/* Byte sums are checked: an overflow is an error at the instruction. */
+static void add_live(Sim *s, int64_t bytes, Pos pos) {
+  if (__builtin_add_overflow(s->live, bytes, &s->live)) {
+    s->live = INT64_MAX;
+    if (!s->overflow)
+      diag_error(pos, "E_SHAPE", "explain: the bytes of arrays live here do not fit in 64 bits");
+    s->overflow = true;
+  }
+}
 
 static void bump(Sim *s) {
   if (s->live > s->peak)
     s->peak = s->live;
 }
 
-static int buf_new(Sim *s, int64_t bytes) {
+static int buf_entry(Sim *s, int64_t bytes) {
   if (s->nbufs == s->capbufs) {
     s->capbufs = s->capbufs ? s->capbufs * 2 : 256;
     s->bytes = realloc(s->bytes, sizeof(int64_t) * (size_t)s->capbufs);
     s->refs = realloc(s->refs, sizeof(int) * (size_t)s->capbufs);
+    if (!s->bytes || !s->refs)
+      diag_ice("out of memory");
   }
   s->bytes[s->nbufs] = bytes;
   s->refs[s->nbufs] = 1;
-  s->live += bytes;
-  bump(s);
   return s->nbufs++;
+}
+
+static int buf_new(Sim *s, int64_t bytes, Pos pos) {
+  int b = buf_entry(s, bytes);
+  add_live(s, bytes, pos);
+  bump(s);
+  return b;
 }
 
 static void buf_retain(Sim *s, int b) {
@@ -137,51 +168,149 @@ static void buf_release(Sim *s, int b) {
 static void sim_block(Sim *s, const IrBlock *b, int *yield_bufs);
 
 static void sim_call(Sim *s, const Inst *in) {
-  const Func *f = in->callee;
-  for (int i = 0; i < f->body->nargs; i++)
-    s->buf_of[f->body->args[i]->id] = in->args[i]->type.rank ? s->buf_of[in->args[i]->id] : -1;
-  int rets[64];
-  sim_block(s, f->body, rets);
-  for (int k = 0; k < in->nresults; k++)
-    s->buf_of[in->results[k]->id] = in->results[k]->type.rank ? rets[k] : -1;
+  const Summary *sm = &s->sums[ptrmap_get(&s->func_index, in->callee)];
+  int64_t at = s->live;
+  add_live(s, sm->extra, in->pos);
+  bump(s);
+  s->live = at;
+  add_live(s, sm->net, in->pos);
+  for (int k = 0; k < in->nresults; k++) {
+    int r = sm->res[k], b = -1;
+    if (r >= 0 && r < sm->nparams) {
+      b = s->buf_of[in->args[r]->id];
+      buf_retain(s, b);
+    } else if (r >= 0) {
+      for (int j = 0; j < k && b < 0; j++)   /* the same new buffer returned twice */
+        if (sm->res[j] == r)
+          b = s->buf_of[in->results[j]->id];
+      if (b >= 0)
+        buf_retain(s, b);
+      else
+        b = buf_entry(s, sm->res_bytes[k]);   /* its bytes are in net */
+    }
+    s->buf_of[in->results[k]->id] = b;
+  }
 }
 
+/* The iterations a for runs, when its bounds are constants; otherwise the
+ * two the simulation follows. */
+static int64_t trip_count(const Inst *in) {
+  const Inst *lo = in->args[0]->def, *hi = in->args[1]->def;
+  if (!lo || !hi || lo->op != IR_CONST || hi->op != IR_CONST)
+    return 2;
+  double n = hi->fval - lo->fval;
+  return n < 0 ? 0 : n > 1e15 ? (int64_t)1e15 : (int64_t)n;
+}
+
+/* The simulation follows two iterations; the tapes a loop pushes on (a
+ * forward loop's residuals, kept for the backward pass) grow in every one,
+ * so the first iteration's pushes are repeated for the iterations between
+ * the first and the last (the second simulated iteration stands for the
+ * last: its net bytes hold its own pushes). A tape's bytes are its n
+ * iterations' pushes; the repeats are pushes too, for an enclosing loop. */
+static void tape_iterations(Sim *s, const Inst *in, int push0) {
+  int64_t n = trip_count(in), end = s->npushes, grow = 0;
+  if (n <= 2)
+    return;
+  for (int64_t i = push0; i < end; i++) {
+    int bt = (int)s->pushes[2 * i];
+    int64_t bytes = s->pushes[2 * i + 1], rest, later;
+    if (__builtin_mul_overflow(bytes, n - 1, &rest) || __builtin_mul_overflow(bytes, n - 2, &later) ||
+        __builtin_add_overflow(grow, later, &grow)) {
+      if (!s->overflow)
+        diag_error(in->pos, "E_SHAPE", "explain: the bytes this loop keeps for its gradient do not fit in 64 bits");
+      s->overflow = true;
+      return;
+    }
+    s->bytes[bt] += rest;
+    s->pushes[2 * i + 1] = bytes + rest;
+  }
+  add_live(s, grow, in->pos);
+  bump(s);
+}
+
+/* How a loop body's yield relates to its start: a carry it passes on, a
+ * buffer the body made, or one from outside the loop. */
+typedef enum { YIELD_NONE, YIELD_CARRY, YIELD_FRESH, YIELD_OUTER } YieldKind;
+
+/* A loop runs its body once with stand-ins (no bytes) for the carries, to
+ * learn the body's extra and net bytes and what each yield is; the second
+ * iteration, which starts without the initial values, then follows without
+ * simulating the body again, so nested loops cost one pass each. */
 static void sim_for(Sim *s, const Inst *in) {
   const IrBlock *body = in->regions[0];
   int nc = in->nresults;
-  int carry[64], next[64];
+  int *carry = arena_alloc(sizeof(int) * 6 * (size_t)(nc + 1)), *next = carry + nc + 1, *proxy = next + nc + 1,
+      *kind = proxy + nc + 1, *from = kind + nc + 1, *second = from + nc + 1;
   for (int k = 0; k < nc; k++) {
     carry[k] = in->args[k + 2]->type.rank ? s->buf_of[in->args[k + 2]->id] : -1;
     buf_retain(s, carry[k]);
+    proxy[k] = carry[k] >= 0 ? buf_entry(s, 0) : -1;
+    s->buf_of[body->args[k + 1]->id] = proxy[k];
   }
-  /* Two iterations: the second one starts without the initial values. */
-  for (int it = 0; it < 2; it++) {
-    s->buf_of[body->args[0]->id] = -1;
-    for (int k = 0; k < nc; k++)
-      s->buf_of[body->args[k + 1]->id] = carry[k];
-    sim_block(s, body, next);
-    for (int k = 0; k < nc; k++) {
-      buf_release(s, carry[k]);
-      carry[k] = next[k];
+  s->buf_of[body->args[0]->id] = -1;
+  int first_fresh = s->nbufs, push0 = s->npushes;
+  int64_t live0 = s->live, peak0 = s->peak;
+  s->peak = s->live;
+  sim_block(s, body, next);
+  int64_t extra = s->peak - live0, net = s->live - live0;
+  s->peak = s->peak > peak0 ? s->peak : peak0;
+  for (int k = 0; k < nc; k++) {
+    kind[k] = next[k] < 0 ? YIELD_NONE : next[k] >= first_fresh ? YIELD_FRESH : YIELD_OUTER;
+    for (int j = 0; j < nc; j++)
+      if (next[k] >= 0 && next[k] == proxy[j]) {
+        kind[k] = YIELD_CARRY;
+        from[k] = j;
+        next[k] = carry[j];
+        buf_retain(s, carry[j]);
+      }
+  }
+  /* End of the first iteration: the initial values are let go. */
+  for (int k = 0; k < nc; k++) {
+    buf_release(s, carry[k]);
+    carry[k] = next[k];
+  }
+  tape_iterations(s, in, push0);
+  int64_t start2 = s->live;
+  add_live(s, extra, in->pos);
+  bump(s);
+  s->live = start2;
+  add_live(s, net, in->pos);
+  for (int k = 0; k < nc; k++) {
+    second[k] = kind[k] == YIELD_CARRY ? carry[from[k]] : kind[k] == YIELD_OUTER ? carry[k] : -1;
+    if (kind[k] == YIELD_FRESH) {
+      for (int j = 0; j < k && second[k] < 0; j++)
+        if (kind[j] == YIELD_FRESH && next[j] == next[k])
+          second[k] = second[j];
+      if (second[k] < 0) {
+        second[k] = buf_entry(s, s->bytes[next[k]]);
+        continue;
+      }
     }
+    buf_retain(s, second[k]);
   }
-  for (int k = 0; k < nc; k++)
-    s->buf_of[in->results[k]->id] = carry[k];
+  for (int k = 0; k < nc; k++) {
+    buf_release(s, carry[k]);
+    s->buf_of[in->results[k]->id] = second[k];
+  }
 }
 
 static void sim_if(Sim *s, const Inst *in) {
   /* Peak of the larger branch; the state after is the then-branch's. */
   int64_t live0 = s->live, peak0 = s->peak;
-  int outs[64];
-  int saved_n = s->nbufs;
+  int *outs = arena_alloc(sizeof(int) * (size_t)(in->nresults + 1));
+  int saved_n = s->nbufs, saved_pushes = s->npushes;
   int *saved_refs = malloc(sizeof(int) * (size_t)(s->nbufs + 1));
-  memcpy(saved_refs, s->refs, sizeof(int) * (size_t)s->nbufs);
+  if (s->nbufs)
+    memcpy(saved_refs, s->refs, sizeof(int) * (size_t)s->nbufs);
   sim_block(s, in->regions[1], outs);
   int64_t else_peak = s->peak;
   s->live = live0;
   s->peak = peak0;
-  memcpy(s->refs, saved_refs, sizeof(int) * (size_t)saved_n);
+  if (saved_n)
+    memcpy(s->refs, saved_refs, sizeof(int) * (size_t)saved_n);
   s->nbufs = saved_n;
+  s->npushes = saved_pushes;
   free(saved_refs);
   sim_block(s, in->regions[0], outs);
   if (else_peak > s->peak)
@@ -211,87 +340,220 @@ static void sim_results(Sim *s, const Inst *in, int idx) {
     case EMIT_VIEW_OR_ALLOC:
     case EMIT_STEAL_OR_ALLOC:
     case EMIT_ALLOC:
-      s->buf_of[r->id] = buf_new(s, local_bytes(s->mod, &r->type));
+      s->buf_of[r->id] = buf_new(s, local_bytes(s->mod, &r->type), in->pos);
       break;
     }
   }
 }
 
+/* A tape is a buffer whose bytes are those of the arrays pushed on it: a
+ * pushed array's bytes move to the tape's account (the tape keeps a
+ * reference; the array's own release then frees nothing), and a loop carry
+ * pushed through its 0-byte stand-in adds its type's bytes. */
+static void sim_tape_push(Sim *s, const Inst *in) {
+  const Value *v = in->args[2];
+  int bt = s->buf_of[in->args[0]->id];
+  if (!v->type.rank || bt < 0)
+    return;
+  int bv = s->buf_of[v->id];
+  int64_t moved = bv >= 0 ? s->bytes[bv] : 0;
+  if (moved > 0) {
+    s->bytes[bv] = 0;
+  } else {
+    moved = local_bytes(s->mod, &v->type);
+    add_live(s, moved, in->pos);
+    bump(s);
+  }
+  s->bytes[bt] += moved;
+  if (s->npushes == s->cappushes) {
+    s->cappushes = s->cappushes ? 2 * s->cappushes : 64;
+    s->pushes = realloc(s->pushes, sizeof(int64_t) * 2 * (size_t)s->cappushes);
+    if (!s->pushes)
+      diag_ice("out of memory");
+  }
+  s->pushes[2 * s->npushes] = bt;
+  s->pushes[2 * s->npushes + 1] = moved;
+  s->npushes++;
+}
+
+static void sim_inst(Sim *s, const Inst *in, int i, int *yield_bufs) {
+  switch (in->op) {
+  case IR_TAPE_NEW: s->buf_of[in->results[0]->id] = buf_entry(s, 0); break;
+  case IR_TAPE_PUSH: sim_tape_push(s, in); break;
+  case IR_CALL: sim_call(s, in); break;
+  case IR_FOR: sim_for(s, in); break;
+  case IR_IF: sim_if(s, in); break;
+  case IR_YIELD:
+  case IR_RETURN:
+    for (int k = 0; k < in->nargs; k++) {
+      int bf = in->args[k]->type.rank ? s->buf_of[in->args[k]->id] : -1;
+      buf_retain(s, bf);
+      yield_bufs[k] = bf;
+    }
+    break;
+  default: {
+    int64_t tmp = emit_temp_bytes(s->mod, in);
+    sim_results(s, in, i);
+    int64_t after = s->live;
+    add_live(s, tmp, in->pos);
+    bump(s);
+    s->live = after;   /* the instruction frees its temporaries again */
+  }
+  }
+}
+
+/* Each value is released right after its last use, as the generated code
+ * does; the values dying at each instruction are listed once, so a block
+ * costs time linear in its length. */
 static void sim_block(Sim *s, const IrBlock *b, int *yield_bufs) {
-  int *saved = malloc(sizeof(int) * (size_t)(s->mod->next_value + 1));
-  memcpy(saved, s->last_use, sizeof(int) * (size_t)(s->mod->next_value + 1));
+  int n = b->insts.len;
   ir_last_uses(b, s->last_use);
+  int *dying = malloc(sizeof(int) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++)
+    dying[i] = -1;
+  for (int i = 0; i < n; i++) {
+    const Inst *in = b->insts.data[i];
+    for (int k = 0; k < in->nresults; k++) {
+      const Value *v = in->results[k];
+      if (!v->type.rank && v->type.kind != TY_TAPE)
+        continue;
+      s->dead_next[v->id] = dying[s->last_use[v->id]];
+      dying[s->last_use[v->id]] = v->id;
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    sim_inst(s, b->insts.data[i], i, yield_bufs);
+    for (int v = dying[i]; v >= 0; v = s->dead_next[v])
+      buf_release(s, s->buf_of[v]);
+  }
+  free(dying);
+}
+
+static void summarise(Sim *s, const Func *f, Summary *sm) {
+  s->nbufs = s->npushes = 0;
+  s->live = s->peak = 0;
+  /* Parameters are the caller's buffers: counted, never released here. */
+  int np = f->body->nargs;
+  int *param_of = calloc((size_t)np + 1, sizeof(int));
+  for (int i = 0; i < np; i++) {
+    const Value *p = f->body->args[i];
+    s->buf_of[p->id] = p->type.rank ? buf_new(s, local_bytes(s->mod, &p->type), f->pos) : -1;
+    buf_retain(s, s->buf_of[p->id]);
+    if (s->buf_of[p->id] >= 0)
+      param_of[s->buf_of[p->id]] = i;
+  }
+  int nparam_bufs = s->nbufs;
+  int64_t params = s->live;
+  int *rets = arena_alloc(sizeof(int) * (size_t)(f->nresults + 1));
+  for (int k = 0; k < f->nresults; k++)
+    rets[k] = -1;
+  sim_block(s, f->body, rets);
+  sm->peak = s->peak;
+  sm->extra = s->peak - params;
+  sm->net = s->live - params;
+  sm->nparams = np;
+  sm->nres = f->nresults;
+  sm->res = arena_alloc(sizeof(int) * (size_t)(f->nresults + 1));
+  sm->res_bytes = arena_alloc(sizeof(int64_t) * (size_t)(f->nresults + 1));
+  for (int k = 0; k < f->nresults; k++) {
+    int b = rets[k];
+    sm->res[k] = b < 0 ? -1 : b < nparam_bufs ? param_of[b] : np + b;
+    sm->res_bytes[k] = b >= 0 ? s->bytes[b] : 0;
+  }
+  free(param_of);
+}
+
+/* Callees before callers, without recursion (a call chain may be as long
+ * as the program). */
+static void callees(const IrBlock *b, Vec *out) {
   for (int i = 0; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];
-    switch (in->op) {
-    case IR_CALL: sim_call(s, in); break;
-    case IR_FOR: sim_for(s, in); break;
-    case IR_IF: sim_if(s, in); break;
-    case IR_YIELD:
-    case IR_RETURN:
-      for (int k = 0; k < in->nargs; k++) {
-        int bf = in->args[k]->type.rank ? s->buf_of[in->args[k]->id] : -1;
-        buf_retain(s, bf);
-        yield_bufs[k] = bf;
-      }
-      break;
-    default: {
-      int64_t tmp = emit_temp_bytes(s->mod, in);
-      sim_results(s, in, i);
-      s->live += tmp;
-      bump(s);
-      s->live -= tmp;
-    }
-    }
-    /* Releases after the instruction, as the generated code does them. */
-    for (int j = 0; j <= i; j++) {
-      const Inst *d = b->insts.data[j];
-      for (int k = 0; k < d->nresults; k++) {
-        const Value *v = d->results[k];
-        if (v->type.rank && s->last_use[v->id] == i)
-          buf_release(s, s->buf_of[v->id]);
-      }
-    }
+    if (in->op == IR_CALL)
+      vec_push(out, in->callee);
+    for (int r = 0; r < in->nregions; r++)
+      callees(in->regions[r], out);
   }
-  memcpy(s->last_use, saved, sizeof(int) * (size_t)(s->mod->next_value + 1));
-  free(saved);
 }
 
-static int64_t func_peak(const Module *mod, const Func *f) {
-  Sim s;
-  memset(&s, 0, sizeof s);
-  s.mod = mod;
-  s.buf_of = calloc((size_t)mod->next_value + 1, sizeof(int));
-  s.last_use = calloc((size_t)mod->next_value + 1, sizeof(int));
-  /* Parameters are the caller's buffers: counted, never released here. */
-  for (int i = 0; i < f->body->nargs; i++) {
-    const Value *p = f->body->args[i];
-    s.buf_of[p->id] = p->type.rank ? buf_new(&s, local_bytes(mod, &p->type)) : -1;
-    buf_retain(&s, s.buf_of[p->id]);
+static void summarise_all(Sim *s) {
+  int nf = s->mod->funcs.len;
+  for (int i = 0; i < nf; i++)
+    ptrmap_put(&s->func_index, s->mod->funcs.data[i], i);
+  s->sums = calloc((size_t)nf + 1, sizeof(Summary));
+  char *state = calloc((size_t)nf + 1, 1);   /* 0 new, 1 on the stack, 2 done */
+  int *stack = malloc(sizeof(int) * (size_t)(nf + 1));
+  Vec *calls = calloc((size_t)nf + 1, sizeof(Vec));
+  int *next = calloc((size_t)nf + 1, sizeof(int));
+  for (int root = 0; root < nf; root++) {
+    if (state[root])
+      continue;
+    int top = 0;
+    stack[top++] = root;
+    state[root] = 1;
+    callees(((Func *)s->mod->funcs.data[root])->body, &calls[root]);
+    while (top) {
+      int f = stack[top - 1];
+      if (next[f] < calls[f].len) {
+        int g = ptrmap_get(&s->func_index, calls[f].data[next[f]++]);
+        if (g >= 0 && !state[g]) {
+          state[g] = 1;
+          callees(((Func *)s->mod->funcs.data[g])->body, &calls[g]);
+          stack[top++] = g;
+        }
+        continue;
+      }
+      summarise(s, s->mod->funcs.data[f], &s->sums[f]);
+      state[f] = 2;
+      top--;
+    }
   }
-  int rets[64];
-  sim_block(&s, f->body, rets);
-  free(s.buf_of);
-  free(s.last_use);
-  free(s.bytes);
-  free(s.refs);
-  return s.peak;
+  for (int i = 0; i < nf; i++)
+    free(calls[i].data);
+  free(calls);
+  free(next);
+  free(stack);
+  free(state);
 }
 
-void explain_module(FILE *out, const Module *mod, const SourceFile *file) {
+static Sim *sim_module(const Module *mod) {
+  static Sim cache;
+  if (cache.mod == mod)
+    return &cache;
+  Sim *s = &cache;
+  memset(s, 0, sizeof *s);
+  s->mod = mod;
+  size_t nv = (size_t)mod->next_value + 1;
+  s->buf_of = calloc(nv, sizeof(int));
+  s->last_use = calloc(nv, sizeof(int));
+  s->dead_next = calloc(nv, sizeof(int));
+  summarise_all(s);
+  return s;
+}
+
+int64_t explain_func_peak(const Module *mod, const Func *f) {
+  Sim *s = sim_module(mod);
+  return s->sums[ptrmap_get(&s->func_index, f)].peak;
+}
+
+void explain_module(FILE *out, const Module *mod, const SourceFile *file, const NetModel *net) {
   fprintf(out, "shdc explain %s, mesh {", file ? file->name : "?");
   for (int a = 0; a < mod->mesh.naxes; a++)
     fprintf(out, "%s%s: %d", a ? ", " : "", mod->mesh.names[a], mod->mesh.sizes[a]);
   fprintf(out, "}\nbytes/rank: what one rank sends (all-reduce 2(G-1)n/G, all-gather (G-1)n, reduce-scatter and "
                "all-to-all (G-1)n/G, permute n)\n");
+  if (net)
+    net_describe(out, net, &mod->mesh);
   for (int i = 0; i < mod->funcs.len; i++) {
     const Func *f = mod->funcs.data[i];
-    Report r = {out, mod, 0, 0};
+    Report r = {out, mod, 0, 0, net, 0};
     fprintf(out, "\nfn %s%s%s\n", f->name, f->manual ? arena_printf(" (manual over %s)", ty_axes_str(&mod->mesh, f->manual_axes)) : "",
             f->generated ? " (generated by autodiff)" : "");
     list_block(&r, f->body, "");
-    fprintf(out, "  %d collective%s, %lld bytes sent per rank (loop bodies counted once)\n", r.count,
-            r.count == 1 ? "" : "s", (long long)r.bytes);
-    fprintf(out, "  peak live arrays per rank: %lld bytes\n", (long long)func_peak(mod, f));
+    fprintf(out, "  %d collective%s, %lld bytes sent per rank (loop bodies counted once)%s\n", r.count,
+            r.count == 1 ? "" : "s", (long long)r.bytes,
+            net ? arena_printf(", communication estimated %s", net_seconds_str(r.seconds)) : "");
+    fprintf(out, "  peak live arrays per rank: %lld bytes\n", (long long)explain_func_peak(mod, f));
   }
+  if (net)
+    net_report_steps(out, net, mod);
 }

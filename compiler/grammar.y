@@ -6,8 +6,12 @@
  * the parser resynchronise at the next line after a syntax error, so one run
  * reports several.
  *
- * Precedence, loosest first: `as`, comparisons (non-associative),
- * + -, * / @, unary minus, calls.
+ * Precedence, loosest first, as Python's: `as`, comparisons
+ * (non-associative), |, &, + -, * / % @, unary - and !, ** (right
+ * associative, so -x ** 2 is -(x ** 2)), calls and indexing. So (a < b) &
+ * (c < d) needs its parentheses, as in NumPy. A type is an expression of
+ * its own (an argument of zeros, cast, reshard...), not a postfix one, so
+ * that `f32[8]` is a type and `x[8]` an indexing without a conflict.
  */
 
 %name Parse
@@ -45,17 +49,23 @@ void ParseErrorsReported(void *p) { ((yyParser *)p)->yyerrcnt = -1; }
 %token MESH CONST FN MANUAL LET VAR FOR IN IF ELSE RETURN AS TRUE FALSE
        DTYPE IDENT FLOAT INT STRING ANNOT_U ANNOT_R ANNOT_V ARROW DOTDOT
        LE GE EQEQ NE LT GT ASSIGN LBRACE RBRACE LPAREN RPAREN LBRACKET
-       RBRACKET COMMA COLON SEMI AT PLUS MINUS STAR SLASH NL.
+       RBRACKET COMMA COLON SEMI AT PLUS MINUS STAR SLASH NL
+       STARSTAR PERCENT AMP PIPE BANG.
 
 %left AS.
 %nonassoc LT LE GT GE EQEQ NE.
+%left PIPE.
+%left AMP.
 %left PLUS MINUS.
-%left STAR SLASH AT.
-%right UMINUS.
+%left STAR SLASH PERCENT AT.
+%right UMINUS BANG.
+%right STARSTAR.
 
 %type expr {Expr *}
 %type postfix {Expr *}
 %type primary {Expr *}
+%type index {Expr *}
+%type index_list {Vec}
 %type arg {Expr *}
 %type args {Vec}
 %type arg_list {Vec}
@@ -180,11 +190,27 @@ expr(E) ::= expr(L) MINUS(K) expr(R).         { E = parse_binary(BIN_SUB, L, R, 
 expr(E) ::= expr(L) STAR(K) expr(R).          { E = parse_binary(BIN_MUL, L, R, K); }
 expr(E) ::= expr(L) SLASH(K) expr(R).         { E = parse_binary(BIN_DIV, L, R, K); }
 expr(E) ::= expr(L) AT(K) expr(R).            { E = parse_binary(BIN_MATMUL, L, R, K); }
+expr(E) ::= expr(L) PERCENT(K) expr(R).       { E = parse_binary(BIN_MOD, L, R, K); }
+expr(E) ::= expr(L) STARSTAR(K) expr(R).      { E = parse_binary(BIN_POW, L, R, K); }
+expr(E) ::= expr(L) AMP(K) expr(R).           { E = parse_binary(BIN_AND, L, R, K); }
+expr(E) ::= expr(L) PIPE(K) expr(R).          { E = parse_binary(BIN_OR, L, R, K); }
 expr(E) ::= MINUS(K) expr(X). [UMINUS]        { E = parse_unary(UN_NEG, X, K); }
+expr(E) ::= BANG(K) expr(X).                  { E = parse_unary(UN_NOT, X, K); }
 expr(E) ::= postfix(E).
+expr(E) ::= type(T).                          { E = parse_type_expr(T); }
 
 postfix(E) ::= primary(E).
 postfix(E) ::= postfix(F) LPAREN args(A) RPAREN. { E = parse_call(F, &A); }
+postfix(E) ::= postfix(X) LBRACKET(K) index_list(L) RBRACKET. { E = parse_index(X, &L, K); }
+
+/* NumPy basic indexing: x[i, lo:hi, :], either bound of a slice optional. */
+index_list(L) ::= index(X).                   { L = (Vec){0}; vec_push(&L, X); }
+index_list(L) ::= index_list(L) COMMA index(X). { vec_push(&L, X); }
+index(E) ::= expr(E).
+index(E) ::= COLON(K).                        { E = parse_slice(NULL, NULL, K); }
+index(E) ::= expr(L) COLON(K).                { E = parse_slice(L, NULL, K); }
+index(E) ::= COLON(K) expr(H).                { E = parse_slice(NULL, H, K); }
+index(E) ::= expr(L) COLON(K) expr(H).        { E = parse_slice(L, H, K); }
 
 args(A) ::= .                                 { A = (Vec){0}; }
 args(A) ::= arg_list(A).
@@ -200,7 +226,6 @@ primary(E) ::= STRING(T).                     { E = parse_literal(pc, EX_STRING,
 primary(E) ::= TRUE(T).                       { E = parse_literal(pc, EX_BOOL, T); }
 primary(E) ::= FALSE(T).                      { E = parse_literal(pc, EX_BOOL, T); }
 primary(E) ::= IDENT(T).                      { E = parse_literal(pc, EX_NAME, T); }
-primary(E) ::= type(T).                       { E = parse_type_expr(T); }
 primary(E) ::= LPAREN expr(X) RPAREN.              { E = X; }
 primary(E) ::= LPAREN(K) expr(X) COMMA elems(L) RPAREN. { vec_push(&L, NULL); memmove(L.data + 1, L.data, sizeof(void *) * (size_t)(L.len - 1)); L.data[0] = X; E = parse_seq(EX_TUPLE, &L, tok_pos(K)); }
 primary(E) ::= LBRACKET(K) elems(L) RBRACKET. { E = parse_seq(EX_LIST, &L, tok_pos(K)); }

@@ -48,7 +48,7 @@ Func *ir_func(Module *mod, const char *name, int nparams, const Type *params, in
   return f;
 }
 
-Inst *ir_emit(Module *mod, IrBlock *b, Opcode op, Pos pos, int nargs, Value **args, int nresults, const Type *rtypes) {
+Inst *ir_emit(Module *mod, IrBlock *b, int op, Pos pos, int nargs, Value **args, int nresults, const Type *rtypes) {
   Inst *in = arena_alloc(sizeof *in);
   in->op = op;
   in->pos = pos;
@@ -83,6 +83,8 @@ void ir_copy_attrs(Inst *dst, const Inst *src) {
   dst->dot = src->dot;
   dst->str = src->str;
   dst->callee = src->callee;
+  dst->iv = src->iv;   /* never written after creation: sharing is safe */
+  dst->niv = src->niv;
 }
 
 void ir_add_region(Inst *in, IrBlock *b) {
@@ -92,42 +94,26 @@ void ir_add_region(Inst *in, IrBlock *b) {
   in->regions[in->nregions++] = b;
 }
 
-Value *ir_emit1(Module *mod, IrBlock *b, Opcode op, Pos pos, int nargs, Value **args, Type rtype) {
+Value *ir_emit1(Module *mod, IrBlock *b, int op, Pos pos, int nargs, Value **args, Type rtype) {
   return ir_emit(mod, b, op, pos, nargs, args, 1, &rtype)->results[0];
 }
 
 /* ---- printing ------------------------------------------------------------- */
 
-const char *ir_opname(Opcode op) {
-  static const char *names[IR__COUNT] = {
-      [IR_CONST] = "const", [IR_FILL] = "fill", [IR_IOTA] = "iota", [IR_RANDOM] = "random",
-      [IR_UNARY] = "unary", [IR_BINARY] = "binary", [IR_SELECT] = "select", [IR_CAST] = "cast",
-      [IR_BROADCAST] = "broadcast", [IR_DOT] = "dot", [IR_REDUCE] = "reduce", [IR_TRANSPOSE] = "transpose",
-      [IR_RESHAPE] = "reshape", [IR_RESHARD] = "reshard", [IR_PCAST] = "pcast", [IR_COPY] = "copy",
-      [IR_ALL_REDUCE] = "all_reduce", [IR_ALL_GATHER] = "all_gather", [IR_REDUCE_SCATTER] = "reduce_scatter",
-      [IR_ALL_TO_ALL] = "all_to_all", [IR_PPERMUTE] = "ppermute", [IR_PERMUTE] = "permute",
-      [IR_AXIS_INDEX] = "axis_index", [IR_SLICE_BLOCK] = "slice_block", [IR_EMBED_BLOCK] = "embed_block",
-      [IR_ZERO_UNLESS_FIRST] = "zero_unless_first", [IR_RETYPE] = "retype", [IR_CALL] = "call", [IR_FOR] = "for", [IR_IF] = "if",
-      [IR_YIELD] = "yield", [IR_RETURN] = "return", [IR_PRINT] = "print", [IR_SAVE] = "save",
-      [IR_LOAD] = "load", [IR_ARG] = "arg", [IR_CLOCK] = "clock", [IR_GRAD] = "grad", [IR_TAPE_NEW] = "tape_new",
-      [IR_TAPE_PUSH] = "tape_push", [IR_TAPE_GET] = "tape_get",
+const char *ir_opname(int op) {
+  static const char *core[IR__CORE] = {
+      [IR_CONST] = "const", [IR_COPY] = "copy", [IR_RETYPE] = "retype", [IR_CALL] = "call", [IR_FOR] = "for",
+      [IR_IF] = "if", [IR_YIELD] = "yield", [IR_RETURN] = "return", [IR_GRAD] = "grad",
+      [IR_TAPE_NEW] = "tape_new", [IR_TAPE_PUSH] = "tape_push", [IR_TAPE_GET] = "tape_get",
   };
-  return names[op];
+  const OpDef *d = op_def(op);
+  if (d)
+    return d->name;
+  return op >= 0 && op < IR__CORE && core[op] ? core[op] : "?";
 }
 
-static const char *unop_names[UN__COUNT] = {
-    [UN_NEG] = "neg", [UN_EXP] = "exp", [UN_LOG] = "log", [UN_SIN] = "sin", [UN_COS] = "cos",
-    [UN_TANH] = "tanh", [UN_SQRT] = "sqrt", [UN_ABS] = "abs", [UN_RELU] = "relu", [UN_SIGMOID] = "sigmoid",
-    [UN_NOT] = "not", [UN_SIGN] = "sign", [UN_STEP] = "step",
-};
-static const char *binop_names[BIN__COUNT] = {
-    [BIN_ADD] = "add", [BIN_SUB] = "sub", [BIN_MUL] = "mul", [BIN_DIV] = "div", [BIN_MAX] = "max",
-    [BIN_MIN] = "min", [BIN_POW] = "pow", [BIN_LT] = "lt", [BIN_LE] = "le", [BIN_GT] = "gt", [BIN_GE] = "ge",
-    [BIN_EQ] = "eq", [BIN_NE] = "ne", [BIN_AND] = "and", [BIN_OR] = "or",
-};
 static const char *red_names[] = {"sum", "max", "min"};
 
-const char *ir_binop_name(int op) { return binop_names[op]; }
 const char *ir_red_name(int op) { return red_names[op]; }
 
 static void print_value(FILE *out, const Value *v) {
@@ -149,14 +135,14 @@ static void print_type(FILE *out, const Module *mod, const Type *t) {
   }
 }
 
-static void print_axes(FILE *out, const Module *mod, const Inst *in) {
+void ir_print_axes(FILE *out, const Module *mod, const Inst *in) {
   fputs(" over (", out);
   for (int i = 0; i < in->naxes; i++)
     fprintf(out, "%s%s", i ? "," : "", mod->mesh.names[in->axes[i]]);
   fputc(')', out);
 }
 
-static void print_ints(FILE *out, const char *name, const int *v, int n) {
+void ir_print_ints(FILE *out, const char *name, const int *v, int n) {
   fprintf(out, " %s=[", name);
   for (int i = 0; i < n; i++)
     fprintf(out, "%s%d", i ? "," : "", v[i]);
@@ -171,63 +157,21 @@ static void print_attrs(FILE *out, const Module *mod, const Inst *in) {
     else
       fprintf(out, " %lld", (long long)in->ival);
     break;
-  case IR_IOTA: fprintf(out, " dim=%d", in->dim); break;
-  case IR_RANDOM: fprintf(out, " %s", in->fn ? "uniform" : "normal"); break;
-  case IR_DOT:
-    print_ints(out, "lhs_batch", in->dot.lhs_batch, in->dot.nbatch);
-    print_ints(out, "rhs_batch", in->dot.rhs_batch, in->dot.nbatch);
-    print_ints(out, "lhs_contract", in->dot.lhs_contract, in->dot.ncontract);
-    print_ints(out, "rhs_contract", in->dot.rhs_contract, in->dot.ncontract);
+  case IR_CALL:
+    fprintf(out, " @%s", in->callee->name);
     break;
-  case IR_REDUCE: {
-    int dims[MAX_RANK], n = 0;
-    for (int d = 0; d < MAX_RANK; d++)
-      if (in->mask & (1u << d))
-        dims[n++] = d;
-    print_ints(out, "dims", dims, n);
+  case IR_GRAD:
+    fprintf(out, " @%s wrt=[", in->callee->name);
+    for (int i = 0; i < in->niv; i++)
+      fprintf(out, "%s%lld", i ? "," : "", (long long)in->iv[i]);
+    fprintf(out, "]%s", in->ival ? " with_value" : "");
+    break;
+  default: {
+    const OpDef *d = op_def(in->op);
+    if (d && d->print)
+      d->print(out, mod, in);
     break;
   }
-  case IR_TRANSPOSE: print_ints(out, "perm", in->perm, in->args[0]->type.rank); break;
-  case IR_PCAST:
-    fprintf(out, " to=%s", in->fn == PCAST_VARYING ? "varying" : in->fn == PCAST_UNREDUCED ? "unreduced" : "reduced");
-    print_axes(out, mod, in);
-    break;
-  case IR_ALL_REDUCE:
-  case IR_AXIS_INDEX:
-  case IR_ZERO_UNLESS_FIRST:
-    print_axes(out, mod, in);
-    break;
-  case IR_ALL_GATHER:
-  case IR_SLICE_BLOCK:
-  case IR_EMBED_BLOCK:
-    fprintf(out, " dim=%d", in->dim);
-    print_axes(out, mod, in);
-    break;
-  case IR_REDUCE_SCATTER:
-    fprintf(out, " dim=%d", in->dim);
-    print_axes(out, mod, in);
-    break;
-  case IR_ALL_TO_ALL:
-    fprintf(out, " split=%d concat=%d", in->dim, in->dim2);
-    print_axes(out, mod, in);
-    break;
-  case IR_PPERMUTE:
-    fprintf(out, " shift=%d", in->shift);
-    print_axes(out, mod, in);
-    break;
-  case IR_CALL:
-  case IR_GRAD:
-    fprintf(out, " @%s", in->callee->name);
-    if (in->op == IR_GRAD)
-      fprintf(out, " wrt=0x%x%s", in->mask, in->ival ? " with_value" : "");
-    break;
-  case IR_SAVE:
-  case IR_LOAD:
-  case IR_ARG:
-    fprintf(out, " \"%s\"", in->str);
-    break;
-  default:
-    break;
   }
 }
 
@@ -243,23 +187,14 @@ static void print_inst(FILE *out, const Module *mod, const Inst *in, int indent)
   if (in->nresults)
     fputs(" = ", out);
   fputs(ir_opname(in->op), out);
-  if (in->op == IR_UNARY)
-    fprintf(out, ".%s", unop_names[in->fn]);
-  if (in->op == IR_BINARY)
-    fprintf(out, ".%s", binop_names[in->fn]);
-  if (in->op == IR_REDUCE || in->op == IR_ALL_REDUCE || in->op == IR_REDUCE_SCATTER)
-    fprintf(out, ".%s", red_names[in->fn]);
+  const OpDef *d = op_def(in->op);
+  if (d && d->variant)
+    fprintf(out, ".%s", d->variant(in));
   for (int i = 0; i < in->nargs; i++) {
     fputs(i ? ", " : " ", out);
     print_value(out, in->args[i]);
   }
   print_attrs(out, mod, in);
-  if (in->op == IR_PRINT && in->str) {
-    fputs(" texts=\"", out);
-    for (const char *p = in->str; *p; p++)
-      fputs(*p == '\x1f' ? "|" : *p == '\n' ? "\\n" : (char[]){*p, 0}, out);
-    fputc('"', out);
-  }
   if (in->nresults == 1) {
     fputs(" : ", out);
     print_type(out, mod, &in->results[0]->type);
@@ -351,6 +286,20 @@ static void note_uses(const Inst *in, int idx, const IrBlock *b, int *last_use) 
   }
   for (int r = 0; r < in->nregions; r++)
     note_block_uses(in->regions[r], idx, b, last_use);
+}
+
+void ir_clear_ids(const IrBlock *b, void *by_id, size_t elem) {
+  for (int k = 0; k < b->nargs; k++)
+    memset((char *)by_id + (size_t)b->args[k]->id * elem, 0, elem);
+  for (int i = 0; i < b->insts.len; i++) {
+    const Inst *in = b->insts.data[i];
+    for (int k = 0; k < in->nargs; k++)
+      memset((char *)by_id + (size_t)in->args[k]->id * elem, 0, elem);
+    for (int k = 0; k < in->nresults; k++)
+      memset((char *)by_id + (size_t)in->results[k]->id * elem, 0, elem);
+    for (int r = 0; r < in->nregions; r++)
+      ir_clear_ids(in->regions[r], by_id, elem);
+  }
 }
 
 void ir_count_uses(const IrBlock *b, int *uses) {
@@ -464,7 +413,8 @@ void ir_verify(const Module *mod) {
   for (int i = 0; i < mod->funcs.len; i++) {
     const Func *f = mod->funcs.data[i];
     v.f = f;
-    memset(v.defined, 0, (size_t)v.cap);
+    if (i)   /* clear what the previous function defined: linear, not O(values) per function */
+      ir_clear_ids(((const Func *)mod->funcs.data[i - 1])->body, v.defined, 1);
     for (int k = 0; k < f->body->nargs; k++)
       define(&v, f->body->args[k]);
     const IrBlock *b = f->body;

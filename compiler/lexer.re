@@ -49,7 +49,7 @@ static Token make(Lexer *lx, int kind, const char *start) {
 /* Scans one raw token; newlines come back as TK_NL unconditionally and
  * lex_next decides whether they count. */
 static Token scan(Lexer *lx) {
-  const char *YYMARKER;
+  const char *YYMARKER, *YYCTXMARKER;   /* YYCTXMARKER: the trailing context of str( */
   for (;;) {
     const char *start = lx->cur;
     /*!re2c
@@ -98,7 +98,10 @@ static Token scan(Lexer *lx) {
       "as"        { return make(lx, TK_AS, start); }
       "true"      { return make(lx, TK_TRUE, start); }
       "false"     { return make(lx, TK_FALSE, start); }
-      "f32" | "f64" | "i32" | "bool" { return make(lx, TK_DTYPE, start); }
+      /* str( is the conversion builtin, called like any function; str
+       * elsewhere is the string type. */
+      "str" / [ \t]* "(" { return make(lx, TK_IDENT, start); }
+      "f32" | "f64" | "i32" | "bool" | "str" { return make(lx, TK_DTYPE, start); }
 
       ident       { return make(lx, TK_IDENT, start); }
       float       { return make(lx, TK_FLOAT, start); }
@@ -123,6 +126,7 @@ static Token scan(Lexer *lx) {
       ">="  { return make(lx, TK_GE, start); }
       "=="  { return make(lx, TK_EQEQ, start); }
       "!="  { return make(lx, TK_NE, start); }
+      "**"  { return make(lx, TK_STARSTAR, start); }
       "<"   { return make(lx, TK_LT, start); }
       ">"   { return make(lx, TK_GT, start); }
       "="   { return make(lx, TK_ASSIGN, start); }
@@ -140,6 +144,10 @@ static Token scan(Lexer *lx) {
       "-"   { return make(lx, TK_MINUS, start); }
       "*"   { return make(lx, TK_STAR, start); }
       "/"   { return make(lx, TK_SLASH, start); }
+      "%"   { return make(lx, TK_PERCENT, start); }
+      "&"   { return make(lx, TK_AMP, start); }
+      "|"   { return make(lx, TK_PIPE, start); }
+      "!"   { return make(lx, TK_BANG, start); }
 
       * {
         Token t = make(lx, 0, start);

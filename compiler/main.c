@@ -5,10 +5,17 @@
  *
  * Each stage reports through diag.c; the driver stops between stages when
  * there were errors. Exit status (fixed): 0 clean, 1 errors in the program,
- * 2 usage or I/O trouble.
+ * 2 usage, I/O or toolchain trouble (io_error names the cause) and internal
+ * errors (diag_ice). The driver checks what it can before any work: inputs
+ * are regular files of at most 8 MiB, -o is writable and not an input;
+ * when the C compiler fails it compiles an empty program with the same
+ * options to tell a broken toolchain from a bug in the generated C. The
+ * compiler runs on a thread with a 512 MiB stack (main_thread).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,30 +28,46 @@ static const char usage[] =
     "commands:\n"
     "  check FILE...          parse, type-check and differentiate; diagnostics on stderr\n"
     "  types FILE             print FUNCTION.NAME: TYPE for every binding\n"
+    "  show FILE [FUNC.NAME...]  draw which device holds which block of each array\n"
     "  build FILE -o PROG     compile to an executable for mpirun\n"
     "  emit-ir FILE           print the SPMD IR after partitioning (--global: before)\n"
     "  emit-c FILE            print the generated C\n"
     "  explain FILE           list every collective inserted, with bytes per rank,\n"
     "                         and the peak bytes of live arrays per rank\n"
+    "  trace-summary RUN.json time per category (gemm, elementwise, communication,\n"
+    "                         waiting) and collectives per rank of a SHD_TRACE=RUN.json run\n"
     "\n"
     "options:\n"
     "  --mesh AXIS=N,...      override mesh axis sizes (e.g. --mesh data=2,model=1)\n"
+    "  -D NAME=VALUE          override the integer `const NAME` (repeatable; e.g. -D C=256)\n"
     "  -o PROG                output executable (build)\n"
     "  -O0 ... -O3            C optimisation level of the build (default -O3)\n"
     "  --keep-c               build: keep the generated C next to PROG as PROG.c\n"
     "  --global               emit-ir: print the global-view IR (after autodiff)\n"
+    "  --network=BW,LATENCY   explain: estimate each collective's time on links of this\n"
+    "                         bandwidth and latency (25GB/s,5us), or --network=FILE of\n"
+    "                         per-axis links (AXIS BANDWIDTH LATENCY [LABEL] a line)\n"
+    "  --diagnostics=FORMAT   plain (default), json or sarif: errors as one document on\n"
+    "                         stdout (check; check -o FILE writes it to FILE), else stderr\n"
+    "  --max-errors=N         print at most N errors (default 100, and all in a json or\n"
+    "                         sarif document; 0: all)\n"
     "  --help                 this text\n"
+    "  --version              the version, git revision and runtime ABI\n"
     "\n"
-    "exit status: 0 clean, 1 errors in the program, 2 usage or I/O trouble\n";
+    "exit status: 0 clean, 1 errors in the program, 2 usage, I/O or toolchain trouble\n";
 
 typedef struct {
   const char *cmd;
   Vec files;
   const char *out;
   const char *mesh;
+  Vec defines;         /* "NAME=VALUE" of each -D, in order (the last one wins) */
   const char *opt;
   bool keep_c;
   bool global_ir;
+  DiagFormat diagnostics;
+  const char *network;
+  NetModel net;
 } Options;
 
 __attribute__((noreturn, format(printf, 1, 2))) static void usage_error(const char *fmt, ...) {
@@ -57,29 +80,60 @@ __attribute__((noreturn, format(printf, 1, 2))) static void usage_error(const ch
   exit(2);
 }
 
+__attribute__((noreturn, format(printf, 1, 2))) static void io_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("shdc: error: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  exit(2);
+}
+
+/* An unreadable file is exit status 2; the other files are still checked. */
+static SourceFile *cannot_read(const char *path, const char *why) {
+  fprintf(stderr, "shdc: error: cannot read %s: %s\n", path, why);
+  diagout_tool_error(arena_printf("cannot read %s: %s", path, why));
+  return NULL;
+}
+
+/* A program is read only from a regular file of at most MAX_SOURCE bytes:
+ * a FIFO would block, a device such as /dev/zero never end. */
+#define MAX_SOURCE (8 << 20)
+
 static SourceFile *read_source(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    fprintf(stderr, "shdc: error: cannot read %s: %s\n", path, strerror(errno));
-    exit(2);
+  int fd = open(path, O_RDONLY | O_NONBLOCK);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0)
+    return cannot_read(path, strerror(errno));
+  const char *kind = S_ISREG(st.st_mode) ? NULL : S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                     : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "a special file";
+  if (kind || st.st_size > MAX_SOURCE) {
+    close(fd);
+    return cannot_read(path, kind ? arena_printf("not a regular file (%s)", kind)
+                                  : arena_printf("it has %lld bytes; a program may have at most %d bytes (8 MiB)",
+                                                 (long long)st.st_size, MAX_SOURCE));
   }
-  Str s = {0};
-  char buf[65536];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-    for (size_t i = 0; i < n; i++)
-      str_putc(&s, buf[i]);
-  bool err = ferror(f);
-  fclose(f);
-  if (err) {
-    fprintf(stderr, "shdc: error: cannot read %s: %s\n", path, strerror(errno));
-    exit(2);
+  char *text = arena_alloc((size_t)st.st_size + 1);
+  size_t len = 0;
+  for (;;) {
+    ssize_t n = read(fd, text + len, (size_t)st.st_size - len);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      return cannot_read(path, strerror(err));
+    }
+    if (n == 0 || (len += (size_t)n) == (size_t)st.st_size)
+      break;
   }
+  close(fd);
+  text[len] = 0;
   SourceFile *sf = arena_alloc(sizeof *sf);
   sf->name = path;
-  sf->len = s.len;
-  sf->text = arena_strndup(s.buf ? s.buf : "", s.len);
-  free(s.buf);
+  sf->len = len;
+  sf->text = text;
   return sf;
 }
 
@@ -90,6 +144,12 @@ static void check_mesh_syntax(const char *m) {
     const char *eq = strchr(p, '=');
     if (!eq || eq == p)
       usage_error("--mesh expects AXIS=N,... (e.g. --mesh data=2,model=1), not '%s'", m);
+    for (const char *q = m; q < p;) {   /* an axis named twice */
+      const char *qe = strchr(q, '=');
+      if (qe - q == eq - p && !strncmp(q, p, (size_t)(eq - p)))
+        usage_error("--mesh names axis '%.*s' twice", (int)(eq - p), p);
+      q = strchr(qe, ',') + 1;
+    }
     char *end;
     long v = strtol(eq + 1, &end, 10);
     if (end == eq + 1 || v < 1 || v > 1 << 20 || (*end && *end != ','))
@@ -119,6 +179,44 @@ static void check_mesh_names(const char *m, const Program *prog, const char *fil
   }
 }
 
+/* -D NAME=VALUE: NAME an identifier, VALUE an integer (syntax here, the
+ * name once the file is parsed). */
+static void check_define_syntax(const char *d) {
+  const char *eq = strchr(d, '=');
+  bool ident = eq && eq != d && !(d[0] >= '0' && d[0] <= '9');
+  for (const char *p = d; ident && p < eq; p++)
+    ident = *p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9');
+  if (!ident)
+    usage_error("-D expects NAME=VALUE with NAME a const of the file (e.g. -D C=256), not '%s'", d);
+  char *end;
+  errno = 0;
+  long long v = strtoll(eq + 1, &end, 10);
+  if (end == eq + 1 || *end || errno == ERANGE || v < -(1ll << 53) || v > 1ll << 53)
+    usage_error("-D %.*s: the value '%s' is not an integer; -D overrides integer consts (e.g. -D %.*s=8)",
+                (int)(eq - d), d, eq + 1, (int)(eq - d), d);
+}
+
+static void check_define_names(const Vec *defines, const Program *prog, const char *file) {
+  for (int i = 0; i < defines->len; i++) {
+    const char *d = defines->data[i];
+    int len = (int)(strchr(d, '=') - d);
+    bool found = false;
+    for (int k = 0; k < prog->consts.len; k++) {
+      const ConstDecl *cd = prog->consts.data[k];
+      found |= cd->name.len == len && !strncmp(cd->name.start, d, (size_t)len);
+    }
+    if (!found) {
+      Str names = {0};
+      for (int k = 0; k < prog->consts.len; k++) {
+        const ConstDecl *cd = prog->consts.data[k];
+        str_printf(&names, "%s%.*s", k ? ", " : "", cd->name.len, cd->name.start);
+      }
+      usage_error("-D: %s has no const '%.*s' (its consts: %s)", file, len, d,
+                  names.len ? str_cstr(&names) : "none");
+    }
+  }
+}
+
 /* ---- the pipeline ------------------------------------------------------------- */
 
 typedef struct {
@@ -129,12 +227,13 @@ typedef struct {
 } Compilation;
 
 static bool front(Compilation *c, const char *path, const Options *o) {
-  c->src = read_source(path);
   c->prog = parse_file(c->src);
+  diagout_program(c->prog);
   if (diag_error_count())
     return false;
   check_mesh_names(o->mesh, c->prog, path);
-  return tc_program(c->prog, &c->mesh, o->mesh);
+  check_define_names(&o->defines, c->prog, path);
+  return tc_program(c->prog, &c->mesh, o->mesh, &o->defines);
 }
 
 static bool middle(Compilation *c, bool partition) {
@@ -159,58 +258,120 @@ static bool middle(Compilation *c, bool partition) {
 
 /* ---- build: emit C, then mpicc ----------------------------------------------------- */
 
-static const char *runtime_dir(void) {
-  const char *home = getenv("SHDC_HOME");
-  if (home)
-    return home;
-  static char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0)
-    return ".";
-  buf[n] = 0;
-  return dirname(buf);
+/* The C compiler's command line: SHDC_CC (default mpicc), the options of
+ * the build, SHDC_CFLAGS split at blanks (e.g. -march=native, or -Wall
+ * -Werror as the tests use to keep the generated C warning-free). */
+static const char **cc_argv(const RuntimePaths *rp, const char *cfile, const char *out, const char *opt) {
+  const char *cc = getenv("SHDC_CC") && *getenv("SHDC_CC") ? getenv("SHDC_CC") : "mpicc";
+  const char **argv = arena_alloc(sizeof(char *) * 80);
+  int argc = 0;
+  const char *fixed[] = {cc, "-std=c11", opt, "-fno-math-errno", arena_printf("-I%s", rp->inc), "-o", out, cfile,
+                         rp->lib, "-lopenblas", "-lm"};
+  for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+    argv[argc++] = fixed[i];
+#ifdef SHDC_PROGRAM_CFLAGS
+  /* A sanitizer build of shdc links programs against the sanitizer build of
+   * the runtime, so it compiles them with the same flags. */
+  char *san = arena_strdup(SHDC_PROGRAM_CFLAGS);
+  for (char *tok = strtok(san, " \t"); tok && argc < 40; tok = strtok(NULL, " \t"))
+    argv[argc++] = tok;
+#endif
+  char *extra = getenv("SHDC_CFLAGS") ? arena_strdup(getenv("SHDC_CFLAGS")) : NULL;
+  for (char *tok = extra ? strtok(extra, " \t\n") : NULL; tok; tok = strtok(NULL, " \t\n")) {
+    if (argc == 78)
+      io_error("SHDC_CFLAGS has more than %d flags", 78 - (int)(sizeof fixed / sizeof *fixed));
+    argv[argc++] = tok;
+  }
+  argv[argc] = NULL;
+  return argv;
+}
+
+/* Runs argv; 0 when it succeeds. A program that cannot be started at all
+ * (exec's errno comes back through a close-on-exec pipe) is an I/O error
+ * that names it; `quiet` sends its output to /dev/null. */
+static int run_tool(const char **argv, bool quiet) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    io_error("pipe: %s", strerror(errno));
+  pid_t pid = fork();
+  if (pid < 0)
+    io_error("fork: %s", strerror(errno));
+  if (pid == 0) {
+    close(fds[0]);
+    int null = quiet ? open("/dev/null", O_WRONLY) : -1;
+    if (null >= 0) {
+      dup2(null, 1);
+      dup2(null, 2);
+    }
+    execvp(argv[0], (char *const *)argv);
+    int err = errno;
+    ssize_t w = write(fds[1], &err, sizeof err);
+    (void)w;
+    _exit(127);
+  }
+  close(fds[1]);
+  int err = 0;
+  ssize_t n = read(fds[0], &err, sizeof err);
+  close(fds[0]);
+  int status;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    ;
+  if (n == (ssize_t)sizeof err)
+    io_error("cannot run the C compiler '%s'%s: %s%s", argv[0], getenv("SHDC_CC") ? " (SHDC_CC)" : "", strerror(err),
+             getenv("SHDC_CC") ? "" : "; install Open MPI (apt-get install libopenmpi-dev) or set SHDC_CC");
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The C compiler failed on the generated code. If it cannot build an
+ * empty program either, the toolchain or its flags are at fault, not
+ * shdc: that is exit 2 with the cause; otherwise it is a bug in shdc. */
+static int cc_failed(const RuntimePaths *rp, const char *cfile, const char *opt) {
+  const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  char probe_c[4200], probe_out[4200];
+  snprintf(probe_c, sizeof probe_c, "%s/shdc-probe-XXXXXX.c", tmp);
+  int fd = mkstemps(probe_c, 2);
+  bool ok = fd >= 0 && write(fd, "int main(void) { return 0; }\n", 29) == 29;
+  if (fd >= 0)
+    close(fd);
+  snprintf(probe_out, sizeof probe_out, "%.*s.out", (int)strlen(probe_c) - 2, probe_c);
+  ok = ok && run_tool(cc_argv(rp, probe_c, probe_out, opt), true) == 0;
+  unlink(probe_c);
+  unlink(probe_out);
+  if (!ok) {
+    const char *flags = getenv("SHDC_CFLAGS");
+    io_error("the C compiler '%s' cannot build even an empty program with these options%s%s%s (its messages are "
+             "above); check SHDC_CC, SHDC_CFLAGS and the Open MPI and OpenBLAS installation",
+             cc_argv(rp, "", "", opt)[0], flags ? " (SHDC_CFLAGS='" : "", flags ? flags : "", flags ? "')" : "");
+  }
+  diag_ice("the C compiler failed on the generated code, kept in %s", cfile);
 }
 
 static int run_cc(const char *cfile, const char *out, const char *opt) {
-  const char *dir = runtime_dir();
-  const char *cc = getenv("SHDC_CC") ? getenv("SHDC_CC") : "mpicc";
-  char inc[4200], lib[4200];
-  snprintf(inc, sizeof inc, "-I%s/include", dir);
-  snprintf(lib, sizeof lib, "%s/libshdrt.a", dir);
-  if (access(lib, R_OK) != 0) {
-    fprintf(stderr, "shdc: error: cannot find the runtime library %s (set SHDC_HOME to the build directory)\n", lib);
-    return 2;
-  }
-  /* SHDC_CFLAGS: extra flags for the C compiler (e.g. -march=native, or
-   * -Wall -Werror as the tests use to keep the generated C warning-free). */
-  const char *argv[64] = {cc, "-std=c11", opt, "-fno-math-errno", inc, "-o", out, cfile, lib, "-lopenblas", "-lm"};
-  int argc = 11;
-  char *extra = getenv("SHDC_CFLAGS") ? arena_strdup(getenv("SHDC_CFLAGS")) : NULL;
-  for (char *tok = extra ? strtok(extra, " \t") : NULL; tok && argc < 62; tok = strtok(NULL, " \t"))
-    argv[argc++] = tok;
-  argv[argc] = NULL;
-  pid_t pid = fork();
-  if (pid < 0) {
-    fprintf(stderr, "shdc: error: fork: %s\n", strerror(errno));
-    return 2;
-  }
-  if (pid == 0) {
-    execvp(cc, (char *const *)argv);
-    fprintf(stderr, "shdc: error: cannot run %s: %s (install Open MPI: apt-get install libopenmpi-dev)\n", cc,
-            strerror(errno));
-    _exit(127);
-  }
-  int status;
-  if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fprintf(stderr, "shdc: error: the C compiler failed on the generated code %s; this is a bug in shdc\n", cfile);
-    return 2;
-  }
+  RuntimePaths rp;
+  if (!drv_find_runtime(&rp))
+    io_error("cannot find the runtime (include/shdrt.h and libshdrt.a) in %s; reinstall shdc, or set SHDC_HOME to "
+             "the directory that holds them", rp.searched);
+  if (run_tool(cc_argv(&rp, cfile, out, opt), false) != 0)
+    return cc_failed(&rp, cfile, opt);
   return 0;
 }
 
+/* -o must not replace an input, and its place must be writable: these are
+ * the user's mistakes, said before any work is done. */
+static void check_output(const char *out, const char *input, const char *what) {
+  struct stat so, si;
+  bool exists = stat(out, &so) == 0;
+  if (!strcmp(out, input) || (exists && stat(input, &si) == 0 && so.st_dev == si.st_dev && so.st_ino == si.st_ino))
+    usage_error("%s %s is the input file; choose another name", what, out);
+  if (exists && S_ISDIR(so.st_mode))
+    io_error("cannot write %s: it is a directory", out);
+  char *copy = arena_strdup(out);
+  const char *dir = dirname(copy);
+  if (access(dir, W_OK | X_OK) != 0 || (exists && access(out, W_OK) != 0))
+    io_error("cannot write %s: %s", out, strerror(errno));
+}
+
 static int do_build(Compilation *c, const Options *o) {
-  if (!o->out)
-    usage_error("build needs -o PROG");
   char cfile[4200];
   int fd = -1;
   if (o->keep_c) {
@@ -219,20 +380,21 @@ static int do_build(Compilation *c, const Options *o) {
     const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(cfile, sizeof cfile, "%s/shdc-XXXXXX.c", tmp);
     fd = mkstemps(cfile, 2);
-    if (fd < 0) {
-      fprintf(stderr, "shdc: error: cannot create a temporary file in %s: %s\n", tmp, strerror(errno));
-      return 2;
-    }
+    if (fd < 0)
+      io_error("cannot create a temporary file in %s: %s", tmp, strerror(errno));
   }
   FILE *f = fd >= 0 ? fdopen(fd, "w") : fopen(cfile, "w");
-  if (!f) {
-    fprintf(stderr, "shdc: error: cannot write %s: %s\n", cfile, strerror(errno));
-    return 2;
-  }
+  if (!f)
+    io_error("cannot write %s: %s", cfile, strerror(errno));
   emit_module(f, c->mod, c->src);
-  if (fclose(f) != 0) {
-    fprintf(stderr, "shdc: error: cannot write %s: %s\n", cfile, strerror(errno));
-    return 2;
+  if (fflush(f) != 0 || ferror(f) || fclose(f) != 0) {
+    int err = errno;
+    unlink(cfile);
+    io_error("cannot write %s: %s", cfile, strerror(err));
+  }
+  if (diag_error_count()) {   /* e.g. the peak memory check's sum overflowed */
+    unlink(cfile);
+    return 1;
   }
   int rc = run_cc(cfile, o->out, o->opt ? o->opt : "-O3");
   if (!o->keep_c && rc == 0)
@@ -260,6 +422,9 @@ static int run_one(const Options *o, const char *path) {
   Compilation c;
   memset(&c, 0, sizeof c);
   diag_reset();
+  c.src = read_source(path);
+  if (!c.src)
+    return 2;
   bool ok = front(&c, path, o);
   const char *cmd = o->cmd;
   if (!strcmp(cmd, "check")) {
@@ -271,6 +436,16 @@ static int run_one(const Options *o, const char *path) {
     if (ok)
       ok = middle(&c, c.prog->diverge_in_partial_manual);
     return ok ? 0 : 1;
+  }
+  if (!strcmp(cmd, "show")) {
+    if (!ok)
+      return 1;
+    int rc = show_program(stdout, c.prog, &c.mesh, (const char *const *)o->files.data + 1, o->files.len - 1);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+      fprintf(stderr, "shdc: error: cannot write to stdout: %s\n", strerror(errno));
+      return 2;
+    }
+    return rc;
   }
   if (!strcmp(cmd, "types")) {
     if (c.prog && c.prog->mesh && c.mesh.naxes)
@@ -289,8 +464,13 @@ static int run_one(const Options *o, const char *path) {
     return 0;
   }
   if (!strcmp(cmd, "explain")) {
-    explain_module(stdout, c.mod, c.src);
-    return 0;
+    if (o->network) {
+      const char *err = net_check_mesh(&o->net, &c.mesh);
+      if (err)
+        usage_error("--network: %s", err);
+    }
+    explain_module(stdout, c.mod, c.src, o->network ? &o->net : NULL);
+    return diag_error_count() ? 1 : 0;   /* a sum that overflowed is reported on its line */
   }
   if (!strcmp(cmd, "emit-c")) {
     emit_module(stdout, c.mod, c.src);
@@ -299,19 +479,53 @@ static int run_one(const Options *o, const char *path) {
   return do_build(&c, o);
 }
 
-int main(int argc, char **argv) {
+/* The document goes to stdout for check (its only output), or to the file
+ * of check -o; the other commands keep stdout for what they print, so
+ * theirs goes to stderr. */
+static bool write_diagnostics(const Options *o) {
+  bool check = !strcmp(o->cmd, "check");
+  const char *path = check && o->out ? o->out : NULL;
+  FILE *f = path ? fopen(path, "w") : check ? stdout : stderr;
+  if (!f) {
+    fprintf(stderr, "shdc: error: cannot write %s: %s\n", path, strerror(errno));
+    return false;
+  }
+  bool ok = diagout_write(f);
+  if (path)
+    ok = fclose(f) == 0 && ok;
+  if (!ok)
+    fprintf(stderr, "shdc: error: cannot write the diagnostics to %s: %s\n", path ? path : check ? "stdout" : "stderr",
+            strerror(errno));
+  return ok;
+}
+
+static int drv_main(int argc, char **argv) {
   Options o;
   memset(&o, 0, sizeof o);
+  int max_errors = -1;   /* default: 100 printed; all in a JSON or SARIF document */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h") || !strcmp(a, "help")) {
       fputs(usage, stdout);
       return 0;
+    } else if (!strcmp(a, "--version")) {
+      drv_print_version(stdout);
+      return 0;
     } else if (!strcmp(a, "-o")) {
       if (++i >= argc)
         usage_error("-o needs a file name");
+      if (o.out)
+        usage_error("-o is given twice");
       o.out = argv[i];
+    } else if (!strncmp(a, "--max-errors=", 13)) {
+      char *end;
+      long n = strtol(a + 13, &end, 10);
+      if (!a[13] || *end || n < 0 || n > 1000000)
+        usage_error("--max-errors expects a count from 0 (no limit) to 1000000, not '%s'", a + 13);
+      max_errors = (int)n;
     } else if (!strcmp(a, "--mesh") || !strncmp(a, "--mesh=", 7)) {
+      if (o.mesh)
+        usage_error("--mesh is given twice; name every axis in one --mesh AXIS=N,...");
       if (a[6] == '=')
         o.mesh = a + 7;
       else if (++i >= argc)
@@ -319,12 +533,39 @@ int main(int argc, char **argv) {
       else
         o.mesh = argv[i];
       check_mesh_syntax(o.mesh);
+    } else if (!strcmp(a, "-D") || !strncmp(a, "-D", 2)) {
+      const char *d = a[2] ? a + 2 : NULL;
+      if (!d && ++i >= argc)
+        usage_error("-D needs NAME=VALUE (e.g. -D C=256)");
+      d = d ? d : argv[i];
+      check_define_syntax(d);
+      vec_push(&o.defines, (void *)d);
     } else if (!strncmp(a, "-O", 2) && strlen(a) == 3 && a[2] >= '0' && a[2] <= '3') {
       o.opt = a;
     } else if (!strcmp(a, "--keep-c")) {
       o.keep_c = true;
     } else if (!strcmp(a, "--global")) {
       o.global_ir = true;
+    } else if (!strcmp(a, "--network") || !strncmp(a, "--network=", 10)) {
+      if (a[9] == '=')
+        o.network = a + 10;
+      else if (++i >= argc)
+        usage_error("--network needs BANDWIDTH,LATENCY or a file");
+      else
+        o.network = argv[i];
+      const char *err = net_parse(&o.net, o.network);
+      if (err)
+        usage_error("--network: %s", err);
+    } else if (!strncmp(a, "--diagnostics=", 14)) {
+      const char *f = a + 14;
+      if (!strcmp(f, "plain"))
+        o.diagnostics = DIAG_PLAIN;
+      else if (!strcmp(f, "json"))
+        o.diagnostics = DIAG_JSON;
+      else if (!strcmp(f, "sarif"))
+        o.diagnostics = DIAG_SARIF;
+      else
+        usage_error("--diagnostics is plain, json or sarif, not '%s'", f);
     } else if (a[0] == '-' && a[1]) {
       usage_error("unknown option '%s'", a);
     } else if (!o.cmd) {
@@ -337,7 +578,7 @@ int main(int argc, char **argv) {
     fputs(usage, stderr);
     return 2;
   }
-  static const char *cmds[] = {"check", "types", "build", "emit-ir", "emit-c", "explain"};
+  static const char *cmds[] = {"check", "types", "build", "emit-ir", "emit-c", "explain", "show", "trace-summary"};
   bool known = false;
   for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
     known |= !strcmp(o.cmd, cmds[i]);
@@ -345,13 +586,70 @@ int main(int argc, char **argv) {
     usage_error("unknown command '%s'", o.cmd);
   if (o.files.len == 0)
     usage_error("%s needs a FILE", o.cmd);
-  if (o.files.len > 1 && strcmp(o.cmd, "check"))
+  if (o.files.len > 1 && strcmp(o.cmd, "check") && strcmp(o.cmd, "show"))
     usage_error("%s takes one FILE", o.cmd);
+  if (o.network && strcmp(o.cmd, "explain"))
+    usage_error("--network is an option of explain");
+  if (!strcmp(o.cmd, "trace-summary"))
+    return tsum_run(o.files.data[0]);
+  if (!strcmp(o.cmd, "show"))
+    return run_one(&o, o.files.data[0]);
+  if (o.out && !strcmp(o.cmd, "check") && o.diagnostics == DIAG_PLAIN)
+    usage_error("check -o FILE writes a diagnostics document: add --diagnostics=json or --diagnostics=sarif");
+  if (o.out && (!strcmp(o.cmd, "build") || !strcmp(o.cmd, "check")))
+    for (int i = 0; i < o.files.len; i++)
+      check_output(o.out, o.files.data[i], "-o");
+  if (!strcmp(o.cmd, "build")) {
+    if (!o.out)
+      usage_error("build needs -o PROG");
+    if (o.keep_c)
+      check_output(arena_printf("%s.c", o.out), o.files.data[0], "--keep-c's");
+  }
+  if (max_errors < 0)
+    max_errors = o.diagnostics == DIAG_PLAIN ? 100 : 0;
+  diag_set_max_errors(max_errors);
+  diagout_start(o.diagnostics);
   int rc = 0;
   for (int i = 0; i < o.files.len; i++) {
     int r = run_one(&o, o.files.data[i]);
+    int hidden = diag_errors_not_shown();
+    if (hidden)
+      fprintf(stderr, "shdc: %s: %d more error%s not shown (--max-errors=%d; --max-errors=0 shows all)\n",
+              (const char *)o.files.data[i], hidden, hidden == 1 ? "" : "s", max_errors);
     if (r > rc)
       rc = r;
   }
+  if (o.diagnostics != DIAG_PLAIN && !write_diagnostics(&o))
+    rc = 2;
+  if (fflush(stdout) != 0 || ferror(stdout))
+    io_error("cannot write the output: %s", strerror(errno));
   return rc;
+}
+
+/* The compiler runs on a thread with a large stack: its passes recurse over
+ * expressions and nested blocks, whose depth the parser bounds (1000), and
+ * a bound that holds under ASan's larger frames needs room. Call chains,
+ * whose length the program controls, are walked without recursion. */
+typedef struct {
+  int argc;
+  char **argv;
+  int rc;
+} MainArgs;
+
+static void *main_thread(void *p) {
+  MainArgs *m = p;
+  m->rc = drv_main(m->argc, m->argv);
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  MainArgs m = {argc, argv, 2};
+  pthread_attr_t attr;
+  pthread_t t;
+  if (pthread_attr_init(&attr) == 0 && pthread_attr_setstacksize(&attr, (size_t)512 << 20) == 0 &&
+      pthread_create(&t, &attr, main_thread, &m) == 0 && pthread_join(t, NULL) == 0) {
+    fflush(stdout);
+    return m.rc;
+  }
+  return drv_main(argc, argv);   /* no thread to be had: the default stack */
 }

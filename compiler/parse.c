@@ -114,6 +114,7 @@ TypeExpr *parse_type(ParseCtx *pc, Token dtype) {
   TypeExpr *t = arena_alloc(sizeof *t);
   t->pos = dtype.pos;
   t->dtype = dtype_of(dtype);
+  t->str = tok_eq(dtype, "str");
   return t;
 }
 
@@ -137,7 +138,13 @@ void parse_type_dim(ParseCtx *pc, TypeExpr *t, DimExpr d, Pos pos) {
     diag_error(pos, "E_SPEC", "a dim can be sharded over at most %d axes", MAX_AXES);
     d.naxes = MAX_AXES;
   }
-  t->dims[t->rank++] = d;
+  /* Grown one at a time (a type has a few dims): a program of many
+   * signatures keeps only the dims it wrote. */
+  DimExpr *dims = arena_alloc(sizeof(DimExpr) * (size_t)(t->rank + 1));
+  if (t->rank)
+    memcpy(dims, t->dims, sizeof(DimExpr) * (size_t)t->rank);
+  dims[t->rank++] = d;
+  t->dims = dims;
 }
 
 void parse_type_annot(ParseCtx *pc, TypeExpr *t, char kind, Vec *axes, Pos pos) {
@@ -145,16 +152,42 @@ void parse_type_annot(ParseCtx *pc, TypeExpr *t, char kind, Vec *axes, Pos pos) 
     diag_error(pos, "E_SPEC", "too many annotations on one type; write each of U, R, V once");
     return;
   }
+  AnnotExpr *annots = arena_alloc(sizeof(AnnotExpr) * (size_t)(t->nannots + 1));
+  if (t->nannots)
+    memcpy(annots, t->annots, sizeof(AnnotExpr) * (size_t)t->nannots);
+  t->annots = annots;
   AnnotExpr *a = &t->annots[t->nannots++];
   a->kind = kind;
   a->pos = pos;
+  if (axes->len > MAX_AXES)
+    diag_error(pos, "E_SPEC", "an annotation names %d axes, but a mesh has at most %d; name each axis once",
+               axes->len, MAX_AXES);
   for (int i = 0; i < axes->len && a->naxes < MAX_AXES; i++)
     a->axes[a->naxes++] = *(Token *)axes->data[i];
 }
 
 /* ---- expressions -------------------------------------------------------- */
 
-static char *unescape(ParseCtx *pc, Token t) {
+static int hex_digit(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* \xHH: any byte but NUL (strings reach the runtime as C strings). */
+static bool unescape_hex(ParseCtx *pc, Token t, int *i, Str *s) {
+  int hi = *i + 2 < t.len - 1 ? hex_digit(t.start[*i + 1]) : -1, lo = hi >= 0 ? hex_digit(t.start[*i + 2]) : -1;
+  Pos p = t.pos;
+  p.col += *i - 1;
+  if (lo < 0 || (hi | lo) == 0) {
+    diag_error(p, "E_SYNTAX", "\\x takes two hex digits of a byte from 01 to ff, e.g. \\x1b");
+    pc->failed = true;
+    return false;
+  }
+  str_putc(s, (char)(hi * 16 + lo));
+  *i += 2;
+  return true;
+}
+
+static char *unescape(ParseCtx *pc, Token t, int64_t *len) {
   Str s = {0};
   for (int i = 1; i < t.len - 1; i++) {
     char c = t.start[i];
@@ -166,17 +199,20 @@ static char *unescape(ParseCtx *pc, Token t) {
     switch (c) {
     case 'n': str_putc(&s, '\n'); break;
     case 't': str_putc(&s, '\t'); break;
+    case 'r': str_putc(&s, '\r'); break;
     case '\\': str_putc(&s, '\\'); break;
     case '"': str_putc(&s, '"'); break;
+    case 'x': unescape_hex(pc, t, &i, &s); break;
     default: {
       Pos p = t.pos;
       p.col += i - 1;
-      diag_error(p, "E_SYNTAX", "unknown escape '\\%c' in string; use \\n, \\t, \\\\ or \\\"", c);
+      diag_error(p, "E_SYNTAX", "unknown escape '\\%c' in string; use \\n, \\t, \\r, \\\\, \\\" or \\xHH", c);
       pc->failed = true;
     }
     }
   }
-  char *r = arena_strdup(str_cstr(&s));
+  char *r = arena_strndup(s.buf ? s.buf : "", s.len);
+  *len = (int64_t)s.len;
   free(s.buf);
   return r;
 }
@@ -201,7 +237,7 @@ Expr *parse_literal(ParseCtx *pc, ExprKind kind, Token tok) {
     e->fval = strtod(tok_str(tok), NULL);
     break;
   case EX_STRING:
-    e->str = unescape(pc, tok);
+    e->str = unescape(pc, tok, &e->ival);   /* ival: the length (a \x00 is a byte too) */
     break;
   case EX_BOOL:
     e->ival = tok_eq(tok, "true");
@@ -269,6 +305,26 @@ Expr *parse_as(Expr *x, TypeExpr *t, Token astok) {
   e->lhs = x;
   e->type = t;
   e->depth = 1 + x->depth;
+  return e;
+}
+
+Expr *parse_index(Expr *x, Vec *items, Token lbracket) {
+  Expr *e = ast_expr(EX_INDEX, lbracket.pos);
+  e->tok = lbracket;
+  e->lhs = x;
+  e->args = *items;
+  e->depth = 1 + x->depth;
+  for (int i = 0; i < items->len; i++)
+    e->depth = max_depth(e->depth, 1 + ((Expr *)items->data[i])->depth);
+  return e;
+}
+
+Expr *parse_slice(Expr *lo, Expr *hi, Token colon) {
+  Expr *e = ast_expr(EX_SLICE, colon.pos);
+  e->tok = colon;
+  e->lhs = lo;
+  e->rhs = hi;
+  e->depth = 1 + max_depth(lo ? lo->depth : 0, hi ? hi->depth : 0);
   return e;
 }
 
@@ -360,12 +416,8 @@ FuncDecl *parse_func_head(Token name, Vec *params, Vec *results, bool tuple) {
   f->pos = name.pos;
   f->params = *params;
   f->result_tuple = tuple;
-  for (int i = 0; i < results->len; i++) {
-    if (f->nresults < 16)
-      f->results[f->nresults++] = results->data[i];
-    else if (i == 16)
-      diag_error(((TypeExpr *)results->data[i])->pos, "E_SYNTAX", "a function returns at most 16 values");
-  }
+  f->results = (TypeExpr **)results->data;
+  f->nresults = results->len;
   return f;
 }
 

@@ -1,10 +1,12 @@
 /* shdc.h: the one internal header of the compiler, sectioned by the file that
  * owns each declaration (chibicc style). Exported names carry the prefix of
- * their module: arena_/vec_ (arena.c), diag_ (diag.c), lex_ (lexer.re),
+ * their module: arena_/vec_/str_/ptrmap_/strmap_ (arena.c), diag_ (diag.c), lex_ (lexer.re),
  * parse_ (parse.c), ast_ (ast.c), ty_ (types.c), rule_ (rules.c), tc_
  * (typecheck*.c), ir_ (ir.c), lower_ (lower.c), ad_ (autodiff.c), part_
  * (partition.c, reshard.c), opt_ (optimize.c), explain_ (explain.c), emit_
- * (emit_c.c), drv_ (main.c).
+ * (emit_c.c), drv_ (main.c, install.c), op_ (ops.c and the operation families
+ * op_*.c), diagout_ (diag_json.c), show_ (show.c), net_ (netmodel.c), tsum_
+ * (trace_summary.c).
  */
 #ifndef SHDC_H
 #define SHDC_H
@@ -19,6 +21,7 @@
 
 #define MAX_RANK 8      /* array rank limit, as in the runtime */
 #define MAX_AXES 8      /* mesh axes limit; an AxisSet is a bitmask over them */
+#define MAX_DEVICES (1 << 24) /* product of the mesh sizes: ranks fit an int, byte sums int64 */
 
 /* ---- arena.c ------------------------------------------------------------ */
 
@@ -37,6 +40,28 @@ typedef struct {
 } Vec;
 void vec_push(Vec *v, void *x);
 #define VEC_AT(v, i) ((v).data[i])
+
+/* A map from pointers to non-negative ints; ptrmap_get gives -1 for a key
+ * never put. Zero-initialise; ptrmap_free releases it. */
+typedef struct {
+  const void **keys;
+  int *vals;
+  int cap, len;
+} PtrMap;
+void ptrmap_put(PtrMap *m, const void *key, int val);
+int ptrmap_get(const PtrMap *m, const void *key);
+void ptrmap_free(PtrMap *m);
+
+/* A map from strings (kept by pointer, not copied) to pointers; a later
+ * put of the same key replaces the value. */
+typedef struct {
+  const char **keys;
+  void **vals;
+  int cap, len;
+} StrMap;
+void strmap_put(StrMap *m, const char *key, void *val);
+void *strmap_get(const StrMap *m, const char *key);
+void strmap_free(StrMap *m);
 
 /* A growable string. */
 typedef struct {
@@ -67,10 +92,40 @@ __attribute__((format(printf, 3, 4))) void diag_error(Pos pos, const char *code,
 void diag_verror(Pos pos, const char *code, const char *fmt, va_list ap);
 /* A note attached to the previous error: "FILE:LINE:COL: note: ...". */
 __attribute__((format(printf, 2, 3))) void diag_note(Pos pos, const char *fmt, ...);
+/* The text of a line (1-based) of f, without its newline. */
+const char *diag_line_text(const SourceFile *f, int line, size_t *len);
 int diag_error_count(void);
 void diag_reset(void);
+/* At most n errors are printed (0: all); the rest are counted only. */
+void diag_set_max_errors(int n);
+int diag_errors_not_shown(void);
+/* Whether the next error would be printed (work that only improves its
+ * message can be skipped otherwise). */
+bool diag_will_show(void);
 /* Fatal internal error: the compiler found a bug in itself. */
 __attribute__((noreturn, format(printf, 1, 2))) void diag_ice(const char *fmt, ...);
+
+/* Structured fixes for the error reported last (diag_fix.c). The plain
+ * format says a fix in words; --diagnostics=json and sarif also carry it as
+ * a replacement of a source range, which an editor or CI bot can apply.
+ * Each call adds one alternative. A fix whose place cannot be found in the
+ * source (generated code, no expression at the error's position) is
+ * dropped, never guessed. */
+struct Expr;
+/* Replace the text from `from` up to (not including) `to`. */
+void diag_fix_replace(Pos from, Pos to, const char *text, const char *what);
+/* Replace expression e's text T by before + T + after. */
+void diag_fix_wrap(const struct Expr *e, const char *before, const char *after, const char *what);
+/* The same for operand k (0 = left; a call's k-th positional argument,
+ * einsum's spec string not counted) of
+ * the operator or call at the error's position: for rules.c, which sees
+ * only types. */
+void diag_fix_wrap_operand(int k, const char *before, const char *after, const char *what);
+/* Annotate the operator or call at the error's position: `EXPR as TYPE`
+ * (parenthesised where the context needs it). */
+void diag_fix_annotate(const char *type, const char *what);
+/* Replace the keyword `old` written just before `name` (let x -> var x). */
+void diag_fix_keyword(Pos name, const char *old, const char *text, const char *what);
 
 /* ---- lexer.re ----------------------------------------------------------- */
 
@@ -127,10 +182,11 @@ typedef struct TypeExpr {
   Pos pos;
   DType dtype;
   int rank;
-  DimExpr dims[MAX_RANK];
+  DimExpr *dims;       /* rank of them */
   int ndims_written;   /* > MAX_RANK is reported by tc */
-  AnnotExpr annots[6];
+  AnnotExpr *annots;   /* at most 6 */
   int nannots;
+  bool str;            /* written `str` (a string; dtype is unused) */
 } TypeExpr;
 
 typedef enum {
@@ -143,20 +199,25 @@ typedef enum {
   EX_LIST,             /* [a, b, ...] */
   EX_TYPE,             /* a type written as an argument: zeros(f32[8]) */
   EX_AS,               /* expr as TYPE */
+  EX_INDEX,            /* lhs[args...]: each arg an index expression or an EX_SLICE */
+  EX_SLICE,            /* lo:hi inside [ ]: lhs = lo, rhs = hi, each NULL when left out */
 } ExprKind;
 
 /* Binary/unary operator codes shared by AST and IR (BIN_, UN_). */
 typedef enum {
-  BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_MAX, BIN_MIN, BIN_POW,
+  BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_MAX, BIN_MIN, BIN_POW, BIN_MOD,
   BIN_LT, BIN_LE, BIN_GT, BIN_GE, BIN_EQ, BIN_NE, BIN_AND, BIN_OR,
   BIN_MATMUL,          /* AST only: lowered to a dot */
   BIN__COUNT
 } BinOp;
 
+/* The unary functions other files build by name; the table of op_unary.c
+ * holds these first, in this order, and then the rest. */
 typedef enum {
   UN_NEG, UN_EXP, UN_LOG, UN_SIN, UN_COS, UN_TANH, UN_SQRT, UN_ABS,
   UN_RELU, UN_SIGMOID, UN_NOT, UN_SIGN, UN_STEP, /* step(x) = x > 0 */
-  UN__COUNT
+  UN_RSQRT, UN_SQUARE, UN_FLOOR,
+  UN__NAMED
 } UnOp;
 
 struct Expr {
@@ -176,7 +237,8 @@ struct Expr {
   /* set by the typechecker */
   Type *ty;            /* result type (TY_TUPLE for tuple-valued calls) */
   Symbol *sym;         /* EX_NAME */
-  int builtin;         /* EX_CALL: BI_ code, or 0 for a user function */
+  const struct BuiltinDef *bi; /* EX_CALL of a builtin (ops.c), else NULL */
+  int grad;            /* EX_CALL of grad(f, ...)(...): GRAD_PLAIN or GRAD_WITH_VALUE */
   FuncDecl *fn;        /* EX_CALL of a user function, or grad's function */
   void *tc;            /* builtin-specific facts for lowering (tc_*.c) */
 };
@@ -220,7 +282,7 @@ struct FuncDecl {
   int nmanual;
   Pos manual_pos;
   Vec params;          /* Param * */
-  TypeExpr *results[16];
+  TypeExpr **results;  /* nresults of them */
   int nresults;
   bool result_tuple;   /* written -> (T, ...) */
   Block *body;
@@ -294,6 +356,8 @@ Expr *parse_kwarg(Token name, Expr *value);
 Expr *parse_seq(ExprKind kind, Vec *elems, Pos pos);
 Expr *parse_as(Expr *e, TypeExpr *t, Token astok);
 Expr *parse_type_expr(TypeExpr *t);
+Expr *parse_index(Expr *x, Vec *items, Token lbracket);
+Expr *parse_slice(Expr *lo, Expr *hi, Token colon);
 void parse_func(ParseCtx *pc, FuncDecl *f);
 void parse_manual(ParseCtx *pc, FuncDecl *f, Token kw, Vec *axes);
 FuncDecl *parse_func_head(Token name, Vec *params, Vec *results, bool tuple);
@@ -360,6 +424,7 @@ Type ty_scalar(DType dt);
 Type ty_void(void);
 Type ty_error(void);
 Type ty_tuple(int n, const Type *elems);
+Type ty_string(void);                    /* str: replicated, no shape */
 bool ty_is_float(DType dt);
 bool ty_equal(const Type *a, const Type *b);          /* ignores weak */
 bool ty_same_sharding(const Type *a, const Type *b);  /* specs, U, R, V */
@@ -384,7 +449,14 @@ const char *ty_local_str(const Mesh *m, const Type *t);     /* f32[4,8] */
  * pos.file is set) and returns false on the first problem. manual: axes
  * allowed in V. */
 bool ty_check_wellformed(const Mesh *m, const Type *t, Pos pos, AxisSet manual, const char *what);
+/* Every array's global byte count fits in TY_MAX_BYTES (so no size, local
+ * count or byte sum computed from types overflows); E_SHAPE at pos when
+ * not (reported only if pos.file is set). */
+#define TY_MAX_BYTES ((int64_t)1 << 48)
+bool ty_check_size(const Type *t, Pos pos);
+Type ty_keep_dims(const Type *reduced, const Type *x, unsigned mask);
 Type ty_strip_sharding(const Type *t);   /* same shape/dtype, replicated */
+Type ty_without_dim(const Type *x, int k);
 Type ty_ct(const Type *t);               /* cotangent type: U and R swap */
 
 /* ---- rules.c: sharding propagation rules, pure functions on types -------- */
@@ -399,31 +471,38 @@ typedef struct {
   const char *opname;        /* for messages: "add", "matmul", ... */
 } RuleCtx;
 
+__attribute__((format(printf, 3, 4))) bool rule_fail(RuleCtx *c, const char *code, const char *fmt, ...);
+/* The dtype of an elementwise result: weak operands adopt the others'. */
+bool rule_join_dtypes(RuleCtx *c, int n, const Type *const *ops, DType *out);
 bool rule_broadcast_shapes(RuleCtx *c, int n, const Type *const *ops, Type *out);
-bool rule_elementwise(RuleCtx *c, int op, int n, const Type *const *ops, Type *out);
-bool rule_unary(RuleCtx *c, int op, const Type *x, Type *out);
 /* The casts that make an operand varying over `target` (2.2): pvary for
  * invariant axes, r2v for reduced ones. */
 bool rule_vma_cast(RuleCtx *c, const Type *op, AxisSet target, AxisSet *pvary, AxisSet *r2v);
+/* Copies of the operands with those casts applied (eff), and the result's V. */
+bool rule_vma_unify(RuleCtx *c, int n, const Type *const *ops, Type *eff, AxisSet *vout);
+/* The fix that reduces u's pending sum over A / marks y reduced over A. */
+const char *rule_reduce_fix(RuleCtx *c, const Type *u, AxisSet A);
+const char *rule_reduced_fix(RuleCtx *c, const Type *y, AxisSet A);
+/* The same, staging the structured fix (diag_fix.c) for operand k (0 =
+ * left, a call's k-th positional argument; k < 0: none) that rule_fail
+ * attaches to the error it reports; rule_stage_* return `text` unchanged
+ * for the message, so they are called inside rule_fail's arguments. */
+const char *rule_reduce_fix_at(RuleCtx *c, int k, const Type *u, AxisSet A);
+const char *rule_reduced_fix_at(RuleCtx *c, int k, const Type *y, AxisSet A);
+const char *rule_stage_wrap(const char *text, int k, const char *before, const char *after, const char *what);
+const char *rule_stage_reshard(const char *text, int k, const char *type, const char *what);
+const char *rule_stage_annotate(const char *text, const char *type, const char *what);
+/* An annotation used as out_sharding: dtype, shape and V must match the
+ * computed result; in a manual body the manual axes keep the computed U, R. */
+bool rule_check_annot(RuleCtx *c, const Type *annot, const Type *computed, const char *what);
+bool rule_manual_states(RuleCtx *c, const Type *annot, AxisSet U, AxisSet R, Type *out);
+bool rule_annot_keeps_states(RuleCtx *c, const char *what, const Type *x, const Type *annot, Type *out);
 
 typedef struct {
   int nbatch, ncontract;
   int lhs_batch[MAX_RANK], rhs_batch[MAX_RANK];
   int lhs_contract[MAX_RANK], rhs_contract[MAX_RANK];
 } DotDims;
-/* dot_general: result dims are batch, lhs free, rhs free. annot (may be
- * NULL) is the out_sharding. */
-bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, const Type *annot, Type *out);
-bool rule_reduce(RuleCtx *c, int redop, const Type *x, unsigned dims, const Type *annot, Type *out);
-bool rule_transpose(RuleCtx *c, const Type *x, const int *perm, Type *out);
-bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, const Type *annot, Type *out);
-bool rule_reshard(RuleCtx *c, const Type *x, const Type *target, Type *out);
-/* NumPy matmul as dot_general (+ the transpose to NumPy order in *perm,
- * identity when none is needed; size-1 batch dims broadcast against
- * larger ones are left in the dot's result and come last in perm, to be
- * removed by a reshape when *dot_rank > *out_rank). */
-bool rule_matmul_dims(RuleCtx *c, const Type *a, const Type *b, DotDims *d, int *perm, int *out_rank,
-                      int *dot_rank);
 
 /* ---- tc*.c: the typechecker --------------------------------------------- */
 
@@ -443,27 +522,17 @@ struct Symbol {
   int id;              /* lowering: index of the value slot */
 };
 
-/* Type-checks the program. Returns false if any error was reported. */
-bool tc_program(Program *p, Mesh *mesh_out, const char *mesh_override);
+/* Type-checks the program. Returns false if any error was reported.
+ * mesh_override: --mesh AXIS=N,... (or NULL); defines: the "NAME=VALUE"
+ * strings of -D (or NULL), each replacing the value of `const NAME` (the
+ * driver has checked the names and that each value is an integer). */
+bool tc_program(Program *p, Mesh *mesh_out, const char *mesh_override, const Vec *defines);
 /* `shdc types`: FUNCTION.NAME: TYPE for every binding in source order. */
 void tc_print_bindings(FILE *out, const Program *p, const Mesh *m);
 
-/* Builtin function codes (EX_CALL.builtin). */
-typedef enum {
-  BI_NONE,
-  BI_UNARY,            /* exp log sin cos tanh sqrt abs relu sigmoid */
-  BI_MAXIMUM, BI_MINIMUM, BI_WHERE,
-  BI_SUM, BI_MEAN, BI_MAX, BI_MIN_RED,
-  BI_TRANSPOSE, BI_RESHAPE, BI_EINSUM, BI_CAST, BI_RESHARD,
-  BI_ZEROS, BI_ONES, BI_FULL, BI_IOTA, BI_NORMAL, BI_UNIFORM,
-  BI_PRINT, BI_SAVE, BI_LOAD, BI_ARG, BI_CLOCK,
-  BI_GRAD, BI_VALUE_AND_GRAD,
-  BI_PSUM, BI_PMAX, BI_PMIN, BI_PMEAN, BI_ALL_GATHER, BI_PSUM_SCATTER,
-  BI_ALL_TO_ALL, BI_PPERMUTE, BI_AXIS_INDEX, BI_PCAST,
-  BI__COUNT
-} Builtin;
+enum { GRAD_PLAIN = 1, GRAD_WITH_VALUE = 2 };   /* Expr.grad */
 
-/* ---- typecheck internals (tc.c, tc_expr.c, tc_builtins.c, tc_manual.c) --- */
+/* ---- typecheck internals (tc.c, tc_expr.c, tc_args.c, tc_manual.c) ------- */
 
 /* What the typechecker learned about a call or operator that lowering needs
  * (Expr.tc). Fields are used per builtin as commented there. */
@@ -491,12 +560,15 @@ typedef struct {
   bool scale_by_count;           /* mean, pmean */
   double count;
   bool with_value;               /* value_and_grad */
+  int64_t *wrt;                  /* grad: the wrt positions in order */
+  int nwrt;
   int psum_invariant;            /* psum of an invariant value: multiply by this */
 } TcInfo;
 
 typedef struct Scope {
   struct Scope *up;
   Vec syms;                      /* Symbol * */
+  StrMap index;                  /* name -> latest Symbol *, once the scope is large */
 } Scope;
 
 /* An `if` or `for` of a manual body whose condition or bound varies across
@@ -529,6 +601,9 @@ RuleCtx tc_rule(TcCtx *c, Pos pos, const char *opname);
 Type tc_manual_local(TcCtx *c, const Type *global, AxisSet manual, Pos pos, const char *what, bool *ok);
 /* tc_expr.c */
 Type tc_expr(TcCtx *c, Expr *e);
+Type tc_expr_with(TcCtx *c, Expr *e, const Type *annot);   /* annot as out_sharding, unchecked */
+/* Reports why a non-array (a function, an axis, a tuple...) is not a value. */
+bool tc_want_array(TcCtx *c, Expr *e, const Type *t, const char *what);
 /* Types e where annot (may be NULL) is the expected type: it is the
  * out_sharding of an annotatable operation, an assertion ([E_ANNOT])
  * otherwise. Returns the type of e. */
@@ -540,11 +615,24 @@ Type tc_expr_unannotated(TcCtx *c, Expr *e);
 bool tc_is_annotatable(TcCtx *c, Expr *e);
 Type tc_call_user(TcCtx *c, Expr *e, FuncDecl *f, Vec *args, int first_arg);
 void tc_split_args(Expr *call, Expr **pos, int maxpos, int *npos, Expr **kw, const char **kwnames, int nkw, bool *ok);
-/* tc_builtins.c */
-int tc_builtin_code(const char *name, int *un);
-Type tc_builtin(TcCtx *c, Expr *e, const Type *annot);
+/* tc_args.c: the forms of builtin arguments, for the families' checks */
+Type tc_builtin(TcCtx *c, Expr *e, const Type *annot);    /* dispatches to e->bi->check */
+TcInfo *tc_info(Expr *e);                                  /* e->tc, allocated */
+const char *tc_callee(const Expr *e);                      /* the called name */
+Type tc_operand(TcCtx *c, Expr *x, const char *what);      /* an array or scalar value */
+/* Positional arguments lo..hi into pos and the keyword ones kwn[0..nkw) into
+ * kw; the number of positional ones, or -1 after reporting with usage. */
+int tc_call_args(TcCtx *c, Expr *e, Expr **pos, int lo, int hi, Expr **kw, const char **kwn, int nkw,
+                 const char *usage);
+bool tc_dims_arg(TcCtx *c, Expr *a, int rank, unsigned *mask, const char *what);   /* axis=k or (j, k) */
+bool tc_dim_arg(TcCtx *c, Expr *a, int rank, int *dim, const char *what);           /* one dim */
+bool tc_bool_arg(TcCtx *c, Expr *a, bool *out, const char *what);
+bool tc_type_arg(TcCtx *c, Expr *a, Type *out, const char *what);
+bool tc_string_arg(TcCtx *c, Expr *a, const char *what);
+bool tc_scalar_value(TcCtx *c, Expr *v, DType dt, const char *what, bool allow_v);
+const Type *tc_out_annot(TcCtx *c, const Type *annot, AxisSet V, AxisSet U, AxisSet R, Type *buf);
 /* tc_manual.c */
-Type tc_collective(TcCtx *c, Expr *e);
+bool tc_check_diverge(TcCtx *c, Expr *e);    /* a collective here: [E_DIVERGE] under a varying condition */
 bool tc_check_manual_result(TcCtx *c, const Type *value, const Type *declared, Pos pos);
 /* An annotation at a manual function's return fixes the explicit axes only:
  * its manual states become V and the manual parts of U and R. */
@@ -602,7 +690,15 @@ typedef enum {
   IR_TAPE_NEW,         /* args: count (i32); result: a tape of the carry type */
   IR_TAPE_PUSH,        /* args: tape, index, value: keeps a reference */
   IR_TAPE_GET,         /* args: tape, index; result: the value stored there */
-  IR__COUNT
+  IR__CORE,
+  /* Operations that only their own family file creates and handles number
+   * themselves from their family's base (ops.c registers them). */
+  IR_BASE_SHAPE = 0x100,
+  IR_BASE_INDEX = 0x200,
+  IR_BASE_REDUCTION = 0x300,
+  IR_BASE_ELEMENTWISE = 0x400,
+  IR_BASE_STRING = 0x500,
+  IR__LIMIT = 0x800
 } Opcode;
 
 enum { RED_SUM, RED_MAX, RED_MIN };
@@ -622,7 +718,7 @@ typedef struct Value {
 } Value;
 
 struct Inst {
-  Opcode op;
+  int op;              /* Opcode, or a family's own (ops.c) */
   Pos pos;
   Value **args;
   int nargs;
@@ -644,6 +740,8 @@ struct Inst {
   DotDims dot;
   const char *str;
   Func *callee;
+  int64_t *iv;         /* a list of integers (slice bounds, wrt order...) */
+  int niv;
 };
 
 struct IrBlock {
@@ -680,30 +778,210 @@ Func *ir_func(Module *mod, const char *name, int nparams, const Type *params, in
 IrBlock *ir_block(int nargs, const Type *types, Module *mod);
 Value *ir_value(Module *mod, Type t);
 /* Appends an instruction with fresh results of the given types. */
-Inst *ir_emit(Module *mod, IrBlock *b, Opcode op, Pos pos, int nargs, Value **args, int nresults, const Type *rtypes);
-Value *ir_emit1(Module *mod, IrBlock *b, Opcode op, Pos pos, int nargs, Value **args, Type rtype);
+Inst *ir_emit(Module *mod, IrBlock *b, int op, Pos pos, int nargs, Value **args, int nresults, const Type *rtypes);
+Value *ir_emit1(Module *mod, IrBlock *b, int op, Pos pos, int nargs, Value **args, Type rtype);
 void ir_add_region(Inst *in, IrBlock *b);
 /* Copies every attribute (not operands, results or regions). */
 void ir_copy_attrs(Inst *dst, const Inst *src);
-const char *ir_binop_name(int op);
 const char *ir_red_name(int op);
+/* For the families' OpDef.print: " over (X,Y)", " name=[1,2]". */
+void ir_print_axes(FILE *out, const Module *mod, const Inst *in);
+void ir_print_ints(FILE *out, const char *name, const int *v, int n);
 void ir_print_module(FILE *out, const Module *mod);
 void ir_print_func(FILE *out, const Module *mod, const Func *f);
-const char *ir_opname(Opcode op);
+const char *ir_opname(int op);
 /* For the values defined in b (results of its instructions): the index of
  * the instruction of b that uses them last, counting uses inside nested
  * blocks as uses by the instruction that owns the block; unused values get
  * their defining index. last_use is indexed by value id. */
 void ir_last_uses(const IrBlock *b, int *last_use);
+/* Zeroes the entry (elem bytes) of every value b defines or uses, nested
+ * blocks included: passes keep one by-id array for the module and clear
+ * it per function, so that they stay linear in the program's size. */
+void ir_clear_ids(const IrBlock *b, void *by_id, size_t elem);
 /* Adds to uses[id] every use of each value in b, nested blocks included. */
 void ir_count_uses(const IrBlock *b, int *uses);
 /* Structural checks between passes: operands defined before use and in
  * scope, region arity, terminators. Aborts with an ICE on failure. */
 void ir_verify(const Module *mod);
 
+/* ---- ops.c: the operation registry ---------------------------------------- */
+
+/* Every operation is defined once, in the file of its family (op_*.c):
+ * its builtin names with their typing and lowering (BuiltinDef), and its IR
+ * opcodes with their autodiff transpose, partitioning rule and C emission
+ * (OpDef). The stages below dispatch through these tables, as JAX binds
+ * each primitive's abstract evaluation, sharding rule, transpose and
+ * lowering to the primitive. The stage contexts are opaque to the families;
+ * each stage exports the builder functions they use (lower_, ad_, part_,
+ * emit_ sections below). */
+/* How the generated code gets an instruction's array result: a new buffer,
+ * a view of operand 0 (no bytes), (zero_unless_first) a view on the first
+ * rank and a new buffer elsewhere, or (all_reduce) operand 0's own buffer
+ * when the operand dies here and nothing else refers to it. Scalars are
+ * EMIT_NONE. */
+typedef enum { EMIT_NONE, EMIT_ALLOC, EMIT_VIEW, EMIT_VIEW_OR_ALLOC, EMIT_STEAL_OR_ALLOC } EmitResult;
+typedef struct Lower Lower;
+typedef struct AD AD;
+typedef struct Part Part;
+typedef struct Emit Emit;
+
+enum {                     /* OpDef.flags */
+  OPF_ELEMENTWISE = 1,     /* one value per element: emitted by expr, fused into its consumer's loop */
+  OPF_COLLECTIVE = 2,      /* communicates: bytes_sent, listed by explain */
+  OPF_EFFECT = 4,          /* kept when its results are unused (I/O, calls, control) */
+  OPF_OUT_SHARDING = 8,    /* its partition rule reshards its natural result to the result type, so a
+                            * reshard after it may become its result type (optimize.c: a weight
+                            * gradient's sum is reduce-scattered to the shards, not all-reduced) */
+};
+
+typedef struct OpDef {
+  int op;                  /* Opcode, or a family's own opcode from its IR_BASE_ */
+  const char *name;        /* in the IR text */
+  unsigned flags;
+  /* The variant after the name in the IR text ("sum" in all_reduce.sum),
+   * and the attributes after the operands (both may be NULL). */
+  const char *(*variant)(const Inst *in);
+  void (*print)(FILE *out, const Module *mod, const Inst *in);
+  /* Autodiff: adds the cotangents of in's operands, given g, the cotangent
+   * of its result (NULL: not differentiable). */
+  void (*vjp)(AD *a, Inst *in, Value *g);
+  /* Partitioner: this rank's block of the result from the operands'
+   * blocks `args` (NULL: the instruction is copied as it is). */
+  void (*partition)(Part *p, Inst *in, Value **args);
+  /* C emission: statements (emit) or, for OPF_ELEMENTWISE, the per-element
+   * expression (expr). */
+  void (*emit)(Emit *e, const Inst *in);
+  const char *(*expr)(Emit *e, const Inst *in);
+  /* How the generated code gets result k (NULL: a new buffer), the bytes
+   * of temporaries it allocates and frees itself, and (collectives) the
+   * bytes one rank sends, with the runtime trace's formulas. */
+  EmitResult (*result)(const Module *mod, const Inst *in, int k);
+  int64_t (*temp_bytes)(const Module *mod, const Inst *in);
+  int64_t (*bytes_sent)(const Module *mod, const Inst *in);
+} OpDef;
+
+enum {                     /* BuiltinDef.flags */
+  BIF_ANNOT = 1,           /* an annotation on the call is its out_sharding (language.md §4, §8) */
+  BIF_MANUAL_ONLY = 2,     /* a collective: only in manual bodies */
+};
+
+typedef struct BuiltinDef {
+  const char *name;
+  int code;                /* the family's own code (UnOp, RED_, ...) */
+  unsigned flags;
+  /* Types the call e (e->bi is this entry); annot, if not NULL, is the
+   * expected type (its out_sharding when BIF_ANNOT). */
+  Type (*check)(TcCtx *c, Expr *e, const Type *annot);
+  /* Lowers the checked call; NULL for a call that yields no value. */
+  Value *(*lower)(Lower *L, Expr *e);
+  /* The value of a call whose type is weak (a constant expression). */
+  double (*fold)(Lower *L, Expr *e);
+} BuiltinDef;
+
+const OpDef *op_def(int op);                 /* NULL for an unknown opcode */
+const BuiltinDef *op_builtin(const char *name);
+/* Every builtin name, for suggestions ("did you mean"); NULL-terminated. */
+const char *const *op_builtin_names(void);
+
+/* ---- op_*.c: what the families offer each other and the stages ------------- */
+
+/* op_elementwise.c, op_unary.c: the operators (-x, a + b, ...) and the
+ * elementwise rules (typing-rules 1.2, 1.3, 3.4, 3.5). op: a BinOp, or -1
+ * for where(cond, a, b). */
+bool rule_elementwise(RuleCtx *c, int op, int n, const Type *const *ops, Type *out);
+bool rule_unary(RuleCtx *c, int op, const Type *x, Type *out);
+Type op_check_unary(TcCtx *c, Expr *e);
+Type op_check_binary(TcCtx *c, Expr *e);
+Value *op_lower_unary(Lower *L, Expr *e);
+Value *op_lower_binary(Lower *L, Expr *e);
+double op_fold_unary(int un, double x);
+double op_fold_binary(int op, double a, double b, bool integer);
+const char *op_unary_name(int un);
+const char *op_binary_name(int op);
+/* The C of unary function un of a dtype at operand x. */
+const char *op_unary_c(int un, DType dt, const char *x);
+void op_unary_helper(FILE *out, int un, DType dt);   /* its static inline helper */
+int op_unary_count(void);                            /* entries of the table */
+/* The helper functions elementwise expressions call, at the top of the
+ * generated file. */
+void op_elementwise_preamble(Emit *e);
+
+/* op_contraction.c: @ and einsum (1.4). */
+bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, const Type *annot, Type *out);
+Type op_check_matmul(TcCtx *c, Expr *e, const Type *annot);
+Value *op_lower_matmul(Lower *L, Expr *e);
+
+/* op_reduction.c (1.5), op_shape.c (1.6, 1.7), op_collective.c (1.12). */
+bool rule_reduce(RuleCtx *c, int redop, const Type *x, unsigned dims, const Type *annot, Type *out);
+/* argmax/argmin (redop RED_MAX/RED_MIN) and cumsum along dim (1.5). */
+bool rule_argreduce(RuleCtx *c, int redop, const Type *x, int dim, Type *out);
+bool rule_cumsum(RuleCtx *c, const Type *x, int dim, Type *out);
+/* op_softmax.c: kind 0 softmax, 1 log_softmax, 2 logsumexp along dim. */
+bool rule_softmax(RuleCtx *c, int kind, const Type *x, int dim, Type *out);
+bool rule_transpose(RuleCtx *c, const Type *x, const int *perm, Type *out);
+bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, const Type *annot, Type *out);
+bool rule_reshard(RuleCtx *c, const Type *x, const Type *target, Type *out);
+
+/* op_index.c (1.9, 1.10): x[i, lo:hi, :], typed with an annotation as its
+ * out_sharding (an EX_INDEX expression, not a call). */
+Type op_check_index(TcCtx *c, Expr *e, const Type *annot);
+Value *op_lower_index(Lower *L, Expr *e);
+
+/* op_shift.c: the rows of one dim that change owner, for op_index.c's
+ * partitioning rules. Output row j of dim d is row j - offs[i] of source i
+ * (plus the run-time dyn, negated with SHIFT_NEG); the sources are split
+ * over `group` (or replicated over it: SHIFT_SRC_REP), so is the result
+ * (or replicated: SHIFT_OUT_REP), n_out rows in all; SHIFT_FILL zeros the
+ * rows no source covers. */
+enum { SHIFT_FILL = 1, SHIFT_DYN = 2, SHIFT_NEG = 4, SHIFT_SRC_REP = 8, SHIFT_OUT_REP = 16 };
+Value *op_shift_rows(Part *p, Pos pos, int nsrc, Value **srcs, const int64_t *offs, Value *dyn, unsigned flags,
+                     int d, DimSpec group, int64_t n_out);
+/* How a dim resized to n_out moves from spec xs to spec ts: the group and
+ * the flags of its shift; false when neither splits it (a local cut). */
+bool op_shift_plan(const Mesh *m, DimSpec xs, DimSpec ts, int64_t n_out, DimSpec *group, unsigned *flags);
+
+/* op_string.c: str values (literals, +, ==, !=, str(x)); the operators
+ * with a str operand come here from op_elementwise.c, literals from lower.c. */
+Type op_check_string_binary(TcCtx *c, Expr *e, const Type *a, const Type *b);
+Value *op_lower_string_binary(Lower *L, Expr *e);
+Value *op_lower_string_lit(Lower *L, Expr *e);
+
+/* The family tables (NULL-name terminated), listed by ops.c. */
+extern const OpDef op_elementwise_ops[], op_unary_ops[], op_contraction_ops[], op_reduction_ops[],
+    op_shape_ops[], op_collective_ops[], op_creation_ops[], op_io_ops[], op_softmax_ops[], op_index_ops[],
+    op_gather_ops[], op_shift_ops[];
+extern const BuiltinDef op_elementwise_builtins[], op_contraction_builtins[], op_reduction_builtins[],
+    op_shape_builtins[], op_collective_builtins[], op_creation_builtins[], op_io_builtins[],
+    op_softmax_builtins[], op_index_builtins[], op_gather_builtins[];
+extern const OpDef op_string_ops[];
+extern const BuiltinDef op_string_builtins[];
+extern BuiltinDef op_unary_builtins[];   /* filled from op_unary.c's table before main */
+
 /* ---- lower.c: typed AST to global IR ------------------------------------ */
 
 Module *lower_program(Program *p, const Mesh *m);
+
+/* Builders for the families' lower functions. */
+Value *lower_expr(Lower *L, Expr *e);
+/* e as an operand of dtype dt: a weak (constant) e is folded to it. */
+Value *lower_as(Lower *L, Expr *e, DType dt);
+/* e where a value of exactly type `want` is needed (constants adopt it). */
+Value *lower_to(Lower *L, Expr *e, const Type *want);
+double lower_fold(Lower *L, Expr *e);
+Inst *lower_emit(Lower *L, int op, Pos pos, int nargs, Value **args, Type t);
+Value *lower_emit1(Lower *L, int op, Pos pos, int nargs, Value **args, Type t);
+Inst *lower_emit0(Lower *L, int op, Pos pos, int nargs, Value **args);   /* no result */
+/* An instruction with several results (split); a builtin whose type is a
+ * tuple returns the first from its lower, and let (a, b) = ... takes them all. */
+Inst *lower_emit_n(Lower *L, int op, Pos pos, int nargs, Value **args, int nresults, const Type *types);
+Value *lower_const(Lower *L, Pos pos, DType dt, double v);
+/* A pcast (no data movement) giving v the manual states of `to`. */
+Value *lower_pcast(Lower *L, Pos pos, Value *v, int kind, AxisSet axes, Type to);
+/* v made varying over `target` by the implicit casts of typing-rules 2.2. */
+Value *lower_vma(Lower *L, Pos pos, Value *v, AxisSet target);
+const Mesh *lower_mesh(Lower *L);
+AxisSet lower_manual(Lower *L);     /* manual axes of the function being lowered */
 
 /* ---- autodiff.c --------------------------------------------------------- */
 
@@ -711,10 +989,60 @@ Module *lower_program(Program *p, const Mesh *m);
  * value (if asked) and the gradients. Errors ([E_GRAD]...) are reported. */
 bool ad_module(Module *mod);
 
+/* Builders for the families' vjp functions. Every value they make is typed
+ * by the rules (rules.c) from its operands, so cotangents keep the states
+ * of typing-rules 4.1. */
+Value *ad_primal(AD *a, Value *v);       /* v's copy in the code being emitted */
+bool ad_wants_ct(AD *a, const Value *primal);   /* active and float */
+/* The cotangent accumulated for primal so far (NULL: none). The VJP of an
+ * instruction with several results is called with g NULL and reads each
+ * result's cotangent with this. */
+Value *ad_ct(AD *a, Value *primal);
+void ad_add_ct(AD *a, Value *primal, Value *ct);
+/* Adds g, summed over the dims broadcasting stretched, to primal. */
+void ad_add_ct_unbroadcast(AD *a, Value *primal, Value *g);
+Inst *ad_emit(AD *a, int op, int nargs, Value **args, Type t);
+Value *ad_emit1(AD *a, int op, int nargs, Value **args, Type t);
+Value *ad_const(AD *a, DType dt, double x);
+Value *ad_bin(AD *a, int fn, Value *x, Value *y);
+Value *ad_un(AD *a, int fn, Value *x);
+Value *ad_select(AD *a, Value *c, Value *x, Value *y);
+/* g where cond holds, 0 elsewhere (pending sums stay pending). */
+Value *ad_gate(AD *a, Value *g, Value *cond);
+/* The same logical value with type t (a reshard, cast or retype). */
+Value *ad_to_type(AD *a, Value *v, const Type *t);
+Value *ad_zeros(AD *a, const Type *t);
+Value *ad_unbroadcast(AD *a, Value *g, const Type *primal);
+/* v (shaped like x reduced over mask) broadcast back to x's shape, typed t. */
+Value *ad_broadcast_as(AD *a, Value *v, const Type *x, unsigned mask, Type t);
+const Mesh *ad_mesh(AD *a);
+__attribute__((format(printf, 3, 4))) void ad_fail(AD *a, Pos pos, const char *fmt, ...);
+
 /* ---- partition.c, reshard.c --------------------------------------------- */
 
 /* Rewrites every function into SPMD form: local shapes, explicit collectives. */
 bool part_module(Module *mod);
+
+/* Builders for the families' partition functions. Every rule has one shape
+ * (partition.c): reshard the operands to a layout where the local op
+ * computes this rank's block, run it, reshard its natural result to the
+ * type the program asked for. */
+Value *part_to(Part *p, Pos pos, Value *v, const Type *to);       /* part_reshard here */
+/* The local operation: in's attributes, opcode op, these operands. */
+Value *part_local(Part *p, const Inst *in, int op, int nargs, Value **args, Type t);
+void part_put(Part *p, Value *old, Value *nv);
+Inst *part_copy(Part *p, Inst *in, Value **args);   /* in itself, on these operands */
+/* A created value (fill, iota, random, load) of a type with U: the value
+ * on the first device along the U axes, zeros on the others. */
+void part_created(Part *p, Inst *in, Value **args);
+/* One operand of the result's shape: resharded to the result's specs and U,
+ * then the instruction on the blocks (unary functions, cast). */
+void part_as_result(Part *p, Inst *in, Value **args);
+/* The sharding an elementwise operand needs for the local op to see
+ * matching blocks: res's spec on the operand's full-size dims. */
+Type part_operand_target(const Type *op, const Type *res);
+Module *part_mod(Part *p);
+IrBlock *part_block(Part *p);
 /* Appends the SPMD instructions that move v to type `to` (reshard.c): local
  * slices, reduce-scatters, all-to-alls, all-reduces, all-gathers, embeds,
  * or one whole-mesh permutation, chosen greedily for the least traffic. */
@@ -733,10 +1061,19 @@ void part_block_offset(const Mesh *m, const Type *t, int rank, int64_t *off);
  * it is the only use of. After: removes dead instructions. */
 void opt_global(Module *mod);
 void opt_module(Module *mod);
+/* Dead code out of a generated gradient, then the tapes no tape_get reads
+ * (residuals the backward pass did not need) with their pushes. */
+void opt_prune_tapes(Module *mod, Func *f);
 
 /* ---- explain.c ---------------------------------------------------------- */
 
-void explain_module(FILE *out, const Module *mod, const SourceFile *file);
+typedef struct NetModel NetModel;
+/* net: with --network, each collective's estimated time and the per-step
+ * totals (netmodel.c); NULL for the plain report. */
+void explain_module(FILE *out, const Module *mod, const SourceFile *file, const NetModel *net);
+/* Peak bytes of live arrays on one rank while f runs (its parameters
+ * counted): for main, the program's peak. */
+int64_t explain_func_peak(const Module *mod, const Func *f);
 /* Bytes one rank sends for a collective instruction (same formulas as the
  * runtime's trace). */
 int64_t explain_bytes_sent(const Module *mod, const Inst *in);
@@ -744,14 +1081,146 @@ int64_t explain_bytes_sent(const Module *mod, const Inst *in);
 /* ---- emit_c.c ----------------------------------------------------------- */
 
 void emit_module(FILE *out, const Module *mod, const SourceFile *file);
-/* How the generated code gets an instruction's array result: a new buffer,
- * a view of operand 0 (no bytes), (zero_unless_first) a view on the first
- * rank and a new buffer elsewhere, or (all_reduce) operand 0's own buffer
- * when the operand dies here and nothing else refers to it. Scalars are
- * EMIT_NONE. */
-typedef enum { EMIT_NONE, EMIT_ALLOC, EMIT_VIEW, EMIT_VIEW_OR_ALLOC, EMIT_STEAL_OR_ALLOC } EmitResult;
+
+/* Builders for the families' emit functions. */
+__attribute__((format(printf, 2, 3))) void emit_line(Emit *e, const char *fmt, ...);
+void emit_indent(Emit *e, int delta);
+const char *emit_vname(const Value *v);
+const char *emit_dtconst(DType dt);                 /* SHD_F32 ... */
+const char *emit_addr(const Value *v);             /* a void * to the data */
+const char *emit_flit(DType dt, double v);         /* a C literal */
+/* C string literal of s: every byte outside printable ASCII, and " \ ?,
+ * as an octal escape. */
+const char *emit_str_lit(const char *s, size_t len);
+int64_t emit_local_count(Emit *e, const Type *t);
+const char *emit_shape_lit(Emit *e, const Type *t);        /* local shape */
+const char *emit_row_args(Emit *e, const Value *x, int k); /* "outer, n, inner" around dim k */
+const char *emit_gshape_lit(const Type *t);                /* global shape */
+const char *emit_axes_lit(const int *axes, int n);         /* (const int[]){..}, n */
+const char *emit_spec_axes_lit(DimSpec s);
+const char *emit_offset_lit(Emit *e, const Type *t);       /* this rank's block offsets */
+const char *emit_ints_lit(const int *v, int n);            /* (const int[]){..} */
+const char *emit_where_lit(Emit *e, Pos pos);              /* "FILE:LINE", for run-time errors */
+const char *emit_i64s_lit(const int64_t *v, int n);        /* (const int64_t[]){..} */
+const char *emit_names_lit(Value *const *v, int n);        /* a, b, c: the C names */
+void emit_def_array(Emit *e, const Value *v, bool zero);   /* declares and allocates */
+void emit_def_alias(Emit *e, const Value *v, const Value *of);   /* a view sharing of's buffer */
+void emit_def_scalar(Emit *e, const Value *v);             /* declares a scalar */
+bool emit_is_last_use(Emit *e, const Value *v, const Inst *in);
+/* An operand's value at element i of res's loop nest (fused producers inline). */
+const char *emit_operand_at(Emit *e, const Value *op, const Type *res);
+int emit_tmp(Emit *e);                                     /* a fresh number for t%d */
+int emit_tmp_count(Emit *e);                               /* how many were taken */
+const Mesh *emit_mesh(Emit *e);
+const Module *emit_module_of(Emit *e);
+FILE *emit_out(Emit *e);
+/* Reshape, retype, pcast: the result shares operand 0's buffer. */
+void emit_view(Emit *e, const Inst *in);
 EmitResult emit_result_kind(const Module *mod, const Inst *in, int k);
 /* Bytes of the temporaries an instruction allocates and frees itself. */
 int64_t emit_temp_bytes(const Module *mod, const Inst *in);
+
+/* ---- diag_json.c, diag_fix.c, diag_codes.c: machine-readable diagnostics - */
+
+typedef enum { DIAG_PLAIN, DIAG_JSON, DIAG_SARIF } DiagFormat;
+/* From here on diag_error/diag_note record instead of printing. */
+void diagout_start(DiagFormat format);
+bool diagout_recording(void);
+void diagout_add(Pos pos, const char *code, const char *message, bool note);
+/* The parsed program of a file, where fixes find their expressions. */
+void diagout_program(const Program *prog);
+/* A problem that is not in a program (an unreadable file): exit status 2,
+ * reported in the document too. */
+void diagout_tool_error(const char *message);
+/* Writes the document (a JSON array, or one SARIF 2.1.0 log); false when
+ * the write failed. */
+bool diagout_write(FILE *out);
+
+/* A pending fix, resolved to a source range when the document is written. */
+typedef enum { FIX_RANGE, FIX_WRAP_EXPR, FIX_WRAP_OPERAND, FIX_ANNOTATE, FIX_KEYWORD } FixKind;
+typedef struct {
+  FixKind kind;
+  Pos at;                 /* the error's position (operand/annotate) */
+  Pos from, to;           /* FIX_RANGE */
+  const struct Expr *expr;/* FIX_WRAP_EXPR */
+  int operand;
+  const char *before, *after, *text, *what;
+} PendingFix;
+/* A resolved fix: replace [from, to) by text. */
+typedef struct {
+  Pos from, to;
+  const char *text, *what;
+} SourceFix;
+void diagout_add_fix(const PendingFix *f);
+bool diag_fix_resolve(const PendingFix *f, const Program *prog, SourceFix *out);
+/* The column just past the token at pos (for a diagnostic's range). */
+int diag_token_end(Pos pos);
+
+typedef struct {
+  const char *code;        /* E_CONTRACT */
+  const char *name;        /* a short title */
+  const char *summary;     /* one line */
+  const char *help;        /* what the rule is and the usual fix */
+} DiagCode;
+int diag_code_count(void);
+const DiagCode *diag_code_at(int i);
+int diag_code_index(const char *code);
+
+/* ---- show.c: shdc show FILE [FUNC.NAME...] ------------------------------- */
+
+/* Pictures of the array bindings (all, or those named FUNC.NAME or FUNC):
+ * which device holds which block. Returns 0, or 2 when a name matched
+ * nothing. */
+int show_program(FILE *out, const Program *p, const Mesh *m, const char *const *names, int nnames);
+
+/* ---- netmodel.c: shdc explain --network=... ------------------------------ */
+
+typedef struct {
+  double bandwidth;    /* bytes per second */
+  double latency;      /* seconds */
+  const char *label;   /* "intra-node", for the report */
+} NetLink;
+
+struct NetModel {
+  NetLink def;                     /* axes not listed */
+  bool have_def;
+  int naxes;
+  const char *axis_names[MAX_AXES];
+  NetLink axes[MAX_AXES];
+  double reduce_bandwidth;         /* bytes/s of local reductions; 0: free */
+};
+
+/* BANDWIDTH,LATENCY or a file of per-axis links; an error message or NULL. */
+const char *net_parse(NetModel *n, const char *spec);
+const char *net_check_mesh(const NetModel *n, const Mesh *m);
+/* The estimated seconds of a collective instruction, and the algorithm. */
+double net_collective_seconds(const NetModel *n, const Module *mod, const Inst *in, const char **algo);
+const char *net_seconds_str(double s);
+void net_describe(FILE *out, const NetModel *n, const Mesh *m);
+/* For each loop of main: collectives, bytes and seconds of one iteration. */
+void net_report_steps(FILE *out, const NetModel *net, const Module *mod);
+
+/* ---- trace_summary.c: shdc trace-summary RUN.json ------------------------ */
+
+/* Time per category and collectives per rank of a SHD_TRACE=FILE.json
+ * timeline, on stdout; the exit status (0, 1 malformed, 2 unreadable). */
+int tsum_run(const char *path);
+
+/* ---- install.c: version, and where the runtime is ------------------------ */
+
+void drv_print_version(FILE *out);
+int drv_abi_version(void);
+const char *drv_version(void);
+/* The documentation beside this shdc (the installed man page, or docs/cli.md
+ * of its source tree) as an absolute path, or NULL. */
+const char *drv_doc_path(void);
+typedef struct {
+  char inc[4300];      /* the -I directory holding shdrt.h */
+  char lib[4300];      /* libshdrt.a */
+  char searched[8800]; /* where it looked, for the error message */
+} RuntimePaths;
+/* SHDC_HOME, else the directory of the shdc executable, else its parent
+ * (PREFIX/bin/shdc -> PREFIX/include, PREFIX/lib). */
+bool drv_find_runtime(RuntimePaths *rp);
 
 #endif

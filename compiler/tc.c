@@ -5,12 +5,18 @@
  * name a Symbol, every function its global signature and, for a manual
  * function, the local types its body sees (typing-rules 2.1). Errors are
  * reported and checking continues with an error type, so one run reports
- * many. Expressions are in tc_expr.c, builtins in tc_builtins.c, manual
- * collectives and the manual boundary in tc_manual.c.
+ * many. Expressions are in tc_expr.c, builtins in the op_*.c families
+ * (their arguments through tc_args.c), the manual boundary in tc_manual.c.
  */
 #include "shdc.h"
 
 static Scope globals;   /* constants, functions and mesh axes */
+static StrMap global_index;   /* their names: lookups stay O(1) in a program of many functions */
+
+static void add_global(Symbol *s) {
+  vec_push(&globals.syms, s);
+  strmap_put(&global_index, s->name, s);
+}
 
 RuleCtx tc_rule(TcCtx *c, Pos pos, const char *opname) {
   RuleCtx r = {c->mesh, c->manual, pos, opname};
@@ -19,7 +25,15 @@ RuleCtx tc_rule(TcCtx *c, Pos pos, const char *opname) {
 
 /* ---- symbols ---------------------------------------------------------------- */
 
+/* A scope of many names (a long function body) is looked up by hash, so
+ * checking stays linear in the program. */
+#define SCOPE_INDEX_FROM 16
+
 static Symbol *find_in(Scope *s, const char *name) {
+  if (s == &globals)
+    return strmap_get(&global_index, name);
+  if (s->index.cap)
+    return strmap_get(&s->index, name);
   for (int i = s->syms.len - 1; i >= 0; i--) {
     Symbol *sym = s->syms.data[i];
     if (!strcmp(sym->name, name))
@@ -43,7 +57,13 @@ Symbol *tc_bind(TcCtx *c, SymKind kind, Token name, Type t) {
   s->name = tok_str(name);
   s->pos = name.pos;
   s->type = t;
-  vec_push(&c->scope->syms, s);
+  Scope *sc = c->scope;
+  vec_push(&sc->syms, s);
+  if (sc->syms.len == SCOPE_INDEX_FROM)
+    for (int i = 0; i < sc->syms.len; i++)
+      strmap_put(&sc->index, ((Symbol *)sc->syms.data[i])->name, sc->syms.data[i]);
+  else if (sc->syms.len > SCOPE_INDEX_FROM)
+    strmap_put(&sc->index, s->name, s);
   if (c->fn && kind == SYM_LOCAL)
     vec_push(&c->fn->bindings, s);
   return s;
@@ -64,6 +84,45 @@ typedef struct {
   int64_t i;
   double f;
 } ConstVal;
+
+static bool const_overflow(Expr *e, bool report) {
+  if (report)
+    diag_error(e->pos, "E_CONST", "integer overflow in a constant expression: %s does not fit in 64 bits",
+               tc_expr_text(e));
+  return false;
+}
+
+/* Integer constants are exact 64-bit values: an operation that overflows,
+ * or divides by zero, has no value and is an error where it is written. */
+static bool const_binary(Expr *e, ConstVal a, ConstVal b, ConstVal *out, bool report) {
+  bool fl = a.is_float || b.is_float;
+  double fa = a.is_float ? a.f : (double)a.i, fb = b.is_float ? b.f : (double)b.i;
+  int64_t r = 0;
+  bool over = false;
+  switch (e->op) {
+  case BIN_ADD: over = !fl && __builtin_add_overflow(a.i, b.i, &r); fa += fb; break;
+  case BIN_SUB: over = !fl && __builtin_sub_overflow(a.i, b.i, &r); fa -= fb; break;
+  case BIN_MUL: over = !fl && __builtin_mul_overflow(a.i, b.i, &r); fa *= fb; break;
+  case BIN_DIV:
+    if (!fl && b.i == 0) {
+      if (report)
+        diag_error(e->pos, "E_CONST", "division by zero in a constant expression: %s", tc_expr_text(e));
+      return false;
+    }
+    over = !fl && a.i == INT64_MIN && b.i == -1;
+    r = fl || over ? 0 : a.i / b.i;
+    fa /= fb;
+    break;
+  default:
+    if (report)
+      diag_error(e->pos, "E_ARG", "expected a compile-time constant (integers, consts and + - * /)");
+    return false;
+  }
+  if (over)
+    return const_overflow(e, report);
+  *out = (ConstVal){fl, fl ? 0 : r, fl ? fa : (double)r};
+  return true;
+}
 
 static bool const_eval(TcCtx *c, Expr *e, ConstVal *out, bool report) {
   switch (e->kind) {
@@ -87,6 +146,8 @@ static bool const_eval(TcCtx *c, Expr *e, ConstVal *out, bool report) {
   case EX_UNARY: {
     if (!const_eval(c, e->lhs, out, report))
       return false;
+    if (!out->is_float && out->i == INT64_MIN)
+      return const_overflow(e, report);
     out->i = -out->i;
     out->f = -out->f;
     return true;
@@ -95,24 +156,7 @@ static bool const_eval(TcCtx *c, Expr *e, ConstVal *out, bool report) {
     ConstVal a, b;
     if (!const_eval(c, e->lhs, &a, report) || !const_eval(c, e->rhs, &b, report))
       return false;
-    bool fl = a.is_float || b.is_float;
-    double fa = a.is_float ? a.f : (double)a.i, fb = b.is_float ? b.f : (double)b.i;
-    switch (e->op) {
-    case BIN_ADD: *out = (ConstVal){fl, a.i + b.i, fa + fb}; return true;
-    case BIN_SUB: *out = (ConstVal){fl, a.i - b.i, fa - fb}; return true;
-    case BIN_MUL: *out = (ConstVal){fl, a.i * b.i, fa * fb}; return true;
-    case BIN_DIV:
-      if (!fl && b.i == 0) {
-        if (report)
-          diag_error(e->pos, "E_ARG", "division by zero in a constant expression");
-        return false;
-      }
-      *out = (ConstVal){fl, fl ? 0 : a.i / b.i, fa / fb};
-      return true;
-    default:
-      break;
-    }
-    break;
+    return const_binary(e, a, b, out, report);
   }
   default:
     break;
@@ -208,7 +252,26 @@ static Type body_block_type(TcCtx *c, const Type *t, Pos pos, bool *ok) {
   return *ok ? l : ty_error();
 }
 
+/* `str`: a string has no dims and no sharding (it is the same on every
+ * device). */
+static bool resolve_str_type(TcCtx *c, TypeExpr *te, Type *out) {
+  *out = ty_error();
+  if (te->ndims_written) {
+    diag_error(te->pos, "E_SHAPE", "str is one string, not an array: it has no dims; write `str`");
+    return false;
+  }
+  if (te->nannots) {
+    diag_error(te->annots[0].pos, "E_SPEC",
+               "a str is the same on every device: it cannot be unreduced, reduced or varying; write `str`");
+    return false;
+  }
+  *out = ty_string();
+  return true;
+}
+
 bool tc_resolve_type(TcCtx *c, TypeExpr *te, Type *out) {
+  if (te->str)
+    return resolve_str_type(c, te, out);
   int64_t shape[MAX_RANK] = {0};
   Type t = ty_array(te->dtype, te->rank, shape);
   bool ok = te->ndims_written <= MAX_RANK;
@@ -264,7 +327,21 @@ bool tc_resolve_type(TcCtx *c, TypeExpr *te, Type *out) {
 
 /* ---- mesh and constants --------------------------------------------------------- */
 
-static void check_consts(TcCtx *c) {
+/* The value -D gives const `name` (the last -D of it), if any. */
+static const char *define_of(const Vec *defines, const char *name) {
+  const char *val = NULL;
+  size_t len = strlen(name);
+  for (int i = 0; defines && i < defines->len; i++) {
+    const char *d = defines->data[i];
+    if (!strncmp(d, name, len) && d[len] == '=')
+      val = d + len + 1;
+  }
+  return val;
+}
+
+/* Consts in source order; a const overridden by -D takes that integer
+ * instead of its expression, and the consts after it that use it follow. */
+static void check_consts(TcCtx *c, const Vec *defines) {
   for (int i = 0; i < c->prog->consts.len; i++) {
     ConstDecl *cd = c->prog->consts.data[i];
     char *name = tok_str(cd->name);
@@ -273,7 +350,10 @@ static void check_consts(TcCtx *c) {
       continue;
     }
     ConstVal v;
-    if (!const_eval(c, cd->value, &v, true))
+    const char *def = define_of(defines, name);
+    if (def)
+      v = (ConstVal){false, strtoll(def, NULL, 10), (double)strtoll(def, NULL, 10)};
+    else if (!const_eval(c, cd->value, &v, true))
       continue;
     Symbol *s = arena_alloc(sizeof *s);
     s->kind = SYM_CONST;
@@ -285,7 +365,7 @@ static void check_consts(TcCtx *c) {
     s->type = ty_scalar(v.is_float ? DT_F32 : DT_I32);
     s->type.weak = true;
     cd->sym = s;
-    vec_push(&globals.syms, s);
+    add_global(s);
   }
 }
 
@@ -340,6 +420,14 @@ static bool check_mesh(TcCtx *c, const char *ovr) {
   }
   if (ovr && !apply_override(m, ovr))
     diag_ice("mesh override '%s' was not validated", ovr);
+  int64_t devices = 1;
+  for (int a = 0; a < m->naxes && ok && devices <= MAX_DEVICES; a++)
+    devices *= m->sizes[a];   /* each size is at most 2^20: no overflow */
+  if (ok && devices > MAX_DEVICES) {
+    diag_error(p->mesh->pos, "E_MESH", "the mesh has more than %d devices%s; that is the most supported",
+               MAX_DEVICES, ovr ? " (after --mesh)" : "");
+    ok = false;
+  }
   for (int a = 0; a < m->naxes; a++) {
     Symbol *s = arena_alloc(sizeof *s);
     s->kind = SYM_AXIS;
@@ -347,7 +435,7 @@ static bool check_mesh(TcCtx *c, const char *ovr) {
     s->axis = a;
     s->pos = p->mesh->names[a].pos;
     s->type.kind = TY_AXIS;
-    vec_push(&globals.syms, s);
+    add_global(s);
   }
   return ok;
 }
@@ -357,9 +445,11 @@ static bool check_mesh(TcCtx *c, const char *ovr) {
 static bool check_signature(TcCtx *c, FuncDecl *f) {
   bool ok = true;
   char *name = tok_str(f->name);
-  int un;
-  if (tc_builtin_code(name, &un)) {
-    diag_error(f->name.pos, "E_NAME", "'%s' is a builtin function; choose another name", name);
+  /* A function may take a builtin's name (a program written before the
+   * builtin existed keeps its meaning): calls then mean the function.
+   * grad and value_and_grad are forms, not functions, so not those. */
+  if (!strcmp(name, "grad") || !strcmp(name, "value_and_grad")) {
+    diag_error(f->name.pos, "E_NAME", "'%s' is a builtin form; choose another name", name);
     ok = false;
   }
   Symbol *prev = find_in(&globals, name);
@@ -374,7 +464,7 @@ static bool check_signature(TcCtx *c, FuncDecl *f) {
     s->pos = f->name.pos;
     s->fn = f;
     s->type.kind = TY_FUNC;
-    vec_push(&globals.syms, s);
+    add_global(s);
   }
   for (int i = 0; i < f->nmanual; i++) {
     int a;
@@ -451,8 +541,8 @@ static Type bind_value(TcCtx *c, Stmt *s, bool mutable_) {
     diag_error(s->expr->pos, "E_ARG", "this expression has no value to bind");
     return ty_error();
   }
-  if (t.kind != TY_ARRAY && t.kind != TY_ERROR) {
-    diag_error(s->expr->pos, "E_ARG", "only arrays and scalars can be bound to names");
+  if (t.kind != TY_ARRAY && t.kind != TY_ERROR && t.kind != TY_STRING) {
+    diag_error(s->expr->pos, "E_ARG", "only arrays, scalars and strings can be bound to names");
     return ty_error();
   }
   if (mutable_ && t.weak) {
@@ -474,6 +564,7 @@ static void check_assign(TcCtx *c, Stmt *s) {
   if (!sym->mutable_) {
     diag_error(s->pos, "E_NAME", "'%s' is bound with let and cannot change; declare it with `var %s = ...`", name,
                name);
+    diag_fix_keyword(sym->pos, "let", "var", arena_printf("declare '%s' with var", name));
     diag_note(sym->pos, "'%s' is bound here", name);
     tc_expr(c, s->expr);
     return;
@@ -501,7 +592,7 @@ static void check_assign(TcCtx *c, Stmt *s) {
     return;
   Type tt = t;
   tt.weak = false;
-  if (t.weak && t.kind == TY_ARRAY && t.rank == 0 && sym->type.rank == 0 &&
+  if (t.weak && t.kind == TY_ARRAY && t.rank == 0 && sym->type.kind == TY_ARRAY && sym->type.rank == 0 &&
       (ty_is_float(sym->type.dtype) || !ty_is_float(t.dtype)))
     return; /* a literal takes the var's type */
   if (!ty_equal(&tt, &sym->type)) {
@@ -607,13 +698,11 @@ static void check_return(TcCtx *c, Stmt *s, bool last_in_body) {
     tc_expr(c, s->expr);
     return;
   }
-  Expr *vals[16];
+  Expr **vals = &s->expr;
   int n = 1;
-  vals[0] = s->expr;
   if (s->expr->kind == EX_TUPLE && want > 1) {
-    n = s->expr->args.len < 16 ? s->expr->args.len : 16;
-    for (int i = 0; i < n; i++)
-      vals[i] = s->expr->args.data[i];
+    n = s->expr->args.len;
+    vals = (Expr **)s->expr->args.data;
   }
   if (n != want && !(n == 1 && want > 1)) {
     diag_error(s->pos, "E_RETURN", "'%.*s' returns %d values but this returns %d", f->name.len, f->name.start, want, n);
@@ -733,45 +822,51 @@ static void check_body(TcCtx *c, FuncDecl *f) {
 
 /* Calls must form a DAG: a recursive function would need a dynamic call
  * stack of shards, which the static buffer plan does not have. */
-static bool find_cycle(FuncDecl *f, int *state, Program *p, Pos *where) {
-  int idx = 0;
-  while (p->funcs.data[idx] != f)
-    idx++;
-  if (state[idx] == 2)
-    return false;
-  if (state[idx] == 1)
-    return true;
-  state[idx] = 1;
-  for (int i = 0; i < f->callees.len; i++) {
-    Expr *call = f->callees.data[i];
-    if (find_cycle(call->fn, state, p, where)) {
-      if (!where->file)
-        *where = call->pos;
-      return true;
+/* Recursion is an error at a call on the cycle. A depth-first search with
+ * its own stack: a chain of calls may be as long as the program. */
+static void check_recursion(Program *p) {
+  int n = p->funcs.len;
+  PtrMap index = {0};
+  for (int i = 0; i < n; i++)
+    ptrmap_put(&index, p->funcs.data[i], i);
+  char *state = arena_alloc((size_t)n + 1);   /* 0 new, 1 on the stack, 2 done */
+  int *stack = malloc(sizeof(int) * (size_t)(n + 1)), *next = calloc((size_t)n + 1, sizeof(int));
+  for (int root = 0; root < n; root++) {
+    if (state[root])
+      continue;
+    int top = 0;
+    stack[top++] = root;
+    state[root] = 1;
+    while (top) {
+      FuncDecl *f = p->funcs.data[stack[top - 1]];
+      if (next[stack[top - 1]] == f->callees.len) {
+        state[stack[--top]] = 2;
+        continue;
+      }
+      Expr *call = f->callees.data[next[stack[top - 1]]++];
+      int g = ptrmap_get(&index, call->fn);
+      if (g >= 0 && state[g] == 1)
+        diag_error(call->pos, "E_NAME", "recursive call: functions cannot call themselves, directly or indirectly");
+      if (g >= 0 && state[g] == 0) {
+        state[g] = 1;
+        stack[top++] = g;
+      }
     }
   }
-  state[idx] = 2;
-  return false;
+  free(stack);
+  free(next);
+  ptrmap_free(&index);
 }
 
-static void check_recursion(Program *p) {
-  int *state = arena_alloc(sizeof(int) * (size_t)(p->funcs.len + 1));
-  for (int i = 0; i < p->funcs.len; i++) {
-    Pos where = {0};
-    FuncDecl *f = p->funcs.data[i];
-    if (state[i] == 0 && find_cycle(f, state, p, &where))
-      diag_error(where, "E_NAME", "recursive call: functions cannot call themselves, directly or indirectly");
-  }
-}
-
-bool tc_program(Program *p, Mesh *mesh_out, const char *mesh_override) {
+bool tc_program(Program *p, Mesh *mesh_out, const char *mesh_override, const Vec *defines) {
   TcCtx c;
   memset(&c, 0, sizeof c);
   c.prog = p;
   c.mesh = mesh_out;
   memset(&globals, 0, sizeof globals);
+  strmap_free(&global_index);
   int errs = diag_error_count();
-  check_consts(&c);
+  check_consts(&c, defines);
   if (!check_mesh(&c, mesh_override))
     return false;
   for (int i = 0; i < p->funcs.len; i++) {

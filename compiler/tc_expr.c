@@ -3,8 +3,12 @@
  *
  * An annotation reaches an expression as `annot`. On a contraction, a
  * reduction, a reshape or a creation call it is that operation's
- * out_sharding (typing-rules D8); on anything else it is an assertion whose
- * failure is [E_ANNOT] with a `reshard` fix. Builtins are in tc_builtins.c.
+ * out_sharding (typing-rules D8), and so on an indexing expression, take,
+ * take_along_axis and one_hot (language.md §8); on anything else it is an
+ * assertion whose
+ * failure is [E_ANNOT] with a `reshard` fix. Builtins are typed by their
+ * families (BuiltinDef.check, ops.c); the operators by the elementwise and
+ * contraction families.
  */
 #include "shdc.h"
 
@@ -38,11 +42,16 @@ static int edit_distance(const char *a, const char *b) {
   return d[la][lb];
 }
 
+/* A name close to an unknown one, looked for only when the error will be
+ * printed and among the latest names of each scope, so that a file of many
+ * errors costs linear time. */
 static const char *suggest(TcCtx *c, const char *name) {
   const char *best = NULL;
   int bestd = 3;
+  if (!diag_will_show())
+    return NULL;
   for (Scope *s = c->scope; s; s = s->up)
-    for (int i = 0; i < s->syms.len; i++) {
+    for (int i = s->syms.len > 2000 ? s->syms.len - 2000 : 0; i < s->syms.len; i++) {
       Symbol *sym = s->syms.data[i];
       int d = edit_distance(name, sym->name);
       if (d < bestd && d < (int)strlen(name)) {
@@ -50,19 +59,16 @@ static const char *suggest(TcCtx *c, const char *name) {
         best = sym->name;
       }
     }
-  static const char *builtins[] = {"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "relu", "sigmoid",
-                                   "maximum", "minimum", "where", "sum", "mean", "max", "min", "transpose",
-                                   "reshape", "einsum", "cast", "reshard", "zeros", "ones", "full", "iota",
-                                   "normal", "uniform", "print", "save", "load", "arg", "clock", "grad",
-                                   "value_and_grad", "psum", "pmax", "pmin", "pmean", "all_gather",
-                                   "psum_scatter", "all_to_all", "ppermute", "axis_index", "pcast"};
-  for (size_t i = 0; i < sizeof builtins / sizeof *builtins; i++) {
-    int d = edit_distance(name, builtins[i]);
-    if (d < bestd && d < (int)strlen(name)) {
-      bestd = d;
-      best = builtins[i];
+  static const char *const special[] = {"grad", "value_and_grad", NULL};
+  const char *const *lists[2] = {op_builtin_names(), special};
+  for (int l = 0; l < 2; l++)
+    for (const char *const *b = lists[l]; *b; b++) {
+      int d = edit_distance(name, *b);
+      if (d < bestd && d < (int)strlen(name)) {
+        bestd = d;
+        best = *b;
+      }
     }
-  }
   for (int a = 0; a < c->mesh->naxes; a++) {
     int d = edit_distance(name, c->mesh->names[a]);
     if (d < bestd && d < (int)strlen(name)) {
@@ -75,15 +81,18 @@ static const char *suggest(TcCtx *c, const char *name) {
 
 static Type check_name(TcCtx *c, Expr *e) {
   Symbol *s = tc_lookup(c, e->str);
-  int un;
-  if (!s && tc_builtin_code(e->str, &un)) {
+  if (!s && op_builtin(e->str)) {
     diag_error(e->pos, "E_ARG", "'%s' is a builtin function, not a value; call it: %s(...)", e->str, e->str);
     return ty_error();
   }
   if (!s) {
     const char *sug = suggest(c, e->str);
     if (sug)
+    {
       diag_error(e->pos, "E_NAME", "unknown name '%s'; did you mean '%s'?", e->str, sug);
+      diag_fix_replace(e->tok.pos, (Pos){e->tok.pos.file, e->tok.pos.line, e->tok.pos.col + e->tok.len}, sug,
+                       arena_printf("replace with '%s'", sug));
+    }
     else
       diag_error(e->pos, "E_NAME", "unknown name '%s'", e->str);
     return ty_error();
@@ -110,7 +119,7 @@ static Type check_name(TcCtx *c, Expr *e) {
 
 /* ---- values: only arrays and scalars flow through operators ---------------- */
 
-static bool want_array(TcCtx *c, Expr *e, const Type *t, const char *what) {
+bool tc_want_array(TcCtx *c, Expr *e, const Type *t, const char *what) {
   switch (t->kind) {
   case TY_ARRAY:
     return true;
@@ -137,84 +146,6 @@ static bool want_array(TcCtx *c, Expr *e, const Type *t, const char *what) {
     break;
   }
   return false;
-}
-
-/* ---- operators -------------------------------------------------------------- */
-
-static Type check_unary(TcCtx *c, Expr *e) {
-  Type x = check(c, e->lhs, NULL);
-  if (!want_array(c, e->lhs, &x, "-"))
-    return ty_error();
-  RuleCtx r = tc_rule(c, e->pos, "negation");
-  Type out;
-  return rule_unary(&r, UN_NEG, &x, &out) ? out : ty_error();
-}
-
-static const char *binop_opname(int op) {
-  switch (op) {
-  case BIN_ADD: return "add";
-  case BIN_SUB: return "subtract";
-  case BIN_MUL: return "multiply";
-  case BIN_DIV: return "divide";
-  default: return arena_printf("comparison %s", ast_binop_text(op));
-  }
-}
-
-static Type check_matmul(TcCtx *c, Expr *e, const Type *annot) {
-  Type a = check(c, e->lhs, NULL), b = check(c, e->rhs, NULL);
-  if (!want_array(c, e->lhs, &a, "@") | !want_array(c, e->rhs, &b, "@"))
-    return ty_error();
-  RuleCtx r = tc_rule(c, e->pos, "matmul");
-  TcInfo *info = arena_alloc(sizeof *info);
-  e->tc = info;
-  int rank, drank;
-  if (!rule_matmul_dims(&r, &a, &b, &info->dot, info->perm, &rank, &drank))
-    return ty_error();
-  for (int i = 0; i < drank; i++)
-    info->has_perm |= info->perm[i] != i;
-  info->squeeze = drank > rank;
-  Type dot_annot, *pa = NULL;
-  if (annot) {
-    if (annot->rank != rank) {
-      diag_error(e->pos, "E_SHAPE", "matmul: the annotation %s has rank %d but the result has rank %d", TS(annot),
-                 annot->rank, rank);
-      return ty_error();
-    }
-    dot_annot = *annot;
-    dot_annot.rank = drank;
-    for (int i = 0; i < drank; i++) {
-      dot_annot.shape[info->perm[i]] = i < rank ? annot->shape[i] : 1;
-      dot_annot.spec[info->perm[i]] = i < rank ? annot->spec[i] : (DimSpec){0};
-    }
-    if (c->annot_v_free)
-      tc_manual_states_from(c, &dot_annot, (a.weak ? 0 : a.V) | (b.weak ? 0 : b.V), 0, 0);
-    pa = &dot_annot;
-  }
-  Type dt;
-  if (!rule_dot(&r, &a, &b, &info->dot, pa, &dt))
-    return ty_error();
-  info->dot_type = dt;
-  Type out = dt;
-  if (info->has_perm && !rule_transpose(&r, &dt, info->perm, &out))
-    return ty_error();
-  info->type = out;
-  if (!info->squeeze)
-    return out;
-  Type sq;
-  return rule_reshape(&r, &out, rank, out.shape, NULL, &sq) ? sq : ty_error();
-}
-
-static Type check_binary(TcCtx *c, Expr *e, const Type *annot) {
-  if (e->op == BIN_MATMUL)
-    return check_matmul(c, e, annot);
-  Type a = check(c, e->lhs, NULL), b = check(c, e->rhs, NULL);
-  const char *name = ast_binop_text(e->op);
-  if (!want_array(c, e->lhs, &a, name) | !want_array(c, e->rhs, &b, name))
-    return ty_error();
-  RuleCtx r = tc_rule(c, e->pos, binop_opname(e->op));
-  const Type *ops[2] = {&a, &b};
-  Type out;
-  return rule_elementwise(&r, e->op, 2, ops, &out) ? out : ty_error();
 }
 
 /* ---- calls ------------------------------------------------------------------- */
@@ -305,10 +236,10 @@ Type tc_call_user(TcCtx *c, Expr *e, FuncDecl *f, Vec *argv, int first_arg) {
   }
   if (c->fn)
     vec_push(&c->fn->callees, e);
-  Expr *args[64];
+  Expr **args = arena_alloc(sizeof(Expr *) * (size_t)(argv->len + 1));
   int n = 0;
   bool ok = true;
-  for (int i = first_arg; i < argv->len && n < 64; i++) {
+  for (int i = first_arg; i < argv->len; i++) {
     Expr *a = argv->data[i];
     if (a->kind == EX_KWARG) {
       diag_error(a->pos, "E_ARG", "%s takes positional arguments only", fname);
@@ -334,7 +265,7 @@ static Type check_grad(TcCtx *c, Expr *e) {
   const char *gname = g->callee->str;
   TcInfo *info = arena_alloc(sizeof *info);
   e->tc = info;
-  e->builtin = with_value ? BI_VALUE_AND_GRAD : BI_GRAD;
+  e->grad = with_value ? GRAD_WITH_VALUE : GRAD_PLAIN;
   info->with_value = with_value;
   if (c->manual) {
     diag_error(e->pos, "E_MANUAL", "%s is not available inside a manual function body; take the gradient of a "
@@ -363,24 +294,26 @@ static Type check_grad(TcCtx *c, Expr *e) {
   if (c->fn)
     vec_push(&c->fn->callees, e);
   const char *fname = tok_str(f->name);
-  /* wrt: one position (the gradient itself) or a tuple (a tuple of them). */
-  unsigned mask = 0;
+  /* wrt: one position (the gradient itself) or a tuple (a tuple of them),
+   * any number of them. */
   bool tuple = false;
-  int order[MAX_RANK * 2], norder = 0;
   Expr *w = kw[0];
-  Expr *items[32];
-  int nitems = 0;
+  int nitems = w && (w->kind == EX_TUPLE || w->kind == EX_LIST) ? w->args.len : 1;
+  Expr **items = arena_alloc(sizeof(Expr *) * (size_t)(nitems + 1));
   if (!w) {
-    items[nitems++] = NULL;
+    items[0] = NULL;
   } else if (w->kind == EX_TUPLE || w->kind == EX_LIST) {
     tuple = true;
-    for (int i = 0; i < w->args.len && nitems < 32; i++)
-      items[nitems++] = w->args.data[i];
+    for (int i = 0; i < nitems; i++)
+      items[i] = w->args.data[i];
   } else {
-    items[nitems++] = w;
+    items[0] = w;
   }
   int np = f->params.len;
-  Pos wrt_pos[32];
+  int64_t *order = arena_alloc(sizeof(int64_t) * (size_t)(nitems + 1));
+  int norder = 0;
+  Pos *wrt_pos = arena_alloc(sizeof(Pos) * (size_t)(nitems + 1));
+  bool *seen = arena_alloc((size_t)np + 1);
   for (int i = 0; i < nitems; i++) {
     int64_t k = 0;
     if (items[i] && !tc_const_int(c, items[i], &k))
@@ -392,23 +325,18 @@ static Type check_grad(TcCtx *c, Expr *e) {
       return ty_error();
     }
     wrt_pos[norder] = p;
-    if (mask & (1u << k)) {
+    if (seen[k]) {
       diag_error(p, "E_ARG", "%s: position %lld appears twice in wrt", gname, (long long)k);
       return ty_error();
     }
-    mask |= 1u << k;
-    order[norder++] = (int)k;
+    seen[k] = true;
+    order[norder++] = k;
   }
-  for (int i = 0; i < norder; i++)
-    info->perm[i] = order[i];
-  info->mask = mask;
-  info->dim = norder;
+  info->wrt = order;
+  info->nwrt = norder;
   info->has_perm = tuple;
-  Expr *args[64];
-  int n = 0;
-  for (int i = 0; i < e->args.len && n < 64; i++)
-    args[n++] = e->args.data[i];
-  if (!check_call_args(c, e, f, args, n, fname) || !f->ok)
+  Expr **args = (Expr **)e->args.data;
+  if (!check_call_args(c, e, f, args, e->args.len, fname) || !f->ok)
     return ty_error();
   if (f->nresults != 1 || f->result_types[0].kind != TY_ARRAY || f->result_types[0].rank != 0 ||
       !ty_is_float(f->result_types[0].dtype)) {
@@ -420,7 +348,7 @@ static Type check_grad(TcCtx *c, Expr *e) {
                : f->nresults == 0 ? "nothing" : arena_printf("%d values", f->nresults));
     return ty_error();
   }
-  Type outs[40];
+  Type *outs = arena_alloc(sizeof(Type) * (size_t)(norder + 2));
   int nout = 0;
   if (with_value)
     outs[nout++] = f->result_types[0];
@@ -431,7 +359,7 @@ static Type check_grad(TcCtx *c, Expr *e) {
       diag_error(wrt_pos[i], "E_DTYPE",
                  "%s: wrt position %d is parameter '%.*s' of %s, which is %s; only float (f32, f64) parameters have "
                  "gradients: leave it out of wrt",
-                 gname, order[i], p->name.len, p->name.start, fname, TS(pt));
+                 gname, (int)order[i], p->name.len, p->name.start, fname, TS(pt));
       return ty_error();
     }
     outs[nout++] = ty_ct(pt);
@@ -453,10 +381,9 @@ static Type check_call(TcCtx *c, Expr *e, const Type *annot) {
   Symbol *s = tc_lookup(c, callee->str);
   if (s && s->kind == SYM_FUNC)
     return tc_call_user(c, e, s->fn, &e->args, 0);
-  int un;
-  int code = tc_builtin_code(callee->str, &un);
-  if (code && (!s || s->kind == SYM_AXIS)) {
-    e->builtin = code;
+  const BuiltinDef *bi = op_builtin(callee->str);
+  if (bi && (!s || s->kind == SYM_AXIS)) {
+    e->bi = bi;
     return tc_builtin(c, e, annot);
   }
   if (s) {
@@ -468,7 +395,11 @@ static Type check_call(TcCtx *c, Expr *e, const Type *annot) {
     diag_error(e->pos, "E_ARG", "%s(f, wrt=...) makes a function; call it: %s(f, wrt=0)(args...)", callee->str,
                callee->str);
   else if (sug)
+  {
     diag_error(e->pos, "E_NAME", "unknown function '%s'; did you mean '%s'?", callee->str, sug);
+    diag_fix_replace(callee->tok.pos, (Pos){callee->tok.pos.file, callee->tok.pos.line, callee->tok.pos.col + callee->tok.len},
+                     sug, arena_printf("replace with '%s'", sug));
+  }
   else
     diag_error(e->pos, "E_NAME", "unknown function '%s'", callee->str);
   return ty_error();
@@ -506,20 +437,22 @@ static Type check(TcCtx *c, Expr *e, const Type *annot) {
     t = check_literal(c, e);
     break;
   case EX_STRING:
-    t = ty_void();
-    t.kind = TY_STRING;
+    t = ty_string();
     break;
   case EX_NAME:
     t = check_name(c, e);
     break;
   case EX_UNARY:
-    t = check_unary(c, e);
+    t = op_check_unary(c, e);
     break;
   case EX_BINARY:
-    t = check_binary(c, e, annot);
+    t = e->op == BIN_MATMUL ? op_check_matmul(c, e, annot) : op_check_binary(c, e);
     break;
   case EX_CALL:
     t = check_call(c, e, annot);
+    break;
+  case EX_INDEX:
+    t = op_check_index(c, e, annot);
     break;
   case EX_AS: {
     Type at;
@@ -560,10 +493,15 @@ static Type check(TcCtx *c, Expr *e, const Type *annot) {
   default:
     t = ty_error();
   }
+  /* An operation's result can outgrow its operands (an outer product). */
+  if (t.kind == TY_ARRAY && !ty_check_size(&t, e->pos))
+    t = ty_error();
   return set(e, t);
 }
 
 Type tc_expr(TcCtx *c, Expr *e) { return check(c, e, NULL); }
+
+Type tc_expr_with(TcCtx *c, Expr *e, const Type *annot) { return check(c, e, annot); }
 
 Type tc_expr_unannotated(TcCtx *c, Expr *e) {
   Expr *saved = c->bad_annot;
@@ -576,20 +514,15 @@ Type tc_expr_unannotated(TcCtx *c, Expr *e) {
 bool tc_is_annotatable(TcCtx *c, Expr *e) {
   if (e->kind == EX_BINARY)
     return e->op == BIN_MATMUL;
+  if (e->kind == EX_INDEX)
+    return true;
   if (e->kind != EX_CALL || e->callee->kind != EX_NAME)
     return false;
   Symbol *s = tc_lookup(c, e->callee->str);
   if (s && s->kind != SYM_AXIS)
     return false;
-  int un;
-  switch (tc_builtin_code(e->callee->str, &un)) {
-  case BI_EINSUM: case BI_SUM: case BI_MEAN: case BI_MAX: case BI_MIN_RED: case BI_RESHAPE:
-  case BI_ZEROS: case BI_ONES: case BI_FULL: case BI_IOTA: case BI_NORMAL: case BI_UNIFORM:
-  case BI_LOAD: case BI_ARG:
-    return true;
-  default:
-    return false;
-  }
+  const BuiltinDef *bi = op_builtin(e->callee->str);
+  return bi && (bi->flags & BIF_ANNOT);
 }
 
 /* A weak scalar (a literal or a constant expression) takes the annotated
@@ -604,12 +537,37 @@ static bool weak_fits(const Type *t, const Type *annot) {
   return annot->dtype != DT_BOOL;
 }
 
+/* Where a str is expected (a `str` annotation, parameter or result), the
+ * value must be one. */
+static Type check_str_annot(TcCtx *c, Expr *e, const Type *annot, const char *where) {
+  /* load and arg read their type from the annotation, and say what a str
+   * annotation means for them; other calls must not see one. */
+  bool reads_annot = e->kind == EX_CALL && e->callee->kind == EX_NAME && tc_is_annotatable(c, e) &&
+                     (!strcmp(e->callee->str, "load") || !strcmp(e->callee->str, "arg"));
+  Type t = check(c, e, reads_annot ? annot : NULL);
+  if (t.kind == TY_ERROR || t.kind == TY_STRING)
+    return t;
+  if (t.kind == TY_ARRAY && t.rank == 0)
+    diag_error(e->pos, "E_DTYPE", "%s: the value has type %s but str is expected; convert it: str(%s)", where,
+               TS(&t), tc_expr_text(e));
+  else
+    diag_error(e->pos, "E_DTYPE", "%s: the value has type %s but str is expected", where,
+               t.kind == TY_ARRAY ? TS(&t) : "(not a value)");
+  return ty_error();
+}
+
 Type tc_expr_annot(TcCtx *c, Expr *e, const Type *annot, const char *where) {
+  if (annot && annot->kind == TY_STRING)
+    return check_str_annot(c, e, annot, where);
   if (!annot || annot->kind != TY_ARRAY)
     return check(c, e, NULL);
   if (tc_is_annotatable(c, e))
     return check(c, e, annot);
   Type t = check(c, e, NULL);
+  if (t.kind == TY_STRING) {
+    diag_error(e->pos, "E_DTYPE", "%s: the value is a str but %s is expected", where, TS(annot));
+    return ty_error();
+  }
   if (t.kind == TY_ERROR || t.kind != TY_ARRAY)
     return t;
   if (weak_fits(&t, annot)) {
@@ -640,6 +598,11 @@ Type tc_expr_annot(TcCtx *c, Expr *e, const Type *annot, const char *where) {
       free(dims.buf);
     }
     diag_error(e->pos, code, "%s: the value has type %s but %s is expected%s", where, TS(&t), TS(annot), fix);
+    Type cast_t = t;
+    cast_t.dtype = annot->dtype;
+    if (t.dtype != annot->dtype && ty_equal(&cast_t, annot))
+      diag_fix_wrap(e, "cast(", arena_printf(", %s)", ty_dtype_name(annot->dtype)),
+                    arena_printf("convert to %s", ty_dtype_name(annot->dtype)));
     return ty_error();
   }
   if ((t.V != annot->V) && c->manual) {
@@ -651,10 +614,13 @@ Type tc_expr_annot(TcCtx *c, Expr *e, const Type *annot, const char *where) {
                                   "all_gather(x, %s, dim=k, to=invariant), ...)",
                                   ty_axes_str(c->mesh, drop), ty_axes_arg(c->mesh, drop), ty_axes_arg(c->mesh, drop)));
   }
-  else
+  else {
     diag_error(e->pos, "E_ANNOT",
                "%s: the value has type %s but %s is expected; an annotation on this expression is an assertion, "
                "so write reshard(x, %s) to move the data",
                where, TS(&t), TS(annot), TS(annot));
+    if (!c->manual)
+      diag_fix_wrap(e, "reshard(", arena_printf(", %s)", TS(annot)), arena_printf("reshard the value to %s", TS(annot)));
+  }
   return ty_error();
 }

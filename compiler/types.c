@@ -47,6 +47,16 @@ Type ty_tuple(int n, const Type *elems) {
   return t;
 }
 
+/* A str: its dtype is set to i32 only so that no float test mistakes it
+ * for a differentiable value; every user looks at kind first. */
+Type ty_string(void) {
+  Type t;
+  memset(&t, 0, sizeof t);
+  t.kind = TY_STRING;
+  t.dtype = DT_I32;
+  return t;
+}
+
 bool ty_is_float(DType dt) { return dt == DT_F32 || dt == DT_F64; }
 
 bool ty_spec_equal(DimSpec a, DimSpec b) {
@@ -204,7 +214,7 @@ static void print_type(Str *out, const Mesh *m, const Type *t, bool local) {
   switch (t->kind) {
   case TY_VOID: str_printf(out, "()"); return;
   case TY_ERROR: str_printf(out, "<error>"); return;
-  case TY_STRING: str_printf(out, "string"); return;
+  case TY_STRING: str_printf(out, "str"); return;
   case TY_FUNC: str_printf(out, "function"); return;
   case TY_AXIS: str_printf(out, "mesh axis"); return;
   case TY_TAPE:
@@ -270,9 +280,29 @@ __attribute__((format(printf, 3, 4))) static void wf_error(Pos pos, const char *
   va_end(ap);
 }
 
+bool ty_check_size(const Type *t, Pos pos) {
+  if (t->kind != TY_ARRAY)
+    return true;
+  int64_t n = (int64_t)ty_dtype_size(t->dtype);
+  bool over = false;
+  for (int d = 0; d < t->rank; d++)
+    over |= __builtin_mul_overflow(n, t->shape[d], &n);
+  if (!over && n <= TY_MAX_BYTES)
+    return true;
+  Str dims = {0};
+  for (int d = 0; d < t->rank; d++)
+    str_printf(&dims, "%s%lld", d ? " x " : "", (long long)t->shape[d]);
+  wf_error(pos, "E_SHAPE", "an array of %s %s elements has %s bytes; an array may have at most 2^48 bytes (256 TiB)",
+           str_cstr(&dims), ty_dtype_name(t->dtype), over ? "more than 2^63" : arena_printf("%lld", (long long)n));
+  free(dims.buf);
+  return false;
+}
+
 bool ty_check_wellformed(const Mesh *m, const Type *t, Pos pos, AxisSet manual, const char *what) {
   if (t->kind != TY_ARRAY)
     return true;
+  if (!ty_check_size(t, pos))
+    return false;
   /* what names the type's role; empty for a type as written */
   const char *pre = what && *what ? arena_printf("%s: ", what) : "";
   AxisSet seen = 0;
@@ -342,6 +372,24 @@ bool ty_check_wellformed(const Mesh *m, const Type *t, Pos pos, AxisSet manual, 
   return true;
 }
 
+/* The reduced type with x's rank again: the dims in mask (reduced away) kept
+ * with size 1, unsharded (keepdims). */
+Type ty_keep_dims(const Type *reduced, const Type *x, unsigned mask) {
+  Type t = *reduced;
+  t.rank = x->rank;
+  int k = 0;
+  for (int d = 0; d < x->rank; d++) {
+    if (mask & (1u << d)) {
+      t.shape[d] = 1;
+      t.spec[d].n = 0;
+    } else {
+      t.shape[d] = reduced->shape[k];
+      t.spec[d] = reduced->spec[k++];
+    }
+  }
+  return t;
+}
+
 Type ty_strip_sharding(const Type *t) {
   Type r = *t;
   for (int d = 0; d < r.rank; d++)
@@ -361,6 +409,22 @@ Type ty_ct(const Type *t) {
   }
   r.U = t->R;
   r.R = t->U;
+  r.weak = false;
+  return r;
+}
+
+/* x with dim k removed (a reduction's rows, argmax's result): its specs and
+ * states, not weak. */
+Type ty_without_dim(const Type *x, int k) {
+  Type r = *x;
+  r.rank = 0;
+  for (int d = 0; d < x->rank; d++)
+    if (d != k) {
+      r.shape[r.rank] = x->shape[d];
+      r.spec[r.rank++] = x->spec[d];
+    }
+  for (int d = r.rank; d < MAX_RANK; d++)
+    r.spec[d].n = 0;
   r.weak = false;
   return r;
 }

@@ -19,6 +19,18 @@
 
 #include "shdrt_internal.h"
 
+/* Under AddressSanitizer a cached block's data is poisoned until it is
+ * handed out again, so that generated code reading or writing a buffer
+ * after its last release is reported (the cache would otherwise hide it). */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 #define HDR_LIVE 0x5348444c49564521ull  /* "SHDLIVE!" */
 #define HDR_FREE 0x5348444652454521ull  /* "SHDFREE!" */
 #define ALIGN 64
@@ -81,6 +93,7 @@ static void drop_cache(void)
             while (c->free) {
                 header *h = c->free;
                 c->free = h->next_free;
+                UNPOISON((char *)h + ALIGN, c->bytes);
                 free(h);
             }
     g_alloc.cached = 0;
@@ -108,6 +121,7 @@ void *shd_alloc(size_t bytes)
         h = c->free;
         c->free = h->next_free;
         g_alloc.cached -= bytes;
+        UNPOISON((char *)h + ALIGN, bytes);
     } else {
         h = fresh_block(bytes);
     }
@@ -118,6 +132,7 @@ void *shd_alloc(size_t bytes)
     g_alloc.live += bytes;
     if (g_alloc.live > g_alloc.peak)
         g_alloc.peak = g_alloc.live;
+    shd_timeline_counter(g_alloc.live);
     return (char *)h + ALIGN;
 }
 
@@ -160,8 +175,10 @@ void shd_release(void *p)
     h->magic = HDR_FREE;
     h->next_free = c->free;
     c->free = h;
+    POISON((char *)h + ALIGN, h->bytes);
     g_alloc.live -= h->bytes;
     g_alloc.cached += h->bytes;
+    shd_timeline_counter(g_alloc.live);
 }
 
 size_t shd_live_bytes(void) { return g_alloc.live; }

@@ -19,6 +19,10 @@
  * auto) override the choice; rank 0's choice is broadcast at start-up so
  * all ranks always run the same algorithm.
  *
+ * With SHD_TRACE=FILE.json every public entry point is a timeline span
+ * (timeline.c), and a group of more than one rank first meets at a barrier
+ * recorded as the collective's wait.
+ *
  * Invariants: a group of size 1 never calls MPI (plain copy); every call
  * adds exactly one shd_trace_add with the formula `shdc explain` uses;
  * messages over INT_MAX bytes are described by a derived datatype, never a
@@ -367,7 +371,7 @@ static void allreduce_ring(void *buf, size_t count, shd_dtype dt,
     }
 }
 
-void shd_all_reduce(void *buf, size_t count, shd_dtype dt, shd_redop op,
+static void all_reduce_impl(void *buf, size_t count, shd_dtype dt, shd_redop op,
                     const int *axes, int naxes)
 {
     size_t G = (size_t)shd_group_size(axes, naxes);
@@ -386,7 +390,7 @@ void shd_all_reduce(void *buf, size_t count, shd_dtype dt, shd_redop op,
 
 /* ---- all-gather ---------------------------------------------------------- */
 
-void shd_all_gather(const void *in, void *out, shd_dtype dt, int rank,
+static void all_gather_impl(const void *in, void *out, shd_dtype dt, int rank,
                     const int64_t *shape, int dim, const int *axes, int naxes)
 {
     int G = shd_group_size(axes, naxes);
@@ -487,7 +491,7 @@ static void reduce_scatter_ring(const block_set *b, void *out, shd_dtype dt,
     }
 }
 
-void shd_reduce_scatter(const void *in, void *out, shd_dtype dt, shd_redop op,
+static void reduce_scatter_impl(const void *in, void *out, shd_dtype dt, shd_redop op,
                         int rank, const int64_t *shape, int dim,
                         const int *axes, int naxes)
 {
@@ -557,7 +561,7 @@ static a2a_side a2a_side_of(const void *buf, layout lb, int G, size_t bytes)
     return s;
 }
 
-void shd_all_to_all(const void *in, void *out, shd_dtype dt, int rank,
+static void all_to_all_impl(const void *in, void *out, shd_dtype dt, int rank,
                     const int64_t *shape, int split, int concat,
                     const int *axes, int naxes)
 {
@@ -603,7 +607,7 @@ void shd_all_to_all(const void *in, void *out, shd_dtype dt, int rank,
 
 /* ---- point to point ------------------------------------------------------ */
 
-void shd_ppermute(const void *in, void *out, size_t bytes, int shift,
+static void ppermute_impl(const void *in, void *out, size_t bytes, int shift,
                   const int *axes, int naxes)
 {
     int G = shd_group_size(axes, naxes);
@@ -619,7 +623,7 @@ void shd_ppermute(const void *in, void *out, size_t bytes, int shift,
                    mod((int64_t)g - shift, G), comm);
 }
 
-void shd_permute(const void *in, void *out, size_t bytes, int dest, int src)
+static void permute_impl(const void *in, void *out, size_t bytes, int dest, int src)
 {
     int me = shd_world_rank(), P = shd_world_size();
     if (dest < 0 || dest >= P || src < 0 || src >= P)
@@ -656,4 +660,66 @@ void shd_embed_block(const void *in, void *out, size_t elem, int rank,
     memset(out, 0, total);
     copy_rows(in, l.rows, 0, out, l.rows * parts, index * l.rows, l.outer,
               l.rows, l.inner);
+}
+
+/* ---- the public entry points: each a timeline span --------------------- */
+
+/* With SHD_TRACE=FILE.json, a collective is a span whose first child is the
+ * wait at a barrier of its group (timeline.c); otherwise this is one test. */
+static void span_collective(const int *axes, int naxes)
+{
+    if (!shd_timeline_on)
+        return;
+    bool many = axes ? shd_group_size(axes, naxes) > 1 : shd_world_size() > 1;
+    MPI_Comm comm = !many ? MPI_COMM_NULL : axes ? shd_group_comm(axes, naxes) : MPI_COMM_WORLD;
+    shd_timeline_begin_collective(axes, naxes, comm);
+}
+
+void shd_all_reduce(void *buf, size_t count, shd_dtype dt, shd_redop op,
+                    const int *axes, int naxes)
+{
+    span_collective(axes, naxes);
+    all_reduce_impl(buf, count, dt, op, axes, naxes);
+    shd_span_end();
+}
+
+void shd_all_gather(const void *in, void *out, shd_dtype dt, int rank,
+                    const int64_t *shape, int dim, const int *axes, int naxes)
+{
+    span_collective(axes, naxes);
+    all_gather_impl(in, out, dt, rank, shape, dim, axes, naxes);
+    shd_span_end();
+}
+
+void shd_reduce_scatter(const void *in, void *out, shd_dtype dt, shd_redop op,
+                        int rank, const int64_t *shape, int dim,
+                        const int *axes, int naxes)
+{
+    span_collective(axes, naxes);
+    reduce_scatter_impl(in, out, dt, op, rank, shape, dim, axes, naxes);
+    shd_span_end();
+}
+
+void shd_all_to_all(const void *in, void *out, shd_dtype dt, int rank,
+                    const int64_t *shape, int split, int concat,
+                    const int *axes, int naxes)
+{
+    span_collective(axes, naxes);
+    all_to_all_impl(in, out, dt, rank, shape, split, concat, axes, naxes);
+    shd_span_end();
+}
+
+void shd_ppermute(const void *in, void *out, size_t bytes, int shift,
+                  const int *axes, int naxes)
+{
+    span_collective(axes, naxes);
+    ppermute_impl(in, out, bytes, shift, axes, naxes);
+    shd_span_end();
+}
+
+void shd_permute(const void *in, void *out, size_t bytes, int dest, int src)
+{
+    span_collective(NULL, 0);
+    permute_impl(in, out, bytes, dest, src);
+    shd_span_end();
 }

@@ -1,4 +1,4 @@
-/* io.c: printing values and reading --name=value arguments.
+/* io.c: printing values.
  *
  * Arrays print the way NumPy's str() shows them: nested brackets, elements
  * separated by spaces and right-aligned to a common width, rows on new lines
@@ -10,8 +10,7 @@
  *
  * Invariant: the whole array text is built in memory and written with one
  * fwrite, so it is never interleaved with other output of the same rank.
- * Arguments are read from the argv shd_init saved; every rank sees the same
- * argv, so a bad value is reported by rank 0 alone.
+ * (Program arguments are in args.c.)
  */
 #include <errno.h>
 #include <math.h>
@@ -281,83 +280,4 @@ void shd_print_array(const void *data, shd_dtype dt, int rank,
     format_rec(&p, 0, 0, 1, LINE_WIDTH, &out);
     fwrite(out.s, 1, out.len, stdout);
     free(out.s);
-}
-
-/* ---- arguments ------------------------------------------------------------ */
-
-/* Every rank parses the same argv and fails the same way: rank 0 reports,
- * the others give it time to abort them, so the user sees one message. */
-__attribute__((noreturn, format(printf, 1, 2)))
-static void arg_error(const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (shd_world_rank() != 0)
-        sleep(10);
-    shd_fatal("%s", msg);
-}
-
-/* The value of the last --name=value, "" for a bare --name, else NULL. */
-static const char *find_arg(const char *name)
-{
-    int argc;
-    char **argv;
-    shd_saved_args(&argc, &argv);
-    size_t n = strlen(name);
-    const char *found = NULL;
-    for (int i = 1; i < argc && argv && argv[i]; i++) {
-        const char *a = argv[i];
-        if (strncmp(a, "--", 2) != 0 || strncmp(a + 2, name, n) != 0)
-            continue;
-        if (a[2 + n] == '=')
-            found = a + 3 + n;
-        else if (a[2 + n] == 0)
-            found = "";
-    }
-    return found;
-}
-
-int32_t shd_arg_i32(const char *name, int32_t def)
-{
-    const char *v = find_arg(name);
-    if (!v)
-        return def;
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (!*v || *end || errno || x < INT32_MIN || x > INT32_MAX)
-        arg_error("argument --%s=%s: expected an i32 integer", name, v);
-    return (int32_t)x;
-}
-
-double shd_arg_f64(const char *name, double def)
-{
-    const char *v = find_arg(name);
-    if (!v)
-        return def;
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (!*v || *end || errno == ERANGE)
-        arg_error("argument --%s=%s: expected a number", name, v);
-    return x;
-}
-
-bool shd_arg_bool(const char *name, bool def)
-{
-    static const char *const yes[] = { "", "1", "true", "True", "yes", "on" };
-    static const char *const no[] = { "0", "false", "False", "no", "off" };
-    const char *v = find_arg(name);
-    if (!v)
-        return def;
-    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
-        if (strcmp(v, yes[i]) == 0)
-            return true;
-    for (size_t i = 0; i < sizeof no / sizeof *no; i++)
-        if (strcmp(v, no[i]) == 0)
-            return false;
-    arg_error("argument --%s=%s: expected true or false", name, v);
 }

@@ -14,6 +14,9 @@
  * both reads and writes stay in cache. The reduction
  * walks the input once in memory order, accumulating in double (floats; so
  * f32 sums round once at the end) or int64 (i32, bool) per output element.
+ * Float reductions over one run of contiguous dims (a row's mean, a column
+ * sum) go to the vector kernels of k_reduce.c instead.
+ * With SHD_TRACE=FILE.json each call is a timeline span (timeline.c).
  */
 #include <cblas.h>
 #include <limits.h>
@@ -82,9 +85,9 @@ static void gemm_i32(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
     free(row);
 }
 
-void shd_gemm(shd_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-              double alpha, const void *A, int64_t lda, const void *B,
-              int64_t ldb, double beta, void *C, int64_t ldc)
+static void gemm_impl(shd_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                      double alpha, const void *A, int64_t lda, const void *B,
+                      int64_t ldb, double beta, void *C, int64_t ldc)
 {
     if (M < 0 || N < 0 || K < 0)
         shd_fatal("gemm: negative size %lld x %lld x %lld", (long long)M,
@@ -259,8 +262,8 @@ static void transpose_walk(const char *in, char *out, size_t elem, const strided
     }
 }
 
-void shd_transpose(const void *in, void *out, size_t elem, int rank,
-                   const int64_t *shape, const int *perm)
+static void transpose_impl(const void *in, void *out, size_t elem, int rank,
+                           const int64_t *shape, const int *perm)
 {
     check_perm(rank, perm);
     if (shd_shape_count(rank, shape) == 0)
@@ -432,8 +435,26 @@ static void reduce_walk(const char *in, char *acc, const reduction *r,
     }
 }
 
-void shd_reduce(const void *in, void *out, shd_dtype dt, shd_redop op,
-                int rank, const int64_t *shape, unsigned dims_mask)
+/* The run-of-reduced-dims patterns k_reduce.c has vector kernels for:
+ * [n], [outer, n], [n, inner], [outer, n, inner] with n reduced. */
+static bool fast_shape(const reduction *r, int64_t *outer, int64_t *n, int64_t *inner)
+{
+    int k = 0;
+    *outer = *inner = 1;
+    if (r->nd > 3)
+        return false;
+    if (!r->red[0])
+        *outer = r->size[k++];
+    if (k >= r->nd || !r->red[k])
+        return false;
+    *n = r->size[k++];
+    if (k < r->nd)
+        *inner = r->size[k++];
+    return k == r->nd;
+}
+
+static void reduce_impl(const void *in, void *out, shd_dtype dt, shd_redop op,
+                        int rank, const int64_t *shape, unsigned dims_mask, bool fast)
 {
     if (rank < 0 || rank > SHD_MAX_RANK || (rank < 32 && (dims_mask >> rank)))
         shd_fatal("reduce: dims mask 0x%x on a rank-%d array", dims_mask, rank);
@@ -444,15 +465,56 @@ void shd_reduce(const void *in, void *out, shd_dtype dt, shd_redop op,
     if (nout == 0)
         return;
     op = effective_op(dt, op);
+    bool nonempty = shd_shape_count(rank, shape) > 0;
+    if (fast && nonempty) {
+        reduction r = normalise_reduce(rank, shape, dims_mask);
+        int64_t outer, n, inner;
+        if (fast_shape(&r, &outer, &n, &inner) && shd_reduce_fast(in, out, dt, op, outer, n, inner))
+            return;
+    }
     /* Accumulators are 8 bytes: double for floats, int64 otherwise. */
     void *acc = malloc((size_t)nout * 8);
     if (!acc)
         shd_fatal("out of memory (reduce of %lld outputs)", (long long)nout);
     fill_identity(acc, nout, dt, op);
-    if (shd_shape_count(rank, shape) > 0) {
+    if (nonempty) {
         reduction r = normalise_reduce(rank, shape, dims_mask);
         reduce_walk(in, acc, &r, dt, op);
     }
     store_result(out, acc, nout, dt);
     free(acc);
+}
+
+/* ---- the public entry points: timeline spans (SHD_TRACE=FILE.json) ----- */
+
+void shd_gemm(shd_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+              double alpha, const void *A, int64_t lda, const void *B,
+              int64_t ldb, double beta, void *C, int64_t ldc)
+{
+    shd_span_begin(SHD_SPAN_GEMM, dt == SHD_F64 ? "dgemm" : dt == SHD_F32 ? "sgemm" : "gemm", 0);
+    shd_span_args(M, N, K);
+    gemm_impl(dt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    shd_span_end();
+}
+
+void shd_transpose(const void *in, void *out, size_t elem, int rank,
+                   const int64_t *shape, const int *perm)
+{
+    shd_span_begin(SHD_SPAN_COMPUTE, "transpose", 0);
+    transpose_impl(in, out, elem, rank, shape, perm);
+    shd_span_end();
+}
+
+void shd_reduce(const void *in, void *out, shd_dtype dt, shd_redop op,
+                int rank, const int64_t *shape, unsigned dims_mask)
+{
+    shd_span_begin(SHD_SPAN_COMPUTE, "reduce", 0);
+    reduce_impl(in, out, dt, op, rank, shape, dims_mask, true);
+    shd_span_end();
+}
+
+void shd_reduce_generic(const void *in, void *out, shd_dtype dt, shd_redop op,
+                        int rank, const int64_t *shape, unsigned dims_mask)
+{
+    reduce_impl(in, out, dt, op, rank, shape, dims_mask, false);
 }

@@ -163,6 +163,22 @@ static void check_mesh_args(int naxes, const char *const *names, const int *size
             shd_fatal("mesh axis %s has size %d", names ? names[a] : "?", sizes[a]);
 }
 
+const char *shd_axis_name(int axis)
+{
+    return axis >= 0 && axis < g_mesh.naxes ? g_mesh.names[axis] : "?";
+}
+
+const char *shd_mesh_desc(void)
+{
+    static char desc[1024];
+    size_t at = 0;
+    desc[0] = 0;
+    for (int a = 0; a < g_mesh.naxes && at < sizeof desc; a++)
+        at += (size_t)snprintf(desc + at, sizeof desc - at, "%s%s=%d", a ? "," : "", g_mesh.names[a],
+                               g_mesh.sizes[a]);
+    return desc;
+}
+
 /* Wrong number of ranks: one clear message, then every rank leaves cleanly
  * (no MPI_Abort, whose report would bury the message). */
 static void size_mismatch(long product)
@@ -187,6 +203,15 @@ static void size_mismatch(long product)
     exit(1);
 }
 
+/* `prog --help` answers at any rank count (shd_args_check prints it). */
+static bool wants_help(void)
+{
+    for (int i = 1; i < g_mesh.argc && g_mesh.argv && g_mesh.argv[i]; i++)
+        if (strcmp(g_mesh.argv[i], "--help") == 0 || strcmp(g_mesh.argv[i], "-h") == 0)
+            return true;
+    return false;
+}
+
 void shd_init(int *argc, char ***argv, int naxes, const char *const *names,
               const int *sizes)
 {
@@ -195,6 +220,7 @@ void shd_init(int *argc, char ***argv, int naxes, const char *const *names,
     fix_openblas(argv ? *argv : NULL, started);
     if (!started)
         MPI_Init(argc, argv);
+    shd_guard_init();
     MPI_Comm_rank(MPI_COMM_WORLD, &g_mesh.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_mesh.size);
     g_mesh.argc = argc ? *argc : 0;
@@ -209,7 +235,7 @@ void shd_init(int *argc, char ***argv, int naxes, const char *const *names,
                  names && names[a] ? names[a] : "?");
         product *= sizes[a];
     }
-    if (product != g_mesh.size)
+    if (product != g_mesh.size && !wants_help())
         size_mismatch(product);
     int r = g_mesh.rank;
     for (int a = naxes - 1; a >= 0; a--) {
@@ -217,10 +243,12 @@ void shd_init(int *argc, char ***argv, int naxes, const char *const *names,
         r /= sizes[a];
     }
     shd_coll_init();
+    shd_timeline_init();
 }
 
 void shd_finalize(void)
 {
+    shd_timeline_write();
     shd_trace_report();
     for (int i = 0; i < g_mesh.ngroups; i++)
         MPI_Comm_free(&g_mesh.groups[i].comm);
@@ -239,6 +267,12 @@ void shd_saved_args(int *argc, char ***argv)
 }
 
 /* ---- coordinates and groups ------------------------------------------- */
+
+void shd_mesh_shape(int *naxes, int *sizes)
+{
+    *naxes = g_mesh.naxes;
+    memcpy(sizes, g_mesh.sizes, sizeof(int) * (size_t)g_mesh.naxes);
+}
 
 int shd_world_rank(void) { return g_mesh.rank; }
 int shd_world_size(void) { return g_mesh.size; }
@@ -350,6 +384,7 @@ void shd_fatal(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    shd_guard_cleanup();
     fprintf(stderr, "shdc: rank %d: %s\n", g_mesh.rank, msg);
     fflush(stderr);
     fflush(stdout);

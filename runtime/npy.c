@@ -5,24 +5,32 @@
  * {'descr': '<f4', 'fortran_order': False, 'shape': (8, 4), } padded with
  * spaces and ended by '\n' so that the data starts at a multiple of 64; the
  * data follows in C order. Versions 2.0 and 3.0 (4-byte header length) are
- * accepted on load.
+ * accepted on load; the dict is parsed as a Python literal (shd_npy_header.c).
  *
  * Every rank touches only its own block: its file view is an MPI subarray
  * type (global shape, block shape, block offset) at the data offset, and
  * the collective read/write moves the whole block in one call. Saving goes
- * to PATH.tmp.<pid of rank 0>, renamed to PATH by rank 0 after every rank
- * has closed the file, so a reader never sees a half-written file.
+ * to a temporary file beside the target (DIR/.shd-save-PID-N.tmp, PID of
+ * rank 0), renamed to PATH by rank 0 after every rank has written, synced
+ * and closed it and the file has its full size, so a reader never sees a
+ * half-written file and a failed save leaves the previous file as it was.
  *
- * Invariants: the header is validated once, on rank 0, and the verdict is
- * broadcast, so a bad file produces one message rather than one per rank;
- * any I/O failure aborts all ranks (MPI-IO reports errors by return code).
+ * Invariants: MPI-IO may report a failed write (a full disk) only through
+ * the count of what it wrote, so every write's count is checked, and the
+ * cause is then asked of the file system directly. Any failure stops every
+ * rank through shd_agree with `save("PATH"): CAUSE`, and the temporary is
+ * removed on that path and on the signals guard.c catches. The header is
+ * validated once, on rank 0, and the verdict is shared, so a bad file
+ * produces one message rather than one per rank.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "shdrt_internal.h"
@@ -30,23 +38,6 @@
 #define MAGIC "\x93NUMPY"
 #define MAGIC_LEN 6
 #define MSG_LEN 1024
-
-/* ---- agreement: one message, then every rank aborts ------------------- */
-
-/* Collective. When any rank has a message, the lowest such rank reports it
- * and aborts; the others wait in a barrier that the abort ends. */
-static void agree(const char *msg)
-{
-    int me = shd_world_rank(), size = shd_world_size();
-    int mine = msg ? me : size, first = size;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (first == size)
-        return;
-    if (first == me)
-        shd_fatal("%s", msg);
-    MPI_Barrier(MPI_COMM_WORLD);
-    shd_fatal("aborted after an I/O error on rank %d", first);
-}
 
 /* Messages may be cut at MSG_LEN; formatting through a va_list keeps
  * -Wformat-truncation quiet about that deliberate bound. */
@@ -159,65 +150,167 @@ static int set_view(MPI_File fh, MPI_Offset disp, MPI_Datatype et, int rank,
 }
 
 /* Moves `count` elements in chunks small enough for an int count; every
- * rank makes the same number of collective calls. */
-static int transfer_all(MPI_File fh, void *buf, int64_t count, MPI_Datatype et,
-                        size_t es, bool write)
+ * rank makes the same number of collective calls. Returns the elements
+ * moved: fewer than count when MPI-IO failed, whatever its return code. */
+static int64_t transfer_all(MPI_File fh, void *buf, int64_t count, MPI_Datatype et,
+                            size_t es, bool write, int *rc)
 {
     const int64_t chunk = ((int64_t)1 << 30) / (int64_t)es;
-    int64_t most = count;
+    int64_t most = count, moved = 0;
     MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
-    int rc = MPI_SUCCESS;
+    *rc = MPI_SUCCESS;
     for (int64_t done = 0; done < most; done += chunk) {
         int64_t left = count - done;
         int n = (int)(left <= 0 ? 0 : left < chunk ? left : chunk);
         char *p = (char *)buf + (size_t)(done < count ? done : 0) * es;
-        int r = write ? MPI_File_write_all(fh, p, n, et, MPI_STATUS_IGNORE)
-                      : MPI_File_read_all(fh, p, n, et, MPI_STATUS_IGNORE);
+        MPI_Status st;
+        int r = write ? MPI_File_write_all(fh, p, n, et, &st)
+                      : MPI_File_read_all(fh, p, n, et, &st);
+        int got = 0;
+        if (r == MPI_SUCCESS && n > 0 && MPI_Get_count(&st, et, &got) == MPI_SUCCESS && got > 0)
+            moved += got;
         if (r != MPI_SUCCESS)
-            rc = r;
+            *rc = r;
     }
-    return rc;
+    return moved;
 }
 
 /* ---- save ---------------------------------------------------------------- */
 
-static void save_body(MPI_File fh, const char *path, const char *header,
-                      size_t hlen, const void *local, shd_dtype dt, int rank,
-                      const int64_t *gshape, const int64_t *offset,
-                      const int64_t *shape, bool writer)
+/* Why the file system took fewer bytes than it was given: a direct write
+ * past the end of the temporary (which is removed anyway) gets the errno
+ * MPI-IO did not pass on (ENOSPC, EFBIG, EDQUOT, EIO). */
+static const char *write_cause(const char *tmp, size_t expect, char *buf, size_t cap)
 {
-    char err[MPI_MAX_ERROR_STRING], msg[MSG_LEN];
-    const char *bad = NULL;
-    size_t es = shd_dtype_size(dt);
-    int64_t gcount = shd_shape_count(rank, gshape);
-    /* Every step is collective or local, so all run even after an error;
-     * the first error is reported once by agree(). */
-    int rc = MPI_File_set_size(fh, (MPI_Offset)(hlen + (size_t)gcount * es));
-    if (shd_world_rank() == 0) {
-        int r = MPI_File_write_at(fh, 0, header, (int)hlen, MPI_BYTE,
-                                  MPI_STATUS_IGNORE);
-        rc = rc == MPI_SUCCESS ? r : rc;
+    int fd = open(tmp, O_WRONLY);
+    char block[4096];
+    memset(block, 0, sizeof block);
+    errno = 0;
+    ssize_t n = fd < 0 ? -1 : pwrite(fd, block, sizeof block, (off_t)((expect + 4095) / 4096 * 4096));
+    int err = errno;
+    if (fd >= 0)
+        close(fd);
+    if (n < 0 && err)
+        snprintf(buf, cap, "%s", strerror(err));
+    else
+        snprintf(buf, cap, "the file system accepted fewer bytes than were written");
+    return buf;
+}
+
+typedef struct {
+    const char *path, *tmp;
+    size_t total;          /* bytes of the complete file */
+    char msg[MSG_LEN];     /* this rank's first failure, "" if none */
+} save_job;
+
+__attribute__((format(printf, 2, 3)))
+static void save_fail(save_job *j, const char *fmt, ...)
+{
+    if (j->msg[0])
+        return;
+    char cause[MSG_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cause, sizeof cause, fmt, ap);
+    va_end(ap);
+    msgf(j->msg, "save(\"%s\"): %s", j->path, cause);
+}
+
+static void save_check_mpi(save_job *j, int rc, const char *what)
+{
+    char err[MPI_MAX_ERROR_STRING];
+    if (rc != MPI_SUCCESS)
+        save_fail(j, "%s: %s", what, mpi_error(rc, err));
+}
+
+/* DIR/.shd-save-PID-N.tmp beside PATH: the rename stays in one file
+ * system, and the name fits wherever PATH's own name fits. */
+static void temp_name(char *tmp, size_t cap, const char *path)
+{
+    static unsigned seq;
+    long pid = (long)getpid();
+    MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    const char *slash = strrchr(path, '/');
+    int dirlen = slash ? (int)(slash - path) + 1 : 0;
+    snprintf(tmp, cap, "%.*s.shd-save-%ld-%u.tmp", dirlen, path, pid, seq++);
+}
+
+/* Rank 0 creates the temporary with POSIX calls, so that a missing
+ * directory or a permission problem gets its own errno, and reserves its
+ * blocks: a full disk or a file size limit then fails here, by name, before
+ * anything is written (file systems without fallocate skip this; the
+ * written counts and the final size still catch them). */
+static void save_create(save_job *j)
+{
+    struct stat st;
+    /* A save replaces a file; it never replaces a directory, a device or a
+     * FIFO that happens to have the name. */
+    if (shd_world_rank() == 0 && stat(j->path, &st) == 0 && !S_ISREG(st.st_mode))
+        save_fail(j, "%s exists and is not a regular file (%s)", j->path,
+                  S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or special file");
+    if (shd_world_rank() == 0 && !j->msg[0]) {
+        int fd = open(j->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+        int err = fd < 0 ? errno : posix_fallocate(fd, 0, (off_t)j->total);
+        if (fd < 0)
+            save_fail(j, "cannot create %s: %s", j->tmp, strerror(err));
+        else if (err && err != EOPNOTSUPP && err != EINVAL && err != ENOSYS)
+            save_fail(j, "cannot reserve %zu bytes: %s", j->total, strerror(err));
+        if (fd >= 0)
+            close(fd);
     }
+    shd_agree(j->msg[0] ? j->msg : NULL);
+}
+
+static void save_header(save_job *j, MPI_File fh, const char *header, size_t hlen)
+{
+    if (shd_world_rank() != 0)
+        return;
+    MPI_Status st;
+    int rc = MPI_File_write_at(fh, 0, header, (int)hlen, MPI_BYTE, &st), got = 0;
+    save_check_mpi(j, rc, "write failed");
+    if (rc == MPI_SUCCESS && (MPI_Get_count(&st, MPI_BYTE, &got) != MPI_SUCCESS || (size_t)got != hlen)) {
+        char cause[256];
+        save_fail(j, "write failed: %s", write_cause(j->tmp, j->total, cause, sizeof cause));
+    }
+}
+
+static void save_data(save_job *j, MPI_File fh, size_t hlen, const void *local, shd_dtype dt, int rank,
+                      const int64_t *gshape, const int64_t *offset, const int64_t *shape, bool writer)
+{
     MPI_Datatype et = elem_type(dt), ft;
     int64_t count = writer ? shd_shape_count(rank, shape) : 0;
-    int r = set_view(fh, (MPI_Offset)hlen, et, rank, gshape, offset, shape,
-                     count > 0, &ft);
-    rc = rc == MPI_SUCCESS ? r : rc;
-    if (rc != MPI_SUCCESS) {
-        msgf(msg, "save(\"%s\"): %s", path, mpi_error(rc, err));
-        bad = msg;
-    }
-    agree(bad);
-    rc = transfer_all(fh, (void *)local, count, et, es, true);
-    if (rc != MPI_SUCCESS) {
-        msgf(msg, "save(\"%s\"): write failed: %s", path,
-                 mpi_error(rc, err));
-        bad = msg;
+    int rc = set_view(fh, (MPI_Offset)hlen, et, rank, gshape, offset, shape, count > 0, &ft);
+    save_check_mpi(j, rc, "cannot set the file view");
+    int64_t moved = transfer_all(fh, (void *)local, j->msg[0] ? 0 : count, et, shd_dtype_size(dt), true, &rc);
+    save_check_mpi(j, rc, "write failed");
+    if (!j->msg[0] && moved != count) {
+        char cause[256];
+        save_fail(j, "write failed after %lld of %lld bytes: %s", (long long)moved * (long long)shd_dtype_size(dt),
+                  (long long)count * (long long)shd_dtype_size(dt), write_cause(j->tmp, j->total, cause, sizeof cause));
     }
     if (ft != MPI_DATATYPE_NULL)
         MPI_Type_free(&ft);
     MPI_Type_free(&et);
-    agree(bad);
+}
+
+/* Rank 0, after every rank closed the file: it has its full size, then it
+ * replaces PATH. */
+static void save_finish(save_job *j)
+{
+    if (shd_world_rank() == 0) {
+        struct stat st;
+        if (stat(j->tmp, &st) != 0)
+            save_fail(j, "cannot check %s: %s", j->tmp, strerror(errno));
+        else if ((size_t)st.st_size != j->total) {
+            char cause[256];
+            save_fail(j, "wrote %lld of %zu bytes: %s", (long long)st.st_size, j->total,
+                      write_cause(j->tmp, j->total, cause, sizeof cause));
+        }
+    }
+    shd_agree(j->msg[0] ? j->msg : NULL);
+    if (shd_world_rank() == 0 && rename(j->tmp, j->path) != 0)
+        save_fail(j, "cannot rename %s to it: %s", j->tmp, strerror(errno));
+    shd_agree(j->msg[0] ? j->msg : NULL);
 }
 
 void shd_save_npy(const char *path, const void *local, shd_dtype dt, int rank,
@@ -225,105 +318,28 @@ void shd_save_npy(const char *path, const void *local, shd_dtype dt, int rank,
                   const int64_t *shape, bool writer)
 {
     check_block("save", path, rank, gshape, offset, shape);
-    char header[1024], tmp[4096], err[MPI_MAX_ERROR_STRING], msg[MSG_LEN];
+    char header[1024], tmp[8192];
     size_t hlen = build_header(header, sizeof header, dt, rank, gshape);
-    long pid = (long)getpid();
-    MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, pid);
+    save_job j = { path, tmp, hlen + (size_t)shd_shape_count(rank, gshape) * shd_dtype_size(dt), "" };
+    temp_name(tmp, sizeof tmp, path);
+    if (!shd_guard_temp(tmp))
+        save_fail(&j, "the path is too long");
+    shd_agree(j.msg[0] ? j.msg : NULL);
+    save_create(&j);
     MPI_File fh;
-    int rc = MPI_File_open(MPI_COMM_WORLD, tmp, MPI_MODE_CREATE | MPI_MODE_WRONLY,
-                           MPI_INFO_NULL, &fh);
-    msgf(msg, "save(\"%s\"): cannot create %s: %s", path, tmp,
-             rc == MPI_SUCCESS ? "" : mpi_error(rc, err));
-    agree(rc == MPI_SUCCESS ? NULL : msg);
-    save_body(fh, path, header, hlen, local, dt, rank, gshape, offset, shape, writer);
-    rc = MPI_File_close(&fh);
-    msgf(msg, "save(\"%s\"): close failed: %s", path,
-             rc == MPI_SUCCESS ? "" : mpi_error(rc, err));
-    agree(rc == MPI_SUCCESS ? NULL : msg);
-    MPI_Barrier(MPI_COMM_WORLD);
-    const char *bad = NULL;
-    if (shd_world_rank() == 0 && rename(tmp, path) != 0) {
-        msgf(msg, "save(\"%s\"): cannot rename %s: %s", path,
-                 tmp, strerror(errno));
-        bad = msg;
-    }
-    agree(bad);
+    int rc = MPI_File_open(MPI_COMM_WORLD, tmp, MPI_MODE_WRONLY, MPI_INFO_NULL, &fh);
+    save_check_mpi(&j, rc, "cannot open the temporary file");
+    shd_agree(j.msg[0] ? j.msg : NULL);
+    save_header(&j, fh, header, hlen);
+    save_data(&j, fh, hlen, local, dt, rank, gshape, offset, shape, writer);
+    save_check_mpi(&j, MPI_File_sync(fh), "cannot flush the file");
+    save_check_mpi(&j, MPI_File_close(&fh), "cannot close the file");
+    shd_agree(j.msg[0] ? j.msg : NULL);
+    save_finish(&j);
+    shd_guard_temp(NULL);
 }
 
 /* ---- header parsing (rank 0) ---------------------------------------------- */
-
-typedef struct {
-    char descr[16];
-    bool fortran;
-    int rank;
-    int64_t shape[SHD_MAX_RANK + 1];
-} npy_header;
-
-/* Finds key 'name' (either quote) in the dict and returns the text after
- * its colon, or NULL. */
-static const char *dict_value(const char *dict, const char *name)
-{
-    char key[64];
-    for (int q = 0; q < 2; q++) {
-        snprintf(key, sizeof key, q ? "\"%s\"" : "'%s'", name);
-        const char *p = strstr(dict, key);
-        if (p) {
-            p = strchr(p + strlen(key), ':');
-            if (!p)
-                return NULL;
-            p++;
-            while (*p == ' ')
-                p++;
-            return p;
-        }
-    }
-    return NULL;
-}
-
-static bool parse_shape(const char *p, npy_header *h)
-{
-    if (*p++ != '(')
-        return false;
-    h->rank = 0;
-    for (;;) {
-        while (*p == ' ' || *p == ',')
-            p++;
-        if (*p == ')')
-            return true;
-        char *end;
-        long long v = strtoll(p, &end, 10);
-        if (end == p || v < 0 || h->rank == SHD_MAX_RANK + 1)
-            return false;
-        h->shape[h->rank++] = v;
-        p = end;
-        while (*p == 'L' || *p == ' ')   /* Python 2 longs */
-            p++;
-        if (*p != ',' && *p != ')')
-            return false;
-    }
-}
-
-static bool parse_dict(const char *dict, npy_header *h)
-{
-    const char *d = dict_value(dict, "descr");
-    const char *f = dict_value(dict, "fortran_order");
-    const char *s = dict_value(dict, "shape");
-    if (!d || !f || !s || (*d != '\'' && *d != '"'))
-        return false;
-    const char *end = strchr(d + 1, *d);
-    if (!end || end - d - 1 >= (long)sizeof h->descr)
-        return false;
-    memcpy(h->descr, d + 1, (size_t)(end - d - 1));
-    h->descr[end - d - 1] = 0;
-    if (strncmp(f, "True", 4) == 0)
-        h->fortran = true;
-    else if (strncmp(f, "False", 5) == 0)
-        h->fortran = false;
-    else
-        return false;
-    return parse_shape(s, h);
-}
 
 /* "f32", "i64", "bool", ... for a descr, to name the file's type. */
 static void descr_name(const char *descr, char *buf, size_t cap)
@@ -360,7 +376,7 @@ static bool same_descr(const char *file, shd_dtype dt)
 }
 
 /* Checks the parsed header against the program's type; fills msg. */
-static bool header_matches(const char *path, const npy_header *h, shd_dtype dt,
+static bool header_matches(const char *path, const shd_npy_header *h, shd_dtype dt,
                            int rank, const int64_t *gshape, char *msg)
 {
     if (h->descr[0] == '>' && strcmp(h->descr + 1, "b1") != 0 &&
@@ -389,7 +405,7 @@ static bool header_matches(const char *path, const npy_header *h, shd_dtype dt,
 }
 
 /* Reads the preamble; returns the data offset, or -1 with msg filled. */
-static long read_preamble(FILE *f, const char *path, npy_header *h, char *msg)
+static long read_preamble(FILE *f, const char *path, shd_npy_header *h, char *msg)
 {
     unsigned char pre[12];
     if (fread(pre, 1, 8, f) != 8 || memcmp(pre, MAGIC, MAGIC_LEN) != 0) {
@@ -409,34 +425,55 @@ static long read_preamble(FILE *f, const char *path, npy_header *h, char *msg)
         return -1;
     }
     char *dict = hlen < (1u << 24) ? malloc(hlen + 1) : NULL;
+    const char *why = dict ? "truncated header" : "header too long";
     bool ok = dict && fread(dict, 1, hlen, f) == hlen;
-    if (ok) {
-        dict[hlen] = 0;
-        ok = parse_dict(dict, h);
-    }
+    if (ok)
+        ok = shd_npy_parse_header(dict, hlen, h, &why);
     free(dict);
     if (!ok) {
-        msgf(msg, "load(\"%s\"): malformed .npy header", path);
+        msgf(msg, "load(\"%s\"): malformed .npy header: %s", path, why);
         return -1;
     }
     return (long)(at + hlen);
 }
 
-/* Rank 0: opens, parses and validates; returns the data offset or -1. */
+/* Rank 0: opens, parses and validates; returns the data offset or -1.
+ * With start (a window load), the file's shape goes to fshape and must
+ * hold the window gshape at start; without, it must be gshape. */
 static long inspect(const char *path, shd_dtype dt, int rank,
-                    const int64_t *gshape, char *msg)
+                    const int64_t *gshape, const int64_t *start, int64_t *fshape, char *msg)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        msgf(msg, "load(\"%s\"): cannot open: %s", path, strerror(errno));
+    /* O_NONBLOCK: a FIFO must not block the open; only a regular file is
+     * read (a device such as /dev/zero would never end). */
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        msgf(msg, "load(\"%s\"): cannot open: %s", path, fd < 0 ? strerror(errno) : "not a regular file");
+        if (fd >= 0)
+            close(fd);
         return -1;
     }
-    npy_header h;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        msgf(msg, "load(\"%s\"): cannot open: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    shd_npy_header h;
     long off = read_preamble(f, path, &h, msg);
-    if (off >= 0 && !header_matches(path, &h, dt, rank, gshape, msg))
+    if (off >= 0 && start && h.rank == rank)
+        for (int d = 0; d < rank; d++) {
+            fshape[d] = h.shape[d];
+            if (off >= 0 && (start[d] < 0 || start[d] > h.shape[d] - gshape[d])) {
+                msgf(msg, "load(\"%s\"): the window of %lld from %lld along dim %d does not fit the file's %lld",
+                     path, (long long)gshape[d], (long long)start[d], d, (long long)h.shape[d]);
+                off = -1;
+            }
+        }
+    if (off >= 0 && !header_matches(path, &h, dt, rank, start ? h.shape : gshape, msg))
         off = -1;
     if (off >= 0) {
-        size_t need = (size_t)shd_shape_count(rank, gshape) * shd_dtype_size(dt);
+        size_t need = (size_t)shd_shape_count(rank, start ? h.shape : gshape) * shd_dtype_size(dt);
         fseek(f, 0, SEEK_END);
         long size = ftell(f);
         if (size < 0 || (size_t)size < (size_t)off + need) {
@@ -451,35 +488,69 @@ static long inspect(const char *path, shd_dtype dt, int rank,
 
 /* ---- load ---------------------------------------------------------------- */
 
+/* Every rank reads its block (shape at offset) of the file's array (fshape,
+ * data from byte off) collectively; any rank's failure stops every rank. */
+static void read_block(const char *path, long off, void *local, shd_dtype dt, int rank,
+                       const int64_t *fshape, const int64_t *offset, const int64_t *shape)
+{
+    char msg[MSG_LEN], err[MPI_MAX_ERROR_STRING];
+    MPI_File fh;
+    int rc = MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY, MPI_INFO_NULL, &fh);
+    msgf(msg, "load(\"%s\"): cannot open: %s", path, rc == MPI_SUCCESS ? "" : mpi_error(rc, err));
+    shd_agree(rc == MPI_SUCCESS ? NULL : msg);
+    size_t es = shd_dtype_size(dt);
+    int64_t count = shd_shape_count(rank, shape);
+    MPI_Datatype et = elem_type(dt), ft;
+    rc = set_view(fh, (MPI_Offset)off, et, rank, fshape, offset, shape, count > 0, &ft);
+    int rc2 = MPI_SUCCESS;
+    int64_t got = transfer_all(fh, local, rc == MPI_SUCCESS ? count : 0, et, es, false, &rc2);
+    rc = rc == MPI_SUCCESS ? rc2 : rc;
+    msgf(msg, "load(\"%s\"): read failed: %s", path,
+         rc != MPI_SUCCESS ? mpi_error(rc, err) : "the file ended early");
+    if (rc == MPI_SUCCESS && got != count)
+        rc = MPI_ERR_IO;
+    if (ft != MPI_DATATYPE_NULL)
+        MPI_Type_free(&ft);
+    MPI_Type_free(&et);
+    MPI_File_close(&fh);
+    shd_agree(rc == MPI_SUCCESS ? NULL : msg);
+}
+
 void shd_load_npy(const char *path, void *local, shd_dtype dt, int rank,
                   const int64_t *gshape, const int64_t *offset,
                   const int64_t *shape)
 {
     check_block("load", path, rank, gshape, offset, shape);
-    char msg[MSG_LEN], err[MPI_MAX_ERROR_STRING];
+    char msg[MSG_LEN];
     long off = 0;
     if (shd_world_rank() == 0)
-        off = inspect(path, dt, rank, gshape, msg);
-    agree(off < 0 ? msg : NULL);
+        off = inspect(path, dt, rank, gshape, NULL, NULL, msg);
+    shd_agree(off < 0 ? msg : NULL);
     MPI_Bcast(&off, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-    MPI_File fh;
-    int rc = MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY, MPI_INFO_NULL, &fh);
-    msgf(msg, "load(\"%s\"): cannot open: %s", path,
-             rc == MPI_SUCCESS ? "" : mpi_error(rc, err));
-    agree(rc == MPI_SUCCESS ? NULL : msg);
-    size_t es = shd_dtype_size(dt);
-    int64_t count = shd_shape_count(rank, shape);
-    MPI_Datatype et = elem_type(dt), ft;
-    rc = set_view(fh, (MPI_Offset)off, et, rank, gshape, offset, shape, count > 0, &ft);
-    if (rc == MPI_SUCCESS)
-        rc = transfer_all(fh, local, count, et, es, false);
-    else
-        transfer_all(fh, local, 0, et, es, false);
-    msgf(msg, "load(\"%s\"): read failed: %s", path,
-             rc == MPI_SUCCESS ? "" : mpi_error(rc, err));
-    if (ft != MPI_DATATYPE_NULL)
-        MPI_Type_free(&ft);
-    MPI_Type_free(&et);
-    MPI_File_close(&fh);
-    agree(rc == MPI_SUCCESS ? NULL : msg);
+    read_block(path, off, local, dt, rank, gshape, offset, shape);
+}
+
+/* A window of the file's array: each rank reads its block of the window
+ * (global shape gshape, block at offset) from the window's place start. The
+ * start is the same on every rank (a replicated value); one that does not
+ * fit stops every rank with the source line. */
+void shd_load_npy_window(const char *path, void *local, shd_dtype dt, int rank, const int64_t *gshape,
+                         const int64_t *offset, const int64_t *shape, const int64_t *start, int line)
+{
+    check_block("load", path, rank, gshape, offset, shape);
+    char msg[MSG_LEN];
+    long off = 0;
+    int64_t fshape[SHD_MAX_RANK] = {0}, foff[SHD_MAX_RANK];
+    if (shd_world_rank() == 0) {
+        char inner[MSG_LEN];
+        off = inspect(path, dt, rank, gshape, start, fshape, inner);
+        if (off < 0)
+            msgf(msg, "line %d: %s", line, inner);
+    }
+    shd_agree(off < 0 ? msg : NULL);
+    MPI_Bcast(&off, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    MPI_Bcast(fshape, rank, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    for (int d = 0; d < rank; d++)
+        foff[d] = start[d] + offset[d];
+    read_block(path, off, local, dt, rank, fshape, foff, shape);
 }

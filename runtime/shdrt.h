@@ -21,9 +21,16 @@
 #ifndef SHDRT_H
 #define SHDRT_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include <string.h>
+
+/* The ABI version: bumped whenever a declaration below changes meaning.
+ * Generated C checks it (#error on a mismatch), and `shdc --version`
+ * prints the one its compiler emits for. */
+#define SHD_ABI_VERSION 1
 
 #define SHD_MAX_AXES 8
 #define SHD_MAX_RANK 8
@@ -60,6 +67,67 @@ __attribute__((noreturn, format(printf, 1, 2)))
 void shd_fatal(const char *fmt, ...);
 
 double shd_time(void);   /* seconds, MPI_Wtime */
+
+/* ---- guard.c ------------------------------------------------------------ */
+
+/* Collective, at start-up: when peak_bytes (shdc explain's peak for one
+ * rank) times the ranks on this host exceeds the host's available memory,
+ * every rank stops with a message, unless SHD_MEMORY_CHECK=0. */
+void shd_check_memory(uint64_t peak_bytes);
+
+/* ---- vectorisable math ------------------------------------------------- */
+
+/* exp and tanh of f32 as straight-line arithmetic, so that a loop calling
+ * them vectorises (libm's calls do not): GELU, sigmoid, SiLU and softmax
+ * run at SIMD speed. exp is 2^n p(r) with n = round(x / ln 2) and a
+ * degree-6 polynomial on |r| <= ln2 / 2 (Cephes' expf, within 2 ulp of
+ * libm's, 0 below the f32 range's bottom instead of a subnormal); tanh is
+ * 1 - 2 / (exp(2|x|) + 1), with its Taylor polynomial below |x| = 1/8 where
+ * that formula cancels (within a few ulp). NaN and infinities behave as
+ * libm's. The f64 forms are libm's own. */
+static inline float shd_expf(float x)
+{
+    const float lo = -87.33654f, hi = 88.72283f;
+    /* clamped so that NaN becomes lo: n below is always a small integer
+     * (converting NaN to int would be undefined); NaN is returned last */
+    float xc = x > lo ? x : lo;
+    xc = xc < hi ? xc : hi;
+    /* n = round(x / ln 2) by the 1.5 * 2^23 trick: adds only */
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = xc - n * 0.693359375f - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    /* 2^n as 2^h 2^(n-h), h = n/2: both factors normal for n in [-126, 128] */
+    int32_t ni = (int32_t)n, h = ni / 2;
+    int32_t e1 = (h + 127) << 23, e2 = (ni - h + 127) << 23;
+    float s1, s2;
+    memcpy(&s1, &e1, sizeof s1);
+    memcpy(&s2, &e2, sizeof s2);
+    y = y * s1 * s2;
+    y = x < lo ? 0.0f : y;
+    y = x > hi ? INFINITY : y;
+    return x != x ? x : y;
+}
+
+static inline float shd_tanhf(float x)
+{
+    float a = x < 0 ? -x : x;
+    float e = shd_expf(2.0f * (a > 9.0f ? 9.0f : a));
+    float t = a >= 9.0f ? 1.0f : 1.0f - 2.0f / (e + 1.0f);   /* tanhf rounds to 1 from 9 on */
+    float x2 = x * x;
+    float small = x + x * x2 * (-0.333333333f + x2 * (0.133333333f + x2 * -0.0539682540f));
+    float r = x < 0 ? -t : t;
+    r = a < 0.125f ? small : r;
+    return x != x ? x : r;
+}
+
+static inline double shd_exp(double x) { return exp(x); }
+static inline double shd_tanh(double x) { return tanh(x); }
 
 /* ---- alloc.c: refcounted, cached array buffers ------------------------ */
 
@@ -122,6 +190,24 @@ void shd_slice_block(const void *in, void *out, size_t elem, int rank,
  * which is `in` (shape `shape`). Purely local. */
 void shd_embed_block(const void *in, void *out, size_t elem, int rank,
                      const int64_t *shape, int dim, int parts, int index);
+
+/* A block layout of a global array: its shape and, for each dim, the mesh
+ * axes that shard it (major first). */
+typedef struct {
+    int rank;
+    int64_t shape[SHD_MAX_RANK];
+    int naxes[SHD_MAX_RANK];
+    int axes[SHD_MAX_RANK][SHD_MAX_AXES];
+} shd_layout;
+
+/* reshape_move.c, collective over the world: out = this rank's block of
+ * layout `to` of the array whose blocks of layout `from` the ranks hold in
+ * `in` (the same row-major sequence of elements). Only elements that change
+ * owner are sent; an element comes from the rank holding it with this
+ * rank's coordinates on the axes that shard no dim of `from`. *plan (NULL
+ * at first, one per call site) keeps the plan between calls. */
+void shd_reshape_move(const void *in, void *out, size_t elem, const shd_layout *from, const shd_layout *to,
+                      void **plan);
 
 /* Algorithm of a collective, for benchmarks and tests: collective is
  * "reduce_scatter" or "all_reduce", algo "ring" (MPI_Sendrecv ring + local
@@ -193,8 +279,14 @@ void shd_save_npy(const char *path, const void *local, shd_dtype dt, int rank,
 void shd_load_npy(const char *path, void *local, shd_dtype dt, int rank,
                   const int64_t *gshape, const int64_t *offset,
                   const int64_t *shape);
+/* Collective: a window of global shape gshape, starting at start (the same
+ * on every rank), of the larger array the file holds (same dtype and rank);
+ * each rank reads its own block of the window. A window that does not fit
+ * the file is shd_fatal naming the source line. */
+void shd_load_npy_window(const char *path, void *local, shd_dtype dt, int rank, const int64_t *gshape,
+                         const int64_t *offset, const int64_t *shape, const int64_t *start, int line);
 
-/* ---- io.c: printing and arguments ------------------------------------- */
+/* ---- io.c: printing ------------------------------------------------------ */
 
 /* Formats a whole (global) array held by the calling rank, NumPy style
  * (nested brackets, summarised beyond 1000 elements), into stdout. Callers
@@ -205,11 +297,62 @@ void shd_print_scalar(double v, shd_dtype dt);
 void shd_print_text(const char *s);   /* no newline */
 void shd_print_end(void);             /* newline and fflush */
 
-/* --name=value from the command line, else the default; a value that does
- * not parse is shd_fatal naming the argument. */
+/* ---- args.c: the program's command line -------------------------------- */
+
+/* One arg("NAME", default) of the program: its name, the dtype of its
+ * value and the default; a str argument has sdef, its default of sdef_len
+ * bytes, instead (and dtype is unused). */
+typedef struct {
+    const char *name;
+    shd_dtype dtype;
+    double def;
+    const char *sdef;
+    int64_t sdef_len;
+} shd_arg_spec;
+
+/* Collective, called by main right after shd_init with every arg the
+ * program reads (specs may be NULL when n is 0). --help (or -h) prints them
+ * with their types and defaults on rank 0 and every rank exits with status
+ * 0; an unknown or malformed flag, a bare word, or a value that does not
+ * parse or does not fit its type is reported by rank 0 as `shdc: rank 0:
+ * argument ...`, and every rank exits with status 1. */
+void shd_args_check(const shd_arg_spec *specs, int n);
+
+/* --name=value from the command line (the last one when repeated), else
+ * the default; a value that does not parse is shd_fatal naming it. */
 int32_t shd_arg_i32(const char *name, int32_t def);
 double shd_arg_f64(const char *name, double def);
 bool shd_arg_bool(const char *name, bool def);
+
+/* ---- str.c: run-time strings (the language's str) -------------------------- */
+
+/* A str value: at most SHD_STR_MAX - 1 bytes (PATH_MAX: every path the
+ * system can open fits), NUL-terminated after len bytes. Generated code
+ * keeps them by value, like scalars: no allocation, nothing to release.
+ * Every function that would make a longer string stops every rank with the
+ * source line. A str is the same on every rank (the language allows no
+ * varying or sharded strings), so every rank stops alike. */
+#define SHD_STR_MAX 4096
+typedef struct {
+    int32_t len;
+    char s[SHD_STR_MAX];
+} shd_str;
+
+void shd_str_lit(shd_str *out, const char *bytes, int64_t len);
+void shd_str_cat(shd_str *out, const shd_str *a, const shd_str *b, int line);
+/* Decimal i32, zero-padded to width digits (after the sign) when width > 0. */
+void shd_str_i32(shd_str *out, int32_t x, int width, int line);
+/* The one-byte str of byte x (1 to 255; anything else stops every rank). */
+void shd_str_chr(shd_str *out, int32_t x, int line);
+/* Shortest text that reads back as the same f32 (f32 true) or f64. */
+void shd_str_f64(shd_str *out, double x, bool f32);
+void shd_str_bool(shd_str *out, bool x);
+bool shd_str_eq(const shd_str *a, const shd_str *b);
+/* The string as a file path: stops every rank when it holds a NUL byte
+ * (which no path can hold) or is empty. what: "save", "load". */
+const char *shd_str_path(const shd_str *p, const char *what, int line);
+/* --name=value as a string, else the default. */
+void shd_arg_str(shd_str *out, const char *name, const char *def, int64_t def_len);
 
 /* ---- trace.c: measured communication ---------------------------------- */
 
@@ -221,5 +364,156 @@ void shd_trace_add(const char *kind, size_t bytes_sent);
 uint64_t shd_trace_count(const char *kind);
 uint64_t shd_trace_bytes(const char *kind);
 void shd_trace_reset(void);
+
+/* ---- k_reduce.c: row kernels of the reduction family ------------------- */
+
+/* Each works on a local array seen as [outer, n, inner] (row-major), along
+ * the middle dim for every (outer, inner) pair; per-row statistics (a max,
+ * a sum, an index) are [outer, inner]. Floats only, except argreduce and
+ * cumsum (also i32). See k_reduce.c for the numerics. */
+typedef enum { SHD_SOFTMAX, SHD_LOG_SOFTMAX, SHD_LOGSUMEXP } shd_softmax_kind;
+
+/* y = softmax / log_softmax of x along n (y shaped like x), or logsumexp
+ * (y: [outer, inner]); the max is subtracted first. */
+void shd_softmax(const void *x, void *y, shd_dtype dt, int kind, int64_t outer,
+                 int64_t n, int64_t inner);
+/* The pieces of the same over a dim split across devices: s = sum(exp(x -
+ * m)) of this block's part of each row, given the row max m of the whole
+ * row; then y from x, m and the all-reduced s (kind as above; x unused for
+ * logsumexp). */
+void shd_softmax_expsum(const void *x, const void *m, void *s, shd_dtype dt,
+                        int64_t outer, int64_t n, int64_t inner);
+void shd_softmax_finish(const void *x, const void *m, const void *s, void *y,
+                        shd_dtype dt, int kind, int64_t outer, int64_t n,
+                        int64_t inner);
+/* Derivatives, from the result y and its cotangent g: softmax dx = y * (g
+ * - sum(g * y)), log_softmax dx = g - exp(y) * sum(g). shd_softmax_grad
+ * does the whole row; over a split dim gsum gives the block's part of each
+ * row's sum and gfinish uses the all-reduced sums. */
+void shd_softmax_grad(const void *y, const void *g, void *dx, shd_dtype dt,
+                      int kind, int64_t outer, int64_t n, int64_t inner);
+void shd_softmax_gsum(const void *y, const void *g, void *s, shd_dtype dt,
+                      int kind, int64_t outer, int64_t n, int64_t inner);
+void shd_softmax_gfinish(const void *y, const void *g, const void *s, void *dx,
+                         shd_dtype dt, int kind, int64_t outer, int64_t n,
+                         int64_t inner);
+/* logsumexp: dx = g * exp(x - y), y and g per row. */
+void shd_logsumexp_grad(const void *x, const void *y, const void *g, void *dx,
+                        shd_dtype dt, int64_t outer, int64_t n, int64_t inner);
+/* idx = the first index of the max (SHD_MAX) or min of each row; a NaN is
+ * the extreme, as in NumPy. */
+void shd_argreduce(const void *x, int32_t *idx, shd_dtype dt, shd_redop op,
+                   int64_t outer, int64_t n, int64_t inner);
+/* Collective: the same over a dim split across the group `axes` (this
+ * rank's block is block g = its group index): (value, global index) pairs
+ * are all-reduced, the smallest index winning ties. Traced as one
+ * all_reduce of 16 bytes per row. */
+void shd_argreduce_group(const void *x, int32_t *idx, shd_dtype dt,
+                         shd_redop op, int64_t outer, int64_t n, int64_t inner,
+                         const int *axes, int naxes);
+/* y = the running sum of x along n (from the end when reverse). */
+void shd_cumsum(const void *x, void *y, shd_dtype dt, bool reverse,
+                int64_t outer, int64_t n, int64_t inner);
+/* ---- timeline.c: SHD_TRACE=FILE.json, a Chrome trace-event timeline ------
+ *
+ * Generated code marks spans: each function call (with the call's source
+ * line) and each elementwise pass; the runtime adds GEMMs, collectives with
+ * their waits, and a live-bytes counter. Spans nest: every shd_span_begin
+ * has its shd_span_end. Off (SHD_TRACE unset, 0 or 1) they cost one test of
+ * shd_timeline_on. shd_trace_line gives the source line of the next GEMM or
+ * collective. */
+enum { SHD_SPAN_CALL, SHD_SPAN_ELEMENTWISE, SHD_SPAN_GEMM, SHD_SPAN_COLLECTIVE, SHD_SPAN_WAIT, SHD_SPAN_COMPUTE };
+extern bool shd_timeline_on;
+void shd_span_begin_slow(int kind, const char *name, int line);
+void shd_span_end_slow(void);
+static inline void shd_span_begin(int kind, const char *name, int line)
+{
+    if (shd_timeline_on)
+        shd_span_begin_slow(kind, name, line);
+}
+static inline void shd_span_end(void)
+{
+    if (shd_timeline_on)
+        shd_span_end_slow();
+}
+void shd_trace_line(int line);
+
+/* ---- k_index.c: slices, pads, gathers and scatters (local) ------------- */
+
+/* out (shape out_shape) = the box of `in` (shape in_shape) starting at
+ * start; shd_dynamic_slice first clamps each start into [0, in - out], as
+ * JAX's dynamic_slice does. */
+void shd_slice(const void *in, void *out, size_t elem, int rank,
+               const int64_t *in_shape, const int64_t *out_shape,
+               const int64_t *start);
+void shd_dynamic_slice(const void *in, void *out, size_t elem, int rank,
+                       const int64_t *in_shape, const int64_t *out_shape,
+                       const int64_t *start);
+/* out = in with lo[d] zero rows before it along each dim d (and zeros up to
+ * out_shape after it). */
+void shd_pad(const void *in, void *out, size_t elem, int rank,
+             const int64_t *in_shape, const int64_t *out_shape,
+             const int64_t *lo);
+/* Writes the window of global starts `start` and sizes `size` into dst,
+ * this rank's block at global offsets dst_off. Along a dim whose bit is set
+ * in `aligned`, src is laid out like dst (the part of the window this block
+ * holds is copied); along the others src is the window itself and dst holds
+ * the whole dim. */
+void shd_update_window(void *dst, const void *src, size_t elem, int rank,
+                       const int64_t *dst_shape, const int64_t *src_shape,
+                       const int64_t *start, const int64_t *size,
+                       const int64_t *dst_off, unsigned aligned);
+/* out (shape out_shape) = the n sources concatenated along dim; source i
+ * has rows[i] rows there and out's shape elsewhere. */
+void shd_concat(const void *const *src, int n, const int64_t *rows, void *out,
+                size_t elem, int rank, const int64_t *out_shape, int dim);
+/* i as an index of a dim of size n: negative counts from the end; outside
+ * [-n, n) is shd_fatal "WHERE: index I out of range for dim D of size N". */
+int32_t shd_index_check(int32_t i, int64_t n, int dim, const char *where);
+/* take along dim: x is [outer][rows][inner] (this rank's rows
+ * [row0, row0 + rows) of a dim of n), out is [outer][nidx][inner]; an index
+ * another rank holds gives a zero row (a masked lookup). Indices are
+ * checked as shd_index_check does. */
+void shd_take(const void *x, const int32_t *idx, void *out, size_t elem,
+              int64_t outer, int64_t rows, int64_t inner, int64_t nidx,
+              int64_t row0, int64_t n, int dim, const char *where);
+/* The transpose: out ([outer][rows][inner], zeroed by the caller) +=
+ * g ([outer][nidx][inner]) at the indices this rank holds. */
+void shd_scatter_add(const void *g, const int32_t *idx, void *out,
+                     shd_dtype dt, int64_t outer, int64_t rows, int64_t inner,
+                     int64_t nidx, int64_t row0, int64_t n, int dim,
+                     const char *where);
+/* take_along_axis: big is the indexed array (its rows [row0, ..) of a dim
+ * of n along dim), small the result, idx has small's shape along dim;
+ * elsewhere a size-1 dim broadcasts. The scatter adds small (g) into big
+ * (out, zeroed by the caller). */
+void shd_take_along(const void *x, const int32_t *idx, void *out, size_t elem,
+                    int rank, const int64_t *big_shape,
+                    const int64_t *small_shape, const int64_t *idx_shape,
+                    int dim, int64_t row0, int64_t n, const char *where);
+void shd_scatter_add_along(const void *g, const int32_t *idx, void *out,
+                           shd_dtype dt, int rank, const int64_t *big_shape,
+                           const int64_t *small_shape,
+                           const int64_t *idx_shape, int dim, int64_t row0,
+                           int64_t n, const char *where);
+/* out[j][c] = 1 where idx[j] == class0 + c, else 0 (an index out of range
+ * gives a zero row, as jax.nn.one_hot). */
+void shd_one_hot(const int32_t *idx, void *out, shd_dtype dt, int64_t nidx,
+                 int64_t classes, int64_t class0);
+
+/* ---- redistribute.c: rows that change owner ---------------------------- */
+
+/* Along dim, output row j is row j - offset[i] of source i (n_src[i] rows
+ * in all); rows no source covers are zeros when fill, else untouched. The
+ * sources are split in equal blocks over the group axes (src_split) or
+ * replicated over it, and so is the output (n_out rows; out_split); shape
+ * is out's local shape. Each rank sends only the rows of its blocks that
+ * another rank's output block needs. Collective over the group when
+ * traced (one "shift" trace entry); traced false: the compiler proved no
+ * row leaves its rank, and nothing is sent. */
+void shd_shift(const void *const *src, int nsrc, const int64_t *n_src,
+               bool src_split, const int64_t *offset, void *out, int64_t n_out,
+               bool out_split, bool fill, bool traced, size_t elem, int rank,
+               const int64_t *shape, int dim, const int *axes, int naxes);
 
 #endif

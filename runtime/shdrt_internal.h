@@ -13,6 +13,8 @@
  * order, which SPMD code does) and cached. The rank of the caller in it is
  * its group index. */
 MPI_Comm shd_group_comm(const int *axes, int n);
+/* mesh.c: the number of mesh axes and their sizes. */
+void shd_mesh_shape(int *naxes, int *sizes);
 /* mesh.c: argc/argv as seen by shd_init (for io.c's arguments). */
 void shd_saved_args(int *argc, char ***argv);
 
@@ -27,11 +29,56 @@ void shd_alloc_fini(void);
 /* trace.c: prints the SHD_TRACE table (rank 0) at shd_finalize. */
 void shd_trace_report(void);
 
+/* timeline.c (SHD_TRACE=FILE.json): set-up in shd_init (rank 0 creates the
+ * file), the whole timeline written at shd_finalize; a collective span with
+ * its wait (a barrier on comm, none for MPI_COMM_NULL) and its kind and
+ * bytes (from shd_trace_add); the arguments of the innermost open span; a
+ * sample of the live array bytes. */
+void shd_timeline_init(void);
+void shd_timeline_write(void);
+void shd_timeline_begin_collective(const int *axes, int naxes, MPI_Comm comm);
+void shd_timeline_collective(const char *kind, size_t bytes);
+void shd_span_args(int64_t a, int64_t b, int64_t c);
+void shd_timeline_counter(size_t live_bytes);
+
+/* mesh.c: an axis's name, and the mesh as "data=4,model=2". */
+const char *shd_axis_name(int axis);
+const char *shd_mesh_desc(void);
+
+/* guard.c: signal handlers and SIGXFSZ ignored (shd_init); the temporary
+ * file that shd_fatal and the handlers remove (NULL: none; false when the
+ * name is too long to keep); removing it now. */
+void shd_guard_init(void);
+bool shd_guard_temp(const char *path);
+void shd_guard_cleanup(void);
+/* guard.c, collective: when any rank has a message, the lowest such rank
+ * reports it through shd_fatal and every rank stops; NULL everywhere
+ * returns. */
+void shd_agree(const char *msg);
+
+/* npy_header.c: a .npy header dict, parsed as a Python literal; false
+ * with *why set when it is not one NumPy could have written. */
+typedef struct {
+    char descr[16];
+    bool fortran;
+    int rank;
+    int64_t shape[SHD_MAX_RANK + 1];
+} shd_npy_header;
+bool shd_npy_parse_header(const char *text, size_t len, shd_npy_header *h, const char **why);
+
 /* Bytes per element, and the short name used in messages ("f32"). */
 size_t shd_dtype_size(shd_dtype dt);
 const char *shd_dtype_name(shd_dtype dt);
 
 /* Product of shape[0..rank), 1 for rank 0. */
 int64_t shd_shape_count(int rank, const int64_t *shape);
+
+/* k_reduce.c: the vectorised reductions of f32/f64 that shd_reduce hands
+ * [outer, n, inner] problems with n reduced; false for other dtypes. */
+bool shd_reduce_fast(const void *in, void *out, shd_dtype dt, shd_redop op,
+                     int64_t outer, int64_t n, int64_t inner);
+/* kernels.c: shd_reduce without the fast paths (for the benchmark). */
+void shd_reduce_generic(const void *in, void *out, shd_dtype dt, shd_redop op,
+                        int rank, const int64_t *shape, unsigned dims_mask);
 
 #endif

@@ -29,7 +29,9 @@ tests/README.md):
   // RUNFAIL: X=2 np=3 [args=--a=1,--b=2] regex   this launch (with these
                                  program arguments instead of ARGS) must fail
                                  and print regex
-  // BUILD-FLAGS: -O0            extra `shdc build` options (huge generated tests)
+  // BUILD-FLAGS: -O0            extra `shdc build` options (huge generated tests);
+                                 its -D NAME=VALUE also apply to types, emit-ir
+                                 and explain
   // TRACE: X=2,Y=2              built for that mesh and run with SHD_TRACE=1, the
                                  largest count and bytes of each collective kind
                                  over the ranks, and the peak bytes, equal what
@@ -182,7 +184,8 @@ class ShdTest:
                 raise Failure("diagnostic without source line and caret: %r" % l)
 
     def check_types(self):
-        rc, out, err = run(self.shdc_cmd("types", self.path) + (["--mesh", self.mesh] if self.mesh else []))
+        rc, out, err = run(self.shdc_cmd("types", self.path) + (["--mesh", self.mesh] if self.mesh else []) +
+                           self.defines())
         if rc != 0:
             raise Failure("shdc types failed:\n%s" % err)
         have = out.split("\n")
@@ -223,9 +226,20 @@ class ShdTest:
                 pos += 1
                 scoped = True
 
+    def defines(self):
+        """The -D NAME=VALUE options of BUILD-FLAGS: types, emit-ir and
+        explain see the configuration that is built."""
+        out, flags = [], self.build_flags
+        for i, f in enumerate(flags):
+            if f == "-D" and i + 1 < len(flags):
+                out += ["-D", flags[i + 1]]
+            elif f.startswith("-D") and len(f) > 2:
+                out.append(f)
+        return out
+
     def check_output(self, cmd, checks):
         mesh = ["--mesh", self.mesh] if self.mesh else []
-        rc, out, err = run(self.shdc_cmd(cmd, self.path, *mesh))
+        rc, out, err = run(self.shdc_cmd(cmd, self.path, *mesh, *self.defines()))
         if rc != 0:
             raise Failure("shdc %s failed:\n%s" % (cmd, err))
         self.match_lines("shdc " + cmd, out, checks)
@@ -364,7 +378,7 @@ class ShdTest:
     # ---- SHD_TRACE against shdc explain ------------------------------------------
 
     def explain_totals(self, mesh):
-        rc, out, err = run(self.shdc_cmd("explain", self.path, "--mesh", mesh))
+        rc, out, err = run(self.shdc_cmd("explain", self.path, "--mesh", mesh, *self.defines()))
         if rc != 0:
             raise Failure("shdc explain failed:\n%s" % err)
         kinds, peak, fn = {}, None, None

@@ -207,6 +207,14 @@ for i, fn in enumerate(["exp", "sin", "cos", "tanh", "abs", "relu", "sigmoid"]):
 unary.append(Case("log", [("x", T, POS(T, 20))], "return sum(log(x) * x)"))
 unary.append(Case("sqrt", [("x", T, POS(T, 21))], "return sum(sqrt(x) * x)"))
 unary.append(Case("neg", [("x", T, N(T, 22))], "return sum(-x * exp(-x))"))
+# language v1 (the tanh-approximated gelu, as GPT-2's); floor and sign have
+# zero derivatives almost everywhere (their cases keep x away from jumps)
+for i, fn in enumerate(["erf", "gelu", "silu", "softplus", "expm1", "square"]):
+    unary.append(Case(fn, [("x", T, N(T, 23 + i))], "return sum(%s(x) * x)" % fn))
+unary.append(Case("rsqrt", [("x", T, POS(T, 29))], "return sum(rsqrt(x) * x)"))
+unary.append(Case("log1p", [("x", T, POS(T, 60))], "return sum(log1p(x) * x)"))
+unary.append(Case("floor_sign", [("x", T, "%s + 0.25" % N(T, 61))],
+                  "return sum(floor(x * 0.0 + 2.5) * x + sign(x) * x * x)"))
 FILES["gc_unary"] = ("Every unary function, on a sharded operand.", MESH1, unary)
 
 # ---- binary arithmetic with broadcasting --------------------------------------------------
@@ -223,8 +231,13 @@ binary = [
     Case("lit", [("x", X83, N(X83, 36))], "return sum(2.0 * x - x / 4.0 + 1.0 - 3.0 / (x * x + 1.0))"),
     Case("bcast_both", [("a", Z81, N(Z81, 37)), ("b", Y3, N(Y3, 38))], "let p = a * b\nreturn sum(p * p + a - b)",
          wrt=(0, 1)),
+    # ** and % of v1: x ** y with both differentiated, literal exponents, and
+    # the remainder (d/dx x % y = 1, d/dy = -floor(x / y)) away from its jumps
+    Case("pow", BPP, "return sum(x ** y + z ** 2 + x ** 0.5 * s ** x)", wrt=(0, 1, 2, 3)),
+    Case("mod", [("x", X83, "%s * 0.3 + 5.1" % POS(X83, 39)), ("y", Y3, "%s * 0.2 + 2.0" % POS(Y3, 47))],
+         "return sum((x % y) * x + x % 1.75)", wrt=(0, 1)),
 ]
-FILES["gc_binary"] = ("+ - * / with NumPy broadcasting: rank promotion, size-1 dims, scalars, literals.",
+FILES["gc_binary"] = ("+ - * / ** % with NumPy broadcasting: rank promotion, size-1 dims, scalars, literals.",
                       MESH1, binary)
 
 # ---- maximum, minimum, where --------------------------------------------------------------
@@ -325,6 +338,72 @@ reductions = [
 ]
 FILES["gc_reduce"] = ("sum, mean, max, min over some and all dims of a 2-D-sharded array; annotated results.",
                       MESH2, reductions)
+
+# ---- softmax, log_softmax, logsumexp, keepdims, cumsum, argmax (the v1 reductions) -----------------
+# Weights make the sums non-trivial (sum(softmax(x)) is constant); the
+# reduced operands' gradients are pending sums (<U:X>) all-reduced once.
+SM1, SMS, SMR = "f64[8@X, 3]", "f64[3, 8@X]", "f64[3, 4]<R:X>"
+softmax1 = [
+    Case("softmax_row", [("x", SM1, N(SM1, 110))], "return sum(softmax(x, axis=1) * cos(x))"),
+    Case("softmax_sharded", [("x", SMS, N(SMS, 111))], "return sum(softmax(x, axis=1) * cos(x))"),
+    Case("softmax_dim0", [("x", SM1, N(SM1, 112))], "return sum(softmax(x, axis=0) * sin(x))"),
+    Case("log_softmax_row", [("x", SM1, N(SM1, 113))], "return sum(log_softmax(x) * cos(x))"),
+    Case("log_softmax_sharded", [("x", SMS, N(SMS, 114))], "return sum(log_softmax(x, axis=-1) * cos(x))"),
+    Case("logsumexp_row", [("x", SM1, N(SM1, 115))], "let l = logsumexp(x, axis=1)\nreturn sum(l * l)"),
+    Case("logsumexp_sharded", [("x", SMS, N(SMS, 116))], "let l = logsumexp(x, axis=1)\nreturn sum(l * sin(l))"),
+    Case("logsumexp_keep", [("x", SM1, N(SM1, 117))],
+         "let l = logsumexp(x, axis=0, keepdims=true)\nreturn sum((x - l) * cos(x))"),
+    Case("softmax_reduced", [("x", SMR, N(SMR, 118)), ("z", "f64[8@X, 3]", N("f64[8@X, 3]", 119))],
+         "let p = softmax(x, axis=1)\nlet y = z @ p\nreturn sum(y * y)", wrt=(0, 1)),
+    Case("lse_reduced", [("x", SMR, N(SMR, 120)), ("z", "f64[8@X, 3]", N("f64[8@X, 3]", 121))],
+         "let l = logsumexp(x, axis=0, keepdims=true)\nlet y = z @ (x - l)\nreturn sum(y * y)", wrt=(0, 1)),
+    Case("layer_norm", [("x", SM1, N(SM1, 122)), ("w", "f64[3]", N("f64[3]", 123))],
+         "let m = mean(x, axis=-1, keepdims=true)\nlet d = x - m\nlet v = sum(d * d, axis=-1, keepdims=true) / 3.0\n"
+         "let y = d / sqrt(v + 0.00001) * w\nreturn sum(y * cos(y))", wrt=(0, 1)),
+    Case("max_keep", [("x", SMS, N(SMS, 124))], "let m = max(x, axis=1, keepdims=true)\nreturn sum(exp(x - m) * x)"),
+    Case("cumsum_rows", [("x", SM1, N(SM1, 125))], "let c = cumsum(x, axis=1)\nreturn sum(c * c * c)"),
+    Case("cumsum_dim0", [("x", SMS, N(SMS, 126))], "let c = cumsum(x, axis=0)\nreturn sum(c * sin(c))"),
+    Case("cumsum_reduced", [("x", SMR, N(SMR, 127)), ("z", "f64[8@X, 3]", N("f64[8@X, 3]", 128))],
+         "let y = z @ cumsum(x, axis=1)\nreturn sum(y * y)", wrt=(0, 1)),
+    # an index has no cotangent: the gradient is that of the rest
+    Case("argmax_zero", [("x", SMS, N(SMS, 129))],
+         "let i = sum(argmax(x, axis=1)) + sum(argmin(x, axis=0))\nreturn sum(x * x) + cast(i, f64)"),
+]
+# The gradients' communication: along the X-sharded dim the forward all-reduces
+# the 3 row maxima and sums, the backward one array of row sums (softmax,
+# log_softmax) or nothing (logsumexp); 3 f64 rows on 8 ranks: 2*7*24/8 = 42.
+ROWS = r"all_reduce\.(max|sum) +over \(X\) +42 bytes/rank +f64\[3\](<U:X>)? -> f64\[3\]$"
+ANY1 = "all_reduce|all_gather|reduce_scatter|all_to_all|ppermute"
+SM_EXPLAIN = [
+    ("softmax_row_grad_0", [("0", ANY1)]),
+    ("softmax_sharded_grad_0", [("3", ROWS), ("3", ANY1)]),
+    ("log_softmax_sharded_grad_0", [("3", ROWS), ("3", ANY1)]),
+    ("logsumexp_row_grad_0", [("0", ANY1)]),
+    ("logsumexp_sharded_grad_0", [("2", ROWS), ("2", ANY1)]),
+    ("cumsum_rows_grad_0", [("0", ANY1)]),
+]
+SM_BOTTOM = "\n".join("// EXPLAIN: ^fn f_%s \n" % f + "\n".join("// EXPLAIN-COUNT: %s %s" % c for c in cs)
+                       for f, cs in SM_EXPLAIN)
+FILES["gc_softmax"] = dict(title="softmax, log_softmax, logsumexp (keepdims), mean/sum/max with keepdims, cumsum, "
+                                 "argmax along sharded and unsharded dims, reduced operands.",
+                           mesh=MESH1, cases=softmax1, extra_bottom=SM_BOTTOM)
+
+SM2, SM2B = "f64[4@Y, 8@X]", "f64[8@(X, Y), 3]"
+softmax2 = [
+    Case("softmax_2d", [("x", SM2, N(SM2, 130))], "return sum(softmax(x, axis=1) * cos(x))"),
+    Case("softmax_2d_dim0", [("x", SM2, N(SM2, 131))], "return sum(softmax(x, axis=0) * sin(x))"),
+    Case("softmax_two_axes", [("x", SM2B, N(SM2B, 132))], "return sum(softmax(x, axis=0) * cos(x))"),
+    Case("log_softmax_two_axes", [("x", SM2B, N(SM2B, 133))], "return sum(log_softmax(x, axis=0) * cos(x))"),
+    Case("logsumexp_two_axes", [("x", SM2B, N(SM2B, 134))], "let l = logsumexp(x, axis=0)\nreturn sum(l * l * l)"),
+    Case("logsumexp_2d", [("x", SM2, N(SM2, 135))],
+         "let l = logsumexp(x, axis=1, keepdims=true)\nreturn sum((x - l) * (x - l))"),
+    Case("layer_norm_2d", [("x", SM2, N(SM2, 136))],
+         "let m = mean(x, axis=1, keepdims=true)\nlet d = x - m\nlet v = mean(d * d, axis=1, keepdims=true)\n"
+         "return sum(d / sqrt(v + 0.00001) * cos(x))"),
+    Case("cumsum_2d", [("x", SM2, N(SM2, 137))], "let c = cumsum(reshard(x, f64[4, 8@X]), axis=0)\nreturn sum(c * c * c)"),
+]
+FILES["gc_softmax_2d"] = ("softmax, log_softmax, logsumexp, keepdims and cumsum on a 2-D mesh, dims sharded over "
+                          "one and two axes.", MESH2, softmax2)
 
 # ---- shape and representation changes ----------------------------------------------------------
 S2 = "f64[8@X, 4@Y]"
@@ -843,6 +922,168 @@ nested = [
 FILES["gc_nested"] = dict(title="Second derivatives: grad of functions that call grad (through contractions, an "
                                 "unreduced loss, a manual function, a branch).",
                           mesh=MESH1, cases=nested, extra_top=NEST, after_main=NEST_AFTER)
+
+
+# Second derivatives through softmax, log_softmax and logsumexp: along a dim
+# sharded over X (the row sums of the second derivative all-reduce) and
+# along an unsharded one, with keepdims.
+NEST_SM = r"""
+fn sm_rows(x: f64[8@X, 4]) -> f64 {
+    return sum(softmax(x, axis=0) * cos(x))
+}
+
+fn sm_cols(x: f64[8@X, 4]) -> f64 {
+    return sum(softmax(x, axis=1) * x * x)
+}
+
+fn lsm_rows(x: f64[8@X, 4]) -> f64 {
+    return sum(log_softmax(x, axis=0) * sin(x))
+}
+
+fn lsm_cols(x: f64[8@X, 4]) -> f64 {
+    let l = log_softmax(x, axis=1)
+    return sum(l * l)
+}
+
+fn lse_rows(x: f64[8@X, 4]) -> f64 {
+    let l = logsumexp(x, axis=0)
+    return sum(l * l * l)
+}
+
+fn lse_keep(x: f64[8@X, 4]) -> f64 {
+    let l = logsumexp(x, axis=1, keepdims=true)
+    return sum((x - l) * sin(x))
+}
+"""
+nested_sm = [
+    Case("softmax_rows_second", [("x", X84, N(X84, 240))], "let g = grad(sm_rows)(x)\nreturn sum(g * g * x)"),
+    Case("softmax_cols_second", [("x", X84, N(X84, 241))], "let g = grad(sm_cols)(x)\nreturn sum(g * sin(x))"),
+    Case("log_softmax_rows_second", [("x", X84, N(X84, 242))], "let g = grad(lsm_rows)(x)\nreturn sum(g * g)"),
+    Case("log_softmax_cols_second", [("x", X84, N(X84, 243))],
+         "let (v, g) = value_and_grad(lsm_cols)(x)\nreturn sum(g * cos(x)) * v"),
+    Case("logsumexp_rows_second", [("x", X84, N(X84, 244))], "let g = grad(lse_rows)(x)\nreturn sum(g * g * g)"),
+    Case("logsumexp_keep_second", [("x", X84, N(X84, 245))], "let g = grad(lse_keep)(x)\nreturn sum(g * x)"),
+]
+FILES["gc_nested_softmax"] = dict(title="Second derivatives through softmax, log_softmax and logsumexp, along a "
+                                        "sharded and an unsharded dim.",
+                                  mesh=MESH1, cases=nested_sm, extra_top=NEST_SM)
+
+# ---- indexing: slices, run-time indices, pad, concatenate, split, gathers ------------------------------
+def IDX(t, seed, n):
+    """Indices in [0, n) (with repeats: the scatter-adds accumulate)."""
+    return "cast(uniform(%s, seed=%d) * %s, i32)" % (t.replace("i32", "f64"), seed, float(n))
+
+
+X163 = "f64[16@X, 3]"
+SHIFT_ROWS = r"""
+manual(X) fn shift_rows(x: f64[16@X, 3]) -> f64[16@X, 3] {
+    // within each device's block: the next row, zeros after the last
+    let a = pad(x[1:], ((0, 1), (0, 0)))
+    return a * x + x[0:1] * 0.5
+}
+"""
+index1 = [
+    Case("slice", [("x", X163, N(X163, 300))], "let a = x[4:12]\nlet b = x[:, 1:]\nreturn sum(a * a * a) + sum(b * sin(b))"),
+    Case("slice_moves", [("x", X163, N(X163, 301))],
+         "let a = x[0:8]\nlet b = x[1:7] as f64[6, 3]\nlet c = x[5] as f64[3]\n"
+         "return sum(a * sin(a)) + sum(b * b * b) + sum(c * c) + x[-1, 2] * x[0, 0]"),
+    Case("dyn_index", [("x", X163, N(X163, 302)), ("k", "i32", "5")],
+         "let a = x[k] as f64[3]\nlet b = x[-1 - k, 1]\nreturn sum(a * a * a) + b * b"),
+    Case("dyn_slice", [("x", X163, N(X163, 303)), ("k", "i32", "3")],
+         "let a = dynamic_slice(x, (k, 1), (8, 2))\nlet b = dynamic_slice(x, (k + 50, 0), (8, 3))\n"
+         "return sum(a * a * a) + sum(sin(b) * b)"),
+    Case("dyn_update", [("x", X163, N(X163, 304)), ("u", "f64[8@X, 2]", N("f64[8@X, 2]", 305)), ("k", "i32", "5")],
+         "let y = dynamic_update_slice(x, u * u, (k, k))\nreturn sum(y * y * sin(y))", wrt=(0, 1)),
+    Case("dyn_update_row", [("x", X163, N(X163, 330)), ("u", "f64[1, 3]", N("f64[1, 3]", 331)), ("k", "i32", "5")],
+         "let y = dynamic_update_slice(x, u * u, (k, 0))\nreturn sum(y * y * sin(y))", wrt=(0, 1)),
+    Case("dyn_loop", [("x", X163, N(X163, 306))],
+         "var t = 0.0 as f64\nfor i in 0..16 {\n    let r = x[i] as f64[3]\n    t = t + sum(r * r) * cast(i, f64)\n}\n"
+         "return t"),
+    Case("pad", [("x", X163, N(X163, 307))],
+         "let p = pad(x, ((8, 8), (1, 0)))\nreturn sum(p * p * iota(f64[32@X, 4], axis=0))"),
+    Case("concat", [("x", X163, N(X163, 308)), ("y", X163, N(X163, 309))],
+         "let a = concatenate((x, y * y), axis=0)\nlet b = concatenate((x, y), axis=1)\n"
+         "return sum(a * sin(a)) + sum(b * b * iota(f64[16@X, 6], axis=1))", wrt=(0, 1)),
+    Case("stack", [("x", X163, N(X163, 310)), ("y", X163, N(X163, 311))],
+         "let s = stack((x, y, x * y), axis=1)\nreturn sum(s * s * iota(f64[16@X, 3, 3], axis=1))", wrt=(0, 1)),
+    Case("split", [("x", "f64[16@X, 6]", N("f64[16@X, 6]", 312))],
+         "let (q, k, v) = split(x, 3, axis=1)\nlet (a, b) = split(x, 2, axis=0)\nreturn sum(q * k * v) + sum(a * sin(b))"),
+    Case("split_unused", [("x", "f64[16@X, 6]", N("f64[16@X, 6]", 313))],
+         "let (q, k, v) = split(x, 3, axis=1)\nreturn sum(k * sin(k))"),
+    Case("take", [("w", "f64[10, 3]", N("f64[10, 3]", 314)), ("ids", "i32[16@X]", IDX("i32[16@X]", 315, 10))],
+         "let e = take(w, ids, axis=0)\nreturn sum(e * e * e)"),
+    Case("take_vocab", [("w", X163, N(X163, 316)), ("ids", "i32[6]", IDX("i32[6]", 317, 16))],
+         "let e = take(w, ids, axis=0) as f64[6, 3]<U:X>\nlet r = reshard(e, f64[6, 3])\nreturn sum(r * r * r)"),
+    Case("take_vocab_rep", [("w", X163, N(X163, 318)), ("ids", "i32[6]", IDX("i32[6]", 319, 16))],
+         "let e = take(w, ids - 16, axis=0) as f64[6, 3]\nreturn sum(e * sin(e))"),
+    Case("take_inner", [("m", "f64[16@X, 10]", N("f64[16@X, 10]", 320)), ("ids", "i32[5]", IDX("i32[5]", 321, 10))],
+         "let c = take(m, ids - 10, axis=1)\nreturn sum(c * c * c)"),
+    Case("take_along", [("l", "f64[16@X, 10]", N("f64[16@X, 10]", 322)),
+                        ("t", "i32[16@X, 1]", IDX("i32[16@X, 1]", 323, 10))],
+         "let p = take_along_axis(l, t, axis=1)\nreturn sum(p * p * p) + sum(l * l)"),
+    Case("take_along_vocab", [("l", "f64[4, 16@X]", N("f64[4, 16@X]", 324)), ("t", "i32[4, 2]", IDX("i32[4, 2]", 325, 16))],
+         "let p = take_along_axis(l, t, axis=1) as f64[4, 2]<U:X>\nlet r = reshard(p, f64[4, 2])\nreturn sum(r * sin(r))"),
+    Case("one_hot", [("w", "f64[8, 3]", N("f64[8, 3]", 326)), ("ids", "i32[16@X]", IDX("i32[16@X]", 327, 8))],
+         "let o = cast(one_hot(ids, 8), f64)\nlet y = o @ w\nreturn sum(y * y * y)"),
+    Case("manual_shift", [("x", X163, N(X163, 328))],
+         "let y = shift_rows(x)\nreturn sum(y * y * iota(f64[16@X, 3], axis=0))", mesh_dep=True),
+]
+FILES["gc_index"] = dict(
+    title="Indexing on a 1-D mesh: slices (rows that stay and rows that move), run-time indices from args and "
+          "loop variables, dynamic_slice/update, pad, concatenate, stack, split, take (embedding and "
+          "vocab-parallel), take_along_axis, one_hot, slices inside a manual body.",
+    mesh=MESH1, cases=index1, extra_top=SHIFT_ROWS,
+    extra_bottom="// EXPLAIN: ^fn f_take_grad_0 \n"
+                 "// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(X\\) .* f64\\[10,3\\]<U:X> -> f64\\[10,3\\]$\n"
+                 "// EXPLAIN-NOT: all_gather|shift\n"
+                 "// EXPLAIN: ^fn f_take_vocab_grad_0 \n"
+                 "// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(X\\) .* f64\\[6,3\\]<U:X> -> f64\\[6,3\\]$\n"
+                 "// EXPLAIN-COUNT: 1 all_reduce\n"
+                 "// EXPLAIN-NOT: all_gather|shift")
+
+X88 = "f64[8@X, 8@Y]"
+index2 = [
+    Case("slice2", [("x", X88, N(X88, 330))],
+         "let a = x[2:6, 4:]\nlet b = x[3] as f64[8@Y]\nlet c = x[1:7, 2:6] as f64[6, 4]\n"
+         "return sum(a * a * a) + sum(b * sin(b)) + sum(c * c * c)"),
+    Case("dyn2", [("x", X88, N(X88, 331)), ("k", "i32", "3")],
+         "let a = dynamic_slice(x, (k, k - 1), (4, 4))\nlet y = dynamic_update_slice(x, a * a, (k + 1, 8 - k))\n"
+         "return sum(y * sin(y)) + sum(a * a * a)"),
+    Case("pad2", [("x", X88, N(X88, 332))],
+         "let p = pad(x, ((2, 6), (4, 4)))\nreturn sum(p * p * iota(f64[16@X, 16@Y], axis=1))"),
+    Case("concat2", [("x", X88, N(X88, 333)), ("y", X88, N(X88, 334))],
+         "let c = concatenate((x, y, x), axis=1)\nlet (a, b) = split(c, 2, axis=0)\n"
+         "return sum(a * b * sin(c[0:4]))", wrt=(0, 1)),
+    Case("take2", [("w", "f64[10, 8@Y]", N("f64[10, 8@Y]", 335)), ("ids", "i32[4@X, 3]", IDX("i32[4@X, 3]", 336, 10))],
+         "let e = take(w, ids, axis=0)\nreturn sum(e * e * e)"),
+    Case("take2_vocab", [("w", "f64[16@Y, 4]", N("f64[16@Y, 4]", 337)), ("ids", "i32[4@X, 3]", IDX("i32[4@X, 3]", 338, 16))],
+         "let e = take(w, ids, axis=0) as f64[4@X, 3, 4]<U:Y>\nlet r = reshard(e, f64[4@X, 3, 4])\n"
+         "return sum(r * r * r)"),
+    Case("pick2", [("l", "f64[4@X, 3, 16@Y]", N("f64[4@X, 3, 16@Y]", 339)),
+                   ("t", "i32[4@X, 3, 1]", IDX("i32[4@X, 3, 1]", 340, 16))],
+         "let p = take_along_axis(l, t, axis=2) as f64[4@X, 3, 1]<U:Y>\nlet r = reshard(p, f64[4@X, 3, 1])\n"
+         "return sum(r * r * r) + sum(l * l)"),
+    Case("multi_axis", [("x", "f64[16@(X,Y), 2]", N("f64[16@(X,Y), 2]", 341))],
+         "let a = x[8:]\nlet b = x[3:11] as f64[8, 2]\nreturn sum(a * a * a) + sum(b * sin(b))"),
+    Case("u_slice", [("x", X88, N(X88, 342))],
+         "let u = reshard(x, f64[8@X, 8]<U:Y>)\nlet s = u[2:6, 1:5]\nlet r = reshard(s, f64[4@X, 4])\n"
+         "return sum(r * r * r)"),
+    Case("r_take", [("w", "f64[10, 8]<R:X,Y>", N("f64[10, 8]<R:X,Y>", 343)), ("ids", "i32[5]", IDX("i32[5]", 344, 10))],
+         "let e = take(w, ids, axis=0)\nlet s = sum(e * e * e)\nreturn s", result="f64<R:X,Y>"),
+]
+FILES["gc_index2"] = dict(
+    title="Indexing on a 2-D mesh: slices and run-time slices of dims sharded over X and Y, pads, concatenate and "
+          "split of sharded dims, the embedding and vocab-parallel gathers, a dim over two axes, unreduced and "
+          "reduced operands.",
+    mesh=MESH2, cases=index2,
+    extra_bottom="// EXPLAIN: ^fn f_take2_grad_0 \n"
+                 "// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(X\\) .* f64\\[10,2\\]<U:X> -> f64\\[10,2\\]$\n"
+                 "// EXPLAIN: ^fn f_take2_vocab_grad_0 \n"
+                 "// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(X\\) .* f64\\[4,4\\]<U:X> -> f64\\[4,4\\]$\n"
+                 "// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(Y\\)\n"
+                 "// EXPLAIN-COUNT: 2 all_reduce\n"
+                 "// EXPLAIN: ^fn f_r_take_grad_0 \n"
+                 "// EXPLAIN-COUNT: 0 all_reduce")
 
 
 def main():

@@ -12,6 +12,133 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DIAG = re.compile(r"^\S+:\d+:\d+: error: .* \[E_[A-Z]+\]$", re.M)
 
 
+def trouble_cases(shdc, good, d):
+    """I/O, toolchain and usage trouble: exit 2 with the cause named, never a
+    hang, never blamed on shdc, never an overwritten input."""
+    copy = os.path.join(d, "prog.shd")
+    with open(good) as f, open(copy, "w") as g:
+        g.write(f.read())
+    fifo = os.path.join(d, "fifo.shd")
+    os.mkfifo(fifo)
+    big = os.path.join(d, "big.shd")
+    with open(big, "w") as f:
+        f.write("// padding\n" * (900 * 1024))
+    # A C compiler that fails on the generated code but builds anything else:
+    # what shdc reports when its own C is wrong (a bug in shdc).
+    fussy = os.path.join(d, "fussy-cc")
+    with open(fussy, "w") as f:
+        f.write('#!/bin/sh\ncase "$*" in *shdc-probe-*) exec mpicc "$@";; esac\nexit 1\n')
+    os.chmod(fussy, 0o755)
+    ro = os.path.join(d, "ro")
+    os.mkdir(ro)
+    os.chmod(ro, 0o555)
+    out = os.path.join(d, "p")
+    cases = [
+        (["build", copy, "-o", copy], {}, 2, r"-o .* is the input file"),
+        (["build", copy, "-o", os.path.join(d, ".", "prog.shd")], {}, 2, r"is the input file"),
+        (["check", fifo], {}, 2, r"not a regular file \(a FIFO\)"),
+        (["check", "/dev/zero"], {}, 2, r"not a regular file \(a device\)"),
+        (["check", d], {}, 2, r"not a regular file \(a directory\)"),
+        (["check", big], {}, 2, r"at most 8388608 bytes"),
+        (["build", copy, "-o", out], {"SHDC_CC": os.path.join(d, "no-such-cc")}, 2,
+         r"cannot run the C compiler .*no-such-cc.*No such file"),
+        (["build", copy, "-o", out], {"SHDC_CFLAGS": "-fno-such-flag-at-all"}, 2,
+         r"cannot build even an empty program .*SHDC_CFLAGS='-fno-such-flag-at-all'"),
+        (["build", copy, "-o", os.path.join(d, "missing-dir", "p")], {}, 2, r"cannot write .*missing-dir"),
+        (["build", copy, "-o", d], {}, 2, r"is a directory"),
+        (["build", copy, "-o", out], {"SHDC_CC": fussy}, 2, r"internal compiler error: the C compiler failed"),
+        (["check", copy, "--mesh", "X=2,X=4"], {}, 2, r"names axis 'X' twice"),
+        (["check", copy, "--mesh", "X=2", "--mesh", "Y=1"], {}, 2, r"--mesh is given twice"),
+        (["check", copy, "--max-errors=-1"], {}, 2, r"--max-errors expects"),
+        (["build", copy, "-o", out, "-o", out], {}, 2, r"-o is given twice"),
+    ]
+    if os.geteuid() != 0:   # root writes anywhere
+        cases.append((["build", copy, "-o", os.path.join(ro, "p")], {}, 2, r"cannot write .*Permission denied"))
+    failures = []
+    for args, env, want, pattern in cases:
+        e = dict(os.environ, **env)
+        try:
+            p = subprocess.run([shdc] + args, capture_output=True, text=True, timeout=120, env=e)
+        except subprocess.TimeoutExpired:
+            failures.append("shdc %s: no answer in 120 s" % " ".join(args))
+            continue
+        if p.returncode != want or not re.search(pattern, p.stderr):
+            failures.append("shdc %s %s: exit %d, expected %d and /%s/\n%s" % (
+                " ".join("%s=%s" % kv for kv in env.items()), " ".join(args), p.returncode, want, pattern, p.stderr))
+        if "internal compiler error" in p.stderr and "fussy" not in str(env):
+            failures.append("shdc %s: blamed itself for the user's trouble:\n%s" % (" ".join(args), p.stderr))
+    with open(good) as f, open(copy) as g:
+        if f.read() != g.read():
+            failures.append("build -o INPUT changed the input file")
+    os.chmod(ro, 0o755)
+    return failures
+
+
+DEFINES_SHD = """mesh {X: 2}
+const C = 4
+const H = C * 2            // follows an override of C
+fn main() {
+    let a: f32[H@X] = ones()
+    let b: f32[C] = zeros()
+    save("a.npy", a)
+}
+"""
+
+
+def check_defines(shdc, d, failures):
+    """-D NAME=VALUE overrides an integer const for every command that types
+    the program; unknown names and non-integer values are usage errors (2)
+    that name them."""
+    src = os.path.join(d, "defines.shd")
+    with open(src, "w") as f:
+        f.write(DEFINES_SHD)
+    want = {
+        (): ["main.a: f32[8@X]", "main.b: f32[4]"],
+        ("-D", "C=8"): ["main.a: f32[16@X]", "main.b: f32[8]"],
+        ("-DC=8",): ["main.a: f32[16@X]", "main.b: f32[8]"],
+        ("-D", "C=8", "-D", "C=2"): ["main.a: f32[4@X]", "main.b: f32[2]"],   # the last one wins
+        ("-D", "H=6", "-D", "C=1"): ["main.a: f32[6@X]", "main.b: f32[1]"],   # a derived const itself
+    }
+    for flags, lines in want.items():
+        p = subprocess.run([shdc, "types", src] + list(flags), capture_output=True, text=True, timeout=60)
+        if p.returncode != 0 or p.stdout.split() != " ".join(lines).split():
+            failures.append("shdc types %s: %r (exit %d), expected %r\n%s" % (" ".join(flags), p.stdout, p.returncode,
+                                                                              lines, p.stderr))
+    for cmd in ("check", "emit-ir", "emit-c", "explain"):
+        base = subprocess.run([shdc, cmd, src], capture_output=True, text=True, timeout=60)
+        p = subprocess.run([shdc, cmd, src, "-D", "C=16"], capture_output=True, text=True, timeout=60)
+        if p.returncode != 0 or (cmd != "check" and p.stdout == base.stdout):
+            failures.append("shdc %s -D C=16: exit %d or the same output as without it\n%s" % (cmd, p.returncode,
+                                                                                             p.stderr))
+    prog = os.path.join(d, "defines")
+    p = subprocess.run([shdc, "build", src, "-o", prog, "-D", "C=3"], capture_output=True, text=True, timeout=300)
+    if p.returncode != 0 or not os.path.exists(prog):
+        failures.append("shdc build -D C=3 failed:\n%s" % p.stderr)
+    # H = 6 is divisible by X = 2; C = 5 gives H = 10, still fine; C = 1 over X = 4 is not.
+    p = subprocess.run([shdc, "check", src, "-D", "C=1", "--mesh", "X=4"], capture_output=True, text=True)
+    if p.returncode != 1 or "E_DIVIS" not in p.stderr:
+        failures.append("shdc check -D C=1 --mesh X=4: expected E_DIVIS (exit 1), got %d\n%s" % (p.returncode,
+                                                                                              p.stderr))
+    bad = [
+        (["-D", "Q=8"], r"no const 'Q' \(its consts: C, H\)"),
+        (["-D", "C=8.5"], r"-D C: the value '8\.5' is not an integer"),
+        (["-D", "C=x"], r"-D C: the value 'x' is not an integer"),
+        (["-D", "C="], r"-D C: the value '' is not an integer"),
+        (["-D", "C=99999999999999999999"], r"is not an integer"),
+        (["-D", "C"], r"-D expects NAME=VALUE .* not 'C'"),
+        (["-D", "=3"], r"-D expects NAME=VALUE"),
+        (["-D", "1C=3"], r"-D expects NAME=VALUE"),
+        (["-D"], r"-D needs NAME=VALUE"),
+    ]
+    for flags, pat in bad:
+        for cmd in ("check", "build", "types"):
+            p = subprocess.run([shdc, cmd, src] + (["-o", prog] if cmd == "build" else []) + flags,
+                               capture_output=True, text=True, timeout=60)
+            if p.returncode != 2 or not re.search(pat, p.stderr):
+                failures.append("shdc %s %s: exit %d (expected 2) or no message matching %r:\n%s" %
+                                (cmd, " ".join(flags), p.returncode, pat, p.stderr))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
@@ -47,6 +174,8 @@ def main():
                 failures.append("shdc %s: exit 1 without a diagnostic\n%s" % (" ".join(args), p.stderr))
             elif want == 2 and "error" not in p.stderr and "usage" not in p.stderr:
                 failures.append("shdc %s: exit 2 without a message\n%s" % (" ".join(args), p.stderr))
+        failures += trouble_cases(shdc, good, d)
+        check_defines(shdc, d, failures)
         n = subprocess.run([shdc, "check", bad], capture_output=True, text=True).stderr
         count = len(DIAG.findall(n))
         if count < 10:

@@ -8,11 +8,17 @@
  *   not reused until its last release;
  * - shd_zalloc zero-fills even a reused (dirty) block;
  * - accounting: live bytes follow alloc/release exactly (cached blocks do
- *   not count) and peak bytes record the maximum.
+ *   not count) and peak bytes record the maximum;
+ * - under AddressSanitizer (make test-san), a cached block's data is
+ *   poisoned until it is handed out again, so a use after the last release
+ *   is reported instead of hidden by the cache.
  */
 #include <stdint.h>
 
 #include "check.h"
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
 
 static void test_alignment(void)
 {
@@ -87,11 +93,25 @@ static void test_accounting(void)
     shd_release(d);
 }
 
+static void test_poison(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    char *a = shd_alloc(4096);
+    CHECK(!__asan_region_is_poisoned(a, 4096), "a live block is not poisoned");
+    shd_release(a);
+    CHECK(__asan_address_is_poisoned(a) && __asan_address_is_poisoned(a + 4095), "a cached block is poisoned");
+    char *b = shd_alloc(4096);
+    CHECK(b == a && !__asan_region_is_poisoned(b, 4096), "a reused block is unpoisoned");
+    shd_release(b);
+#endif
+}
+
 int main(int argc, char **argv)
 {
     start_2d(&argc, &argv);
     test_alignment();
     test_reuse();
     test_accounting();
+    test_poison();
     return finish("test_alloc");
 }

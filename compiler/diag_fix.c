@@ -1,0 +1,395 @@
+/* diag_fix.c: structured fixes, from "what to write" to "replace this range".
+ *
+ * Error sites say what a fix is in terms they know: an expression to wrap
+ * (reshard(EXPR, TYPE)), an operand of the operator at the error's position
+ * (rules.c sees only types), an annotation to add, or a raw range. The
+ * fixes stay pending until the diagnostics document is written; then they
+ * are resolved against the parsed program: the expression's source extent
+ * is the span of its tokens (tokens point into the source text), widened
+ * over the brackets its tokens leave open or closed (a call's `)`, a type's
+ * `]`, a parenthesised operand), and the replacement is built from that
+ * exact text. A fix that cannot be placed exactly is dropped.
+ *
+ * Invariant: a resolved fix replaces a range of one file's text, given as
+ * 1-based line and column (bytes) positions, `to` exclusive.
+ */
+#include "shdc.h"
+
+/* ---- the API the error sites call ---------------------------------------- */
+
+void diag_fix_replace(Pos from, Pos to, const char *text, const char *what) {
+  PendingFix f = {.kind = FIX_RANGE, .at = from, .from = from, .to = to, .text = text, .what = what};
+  diagout_add_fix(&f);
+}
+
+void diag_fix_wrap(const Expr *e, const char *before, const char *after, const char *what) {
+  if (!e)
+    return;
+  PendingFix f = {.kind = FIX_WRAP_EXPR, .at = e->pos, .expr = e, .before = before, .after = after, .what = what};
+  diagout_add_fix(&f);
+}
+
+void diag_fix_wrap_operand(int k, const char *before, const char *after, const char *what) {
+  PendingFix f = {.kind = FIX_WRAP_OPERAND, .operand = k, .before = before, .after = after, .what = what};
+  diagout_add_fix(&f);
+}
+
+void diag_fix_annotate(const char *type, const char *what) {
+  PendingFix f = {.kind = FIX_ANNOTATE, .text = type, .what = what};
+  diagout_add_fix(&f);
+}
+
+void diag_fix_keyword(Pos name, const char *old, const char *text, const char *what) {
+  PendingFix f = {.kind = FIX_KEYWORD, .at = name, .before = old, .text = text, .what = what};
+  diagout_add_fix(&f);
+}
+
+/* ---- positions and pointers --------------------------------------------------- */
+
+static const char *ptr_of(const SourceFile *f, Pos p) {
+  if (!f || p.line <= 0)
+    return NULL;
+  const char *s = f->text, *end = f->text + f->len;
+  for (int line = 1; line < p.line; s++) {
+    if (s >= end)
+      return NULL;
+    if (*s == '\n')
+      line++;
+  }
+  for (int c = 1; c < p.col; c++, s++)
+    if (s >= end || *s == '\n')
+      return NULL;
+  return s;
+}
+
+static Pos pos_of(const SourceFile *f, const char *p) {
+  Pos r = {f, 1, 1};
+  for (const char *s = f->text; s < p; s++) {
+    if (*s == '\n') {
+      r.line++;
+      r.col = 1;
+    } else {
+      r.col++;
+    }
+  }
+  return r;
+}
+
+static bool ident_char(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
+
+/* `<U:` `<R:` `<V:` with optional blanks: the length, or 0. */
+static int annot_open(const char *s) {
+  if (*s != '<')
+    return 0;
+  const char *p = s + 1;
+  while (*p == ' ' || *p == '\t')
+    p++;
+  if (*p != 'U' && *p != 'R' && *p != 'V')
+    return 0;
+  p++;
+  while (*p == ' ' || *p == '\t')
+    p++;
+  return *p == ':' ? (int)(p + 1 - s) : 0;
+}
+
+static const char *token_end(const char *s) {
+  if (!*s || *s == '\n')
+    return s;
+  if (ident_char(*s)) {
+    bool num = *s >= '0' && *s <= '9';
+    while (ident_char(*s) || (num && *s == '.' && s[1] >= '0' && s[1] <= '9') ||
+           (num && (s[-1] == 'e' || s[-1] == 'E') && (*s == '+' || *s == '-')))
+      s++;
+    return s;
+  }
+  if (*s == '"') {
+    for (s++; *s && *s != '\n' && *s != '"'; s++)
+      if (*s == '\\' && s[1] && s[1] != '\n')
+        s++;
+    return *s == '"' ? s + 1 : s;
+  }
+  int a = annot_open(s);
+  if (a)
+    return s + a;
+  static const char *two[] = {"->", "..", "<=", ">=", "==", "!=", "**"};
+  for (size_t i = 0; i < sizeof two / sizeof *two; i++)
+    if (s[0] == two[i][0] && s[1] == two[i][1])
+      return s + 2;
+  return s + 1;
+}
+
+int diag_token_end(Pos pos) {
+  const char *p = ptr_of(pos.file, pos);
+  return p ? pos.col + (int)(token_end(p) - p) : pos.col;
+}
+
+/* ---- the source extent of an expression ------------------------------------- */
+
+typedef struct {
+  const SourceFile *file;
+  const char *lo, *hi;
+} Span;
+
+static void span_range(Span *s, const char *a, const char *b) {
+  if (!a || b <= a)
+    return;
+  if (!s->lo || a < s->lo)
+    s->lo = a;
+  if (!s->hi || b > s->hi)
+    s->hi = b;
+}
+
+static void span_tok(Span *s, Token t) {
+  if (t.start && t.len > 0 && t.start >= s->file->text && t.start + t.len <= s->file->text + s->file->len)
+    span_range(s, t.start, t.start + t.len);
+}
+
+static void span_pos(Span *s, Pos p) {
+  const char *q = p.file == s->file ? ptr_of(s->file, p) : NULL;
+  if (q)
+    span_range(s, q, token_end(q));
+}
+
+static void span_type(Span *s, const TypeExpr *t) {
+  if (!t)
+    return;
+  span_pos(s, t->pos);
+  int nd = t->ndims_written < MAX_RANK ? t->ndims_written : MAX_RANK;
+  for (int d = 0; d < nd; d++) {
+    span_tok(s, t->dims[d].size);
+    for (int a = 0; a < t->dims[d].naxes; a++)
+      span_tok(s, t->dims[d].axes[a]);
+  }
+  for (int i = 0; i < t->nannots; i++) {
+    span_pos(s, t->annots[i].pos);
+    for (int a = 0; a < t->annots[i].naxes; a++)
+      span_tok(s, t->annots[i].axes[a]);
+  }
+}
+
+static const char *skip_blank(const char *p, const char *end) {
+  while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+    p++;
+  return p;
+}
+
+static void span_expr(Span *s, const Expr *e) {
+  if (!e)
+    return;
+  switch (e->kind) {
+  case EX_TUPLE: case EX_LIST:
+    span_pos(s, e->pos);
+    break;
+  case EX_TYPE:
+    break;
+  default:
+    span_tok(s, e->tok);
+  }
+  span_expr(s, e->lhs);
+  span_expr(s, e->rhs);
+  span_expr(s, e->callee);
+  for (int i = 0; i < e->args.len; i++)
+    span_expr(s, e->args.data[i]);
+  span_type(s, e->type);
+  if (e->kind == EX_CALL && !e->args.len && e->callee && e->callee->tok.start) {
+    /* f(): no token of the call stands for its parentheses. */
+    const char *p = e->callee->tok.start + e->callee->tok.len, *end = s->file->text + s->file->len;
+    p = skip_blank(p, end);
+    if (p < end && *p == '(') {
+      p = skip_blank(p + 1, end);
+      if (p < end && *p == ')')
+        span_range(s, e->callee->tok.start, p + 1);
+    }
+  }
+}
+
+static char closer_of(char open) { return open == '(' ? ')' : open == '[' ? ']' : open == '{' ? '}' : '>'; }
+
+/* Widens [lo, hi) so that its brackets balance: closers the tokens leave
+ * open are taken in after hi, openers before lo. False if that fails. */
+static bool balance(Span *s) {
+  char stack[256], missing[256];
+  int depth = 0, nmissing = 0;
+  const char *text_end = s->file->text + s->file->len;
+  for (const char *p = s->lo; p < s->hi; p++) {
+    if (*p == '"') {
+      p = token_end(p) - 1;
+      continue;
+    }
+    if (p[0] == '/' && p[1] == '/') {
+      while (p + 1 < s->hi && p[1] != '\n')
+        p++;
+      continue;
+    }
+    int a = annot_open(p);
+    if (*p == '(' || *p == '[' || *p == '{' || a) {
+      if (depth == (int)sizeof stack)
+        return false;
+      stack[depth++] = a ? '<' : *p;
+      if (a)
+        p += a - 1;
+    } else if (*p == ')' || *p == ']' || *p == '}' || (*p == '>' && depth && stack[depth - 1] == '<')) {
+      if (depth) {
+        if (closer_of(stack[depth - 1]) != *p)
+          return false;
+        depth--;
+      } else if (nmissing < (int)sizeof missing) {
+        missing[nmissing++] = *p == ')' ? '(' : *p == ']' ? '[' : '{';
+      } else {
+        return false;
+      }
+    }
+  }
+  while (depth > 0) {
+    const char *p = skip_blank(s->hi, text_end);
+    if (p >= text_end || *p != closer_of(stack[depth - 1]))
+      return false;
+    s->hi = p + 1;
+    depth--;
+  }
+  for (int i = 0; i < nmissing; i++) {
+    const char *p = s->lo;
+    while (p > s->file->text && (p[-1] == ' ' || p[-1] == '\t' || p[-1] == '\n' || p[-1] == '\r'))
+      p--;
+    if (p == s->file->text || p[-1] != missing[i])
+      return false;
+    s->lo = p - 1;
+  }
+  return true;
+}
+
+static bool expr_span(const SourceFile *f, const Expr *e, Span *out) {
+  Span s = {f, NULL, NULL};
+  span_expr(&s, e);
+  if (!s.lo || !balance(&s))
+    return false;
+  *out = s;
+  return true;
+}
+
+/* ---- finding the expression at an error's position ------------------------------- */
+
+typedef struct {
+  Pos at;
+  const Expr *found;
+} Finder;
+
+static void find_in_expr(Finder *fd, const Expr *e) {
+  if (!e || fd->found)
+    return;
+  if ((e->kind == EX_BINARY || e->kind == EX_UNARY || e->kind == EX_CALL || e->kind == EX_INDEX) &&
+      e->pos.line == fd->at.line &&
+      e->pos.col == fd->at.col) {
+    fd->found = e;
+    return;
+  }
+  find_in_expr(fd, e->lhs);
+  find_in_expr(fd, e->rhs);
+  find_in_expr(fd, e->callee);
+  for (int i = 0; i < e->args.len; i++)
+    find_in_expr(fd, e->args.data[i]);
+}
+
+static void find_in_block(Finder *fd, const Block *b) {
+  for (int i = 0; b && i < b->stmts.len && !fd->found; i++) {
+    const Stmt *s = b->stmts.data[i];
+    find_in_expr(fd, s->expr);
+    find_in_expr(fd, s->hi);
+    find_in_block(fd, s->body);
+    find_in_block(fd, s->els);
+  }
+}
+
+static const Expr *expr_at(const Program *prog, Pos at) {
+  Finder fd = {at, NULL};
+  for (int i = 0; prog && i < prog->funcs.len && !fd.found; i++)
+    find_in_block(&fd, ((FuncDecl *)prog->funcs.data[i])->body);
+  for (int i = 0; prog && i < prog->consts.len && !fd.found; i++)
+    find_in_expr(&fd, ((ConstDecl *)prog->consts.data[i])->value);
+  return fd.found;
+}
+
+static const Expr *operand_of(const Expr *e, int k) {
+  if (!e)
+    return NULL;
+  if (e->kind == EX_BINARY)
+    return k == 0 ? e->lhs : k == 1 ? e->rhs : NULL;
+  if (e->kind == EX_UNARY || e->kind == EX_INDEX)
+    return k == 0 ? e->lhs : NULL;
+  int n = 0;
+  for (int i = 0; i < e->args.len; i++) {
+    const Expr *a = e->args.data[i];
+    /* einsum's spec string is not an operand */
+    if (a && a->kind != EX_KWARG && a->kind != EX_STRING && n++ == k)
+      return a;
+  }
+  return NULL;
+}
+
+/* ---- resolution ---------------------------------------------------------------------- */
+
+/* `as` binds loosest, so EXPR as TYPE needs no parentheses when the
+ * expression is a whole right-hand side, argument or return value. */
+static bool delimited(const SourceFile *f, Span s) {
+  const char *p = s.lo;
+  while (p > f->text && (p[-1] == ' ' || p[-1] == '\t'))
+    p--;
+  bool left = p == f->text || p[-1] == '(' || p[-1] == ',' || p[-1] == '\n' ||
+              (p[-1] == '=' && (p - 1 == f->text || !strchr("=<>!", p[-2])));
+  if (p - f->text >= 6 && !strncmp(p - 6, "return", 6) && (p - 6 == f->text || !ident_char(p[-7])))
+    left = true;
+  const char *q = s.hi;
+  while (*q == ' ' || *q == '\t')
+    q++;
+  bool right = !*q || *q == ')' || *q == ',' || *q == '\n' || *q == '\r' || (q[0] == '/' && q[1] == '/');
+  return left && right;
+}
+
+static bool wrap(const SourceFile *f, const Expr *e, const char *before, const char *after, const char *what,
+                 SourceFix *out) {
+  Span s;
+  if (!e || !expr_span(f, e, &s))
+    return false;
+  out->from = pos_of(f, s.lo);
+  out->to = pos_of(f, s.hi);
+  out->text = arena_printf("%s%.*s%s", before, (int)(s.hi - s.lo), s.lo, after);
+  out->what = what;
+  return true;
+}
+
+bool diag_fix_resolve(const PendingFix *f, const Program *prog, SourceFix *out) {
+  const SourceFile *file = f->at.file;
+  if (!file)
+    return false;
+  switch (f->kind) {
+  case FIX_RANGE:
+    if (!ptr_of(file, f->from) || !ptr_of(file, f->to))
+      return false;
+    *out = (SourceFix){f->from, f->to, f->text, f->what};
+    return true;
+  case FIX_WRAP_EXPR:
+    return wrap(file, f->expr, f->before, f->after, f->what, out);
+  case FIX_KEYWORD: {
+    const char *p = ptr_of(file, f->at);
+    size_t n = strlen(f->before);
+    while (p && p > file->text && (p[-1] == ' ' || p[-1] == '\t'))
+      p--;
+    if (!p || (size_t)(p - file->text) < n || strncmp(p - n, f->before, n) ||
+        (p - n > file->text && ident_char(p[-n - 1])))
+      return false;
+    *out = (SourceFix){pos_of(file, p - n), pos_of(file, p), f->text, f->what};
+    return true;
+  }
+  case FIX_WRAP_OPERAND:
+    return wrap(file, operand_of(expr_at(prog, f->at), f->operand), f->before, f->after, f->what, out);
+  case FIX_ANNOTATE: {
+    const Expr *e = expr_at(prog, f->at);
+    Span s;
+    if (!e || !expr_span(file, e, &s))
+      return false;
+    bool bare = delimited(file, s);
+    return wrap(file, e, bare ? "" : "(", arena_printf(" as %s%s", f->text, bare ? "" : ")"), f->what, out);
+  }
+  }
+  return false;
+}

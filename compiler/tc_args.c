@@ -1,0 +1,168 @@
+/* tc_args.c: the forms of builtin arguments, shared by every family's
+ * typing (BuiltinDef.check in op_*.c).
+ *
+ * A builtin call is typed by its family: it splits its arguments into
+ * positional and keyword ones (tc_call_args, with the usage line for a
+ * wrong count), types its array operands (tc_operand), and reads its
+ * compile-time arguments: dims (axis=k, axis=(j, k), negative counting
+ * from the end), types, string literals and scalar values. Each helper
+ * reports its own error on the argument's position and returns false (or
+ * -1 / ty_error()).
+ */
+#include "shdc.h"
+
+#define TS(t) ty_str(c->mesh, (t))
+
+const char *tc_callee(const Expr *e) { return e->callee->str; }
+
+TcInfo *tc_info(Expr *e) {
+  if (!e->tc)
+    e->tc = arena_alloc(sizeof(TcInfo));
+  return e->tc;
+}
+
+Type tc_builtin(TcCtx *c, Expr *e, const Type *annot) {
+  tc_info(e);
+  if ((e->bi->flags & BIF_MANUAL_ONLY) && !c->manual) {
+    diag_error(e->pos, "E_MANUAL",
+               "%s is only available inside a manual function body; in the global view, reshard and reductions "
+               "insert the collectives the types call for",
+               tc_callee(e));
+    return ty_error();
+  }
+  return e->bi->check(c, e, annot);
+}
+
+Type tc_operand(TcCtx *c, Expr *x, const char *what) {
+  Type t = tc_expr(c, x);
+  if (t.kind == TY_ERROR)
+    return t;
+  if (t.kind != TY_ARRAY) {
+    tc_want_array(c, x, &t, what);
+    return ty_error();
+  }
+  return t;
+}
+
+int tc_call_args(TcCtx *c, Expr *e, Expr **pos, int lo, int hi, Expr **kw, const char **kwn, int nkw,
+                 const char *usage) {
+  int n;
+  bool ok = true;
+  tc_split_args(e, pos, hi, &n, kw, kwn, nkw, &ok);
+  if (!ok)
+    return -1;
+  if (n < lo || n > hi) {
+    diag_error(e->pos, "E_ARG", "%s: wrong number of arguments; usage: %s", tc_callee(e), usage);
+    return -1;
+  }
+  return n;
+}
+
+/* axis=k, axis=(j, k) or axis=[j, k] -> a dims mask; negative counts from
+ * the end as in NumPy. */
+bool tc_dims_arg(TcCtx *c, Expr *a, int rank, unsigned *mask, const char *what) {
+  int n = a->kind == EX_TUPLE || a->kind == EX_LIST ? a->args.len : 1;
+  *mask = 0;
+  for (int i = 0; i < n; i++) {
+    Expr *item = a->kind == EX_TUPLE || a->kind == EX_LIST ? a->args.data[i] : a;
+    int64_t k;
+    if (!tc_const_int(c, item, &k))
+      return false;
+    if (k < -rank || k >= rank) {
+      diag_error(item->pos, "E_ARG", "%s: axis %lld is out of range for an array of rank %d", what, (long long)k,
+                 rank);
+      return false;
+    }
+    if (k < 0)
+      k += rank;
+    if (*mask & (1u << k)) {
+      diag_error(item->pos, "E_ARG", "%s: axis %lld is repeated", what, (long long)k);
+      return false;
+    }
+    *mask |= 1u << k;
+  }
+  return true;
+}
+
+bool tc_dim_arg(TcCtx *c, Expr *a, int rank, int *dim, const char *what) {
+  unsigned m;
+  if (a->kind == EX_TUPLE || a->kind == EX_LIST) {
+    diag_error(a->pos, "E_ARG", "%s takes a single dim", what);
+    return false;
+  }
+  if (!tc_dims_arg(c, a, rank, &m, what))
+    return false;
+  *dim = __builtin_ctz(m);
+  return true;
+}
+
+bool tc_bool_arg(TcCtx *c, Expr *a, bool *out, const char *what) {
+  if (a->kind != EX_BOOL) {
+    diag_error(a->pos, "E_ARG", "%s is true or false", what);
+    return false;
+  }
+  *out = a->ival != 0;
+  return true;
+}
+
+bool tc_type_arg(TcCtx *c, Expr *a, Type *out, const char *what) {
+  if (a->kind != EX_TYPE) {
+    diag_error(a->pos, "E_ARG", "%s: expected a type here, e.g. f32[8@X,4]", what);
+    return false;
+  }
+  return tc_resolve_type(c, a->type, out);
+}
+
+bool tc_string_arg(TcCtx *c, Expr *a, const char *what) {
+  if (a->kind != EX_STRING) {
+    diag_error(a->pos, "E_ARG", "%s: expected a string literal", what);
+    return false;
+  }
+  tc_expr(c, a);
+  return true;
+}
+
+bool tc_scalar_value(TcCtx *c, Expr *v, DType dt, const char *what, bool allow_v) {
+  Type t = tc_expr(c, v);
+  if (t.kind == TY_ERROR)
+    return false;
+  if (t.kind != TY_ARRAY || t.rank != 0) {
+    diag_error(v->pos, "E_SHAPE", "%s must be a scalar, not %s", what, TS(&t));
+    return false;
+  }
+  if (t.U) {
+    Type r = t;
+    r.U &= c->manual;
+    diag_error(v->pos, "E_UR", "%s is unreduced (%s); reduce it first: reshard(x, %s)", what, TS(&t), TS(&r));
+    return false;
+  }
+  if (t.V && !allow_v) {
+    diag_error(v->pos, "E_VMA",
+               "%s varies across devices (%s); it must be the same on every device: make it invariant with a "
+               "collective (psum, pmax, ...) over %s",
+               what, TS(&t), ty_axes_str(c->mesh, t.V));
+    return false;
+  }
+  if (!t.weak && t.dtype != dt) {
+    diag_error(v->pos, "E_DTYPE", "%s is %s but %s is needed; convert with cast(x, %s)", what, TS(&t),
+               ty_dtype_name(dt), ty_dtype_name(dt));
+    return false;
+  }
+  if (t.weak && ty_is_float(t.dtype) && !ty_is_float(dt)) {
+    diag_error(v->pos, "E_DTYPE", "%s is a float but the array is %s", what, ty_dtype_name(dt));
+    return false;
+  }
+  return true;
+}
+
+/* The annotation as an out_sharding inside a manual body: its manual
+ * states come from the operand (V, U, R), as the annotation fixes only the
+ * explicit axes there. Returns NULL when there is no annotation. */
+const Type *tc_out_annot(TcCtx *c, const Type *annot, AxisSet V, AxisSet U, AxisSet R, Type *buf) {
+  if (!annot)
+    return NULL;
+  *buf = *annot;
+  if (c->annot_v_free)
+    tc_manual_states_from(c, buf, V, U, R);
+  return buf;
+}

@@ -1,0 +1,795 @@
+/* k_reduce.c: the row kernels of the reduction family: softmax,
+ * log_softmax, logsumexp and their derivatives, argmax/argmin (also across
+ * a mesh group), cumsum, and the fast paths of shd_reduce.
+ *
+ * Input: a local array seen as [outer, n, inner] (row-major), the operation
+ * running along the middle dim for each (outer, inner) pair; per-row
+ * statistics (a max, a sum, an index) are [outer, inner]. Output: the
+ * result array (same layout) or the statistics.
+ *
+ * Speed: a row is processed while it is in cache, in one or two passes
+ * over it (max, then exp-and-sum, then scale), never as a chain of
+ * whole-array passes. Along contiguous rows (inner == 1) the loops run over
+ * the row with independent partial results (lanes), which the compiler turns
+ * into vector code; along a strided dim (inner > 1) they run over chunks of
+ * the inner dim, which is contiguous, with the statistics of one chunk on
+ * the stack (no allocation). exp in f32 is shdrt.h's shd_expf, a
+ * branch-free polynomial (Cephes' expf, < 2 ulp) that vectorises, since
+ * libm's expf does not without -ffast-math; f64 uses libm. Every function is compiled for the default,
+ * AVX2 and AVX-512 instruction sets, the loader choosing.
+ *
+ * Numerics: the row max is subtracted first (a row of -inf gives a
+ * logsumexp of -inf and a softmax of NaN, as JAX; a NaN anywhere in a row
+ * makes the row NaN). Sums of rows accumulate in double lanes (as the
+ * generic reduction does: an f32 sum rounds once, at the end); softmax's
+ * sums of exponentials in f32 lanes over blocks of 1024, added in double.
+ * argmax/argmin return the first index of the extreme value; a NaN counts
+ * as the extreme, as NumPy's.
+ *
+ * Invariants: no function allocates except shd_argreduce_group, whose pair
+ * buffer comes from the refcounted cache (shdc explain counts it). With
+ * SHD_TRACE=FILE.json each call is a timeline span (a compute span, and
+ * for shd_argreduce_group a collective span with its wait), as the other
+ * kernels' are.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shdrt_internal.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+#define CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
+#else
+#define CLONES
+#endif
+
+/* The kernels are inlined into each exported function, so that every
+ * instruction-set clone of it gets its own vector code. */
+#define KERNEL static inline __attribute__((always_inline))
+
+enum { LANES = 16, BLOCK = 1024, CHUNK = 256 };
+
+/* ---- exp in f32, vectorisable --------------------------------------------- */
+
+static inline float exp_f32(float x) { return shd_expf(x); }   /* shdrt.h: vectorises */
+
+static inline double exp_f64(double x) { return exp(x); }
+
+#define MAXV(a, v) (((v) > (a)) | ((v) != (v)) ? (v) : (a))
+#define MINV(a, v) (((v) < (a)) | ((v) != (v)) ? (v) : (a))
+
+/* The max a row's values are shifted by: finite, or 0 (a row of -inf or
+ * +inf, or one holding a NaN, then gives the values JAX gives). */
+#define SAFE(m) (isfinite(m) ? (m) : 0)
+
+/* ---- NaN-propagating max and min of a contiguous row -------------------------- */
+
+/* In GCC's vector extensions: the loop vectoriser does not turn a
+ * NaN-propagating compare-and-select into vector code, these do (one
+ * vector register per accumulator in every instruction-set clone). */
+typedef float vf32 __attribute__((vector_size(32)));
+typedef int32_t vi32 __attribute__((vector_size(32)));
+typedef double vf64 __attribute__((vector_size(32)));
+typedef int64_t vi64 __attribute__((vector_size(32)));
+
+#define DEFINE_VEXT(T, VT, VI)                                                          \
+    KERNEL VT vsel_##T(VT a, VT v, int op)                                              \
+    {                                                                                   \
+        VI m = (op == SHD_MAX ? (v > a) : (v < a)) | (v != v);                          \
+        return (VT)(((VI)v & m) | ((VI)a & ~m));                                        \
+    }                                                                                   \
+    KERNEL T vext_##T(const T *restrict x, int64_t n, int op)                           \
+    {                                                                                   \
+        enum { W = sizeof(VT) / sizeof(T) };                                            \
+        T init = op == SHD_MAX ? -INFINITY : INFINITY;                                  \
+        VT a0, a1, a2, a3, v;                                                           \
+        for (int k = 0; k < W; k++) a0[k] = init;                                       \
+        a1 = a2 = a3 = a0;                                                              \
+        int64_t j = 0;                                                                  \
+        for (; j + 4 * W <= n; j += 4 * W) {                                            \
+            memcpy(&v, x + j, sizeof v); a0 = vsel_##T(a0, v, op);                      \
+            memcpy(&v, x + j + W, sizeof v); a1 = vsel_##T(a1, v, op);                  \
+            memcpy(&v, x + j + 2 * W, sizeof v); a2 = vsel_##T(a2, v, op);              \
+            memcpy(&v, x + j + 3 * W, sizeof v); a3 = vsel_##T(a3, v, op);              \
+        }                                                                               \
+        a0 = vsel_##T(vsel_##T(a0, a1, op), vsel_##T(a2, a3, op), op);                  \
+        T m = a0[0];                                                                    \
+        for (int k = 1; k < W; k++)                                                     \
+            m = op == SHD_MAX ? MAXV(m, a0[k]) : MINV(m, a0[k]);                        \
+        for (; j < n; j++)                                                              \
+            m = op == SHD_MAX ? MAXV(m, x[j]) : MINV(m, x[j]);                          \
+        return m;                                                                       \
+    }
+
+DEFINE_VEXT(float, vf32, vi32)
+DEFINE_VEXT(double, vf64, vi64)
+
+/* ---- per-type kernels ------------------------------------------------------- */
+
+/* Defines, for element type T with exp EXP and log LOG:
+ *   rmax_T(x, n): NaN-propagating max of a contiguous row
+ *   rsum_T(x, n): sum of a contiguous row, accurate (blocks in double)
+ *   rdot_T(x, y, n): sum of x*y
+ *   and the strided versions over a chunk of w inner columns. */
+#define DEFINE_ROWS(T, EXP, LOG)                                                       \
+    KERNEL T rmax_##T(const T *restrict x, int64_t n) { return vext_##T(x, n, SHD_MAX); }      \
+    KERNEL double rsum_##T(const T *restrict x, int64_t n)                             \
+    {                                                                                  \
+        double p[LANES];                                                               \
+        for (int k = 0; k < LANES; k++) p[k] = -0.0;                                   \
+        int64_t j = 0;                                                                 \
+        for (; j + LANES <= n; j += LANES)                                             \
+            for (int k = 0; k < LANES; k++) p[k] += (double)x[j + k];                  \
+        for (; j < n; j++) p[0] += (double)x[j];                                       \
+        double total = p[0];                                                           \
+        for (int k = 1; k < LANES; k++) total += p[k];                                 \
+        return total;                                                                  \
+    }                                                                                  \
+    KERNEL double rdot_##T(const T *restrict x, const T *restrict y, int64_t n)        \
+    {                                                                                  \
+        double p[LANES] = { 0 };                                                       \
+        int64_t j = 0;                                                                 \
+        for (; j + LANES <= n; j += LANES)                                             \
+            for (int k = 0; k < LANES; k++) p[k] += (double)x[j + k] * (double)y[j + k]; \
+        for (; j < n; j++) p[0] += (double)x[j] * (double)y[j];                        \
+        double total = p[0];                                                           \
+        for (int k = 1; k < LANES; k++) total += p[k];                                 \
+        return total;                                                                  \
+    }                                                                                  \
+    /* y = exp(x - m) along a row; returns the sum */                                  \
+    KERNEL double rexp_##T(const T *restrict x, T *restrict y, T m, int64_t n)  \
+    {                                                                                  \
+        for (int64_t j = 0; j < n; j++) y[j] = EXP(x[j] - m);                          \
+        return rsum_##T(y, n);                                                         \
+    }                                                                                  \
+    /* strided: the row max of w columns (stride inner) */                            \
+    KERNEL void cmax_##T(const T *restrict x, T *restrict m, int64_t n,         \
+                                int64_t inner, int w)                                  \
+    {                                                                                  \
+        for (int k = 0; k < w; k++) m[k] = -INFINITY;                                  \
+        for (int64_t j = 0; j < n; j++)                                                \
+            for (int k = 0; k < w; k++) m[k] = MAXV(m[k], x[j * inner + k]);           \
+    }
+
+DEFINE_ROWS(float, exp_f32, logf)
+DEFINE_ROWS(double, exp_f64, log)
+
+/* ---- softmax, log_softmax, logsumexp ----------------------------------------- */
+
+#define DEFINE_SOFTMAX(T, EXP, LOG)                                                           \
+    KERNEL void softmax_rows_##T(const T *restrict x, T *restrict y, int kind, int64_t rows,  \
+                                 int64_t n)                                                   \
+    {                                                                                         \
+        for (int64_t r = 0; r < rows; r++) {                                                  \
+            const T *xr = x + r * n;                                                          \
+            T m = rmax_##T(xr, n), ms = SAFE(m);                                              \
+            if (kind == SHD_SOFTMAX) {                                                        \
+                T *yr = y + r * n;                                                            \
+                T inv = (T)(1.0 / rexp_##T(xr, yr, ms, n));                                   \
+                for (int64_t j = 0; j < n; j++) yr[j] *= inv;                                 \
+                continue;                                                                     \
+            }                                                                                 \
+            double s = 0;                                                                     \
+            for (int64_t b = 0; b < n; b += BLOCK) {                                          \
+                int64_t e = b + BLOCK < n ? b + BLOCK : n, j = b;                             \
+                T p[LANES] = { 0 };                                                           \
+                for (; j + LANES <= e; j += LANES)                                            \
+                    for (int k = 0; k < LANES; k++) p[k] += EXP(xr[j + k] - ms);              \
+                for (; j < e; j++) p[0] += EXP(xr[j] - ms);                                   \
+                for (int k = 0; k < LANES; k++) s += (double)p[k];                            \
+            }                                                                                 \
+            T l = (T)((double)ms + log(s));                                                   \
+            if (kind == SHD_LOGSUMEXP) {                                                      \
+                y[r] = m != m ? m : l;                                                        \
+                continue;                                                                     \
+            }                                                                                 \
+            T *yr = y + r * n;                                                                \
+            for (int64_t j = 0; j < n; j++) yr[j] = xr[j] - l;                                \
+        }                                                                                     \
+    }                                                                                         \
+    /* along a strided dim: chunks of w <= CHUNK inner columns */                            \
+    KERNEL void softmax_cols_##T(const T *restrict x, T *restrict y, int kind, int64_t outer, \
+                                 int64_t n, int64_t inner)                                    \
+    {                                                                                         \
+        T m[CHUNK], s[CHUNK];                                                                 \
+        for (int64_t o = 0; o < outer; o++)                                                   \
+            for (int64_t c = 0; c < inner; c += CHUNK) {                                      \
+                int w = (int)(inner - c < CHUNK ? inner - c : CHUNK);                         \
+                const T *xo = x + o * n * inner + c;                                          \
+                cmax_##T(xo, m, n, inner, w);                                                 \
+                for (int k = 0; k < w; k++) {                                                 \
+                    s[k] = 0;                                                                 \
+                    m[k] = SAFE(m[k]);                                                        \
+                }                                                                             \
+                if (kind == SHD_SOFTMAX) {                                                    \
+                    T *yo = y + o * n * inner + c;                                            \
+                    for (int64_t j = 0; j < n; j++)                                           \
+                        for (int k = 0; k < w; k++) {                                         \
+                            T e = EXP(xo[j * inner + k] - m[k]);                              \
+                            yo[j * inner + k] = e;                                            \
+                            s[k] += e;                                                        \
+                        }                                                                     \
+                    for (int k = 0; k < w; k++) s[k] = 1 / s[k];                              \
+                    for (int64_t j = 0; j < n; j++)                                           \
+                        for (int k = 0; k < w; k++) yo[j * inner + k] *= s[k];                \
+                    continue;                                                                 \
+                }                                                                             \
+                for (int64_t j = 0; j < n; j++)                                               \
+                    for (int k = 0; k < w; k++) s[k] += EXP(xo[j * inner + k] - m[k]);        \
+                for (int k = 0; k < w; k++) s[k] = m[k] + LOG(s[k]);                          \
+                if (kind == SHD_LOGSUMEXP) {                                                  \
+                    T *yo = y + o * inner + c;                                                \
+                    for (int k = 0; k < w; k++) yo[k] = s[k];                                 \
+                    continue;                                                                 \
+                }                                                                             \
+                T *yo = y + o * n * inner + c;                                                \
+                for (int64_t j = 0; j < n; j++)                                               \
+                    for (int k = 0; k < w; k++) yo[j * inner + k] = xo[j * inner + k] - s[k]; \
+            }                                                                                 \
+    }
+
+DEFINE_SOFTMAX(float, exp_f32, logf)
+DEFINE_SOFTMAX(double, exp_f64, log)
+
+static void check_float(shd_dtype dt, const char *what)
+{
+    if (dt != SHD_F32 && dt != SHD_F64)
+        shd_fatal("%s: dtype %s is not a float", what, shd_dtype_name(dt));
+}
+
+CLONES static void softmax_impl(const void *x, void *y, shd_dtype dt, int kind, int64_t outer,
+                        int64_t n, int64_t inner)
+{
+    check_float(dt, "softmax");
+    if (n == 0) {
+        /* an empty row: logsumexp is -inf, as NumPy's */
+        if (kind == SHD_LOGSUMEXP)
+            for (int64_t i = 0; i < outer * inner; i++) {
+                if (dt == SHD_F32) ((float *)y)[i] = -INFINITY;
+                else ((double *)y)[i] = -INFINITY;
+            }
+        return;
+    }
+    if (dt == SHD_F32) {
+        if (inner == 1) softmax_rows_float(x, y, kind, outer, n);
+        else softmax_cols_float(x, y, kind, outer, n, inner);
+    } else {
+        if (inner == 1) softmax_rows_double(x, y, kind, outer, n);
+        else softmax_cols_double(x, y, kind, outer, n, inner);
+    }
+}
+
+/* ---- the pieces of a softmax over a dim sharded across devices --------------- */
+
+#define DEFINE_SHARDED(T, EXP, LOG)                                                           \
+    KERNEL void expsum_##T(const T *restrict x, const T *restrict m, T *restrict s,           \
+                           int64_t outer, int64_t n, int64_t inner)                           \
+    {                                                                                         \
+        T tmp[CHUNK];                                                                         \
+        for (int64_t o = 0; o < outer; o++) {                                                 \
+            if (inner == 1) {                                                                 \
+                const T *xr = x + o * n;                                                      \
+                T ms = SAFE(m[o]);                                                            \
+                double acc = 0;                                                               \
+                for (int64_t b = 0; b < n; b += CHUNK) {                                      \
+                    int w = (int)(n - b < CHUNK ? n - b : CHUNK);                             \
+                    for (int k = 0; k < w; k++) tmp[k] = EXP(xr[b + k] - ms);                 \
+                    acc += rsum_##T(tmp, w);                                                  \
+                }                                                                             \
+                s[o] = (T)acc;                                                                \
+                continue;                                                                     \
+            }                                                                                 \
+            for (int64_t c = 0; c < inner; c += CHUNK) {                                      \
+                int w = (int)(inner - c < CHUNK ? inner - c : CHUNK);                         \
+                const T *xo = x + o * n * inner + c;                                          \
+                const T *mo = m + o * inner + c;                                              \
+                T *so = s + o * inner + c;                                                    \
+                for (int k = 0; k < w; k++) {                                                 \
+                    so[k] = 0;                                                                \
+                    tmp[k] = SAFE(mo[k]);                                                     \
+                }                                                                             \
+                for (int64_t j = 0; j < n; j++)                                               \
+                    for (int k = 0; k < w; k++) so[k] += EXP(xo[j * inner + k] - tmp[k]);     \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+    KERNEL void finish_##T(const T *restrict x, const T *restrict m, const T *restrict s,     \
+                           T *restrict y, int kind, int64_t outer, int64_t n, int64_t inner)  \
+    {                                                                                         \
+        for (int64_t o = 0; o < outer; o++)                                                   \
+            for (int64_t i = 0; i < inner; i++) {                                             \
+                T mi = m[o * inner + i], ms = SAFE(mi), si = s[o * inner + i];                \
+                if (kind == SHD_LOGSUMEXP) {                                                  \
+                    y[o * inner + i] = mi != mi ? mi : ms + LOG(si);                          \
+                    continue;                                                                 \
+                }                                                                             \
+                const T *xr = x + o * n * inner + i;                                          \
+                T *yr = y + o * n * inner + i;                                                \
+                if (kind == SHD_SOFTMAX) {                                                    \
+                    T inv = 1 / si;                                                           \
+                    for (int64_t j = 0; j < n; j++) yr[j * inner] = EXP(xr[j * inner] - ms) * inv; \
+                } else {                                                                      \
+                    T l = ms + LOG(si);                                                       \
+                    for (int64_t j = 0; j < n; j++) yr[j * inner] = xr[j * inner] - l;        \
+                }                                                                             \
+            }                                                                                 \
+    }
+
+DEFINE_SHARDED(float, exp_f32, logf)
+DEFINE_SHARDED(double, exp_f64, log)
+
+CLONES static void softmax_expsum_impl(const void *x, const void *m, void *s, shd_dtype dt,
+                               int64_t outer, int64_t n, int64_t inner)
+{
+    check_float(dt, "softmax");
+    if (dt == SHD_F32) expsum_float(x, m, s, outer, n, inner);
+    else expsum_double(x, m, s, outer, n, inner);
+}
+
+CLONES static void softmax_finish_impl(const void *x, const void *m, const void *s, void *y,
+                               shd_dtype dt, int kind, int64_t outer, int64_t n,
+                               int64_t inner)
+{
+    check_float(dt, "softmax");
+    if (dt == SHD_F32) finish_float(x, m, s, y, kind, outer, n, inner);
+    else finish_double(x, m, s, y, kind, outer, n, inner);
+}
+
+/* ---- derivatives ------------------------------------------------------------- */
+
+/* softmax:     dx = y * (g - sum(g * y))
+ * log_softmax: dx = g - exp(y) * sum(g)
+ * The per-row sum is `s` (computed here, or given: over a sharded dim it
+ * is all-reduced between gsum and gfinish). */
+#define DEFINE_GRAD(T, EXP)                                                                   \
+    KERNEL void gsum_##T(const T *restrict y, const T *restrict g, T *restrict s, int kind,   \
+                         int64_t outer, int64_t n, int64_t inner)                             \
+    {                                                                                         \
+        for (int64_t o = 0; o < outer; o++) {                                                 \
+            if (inner == 1) {                                                                 \
+                s[o] = (T)(kind == SHD_SOFTMAX ? rdot_##T(g + o * n, y + o * n, n)            \
+                                               : rsum_##T(g + o * n, n));                     \
+                continue;                                                                     \
+            }                                                                                 \
+            T *so = s + o * inner;                                                            \
+            for (int64_t i = 0; i < inner; i++) so[i] = 0;                                    \
+            const T *yo = y + o * n * inner, *go = g + o * n * inner;                         \
+            for (int64_t j = 0; j < n; j++)                                                   \
+                if (kind == SHD_SOFTMAX)                                                      \
+                    for (int64_t i = 0; i < inner; i++) so[i] += go[j * inner + i] * yo[j * inner + i]; \
+                else                                                                          \
+                    for (int64_t i = 0; i < inner; i++) so[i] += go[j * inner + i];          \
+        }                                                                                     \
+    }                                                                                         \
+    KERNEL void gfinish_##T(const T *restrict y, const T *restrict g, const T *restrict s,    \
+                            T *restrict dx, int kind, int64_t outer, int64_t n, int64_t inner) \
+    {                                                                                         \
+        for (int64_t o = 0; o < outer; o++) {                                                 \
+            const T *yo = y + o * n * inner, *go = g + o * n * inner, *so = s + o * inner;    \
+            T *d = dx + o * n * inner;                                                        \
+            for (int64_t j = 0; j < n; j++)                                                   \
+                if (kind == SHD_SOFTMAX)                                                      \
+                    for (int64_t i = 0; i < inner; i++)                                       \
+                        d[j * inner + i] = yo[j * inner + i] * (go[j * inner + i] - so[i]);   \
+                else                                                                          \
+                    for (int64_t i = 0; i < inner; i++)                                       \
+                        d[j * inner + i] = go[j * inner + i] - EXP(yo[j * inner + i]) * so[i]; \
+        }                                                                                     \
+    }                                                                                         \
+    /* both at once, a row (or a chunk of columns) at a time while it is in cache */          \
+    KERNEL void grad_##T(const T *restrict y, const T *restrict g, T *restrict dx, int kind,  \
+                         int64_t outer, int64_t n, int64_t inner)                             \
+    {                                                                                         \
+        if (inner == 1) {                                                                     \
+            for (int64_t o = 0; o < outer; o++) {                                             \
+                const T *yr = y + o * n, *gr = g + o * n;                                     \
+                T *d = dx + o * n;                                                            \
+                if (kind == SHD_SOFTMAX) {                                                    \
+                    T s = (T)rdot_##T(gr, yr, n);                                             \
+                    for (int64_t j = 0; j < n; j++) d[j] = yr[j] * (gr[j] - s);               \
+                } else {                                                                      \
+                    T s = (T)rsum_##T(gr, n);                                                 \
+                    for (int64_t j = 0; j < n; j++) d[j] = gr[j] - EXP(yr[j]) * s;            \
+                }                                                                             \
+            }                                                                                 \
+            return;                                                                           \
+        }                                                                                     \
+        T s[CHUNK];                                                                           \
+        for (int64_t o = 0; o < outer; o++)                                                   \
+            for (int64_t c = 0; c < inner; c += CHUNK) {                                      \
+                int64_t w = inner - c < CHUNK ? inner - c : CHUNK;                            \
+                int64_t off = o * n * inner + c;                                              \
+                for (int64_t i = 0; i < w; i++) s[i] = 0;                                     \
+                for (int64_t j = 0; j < n; j++)                                               \
+                    for (int64_t i = 0; i < w; i++)                                           \
+                        s[i] += g[off + j * inner + i] *                                      \
+                                (kind == SHD_SOFTMAX ? y[off + j * inner + i] : 1);           \
+                for (int64_t j = 0; j < n; j++)                                               \
+                    for (int64_t i = 0; i < w; i++) {                                         \
+                        int64_t at = off + j * inner + i;                                     \
+                        dx[at] = kind == SHD_SOFTMAX ? y[at] * (g[at] - s[i])                 \
+                                                     : g[at] - EXP(y[at]) * s[i];             \
+                    }                                                                         \
+            }                                                                                 \
+    }                                                                                         \
+    /* logsumexp: dx = g * exp(x - y), y and g per row */                                     \
+    KERNEL void lsegrad_##T(const T *restrict x, const T *restrict y, const T *restrict g,    \
+                            T *restrict dx, int64_t outer, int64_t n, int64_t inner)          \
+    {                                                                                         \
+        for (int64_t o = 0; o < outer; o++) {                                                 \
+            const T *yo = y + o * inner, *go = g + o * inner;                                 \
+            const T *xo = x + o * n * inner;                                                  \
+            T *d = dx + o * n * inner;                                                        \
+            for (int64_t j = 0; j < n; j++)                                                   \
+                for (int64_t i = 0; i < inner; i++)                                           \
+                    d[j * inner + i] = go[i] * EXP(xo[j * inner + i] - yo[i]);                \
+        }                                                                                     \
+    }
+
+DEFINE_GRAD(float, exp_f32)
+DEFINE_GRAD(double, exp_f64)
+
+CLONES static void softmax_grad_impl(const void *y, const void *g, void *dx, shd_dtype dt, int kind,
+                             int64_t outer, int64_t n, int64_t inner)
+{
+    check_float(dt, "softmax gradient");
+    if (dt == SHD_F32) grad_float(y, g, dx, kind, outer, n, inner);
+    else grad_double(y, g, dx, kind, outer, n, inner);
+}
+
+CLONES static void softmax_gsum_impl(const void *y, const void *g, void *s, shd_dtype dt, int kind,
+                             int64_t outer, int64_t n, int64_t inner)
+{
+    check_float(dt, "softmax gradient");
+    if (dt == SHD_F32) gsum_float(y, g, s, kind, outer, n, inner);
+    else gsum_double(y, g, s, kind, outer, n, inner);
+}
+
+CLONES static void softmax_gfinish_impl(const void *y, const void *g, const void *s, void *dx,
+                                shd_dtype dt, int kind, int64_t outer, int64_t n,
+                                int64_t inner)
+{
+    check_float(dt, "softmax gradient");
+    if (dt == SHD_F32) gfinish_float(y, g, s, dx, kind, outer, n, inner);
+    else gfinish_double(y, g, s, dx, kind, outer, n, inner);
+}
+
+CLONES static void logsumexp_grad_impl(const void *x, const void *y, const void *g, void *dx,
+                               shd_dtype dt, int64_t outer, int64_t n, int64_t inner)
+{
+    check_float(dt, "logsumexp gradient");
+    if (dt == SHD_F32) lsegrad_float(x, y, g, dx, outer, n, inner);
+    else lsegrad_double(x, y, g, dx, outer, n, inner);
+}
+
+/* ---- argmax, argmin ------------------------------------------------------------ */
+
+/* Whether v beats the best so far: a NaN beats any number (NumPy returns
+ * the first NaN); a later equal value never does (the first index wins). */
+#define BEATS(v, best, op) \
+    ((v) != (v) ? (best) == (best) : ((op) == SHD_MAX ? (v) > (best) : (v) < (best)))
+#define BEATS_INT(v, best, op) ((op) == SHD_MAX ? (v) > (best) : (v) < (best))
+
+#define DEFINE_ARG(T, WINS)                                                                       \
+    KERNEL void arg_##T(const T *restrict x, int32_t *restrict idx, T *restrict val, int op,  \
+                        int64_t outer, int64_t n, int64_t inner)                              \
+    {                                                                                         \
+        T best[CHUNK];                                                                        \
+        int32_t bi[CHUNK];                                                                    \
+        for (int64_t o = 0; o < outer; o++)                                                   \
+            for (int64_t c = 0; c < inner; c += CHUNK) {                                      \
+                int w = (int)(inner - c < CHUNK ? inner - c : CHUNK);                         \
+                const T *xo = x + o * n * inner + c;                                          \
+                for (int k = 0; k < w; k++) {                                                 \
+                    best[k] = xo[k];                                                          \
+                    bi[k] = 0;                                                                \
+                }                                                                             \
+                for (int64_t j = 1; j < n; j++)                                               \
+                    for (int k = 0; k < w; k++) {                                             \
+                        T v = xo[j * inner + k];                                              \
+                        bool b = WINS(v, best[k], op);                                        \
+                        best[k] = b ? v : best[k];                                            \
+                        bi[k] = b ? (int32_t)j : bi[k];                                       \
+                    }                                                                         \
+                for (int k = 0; k < w; k++) {                                                 \
+                    idx[o * inner + c + k] = bi[k];                                           \
+                    if (val)                                                                  \
+                        val[o * inner + c + k] = best[k];                                     \
+                }                                                                             \
+            }                                                                                 \
+    }
+
+typedef float f32_t;
+typedef double f64_t;
+DEFINE_ARG(f32_t, BEATS)
+DEFINE_ARG(f64_t, BEATS)
+DEFINE_ARG(int32_t, BEATS_INT)
+
+KERNEL void argreduce(const void *x, int32_t *idx, void *val, shd_dtype dt, shd_redop op,
+                      int64_t outer, int64_t n, int64_t inner)
+{
+    if (n == 0)
+        shd_fatal("arg%s of an empty dim", op == SHD_MAX ? "max" : "min");
+    switch (dt) {
+    case SHD_F32: arg_f32_t(x, idx, val, op, outer, n, inner); break;
+    case SHD_F64: arg_f64_t(x, idx, val, op, outer, n, inner); break;
+    case SHD_I32: arg_int32_t(x, idx, val, op, outer, n, inner); break;
+    default: shd_fatal("argmax/argmin of a %s array", shd_dtype_name(dt));
+    }
+}
+
+CLONES static void argreduce_impl(const void *x, int32_t *idx, shd_dtype dt, shd_redop op,
+                          int64_t outer, int64_t n, int64_t inner)
+{
+    argreduce(x, idx, NULL, dt, op, outer, n, inner);
+}
+
+/* A (value, global index) pair; every dtype's values are exact in double. */
+typedef struct {
+    double v;
+    int64_t i;
+} arg_pair;
+
+static void combine(arg_pair *in, arg_pair *io, int len, shd_redop op)
+{
+    for (int k = 0; k < len; k++) {
+        double a = io[k].v, b = in[k].v;
+        bool same = a == b || (a != a && b != b);
+        if (same ? in[k].i < io[k].i : BEATS(b, a, op))
+            io[k] = in[k];
+    }
+}
+
+static void combine_max(void *in, void *io, int *len, MPI_Datatype *t) { combine(in, io, *len, SHD_MAX); }
+static void combine_min(void *in, void *io, int *len, MPI_Datatype *t) { combine(in, io, *len, SHD_MIN); }
+
+static struct {
+    bool ready;
+    MPI_Datatype pair;
+    MPI_Op max, min;
+} g_arg;
+
+static void arg_setup(void)
+{
+    if (g_arg.ready)
+        return;
+    MPI_Type_contiguous((int)sizeof(arg_pair), MPI_BYTE, &g_arg.pair);
+    MPI_Type_commit(&g_arg.pair);
+    MPI_Op_create(combine_max, 1, &g_arg.max);
+    MPI_Op_create(combine_min, 1, &g_arg.min);
+    g_arg.ready = true;
+}
+
+static double value_at(const void *x, shd_dtype dt, int64_t at)
+{
+    return dt == SHD_F32 ? ((const float *)x)[at] : dt == SHD_F64 ? ((const double *)x)[at]
+                                                                   : ((const int32_t *)x)[at];
+}
+
+static void argreduce_group(const void *x, int32_t *idx, shd_dtype dt, shd_redop op,
+                            int64_t outer, int64_t n, int64_t inner, const int *axes, int naxes)
+{
+    size_t rows = (size_t)(outer * inner), G = (size_t)shd_group_size(axes, naxes);
+    size_t bytes = rows * sizeof(arg_pair);
+    shd_trace_add("all_reduce", 2 * (G - 1) * bytes / G);
+    arg_pair *pairs = shd_alloc(bytes);
+    argreduce_impl(x, idx, dt, op, outer, n, inner);
+    int64_t offset = (int64_t)shd_group_index(axes, naxes) * n;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t r = o * inner + i;
+            pairs[r] = (arg_pair){ value_at(x, dt, (o * n + idx[r]) * inner + i), idx[r] + offset };
+        }
+    if (G > 1 && rows > 0) {
+        arg_setup();
+        if (rows > (size_t)INT32_MAX)
+            shd_fatal("arg%s: %zu rows exceed one MPI call", op == SHD_MAX ? "max" : "min", rows);
+        MPI_Allreduce(MPI_IN_PLACE, pairs, (int)rows, g_arg.pair, op == SHD_MAX ? g_arg.max : g_arg.min,
+                      shd_group_comm(axes, naxes));
+    }
+    for (size_t r = 0; r < rows; r++)
+        idx[r] = (int32_t)pairs[r].i;
+    shd_release(pairs);
+}
+
+/* ---- cumsum ---------------------------------------------------------------------- */
+
+#define DEFINE_CUMSUM(T, ADD)                                                                 \
+    KERNEL void cumsum_##T(const T *restrict x, T *restrict y, bool rev, int64_t outer,       \
+                           int64_t n, int64_t inner)                                          \
+    {                                                                                         \
+        for (int64_t o = 0; o < outer; o++) {                                                 \
+            const T *xo = x + o * n * inner;                                                  \
+            T *yo = y + o * n * inner;                                                        \
+            if (inner == 1) {                                                                 \
+                T acc = 0;                                                                    \
+                if (rev)                                                                      \
+                    for (int64_t j = n - 1; j >= 0; j--) yo[j] = acc = ADD(acc, xo[j]);       \
+                else                                                                          \
+                    for (int64_t j = 0; j < n; j++) yo[j] = acc = ADD(acc, xo[j]);            \
+                continue;                                                                     \
+            }                                                                                 \
+            for (int64_t jj = 0; jj < n; jj++) {                                              \
+                int64_t j = rev ? n - 1 - jj : jj, p = rev ? j + 1 : j - 1;                   \
+                if (jj == 0)                                                                  \
+                    for (int64_t i = 0; i < inner; i++) yo[j * inner + i] = xo[j * inner + i]; \
+                else                                                                          \
+                    for (int64_t i = 0; i < inner; i++)                                       \
+                        yo[j * inner + i] = ADD(yo[p * inner + i], xo[j * inner + i]);        \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+#define ADDF(a, b) ((a) + (b))
+#define ADDI(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
+DEFINE_CUMSUM(f32_t, ADDF)
+DEFINE_CUMSUM(f64_t, ADDF)
+DEFINE_CUMSUM(int32_t, ADDI)
+
+CLONES static void cumsum_impl(const void *x, void *y, shd_dtype dt, bool reverse, int64_t outer,
+                       int64_t n, int64_t inner)
+{
+    switch (dt) {
+    case SHD_F32: cumsum_f32_t(x, y, reverse, outer, n, inner); break;
+    case SHD_F64: cumsum_f64_t(x, y, reverse, outer, n, inner); break;
+    case SHD_I32: cumsum_int32_t(x, y, reverse, outer, n, inner); break;
+    default: shd_fatal("cumsum of a %s array", shd_dtype_name(dt));
+    }
+}
+
+/* ---- fast paths of shd_reduce ------------------------------------------------------ */
+
+/* Rows: [outer, n] reduced over the contiguous n (a layer norm's mean and
+ * variance, a loss's sum). */
+#define DEFINE_RED_ROWS(T)                                                                    \
+    KERNEL void redrows_##T(const T *restrict x, T *restrict out, shd_redop op, int64_t outer, \
+                            int64_t n)                                                        \
+    {                                                                                         \
+        for (int64_t o = 0; o < outer; o++) {                                                 \
+            const T *xr = x + o * n;                                                          \
+            if (op == SHD_SUM) {                                                              \
+                out[o] = (T)rsum_##T(xr, n);                                                  \
+                continue;                                                                     \
+            }                                                                                 \
+            out[o] = vext_##T(xr, n, op);                                                     \
+        }                                                                                     \
+    }                                                                                         \
+    /* Columns: [outer, n, inner] reduced over n, inner contiguous (a bias's                  \
+     * gradient, a mean over the batch); sums accumulate in double. */                        \
+    KERNEL void redcols_##T(const T *restrict x, T *restrict out, shd_redop op, int64_t outer, \
+                            int64_t n, int64_t inner)                                         \
+    {                                                                                         \
+        double acc[CHUNK];                                                                    \
+        T m[CHUNK];                                                                           \
+        for (int64_t o = 0; o < outer; o++)                                                   \
+            for (int64_t c = 0; c < inner; c += CHUNK) {                                      \
+                int w = (int)(inner - c < CHUNK ? inner - c : CHUNK);                         \
+                const T *xo = x + o * n * inner + c;                                          \
+                T *oo = out + o * inner + c;                                                  \
+                if (op == SHD_SUM) {                                                          \
+                    for (int k = 0; k < w; k++) acc[k] = -0.0;                                \
+                    for (int64_t j = 0; j < n; j++)                                           \
+                        for (int k = 0; k < w; k++) acc[k] += (double)xo[j * inner + k];      \
+                    for (int k = 0; k < w; k++) oo[k] = (T)acc[k];                            \
+                    continue;                                                                 \
+                }                                                                             \
+                for (int k = 0; k < w; k++) m[k] = op == SHD_MAX ? -INFINITY : INFINITY;      \
+                if (op == SHD_MAX)                                                            \
+                    for (int64_t j = 0; j < n; j++)                                           \
+                        for (int k = 0; k < w; k++) m[k] = MAXV(m[k], xo[j * inner + k]);     \
+                else                                                                          \
+                    for (int64_t j = 0; j < n; j++)                                           \
+                        for (int k = 0; k < w; k++) m[k] = MINV(m[k], xo[j * inner + k]);     \
+                for (int k = 0; k < w; k++) oo[k] = m[k];                                     \
+            }                                                                                 \
+    }
+
+DEFINE_RED_ROWS(float)
+DEFINE_RED_ROWS(double)
+
+/* A reduction of f32 or f64 over one run of contiguous dims, with kept dims
+ * before it, after it, or both: [outer, n, inner] with n reduced. */
+CLONES bool shd_reduce_fast(const void *in, void *out, shd_dtype dt, shd_redop op,
+                            int64_t outer, int64_t n, int64_t inner)
+{
+    if (dt != SHD_F32 && dt != SHD_F64)
+        return false;
+    if (inner == 1) {
+        if (dt == SHD_F32) redrows_float(in, out, op, outer, n);
+        else redrows_double(in, out, op, outer, n);
+    } else {
+        if (dt == SHD_F32) redcols_float(in, out, op, outer, n, inner);
+        else redcols_double(in, out, op, outer, n, inner);
+    }
+    return true;
+}
+
+/* ---- the public entry points: timeline spans (SHD_TRACE=FILE.json) ------------- */
+
+void shd_softmax(const void *x, void *y, shd_dtype dt, int kind, int64_t outer,
+                        int64_t n, int64_t inner)
+{
+    shd_span_begin(SHD_SPAN_COMPUTE, "softmax", 0);
+    softmax_impl(x, y, dt, kind, outer, n, inner);
+    shd_span_end();
+}
+
+void shd_softmax_expsum(const void *x, const void *m, void *s, shd_dtype dt,
+                               int64_t outer, int64_t n, int64_t inner)
+{
+    shd_span_begin(SHD_SPAN_COMPUTE, "softmax_expsum", 0);
+    softmax_expsum_impl(x, m, s, dt, outer, n, inner);
+    shd_span_end();
+}
+
+void shd_softmax_finish(const void *x, const void *m, const void *s, void *y,
+                               shd_dtype dt, int kind, int64_t outer, int64_t n,
+                               int64_t inner)
+{
+    shd_span_begin(SHD_SPAN_COMPUTE, "softmax_finish", 0);
+    softmax_finish_impl(x, m, s, y, dt, kind, outer, n, inner);
+    shd_span_end();
+}
+
+void shd_softmax_grad(const void *y, const void *g, void *dx, shd_dtype dt, int kind,
+                             int64_t outer, int64_t n, int64_t inner)
+{
+    shd_span_begin(SHD_SPAN_COMPUTE, "softmax_grad", 0);
+    softmax_grad_impl(y, g, dx, dt, kind, outer, n, inner);
+    shd_span_end();
+}
+
+void shd_softmax_gsum(const void *y, const void *g, void *s, shd_dtype dt, int kind,
+                             int64_t outer, int64_t n, int64_t inner)
+{
+    shd_span_begin(SHD_SPAN_COMPUTE, "softmax_gsum", 0);
+    softmax_gsum_impl(y, g, s, dt, kind, outer, n, inner);
+    shd_span_end();
+}
+
+void shd_softmax_gfinish(const void *y, const void *g, const void *s, void *dx,
+                                shd_dtype dt, int kind, int64_t outer, int64_t n,
+                                int64_t inner)
+{
+    shd_span_begin(SHD_SPAN_COMPUTE, "softmax_gfinish", 0);
+    softmax_gfinish_impl(y, g, s, dx, dt, kind, outer, n, inner);
+    shd_span_end();
+}
+
+void shd_logsumexp_grad(const void *x, const void *y, const void *g, void *dx,
+                               shd_dtype dt, int64_t outer, int64_t n, int64_t inner)
+{
+    shd_span_begin(SHD_SPAN_COMPUTE, "logsumexp_grad", 0);
+    logsumexp_grad_impl(x, y, g, dx, dt, outer, n, inner);
+    shd_span_end();
+}
+
+void shd_argreduce(const void *x, int32_t *idx, shd_dtype dt, shd_redop op,
+                          int64_t outer, int64_t n, int64_t inner)
+{
+    shd_span_begin(SHD_SPAN_COMPUTE, "argreduce", 0);
+    argreduce_impl(x, idx, dt, op, outer, n, inner);
+    shd_span_end();
+}
+
+void shd_cumsum(const void *x, void *y, shd_dtype dt, bool reverse, int64_t outer,
+                       int64_t n, int64_t inner)
+{
+    shd_span_begin(SHD_SPAN_COMPUTE, "cumsum", 0);
+    cumsum_impl(x, y, dt, reverse, outer, n, inner);
+    shd_span_end();
+}
+
+/* A collective span whose first child is the wait at a barrier of the
+ * group, as collectives.c's. */
+void shd_argreduce_group(const void *x, int32_t *idx, shd_dtype dt, shd_redop op,
+                         int64_t outer, int64_t n, int64_t inner, const int *axes, int naxes)
+{
+    if (shd_timeline_on)
+        shd_timeline_begin_collective(axes, naxes, shd_group_size(axes, naxes) > 1 ? shd_group_comm(axes, naxes)
+                                                                                    : MPI_COMM_NULL);
+    argreduce_group(x, idx, dt, op, outer, n, inner, axes, naxes);
+    if (shd_timeline_on)
+        shd_span_end();
+}

@@ -1,0 +1,376 @@
+/* timeline.c: SHD_TRACE=FILE.json, one Chrome trace-event timeline of a run.
+ *
+ * Each rank records spans in memory: function calls and elementwise passes
+ * (marked by the generated code, with their source line), GEMMs
+ * (shd_gemm), collectives (kind, axes, bytes sent, source line) with the
+ * wait before each one as a child span, and a counter of live array bytes
+ * (alloc.c). Spans nest by construction: a span is a stack entry from
+ * shd_span_begin to its shd_span_end, written as one complete ("X") event
+ * when it closes. Times are nanoseconds of CLOCK_MONOTONIC since a barrier
+ * at start-up, so the ranks' tracks line up.
+ *
+ * The wait: while the timeline is on, every collective over more than one
+ * rank first passes a barrier on its group, recorded as a "wait" span; the
+ * rest of the collective is the data movement. That separates load
+ * imbalance from communication (and costs one barrier per collective, only
+ * when tracing to a file).
+ *
+ * At shd_finalize each rank formats its events as JSON text and rank 0
+ * writes them, rank by rank, into FILE (through FILE.tmp renamed at the
+ * end, which guard.c removes if the run stops while it is written; rank 0
+ * creates and removes it at start-up, so that a bad path fails before the
+ * run, not after). Loadable by Perfetto (ui.perfetto.dev) and chrome://tracing:
+ * a process per rank ("rank R"), one thread track each, one counter track.
+ *
+ * Invariants: the span stack depth never exceeds MAX_DEPTH (deeper spans are
+ * counted, not recorded); at most SHD_TRACE_MAX_EVENTS events per rank
+ * (default 4 million) are kept, the rest counted as dropped and reported.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "shdrt_internal.h"
+
+#define MAX_DEPTH 256
+
+bool shd_timeline_on = false;
+
+typedef struct {
+    int64_t start, dur;      /* ns since t0; dur < 0: a counter sample */
+    const char *name;        /* static: generated code's literals, runtime names */
+    int kind;                /* SHD_SPAN_* */
+    int line;
+    int64_t a, b, c;         /* gemm: M N K; collective: bytes; counter: value */
+    char axes[24];
+} tl_event;
+
+typedef struct {
+    tl_event ev;
+    int64_t begin;
+} tl_open;
+
+static struct {
+    tl_event *events;
+    size_t n, cap, max, dropped;
+    tl_open stack[MAX_DEPTH];
+    int depth, overflow;
+    int64_t t0;
+    int line;                /* shd_trace_line: the next GEMM's or collective's */
+    FILE *out;               /* rank 0, while writing */
+    char path[4096], tmp[4200];
+} g_tl;
+
+static const char *const kind_names[] = {
+    [SHD_SPAN_CALL] = "function", [SHD_SPAN_ELEMENTWISE] = "elementwise", [SHD_SPAN_GEMM] = "gemm",
+    [SHD_SPAN_COLLECTIVE] = "communication", [SHD_SPAN_WAIT] = "wait", [SHD_SPAN_COMPUTE] = "compute",
+};
+
+static int64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* ---- set-up ------------------------------------------------------------ */
+
+/* SHD_TRACE names a file unless it is empty, 0 or 1 (the totals). */
+static bool names_file(const char *v)
+{
+    return v && *v && strcmp(v, "0") != 0 && strcmp(v, "1") != 0;
+}
+
+void shd_timeline_init(void)
+{
+    /* Rank 0 decides, so ranks that see different environments agree. */
+    char path[4096] = "";
+    int ok = 1;
+    if (shd_world_rank() == 0) {
+        const char *v = getenv("SHD_TRACE");
+        if (names_file(v) && strlen(v) < sizeof path) {
+            snprintf(path, sizeof path, "%s", v);
+            snprintf(g_tl.path, sizeof g_tl.path, "%s", v);
+            snprintf(g_tl.tmp, sizeof g_tl.tmp, "%s.tmp", v);
+            /* Fail now, not after the run: create the file, then leave
+             * no trace of it until shd_finalize writes it. */
+            FILE *f = fopen(g_tl.tmp, "w");
+            ok = f != NULL;
+            if (f) {
+                fclose(f);
+                remove(g_tl.tmp);
+            }
+        } else if (names_file(v)) {
+            ok = 0;
+            errno = ENAMETOOLONG;
+        }
+    }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!ok)
+        shd_fatal("SHD_TRACE=%s: cannot create the trace file: %s", getenv("SHD_TRACE"), strerror(errno));
+    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (!path[0])
+        return;
+    const char *max = getenv("SHD_TRACE_MAX_EVENTS");
+    g_tl.max = max && atol(max) > 0 ? (size_t)atol(max) : (size_t)4 << 20;
+    shd_timeline_on = true;
+    MPI_Barrier(MPI_COMM_WORLD);
+    g_tl.t0 = now_ns();
+}
+
+/* ---- recording --------------------------------------------------------- */
+
+static void record(const tl_event *e)
+{
+    if (g_tl.n >= g_tl.max) {
+        g_tl.dropped++;
+        return;
+    }
+    if (g_tl.n == g_tl.cap) {
+        size_t cap = g_tl.cap ? g_tl.cap * 2 : 4096;
+        tl_event *p = realloc(g_tl.events, cap * sizeof *p);
+        if (!p) {   /* keep what we have rather than fail the program */
+            g_tl.max = g_tl.n;
+            g_tl.dropped++;
+            return;
+        }
+        g_tl.events = p;
+        g_tl.cap = cap;
+    }
+    g_tl.events[g_tl.n++] = *e;
+}
+
+void shd_trace_line(int line) { g_tl.line = line; }
+
+void shd_span_begin_slow(int kind, const char *name, int line)
+{
+    if (g_tl.depth == MAX_DEPTH) {
+        g_tl.overflow++;
+        return;
+    }
+    tl_open *o = &g_tl.stack[g_tl.depth++];
+    memset(o, 0, sizeof *o);
+    o->ev.kind = kind;
+    o->ev.name = name;
+    o->ev.line = line ? line : g_tl.line;
+    o->begin = now_ns();
+}
+
+void shd_span_end_slow(void)
+{
+    if (g_tl.overflow) {
+        g_tl.overflow--;
+        return;
+    }
+    if (g_tl.depth == 0)
+        shd_fatal("trace: a span ends that never began (a bug in shdc's generated code)");
+    tl_open *o = &g_tl.stack[--g_tl.depth];
+    o->ev.start = o->begin - g_tl.t0;
+    o->ev.dur = now_ns() - o->begin;
+    record(&o->ev);
+}
+
+void shd_span_args(int64_t a, int64_t b, int64_t c)
+{
+    if (!shd_timeline_on || g_tl.overflow || !g_tl.depth)
+        return;
+    tl_event *e = &g_tl.stack[g_tl.depth - 1].ev;
+    e->a = a;
+    e->b = b;
+    e->c = c;
+}
+
+void shd_timeline_collective(const char *kind, size_t bytes)
+{
+    if (!shd_timeline_on || g_tl.overflow || !g_tl.depth)
+        return;
+    tl_event *e = &g_tl.stack[g_tl.depth - 1].ev;
+    if (e->kind != SHD_SPAN_COLLECTIVE)
+        return;
+    e->name = kind;
+    e->a = (int64_t)bytes;
+}
+
+void shd_timeline_begin_collective(const int *axes, int naxes, MPI_Comm comm)
+{
+    if (!shd_timeline_on)
+        return;
+    shd_span_begin_slow(SHD_SPAN_COLLECTIVE, "collective", 0);
+    if (!g_tl.overflow && g_tl.depth) {
+        tl_event *e = &g_tl.stack[g_tl.depth - 1].ev;
+        size_t used = 0;
+        for (int i = 0; i < naxes && used + 2 < sizeof e->axes; i++)
+            used += (size_t)snprintf(e->axes + used, sizeof e->axes - used, "%s%s", i ? "," : "",
+                                     shd_axis_name(axes[i]));
+        if (!axes)
+            snprintf(e->axes, sizeof e->axes, "mesh");
+    }
+    if (comm != MPI_COMM_NULL) {
+        shd_span_begin_slow(SHD_SPAN_WAIT, "wait", 0);
+        MPI_Barrier(comm);
+        shd_span_end_slow();
+    }
+}
+
+void shd_timeline_counter(size_t live_bytes)
+{
+    if (!shd_timeline_on)
+        return;
+    tl_event e = {now_ns() - g_tl.t0, -1, "live array bytes", 0, 0, (int64_t)live_bytes, 0, 0, ""};
+    record(&e);
+}
+
+/* ---- output ------------------------------------------------------------ */
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+} text;
+
+static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text *t, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->buf ? t->buf + t->len : NULL, t->buf ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            shd_fatal("trace: formatting failed");
+        if (t->buf && t->len + (size_t)n < t->cap) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = t->cap ? t->cap * 2 : 1 << 16;
+        while (cap < t->len + (size_t)n + 1)
+            cap *= 2;
+        char *p = realloc(t->buf, cap);
+        if (!p)
+            shd_fatal("trace: out of memory formatting %zu events", g_tl.n);
+        t->buf = p;
+        t->cap = cap;
+    }
+}
+
+static void put_time(text *t, const char *key, int64_t ns)
+{
+    put(t, "\"%s\":%lld.%03lld", key, (long long)(ns / 1000), (long long)(ns % 1000));
+}
+
+static void format_event(text *t, const tl_event *e, int rank)
+{
+    put(t, ",\n{\"pid\":%d,\"tid\":0,", rank);
+    if (e->dur < 0) {
+        put(t, "\"ph\":\"C\",\"name\":\"%s\",", e->name);
+        put_time(t, "ts", e->start);
+        put(t, ",\"args\":{\"bytes\":%lld}}", (long long)e->a);
+        return;
+    }
+    put(t, "\"ph\":\"X\",\"cat\":\"%s\",\"name\":\"%s\",", kind_names[e->kind], e->name);
+    put_time(t, "ts", e->start);
+    put(t, ",");
+    put_time(t, "dur", e->dur);
+    put(t, ",\"args\":{\"line\":%d", e->line);
+    if (e->kind == SHD_SPAN_GEMM)
+        put(t, ",\"M\":%lld,\"N\":%lld,\"K\":%lld", (long long)e->a, (long long)e->b, (long long)e->c);
+    if (e->kind == SHD_SPAN_COLLECTIVE)
+        put(t, ",\"kind\":\"%s\",\"axes\":\"%s\",\"bytes\":%lld", e->name, e->axes, (long long)e->a);
+    put(t, "}}");
+}
+
+static text format_rank(int rank)
+{
+    text t = {0};
+    put(&t, ",\n{\"pid\":%d,\"tid\":0,\"ph\":\"M\",\"name\":\"process_name\",\"args\":{\"name\":\"rank %d\"}}", rank,
+        rank);
+    put(&t, ",\n{\"pid\":%d,\"tid\":0,\"ph\":\"M\",\"name\":\"process_sort_index\",\"args\":{\"sort_index\":%d}}",
+        rank, rank);
+    put(&t, ",\n{\"pid\":%d,\"tid\":0,\"ph\":\"M\",\"name\":\"thread_name\",\"args\":{\"name\":\"rank %d\"}}", rank,
+        rank);
+    for (size_t i = 0; i < g_tl.n; i++)
+        format_event(&t, &g_tl.events[i], rank);
+    return t;
+}
+
+static void write_or_die(const void *p, size_t n)
+{
+    if (n && fwrite(p, 1, n, g_tl.out) != n)
+        shd_fatal("cannot write the trace %s: %s", g_tl.path, strerror(errno));
+}
+
+/* Rank 0 receives each rank's text in pieces that fit an int count. */
+static void collect(int from)
+{
+    uint64_t len;
+    MPI_Recv(&len, 1, MPI_UINT64_T, from, 0x7e, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    char *buf = malloc(len ? len : 1);
+    if (!buf)
+        shd_fatal("trace: out of memory receiving rank %d's %llu bytes", from, (unsigned long long)len);
+    for (uint64_t done = 0; done < len;) {
+        int n = len - done > (1u << 30) ? 1 << 30 : (int)(len - done);
+        MPI_Recv(buf + done, n, MPI_CHAR, from, 0x7f, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        done += (uint64_t)n;
+    }
+    write_or_die(buf, len);
+    free(buf);
+}
+
+static void send_to_root(const text *t)
+{
+    uint64_t len = t->len;
+    MPI_Send(&len, 1, MPI_UINT64_T, 0, 0x7e, MPI_COMM_WORLD);
+    for (uint64_t done = 0; done < len;) {
+        int n = len - done > (1u << 30) ? 1 << 30 : (int)(len - done);
+        MPI_Send(t->buf + done, n, MPI_CHAR, 0, 0x7f, MPI_COMM_WORLD);
+        done += (uint64_t)n;
+    }
+}
+
+void shd_timeline_write(void)
+{
+    if (!shd_timeline_on)
+        return;
+    while (g_tl.depth)   /* spans still open (none in generated code) close now */
+        shd_span_end_slow();
+    shd_timeline_on = false;
+    uint64_t dropped = g_tl.dropped, total = 0;
+    MPI_Reduce(&dropped, &total, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+    text t = format_rank(shd_world_rank());
+    free(g_tl.events);
+    g_tl.events = NULL;
+    if (shd_world_rank() != 0) {
+        send_to_root(&t);
+        free(t.buf);
+        return;
+    }
+    g_tl.out = fopen(g_tl.tmp, "w");
+    if (!g_tl.out)
+        shd_fatal("cannot write the trace %s: %s", g_tl.tmp, strerror(errno));
+    shd_guard_temp(g_tl.tmp);   /* removed if anything below stops the run */
+    text head = {0};
+    put(&head, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"shdc runtime\",\"ranks\":%d,"
+               "\"mesh\":\"%s\",\"dropped_events\":%llu},\n\"traceEvents\":[",
+        shd_world_size(), shd_mesh_desc(), (unsigned long long)total);
+    write_or_die(head.buf, head.len);
+    free(head.buf);
+    write_or_die(t.buf + 1, t.len - 1);   /* rank 0 starts the list: no comma */
+    free(t.buf);
+    for (int r = 1; r < shd_world_size(); r++)
+        collect(r);
+    write_or_die("\n]}\n", 4);
+    if (fclose(g_tl.out) != 0) {
+        g_tl.out = NULL;
+        shd_fatal("cannot write the trace %s: %s", g_tl.path, strerror(errno));
+    }
+    g_tl.out = NULL;
+    if (rename(g_tl.tmp, g_tl.path) != 0)
+        shd_fatal("cannot rename %s to %s: %s", g_tl.tmp, g_tl.path, strerror(errno));
+    shd_guard_temp(NULL);
+    if (total)
+        fprintf(stderr, "shdc trace: %llu events were dropped (over SHD_TRACE_MAX_EVENTS=%zu per rank)\n",
+                (unsigned long long)total, g_tl.max);
+}

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""explain's peak memory counts what a loop keeps for its gradient.
+
+A layer loop under grad saves, in every iteration, its carry and its
+residuals (products, reductions) on tapes for the backward pass, so the
+peak grows with the trip count. For a stacked MLP of L layers (L = 2, 6,
+12) and the tiny GPT-2 of dsl-examples/gpt2.shd (L = 2, 6, 8), at 1 and 2
+ranks, against the peak of live arrays that SHD_TRACE=1 measures on the
+busiest rank, `shdc explain`'s peak for main is never more than 3% below
+(a plan that trusts it does not run out of memory) nor 15% above; at the
+largest L it is within 3%, and its growth between the two largest L within
+3% of the measured growth. (Where explain is above, it is the moment a
+pushed value is both on its tape and still in use, or a peak outside the
+loop at small L.)
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from run import mpirun_cmd, run, Failure  # noqa: E402
+
+MLP = r"""
+mesh {data: 2}
+const L = 4
+const B = 64
+const D = 96
+
+fn net(w: f32[L, D, D], x: f32[B@data, D]) -> f32 {
+    var h = x
+    for l in 0..L {
+        let z = h @ w[l]
+        h = h + tanh(z) * sum(z * z, axis=1, keepdims=true) * 0.001
+    }
+    return mean(h * h)
+}
+
+fn main() {
+    let w = normal(f32[L, D, D], seed=1) * 0.05
+    let x: f32[B@data, D] = normal(seed=2)
+    let g = grad(net, wrt=0)(w, x)
+    print("g", sum(g * g))
+}
+"""
+
+GPT = dict(src=os.path.join(ROOT, "dsl-examples", "gpt2.shd"),
+           defs=["-D", "T=16", "-D", "NH=4", "-D", "C=32", "-D", "B=8"],
+           args=["--steps=2", "--data=", "--val="])
+
+
+def explain_peak(shdc, src, mesh, defs):
+    p = subprocess.run([shdc, "explain", src, "--mesh", mesh] + defs, capture_output=True, text=True)
+    if p.returncode:
+        raise Failure("shdc explain %s: %s" % (src, p.stderr))
+    m = re.search(r"^fn main\n(?:.*\n)*?\s+peak live arrays per rank: (\d+) bytes", p.stdout, re.M)
+    if not m:
+        raise Failure("no peak for main in explain's output:\n" + p.stdout)
+    return int(m.group(1))
+
+
+def measured_peak(shdc, src, mesh, ranks, defs, args, d):
+    exe = os.path.join(d, "prog")
+    p = subprocess.run([shdc, "build", src, "-o", exe, "--mesh", mesh] + defs, capture_output=True, text=True)
+    if p.returncode:
+        raise Failure("shdc build %s: %s" % (src, p.stderr))
+    rc, out, err = run(mpirun_cmd(ranks) + [exe] + args, cwd=d, env={"SHD_TRACE": "1"})
+    peak = re.findall(r"max over ranks: peak_bytes=(\d+)", out + err)
+    if rc or len(peak) != 1:
+        raise Failure("%s at %d ranks: exit %d, no peak\n%s%s" % (src, ranks, rc, out, err))
+    return int(peak[0])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
+    shdc = os.path.abspath(ap.parse_args().shdc)
+    failures = []
+    with tempfile.TemporaryDirectory() as d:
+        mlp = os.path.join(d, "mlp.shd")
+        with open(mlp, "w") as f:
+            f.write(MLP)
+        cases = [("stacked MLP", mlp, "data=%d", [2, 6, 12], [], []),
+                 ("gpt2.shd", GPT["src"], "data=%d,model=1", [2, 6, 8], GPT["defs"], GPT["args"])]
+        for name, src, meshfmt, ls, defs, args in cases:
+            for ranks in (1, 2):
+                mesh = meshfmt % ranks
+                got = []
+                for L in ls:
+                    dl = defs + ["-D", "L=%d" % L]
+                    e = explain_peak(shdc, src, mesh, dl)
+                    m = measured_peak(shdc, src, mesh, ranks, dl, args, d)
+                    got.append((L, e, m))
+                    if e < 0.97 * m or e > 1.15 * m:
+                        failures.append("%s L=%d at %d ranks: explain's peak %d bytes, measured %d (%+.1f%%)" %
+                                        (name, L, ranks, e, m, 100.0 * (e - m) / m))
+                (l0, e0, m0), (l1, e1, m1) = got[-2], got[-1]
+                if abs(e1 - m1) > 0.03 * m1:
+                    failures.append("%s L=%d at %d ranks: explain's peak %d bytes, measured %d (%+.1f%%)" %
+                                    (name, l1, ranks, e1, m1, 100.0 * (e1 - m1) / m1))
+                if m1 <= m0 or abs((e1 - e0) - (m1 - m0)) > 0.03 * (m1 - m0):
+                    failures.append("%s at %d ranks, L=%d to %d: explain's peak grows %d bytes, measured %d" %
+                                    (name, ranks, l0, l1, e1 - e0, m1 - m0))
+                print("%s, %d ranks: %s" % (name, ranks, ", ".join("L=%d explain %d measured %d" % g for g in got)))
+    if failures:
+        sys.exit("\n".join(failures))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Failure as f:
+        sys.exit(str(f))

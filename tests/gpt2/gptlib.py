@@ -1,0 +1,108 @@
+"""Helpers of the GPT-2 tests (tests/gpt2/test_*.py): build a GPT program
+for a mesh and configuration, run it under mpirun, read its losses; make an
+--init directory and a --batches file with tests/gpt2/ref_torch.py's
+helpers; a small text corpus whose loss falls quickly."""
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import ref_torch  # noqa: E402  (the reference's init and batch helpers)
+
+GPT2 = os.path.join(ROOT, "dsl-examples", "gpt2.shd")
+FSDP = os.path.join(ROOT, "dsl-examples", "gpt2_fsdp.shd")
+TP = os.path.join(HERE, "gpt2_tp.shd")
+
+# The tiny configuration every layout test uses: NH and 4C divide by 8
+# (heads and the hidden dim over up to 8 `model` devices, ZeRO-3's head
+# split over model * data), C by 8 (ZeRO-3 over up to 8 `data` devices).
+TINY = dict(V=256, T=8, L=2, NH=8, C=32, B=8)
+
+ENV = dict(os.environ, SHD_QUIET="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_btl_vader_single_copy_mechanism="none", OPENBLAS_NUM_THREADS="1")
+
+
+class Failure(Exception):
+    pass
+
+
+def sh(cmd, cwd=None, timeout=300, check=True):
+    p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=ENV)
+    if check and p.returncode:
+        raise Failure("failed (exit %d): %s\n%s%s" % (p.returncode, " ".join(cmd), p.stdout, p.stderr))
+    return p
+
+
+def build(shdc, src, mesh, exe, cfg=TINY, opt="-O0"):
+    """shdc build SRC --mesh MESH -D ... -o EXE (mesh: {'data': 2, 'model': 1})."""
+    defs = []
+    for k, v in cfg.items():
+        defs += ["-D", "%s=%d" % (k, v)]
+    m = ",".join("%s=%d" % kv for kv in mesh.items())
+    sh([shdc, "build", src, "--mesh", m, opt, "-o", exe] + defs, timeout=300)
+    return exe
+
+
+def ranks(mesh):
+    n = 1
+    for v in mesh.values():
+        n *= v
+    return n
+
+
+def run(exe, n, args, cwd=None, check=True, timeout=300):
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(n), exe] + args
+    return sh(cmd, cwd=cwd, timeout=timeout, check=check)
+
+
+def losses(out, what="step"):
+    """{S: L} of the `step S loss L` (or `val S loss L`) lines."""
+    return {int(s): float(x) for s, x in re.findall(r"^%s (\d+) loss (\S+)" % what, out, re.M)}
+
+
+def loss_text(out, what="step"):
+    """{S: the loss exactly as printed}, for bitwise comparisons."""
+    return {int(s): x for s, x in re.findall(r"^%s (\d+) loss (\S+)" % what, out, re.M)}
+
+
+def compare(name, got, want, rtol=2e-5, atol=2e-5):
+    """Every step of want is in got, within f32 tolerance."""
+    if sorted(got) != sorted(want):
+        raise Failure("%s: steps %s, expected %s" % (name, sorted(got), sorted(want)))
+    worst = max(abs(got[s] - want[s]) / (atol + rtol * abs(want[s])) for s in want)
+    if worst > 1:
+        rows = "\n".join("  step %d: %.7f vs %.7f" % (s, got[s], want[s]) for s in sorted(want))
+        raise Failure("%s: losses differ beyond f32 tolerance:\n%s" % (name, rows))
+
+
+TEXT = ("The jury said it did find that the city had been run well. It said the election was conducted "
+        "fairly and that the people of the city were pleased with the way it was handled. The jury also "
+        "said that the county should look into the matter of the new school, and that the state would pay "
+        "for the roads. ")
+
+
+def corpus(path, n=20000):
+    """A small English corpus as i32 byte tokens (make data's format)."""
+    text = (TEXT * (n // len(TEXT) + 1))[:n]
+    np.save(path, np.frombuffer(text.encode("ascii"), dtype=np.uint8).astype(np.int32))
+    return path
+
+
+def text_batches(path, steps, B, T, seed=0):
+    """i32[steps, B, T+1]: windows of the corpus at random starts."""
+    rng = np.random.default_rng(seed)
+    toks = np.frombuffer((TEXT * 40).encode("ascii"), dtype=np.uint8).astype(np.int32)
+    starts = rng.integers(0, len(toks) - T - 1, size=(steps, B))
+    b = np.stack([np.stack([toks[s:s + T + 1] for s in row]) for row in starts]).astype(np.int32)
+    np.save(path, b)
+    return path
+
+
+def make_init(d, cfg=TINY, seed=0):
+    ref_torch.make_init(d, cfg["V"], cfg["T"], cfg["L"], cfg["C"], seed)
+    return d

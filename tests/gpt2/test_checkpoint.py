@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Issue 9 item 3: checkpoints of the GPT-2 programs.
+
+- --save=DIR --save-every=K writes, after every K-th step, each parameter
+  and AdamW moment as DIR/NAME_STEP.npy in llm.c's layout (qkvw [L,3C,C],
+  the same files whatever the mesh), then DIR/step.npy (i32: the steps
+  done) last, each file atomically (no temporary left behind);
+- --resume=DIR on the same mesh continues with bitwise the same losses,
+  parameters and moments as an uninterrupted run (data parallel, and the
+  2-D layout);
+- a checkpoint written on one mesh resumes on another (and between
+  gpt2.shd and gpt2_fsdp.shd) with the same losses within f32 tolerance;
+- a missing checkpoint stops every rank with the file's name."""
+import argparse
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+import gptlib
+from gptlib import TINY, Failure
+
+NAMES = gptlib.ref_torch.NAMES
+
+
+def check_files(ck, step):
+    C, L = TINY["C"], TINY["L"]
+    shapes = gptlib.ref_torch.shapes(TINY["V"], TINY["T"], L, C)
+    for name in NAMES:
+        for prefix in ("", "m_", "v_"):
+            f = os.path.join(ck, "%s%s_%06d.npy" % (prefix, name, step))
+            a = np.load(f)
+            if a.dtype != np.float32 or a.shape != shapes[name]:
+                raise Failure("%s: %s %s, expected f32 %s" % (f, a.dtype, a.shape, shapes[name]))
+    s = np.load(os.path.join(ck, "step.npy"))
+    if s.dtype != np.int32 or s.shape != () or int(s) != step:
+        raise Failure("step.npy holds %r (%s %s), expected the i32 %d" % (s, s.dtype, s.shape, step))
+    left = [f for f in os.listdir(ck) if f.endswith(".tmp")]
+    if left:
+        raise Failure("temporary files left in the checkpoint: %s" % left)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shdc", required=True)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        init = gptlib.make_init(os.path.join(d, "init"), TINY, seed=7)
+        batches = gptlib.text_batches(os.path.join(d, "b.npy"), 6, TINY["B"], TINY["T"], seed=8)
+        base = ["--init=" + init, "--batches=" + batches, "--lr=0.01", "--wd=0.1"]
+        exes = {}
+
+        def exe(src, dm, mm):
+            key = (src, dm, mm)
+            if key not in exes:
+                exes[key] = gptlib.build(a.shdc, src, {"data": dm, "model": mm},
+                                         os.path.join(d, "%s_%d_%d" % (os.path.basename(src)[:-4], dm, mm)))
+            return exes[key]
+
+        def ckdir(name):
+            p = os.path.join(d, name)
+            os.makedirs(p)
+            return p
+
+        wholes = {}
+        for dm, mm in ((2, 1), (2, 2)):
+            ckw, ck, ckr = ckdir("w_%d_%d" % (dm, mm)), ckdir("ck_%d_%d" % (dm, mm)), ckdir("r_%d_%d" % (dm, mm))
+            prog = exe(gptlib.GPT2, dm, mm)
+            whole = gptlib.run(prog, dm * mm, base + ["--steps=6", "--save=" + ckw, "--save-every=6"], cwd=d).stdout
+            wholes[dm, mm] = whole
+            gptlib.run(prog, dm * mm, base + ["--steps=3", "--save=" + ck, "--save-every=3"], cwd=d)
+            check_files(ck, 3)
+            again = gptlib.run(prog, dm * mm, base + ["--steps=6", "--resume=" + ck, "--save=" + ckr, "--save-every=6"],
+                               cwd=d).stdout
+            w, g = gptlib.loss_text(whole), gptlib.loss_text(again)
+            if sorted(g) != [3, 4, 5] or any(g[s] != w[s] for s in g):
+                raise Failure("resumed at data=%d,model=%d: %s, uninterrupted %s" % (dm, mm, g, w))
+            for f in sorted(os.listdir(ckw)):
+                x, y = np.load(os.path.join(ckw, f)), np.load(os.path.join(ckr, f))
+                if x.tobytes() != y.tobytes():
+                    raise Failure("resumed at data=%d,model=%d: %s after step 6 differs from the uninterrupted "
+                                  "run's (max %g)" % (dm, mm, f, float(np.abs(x - y).max())))
+            print("resume on the same mesh (data=%d,model=%d): losses of steps 3-5 and every parameter and moment "
+                  "after step 6 bitwise equal" % (dm, mm))
+        whole = wholes[2, 1]
+        want = gptlib.losses(whole)
+        ck = os.path.join(d, "ck_2_1")
+        for src, dm, mm in ((gptlib.GPT2, 1, 1), (gptlib.GPT2, 1, 4), (gptlib.FSDP, 2, 2), (gptlib.FSDP, 4, 1)):
+            out = gptlib.run(exe(src, dm, mm), dm * mm, base + ["--steps=6", "--resume=" + ck], cwd=d).stdout
+            gptlib.compare("written at data=2,model=1, resumed by %s at data=%d,model=%d" %
+                           (os.path.basename(src), dm, mm), gptlib.losses(out), {s: want[s] for s in (3, 4, 5)})
+            print("checkpoint of gpt2.shd at data=2 resumed by %s at data=%d,model=%d" %
+                  (os.path.basename(src), dm, mm))
+        fck = ckdir("ck_fsdp")
+        gptlib.run(exe(gptlib.FSDP, 4, 1), 4, base + ["--steps=3", "--save=" + fck, "--save-every=3"], cwd=d)
+        check_files(fck, 3)
+        out = gptlib.run(exe(gptlib.GPT2, 1, 1), 1, base + ["--steps=6", "--resume=" + fck], cwd=d).stdout
+        gptlib.compare("written by gpt2_fsdp.shd at data=4, resumed by gpt2.shd on one device", gptlib.losses(out),
+                       {s: want[s] for s in (3, 4, 5)})
+        print("checkpoint of gpt2_fsdp.shd at data=4 resumed by gpt2.shd on one device")
+        p = gptlib.run(exe(gptlib.GPT2, 2, 1), 2, base + ["--steps=6", "--resume=" + os.path.join(d, "none")],
+                       cwd=d, check=False)
+        if p.returncode == 0 or "step.npy" not in p.stderr or "rank" not in p.stderr:
+            raise Failure("a missing checkpoint: exit %d\n%s%s" % (p.returncode, p.stdout, p.stderr))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Failure as e:
+        sys.exit(str(e))

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""make install / uninstall, and an installed shdc used from elsewhere.
+
+- `make install PREFIX=P` puts bin/shdc, lib/libshdrt.a, include/shdrt.h,
+  share/man/man1/shdc.1, lib/pkgconfig/shdrt.pc and the editor files under
+  P; the installed shdc prints its version, and from another directory,
+  with no SHDC_HOME, builds dsl-examples/matmul.shd, which runs on 2 ranks;
+  the installed tree still works after it is moved (the runtime is found
+  relative to the executable); pkg-config's flags compile generated C;
+- the installed man page renders without warnings (groff -man -ww -z) and
+  documents every command and option of `shdc --help`, every environment
+  variable the compiler and runtime read, and the exit statuses;
+- DESTDIR stages the files under DESTDIR/PREFIX with PREFIX in shdrt.pc;
+- `make uninstall` removes every installed file.
+"""
+import argparse
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from run import mpirun_cmd, run  # noqa: E402
+
+FILES = ["bin/shdc", "lib/libshdrt.a", "include/shdrt.h", "share/man/man1/shdc.1", "lib/pkgconfig/shdrt.pc",
+         "share/vim/vimfiles/syntax/shd.vim", "share/vim/vimfiles/ftdetect/shd.vim",
+         "share/shdc/editors/vscode/package.json", "share/shdc/editors/vscode/language-configuration.json",
+         "share/shdc/editors/vscode/syntaxes/shd.tmLanguage.json"]
+
+
+def make(build, *args, env=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run(["make", "-s", "-C", ROOT, "B=" + build] + list(args), capture_output=True, text=True,
+                       timeout=600, env=e)
+    if p.returncode:
+        raise SystemExit("make %s failed:\n%s%s" % (" ".join(args), p.stdout, p.stderr))
+
+
+def clean_env():
+    e = {k: v for k, v in os.environ.items() if k != "SHDC_HOME"}
+    e["SHDC_HOME"] = ""
+    return e
+
+
+def use_installed(prefix, tmp, failures, what):
+    shdc = os.path.join(prefix, "bin", "shdc")
+    p = subprocess.run([shdc, "--version"], capture_output=True, text=True)
+    if p.returncode or not re.match(r"shdc \d+\.\d+\.\d+ \(git \S+\)\nruntime ABI \d+\n$", p.stdout):
+        failures.append("%s: shdc --version: %d %r" % (what, p.returncode, p.stdout))
+    work = os.path.join(tmp, "work-" + what)
+    os.makedirs(work)
+    shutil.copy(os.path.join(ROOT, "dsl-examples", "matmul.shd"), work)
+    env = clean_env()
+    env.pop("SHDC_HOME")
+    p = subprocess.run([shdc, "build", "matmul.shd", "-o", "mm", "--mesh", "X=2,Y=1"], cwd=work,
+                       capture_output=True, text=True, env=env, timeout=300)
+    if p.returncode:
+        failures.append("%s: the installed shdc cannot build from %s:\n%s" % (what, work, p.stderr))
+        return
+    rc, out, err = run(mpirun_cmd(2) + ["./mm"], cwd=work)
+    if rc or "max abs error" not in out or not os.path.exists(os.path.join(work, "scattered.npy")):
+        failures.append("%s: the program built by the installed shdc: exit %d\n%s%s" % (what, rc, out, err))
+
+
+def check_pkgconfig(prefix, tmp, failures):
+    env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(prefix, "lib", "pkgconfig"))
+    p = subprocess.run(["pkg-config", "--cflags", "--libs", "shdrt"], capture_output=True, text=True, env=env)
+    if p.returncode or "-I" + os.path.join(prefix, "include") not in p.stdout or "-lshdrt" not in p.stdout:
+        failures.append("pkg-config shdrt: %d %r %r" % (p.returncode, p.stdout, p.stderr))
+        return
+    c = os.path.join(tmp, "gen.c")
+    with open(c, "w") as f:
+        f.write(subprocess.run([os.path.join(prefix, "bin", "shdc"), "emit-c",
+                                os.path.join(ROOT, "dsl-examples", "matmul.shd")],
+                               capture_output=True, text=True, check=True).stdout)
+    p = subprocess.run(["mpicc", "-std=c11", "-O1", "-o", os.path.join(tmp, "gen"), c] + p.stdout.split(),
+                       capture_output=True, text=True)
+    if p.returncode:
+        failures.append("generated C with pkg-config's flags does not build:\n%s" % p.stderr)
+
+
+def check_man(page, shdc, failures):
+    p = subprocess.run(["groff", "-man", "-ww", "-z", page], capture_output=True, text=True)
+    if p.returncode or p.stderr:
+        failures.append("groff -man -ww -z %s: %d\n%s" % (page, p.returncode, p.stderr))
+    text = subprocess.run(["groff", "-man", "-Tutf8", page], capture_output=True, text=True).stdout
+    text = re.sub(r".\x08", "", text).replace("\u2010", "-").replace("\u2212", "-")
+    helptext = subprocess.run([shdc, "--help"], capture_output=True, text=True).stdout
+    words = set(re.findall(r"^  ([a-z][a-z-]+) ", helptext, re.M))        # commands
+    words |= set(re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", helptext))  # options
+    words |= {"-O0", "-O3"}
+    # environment variables: the SHD/SHDC/OPENBLAS names the sources quote,
+    # less the runtime's C constants (SHD_SUM...) and the re-exec marker
+    with open(os.path.join(ROOT, "runtime", "shdrt.h")) as f:
+        code = re.sub(r'"[^"]*"', "", re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S))
+        constants = set(re.findall(r"\b(SHD_[A-Z0-9_]+)\b", code))
+    for src in glob.glob(os.path.join(ROOT, "compiler", "*.c")) + glob.glob(os.path.join(ROOT, "runtime", "*.c")):
+        with open(src) as f:
+            names = set(re.findall(r'"((?:SHDC?|OPENBLAS)_[A-Z_]+)"', f.read())) | {"TMPDIR"}
+        words |= {v for v in names if v not in constants and "REEXEC" not in v}
+    missing = sorted(w for w in words if not re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(w), text))
+    if len(words) < 25 or missing:
+        failures.append("the man page does not document %s (of %d names)" % (missing, len(words)))
+    for status in ("EXIT STATUS", "ENVIRONMENT", "DIAGNOSTICS"):
+        if status not in text:
+            failures.append("the man page has no %s section" % status)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
+    build = os.path.dirname(os.path.abspath(ap.parse_args().shdc))
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        prefix = os.path.join(tmp, "prefix")
+        make(build, "install", "PREFIX=" + prefix)
+        for f in FILES:
+            if not os.path.isfile(os.path.join(prefix, f)):
+                failures.append("make install did not install %s" % f)
+        use_installed(prefix, tmp, failures, "installed")
+        check_pkgconfig(prefix, tmp, failures)
+        check_man(os.path.join(prefix, "share", "man", "man1", "shdc.1"), os.path.join(prefix, "bin", "shdc"),
+                  failures)
+        moved = os.path.join(tmp, "moved")
+        shutil.copytree(prefix, moved, symlinks=True)
+        use_installed(moved, tmp, failures, "moved")
+        make(build, "uninstall", "PREFIX=" + prefix)
+        left = [os.path.relpath(os.path.join(d, f), prefix) for d, _, fs in os.walk(prefix) for f in fs]
+        if left:
+            failures.append("make uninstall left %s" % left)
+        stage = os.path.join(tmp, "stage")
+        make(build, "install", "PREFIX=/opt/shdc", "DESTDIR=" + stage)
+        for f in FILES:
+            if not os.path.isfile(os.path.join(stage, "opt", "shdc", f)):
+                failures.append("make install DESTDIR=... did not stage %s" % f)
+        with open(os.path.join(stage, "opt", "shdc", "lib", "pkgconfig", "shdrt.pc")) as f:
+            if "prefix=/opt/shdc\n" not in f.read():
+                failures.append("the staged shdrt.pc does not name PREFIX=/opt/shdc")
+        make(build, "uninstall", "PREFIX=/opt/shdc", "DESTDIR=" + stage)
+        if [f for _, _, fs in os.walk(stage) for f in fs]:
+            failures.append("make uninstall DESTDIR=... left files")
+    if failures:
+        print("\n".join(failures))
+        sys.exit(1)
+    print("installed, used from another directory and after a move, pkg-config, man page, DESTDIR, uninstall")
+
+
+if __name__ == "__main__":
+    main()
