@@ -9,7 +9,13 @@
  * (SIGTERM, which mpirun sends to the surviving ranks when one dies,
  * SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGABRT). Every rank registers
  * the name, so when rank 0 is killed outright (SIGKILL, which nothing can
- * catch) a surviving rank still removes the file. SIGXFSZ is ignored, so a
+ * catch) a surviving rank still removes the file. MPI-IO may put files of
+ * its own beside the temporary while it is open, named after it (Open MPI
+ * probes for locking with TMP.locktest.RANK; its shared-file-pointer
+ * components keep TMP.data.RANK and TMP.metadata.RANK); a rank killed
+ * there cannot remove its own, so removing the temporary removes every
+ * file in its directory whose name begins with the temporary's name.
+ * SIGXFSZ is ignored, so a
  * write past `ulimit -f` fails with EFBIG and is reported like a full disk
  * instead of killing the rank silently.
  *
@@ -19,8 +25,11 @@
  * reported with a message instead of ending in the OOM killer.
  *
  * Invariant: the signal handlers only call async-signal-safe functions
- * (unlink, signal, raise) on a name stored in a static buffer.
+ * (unlink, open, getdents64, unlinkat, close, signal, raise) on names and
+ * a buffer that are static.
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,14 +39,47 @@
 #include "shdrt_internal.h"
 
 static char g_pending[4096];
+static char g_dir[4096];          /* directory of g_pending: "." or its prefix */
+static const char *g_base;        /* g_pending's last component */
+static size_t g_base_len;
 static volatile sig_atomic_t g_has_pending;
+
+static bool begins_with_base(const char *name)
+{
+    for (size_t i = 0; i < g_base_len; i++)
+        if (name[i] != g_base[i])
+            return false;
+    return true;
+}
+
+/* Remove the pending temporary and the files named after it (see above). */
+static void remove_pending(void)
+{
+    static char buf[8192] __attribute__((aligned(8)));
+    unlink(g_pending);
+    int fd = open(g_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    for (;;) {
+        ssize_t n = getdents64(fd, buf, sizeof buf);
+        if (n <= 0)
+            break;
+        for (ssize_t off = 0; off < n;) {
+            const struct dirent64 *d = (const struct dirent64 *)(buf + off);
+            if (begins_with_base(d->d_name))
+                unlinkat(fd, d->d_name, 0);
+            off += d->d_reclen;
+        }
+    }
+    close(fd);
+}
 
 static const int g_signals[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGABRT };
 
 static void on_signal(int sig)
 {
     if (g_has_pending)
-        unlink(g_pending);
+        remove_pending();
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -64,15 +106,27 @@ bool shd_guard_temp(const char *path)
     g_has_pending = 0;
     if (!path || strlen(path) >= sizeof g_pending)
         return path == NULL;
-    memcpy(g_pending, path, strlen(path) + 1);
-    g_has_pending = 1;
-    return true;
+    size_t len = strlen(path);
+    memcpy(g_pending, path, len + 1);
+    const char *slash = strrchr(g_pending, '/');
+    g_base = slash ? slash + 1 : g_pending;
+    g_base_len = strlen(g_base);
+    if (!slash)
+        memcpy(g_dir, ".", 2);
+    else if (slash == g_pending)
+        memcpy(g_dir, "/", 2);
+    else {
+        memcpy(g_dir, g_pending, (size_t)(slash - g_pending));
+        g_dir[slash - g_pending] = '\0';
+    }
+    g_has_pending = g_base_len > 0;
+    return g_has_pending;
 }
 
 void shd_guard_cleanup(void)
 {
     if (g_has_pending)
-        unlink(g_pending);
+        remove_pending();
     g_has_pending = 0;
 }
 

@@ -10,7 +10,11 @@ and leave no temporary file behind:
 - a directory that does not exist,
 - a rank killed with SIGKILL in the middle of a save (rank 1, then rank 0),
   and mpirun interrupted (SIGINT, SIGTERM): afterwards the file is either
-  the previous one or the complete new one.
+  the previous one or the complete new one. When a rank is killed, the
+  files MPI-IO keeps beside the temporary, named after it, are gone too
+  (one is planted while the ranks are stopped inside the save, as Open
+  MPI's lock probe TMP.locktest.RANK is left by a rank killed inside
+  MPI_File_open).
 
 Loads: a FIFO is refused at once, and a header with a decoy key inside a
 string is read for its real shape (and so refused for the wrong one).
@@ -120,6 +124,37 @@ def full_disk(exe, d, env, failures):
         subprocess.run(["umount", full])
 
 
+def stopped(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in "tT"
+    except OSError:
+        return True
+
+
+def freeze_in_save(exe, work):
+    """Stop both ranks (SIGSTOP) at a moment a save's temporary exists, so
+    that the temporary seen is the one the ranks have registered. Returns
+    (rank -> pid, the temporaries)."""
+    deadline = time.time() + 60
+    pids, temps = {}, []
+    while time.time() < deadline:
+        time.sleep(0.01)
+        pids = rank_pids(exe)
+        if len(pids) != 2 or not leftovers(work):   # not started, or between saves
+            continue
+        for pid in pids.values():
+            os.kill(pid, signal.SIGSTOP)
+        while not all(stopped(pid) for pid in pids.values()):
+            time.sleep(0.001)
+        temps = [f for f in leftovers(work) if f.endswith(".tmp")]
+        if temps:
+            return pids, temps
+        for pid in pids.values():
+            os.kill(pid, signal.SIGCONT)
+    return pids, temps
+
+
 def kill_during_save(exe, d, env, how, failures):
     work = os.path.join(d, "kill-" + how)
     os.mkdir(work)
@@ -128,17 +163,18 @@ def kill_during_save(exe, d, env, how, failures):
         f.write(OLD)
     p = subprocess.Popen(MPIRUN + [exe, "--case=4", "--n=1000"], cwd=work, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 60
-    while time.time() < deadline and not leftovers(work):   # wait until a save is under way
-        time.sleep(0.01)
-    pids = rank_pids(exe)
-    if not leftovers(work) or len(pids) != 2:
+    pids, temps = freeze_in_save(exe, work)
+    if not temps or len(pids) != 2:
         failures.append("kill %s: no save under way to interrupt (ranks %r)" % (how, pids))
-    if how == "rank1":
-        os.kill(pids.get(1, p.pid), signal.SIGKILL)
-    elif how == "rank0":
-        os.kill(pids.get(0, p.pid), signal.SIGKILL)
-    else:
+    if how in ("rank0", "rank1"):
+        for t in temps:   # what Open MPI's lock probe leaves when the rank inside it is killed
+            open(os.path.join(work, t + ".locktest.%s" % how[-1]), "w").close()
+        victim = int(how[-1])
+        os.kill(pids.get(victim, p.pid), signal.SIGKILL)
+        for r, pid in pids.items():   # the survivor waits for the dead rank inside the save
+            if r != victim:
+                os.kill(pid, signal.SIGCONT)
+    else:   # mpirun wakes the ranks (SIGCONT) and lets them run a second before it sends SIGTERM
         p.send_signal(signal.SIGINT if how == "sigint" else signal.SIGTERM)
     try:
         p.communicate(timeout=60)
