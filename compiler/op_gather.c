@@ -365,15 +365,11 @@ static Type check_take(TcCtx *c, Expr *e, const Type *annot) {
   const char *kwn[1] = {"axis"};
   if (tc_call_args(c, e, pos, 2, 2, kw, kwn, 1, arena_printf("%s(x, idx, axis=k)", what)) < 0)
     return ty_error();
-  Type x = tc_operand(c, pos[0], what), idx = tc_operand(c, pos[1], what);
+  Type x = tc_array_operand(c, e, pos[0], what), idx = tc_operand(c, pos[1], what);
   if (x.kind == TY_ERROR || idx.kind == TY_ERROR)
     return ty_error();
   info->x = pos[0];
   info->idx = pos[1];
-  if (x.rank == 0) {
-    diag_error(e->pos, "E_SHAPE", "%s of the scalar %s", what, TS(&x));
-    return ty_error();
-  }
   if (!kw[0] && x.rank > 1) {
     diag_error(e->pos, "E_ARG", "%s needs axis=k for %s (jnp.take without an axis flattens: reshape(x, [-1]) "
                                 "first for that)", what, TS(&x));

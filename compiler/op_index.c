@@ -416,16 +416,12 @@ static Type check_dslice(TcCtx *c, Expr *e, const Type *annot) {
   Expr *pos[3], *kw[1];
   if (tc_call_args(c, e, pos, 3, 3, kw, NULL, 0, "dynamic_slice(x, (s0, s1, ...), (n0, n1, ...))") < 0)
     return ty_error();
-  Type x = tc_operand(c, pos[0], "dynamic_slice");
+  Type x = tc_array_operand(c, e, pos[0], "dynamic_slice");
   if (x.kind == TY_ERROR)
     return x;
   info->x = pos[0];
   info->rank = x.rank;
   Type ts[MAX_RANK + 1];
-  if (x.rank == 0) {
-    diag_error(e->pos, "E_SHAPE", "dynamic_slice of the scalar %s", TS(&x));
-    return ty_error();
-  }
   if (!starts_arg(c, pos[1], &x, info, ts, "dynamic_slice"))
     return ty_error();
   Expr *items[MAX_RANK + 1];
@@ -529,16 +525,12 @@ static Type check_dupdate(TcCtx *c, Expr *e, const Type *annot) {
   Expr *pos[3], *kw[1];
   if (tc_call_args(c, e, pos, 3, 3, kw, NULL, 0, "dynamic_update_slice(x, u, (s0, s1, ...))") < 0)
     return ty_error();
-  Type x = tc_operand(c, pos[0], "dynamic_update_slice"), u = tc_operand(c, pos[1], "dynamic_update_slice");
+  Type x = tc_array_operand(c, e, pos[0], "dynamic_update_slice"), u = tc_operand(c, pos[1], "dynamic_update_slice");
   if (x.kind == TY_ERROR || u.kind == TY_ERROR)
     return ty_error();
   info->x = pos[0];
   info->u = pos[1];
   info->rank = x.rank;
-  if (x.rank == 0) {
-    diag_error(e->pos, "E_SHAPE", "dynamic_update_slice of the scalar %s", TS(&x));
-    return ty_error();
-  }
   if (!same_dtype_shape_rank(c, pos[1], &x, &u, "dynamic_update_slice"))
     return ty_error();
   Type ts[MAX_RANK + 2];
@@ -570,15 +562,11 @@ static Type check_pad(TcCtx *c, Expr *e, const Type *annot) {
   Expr *pos[2], *kw[1];
   if (tc_call_args(c, e, pos, 2, 2, kw, NULL, 0, "pad(x, ((lo0, hi0), (lo1, hi1), ...))") < 0)
     return ty_error();
-  Type x = tc_operand(c, pos[0], "pad");
+  Type x = tc_array_operand(c, e, pos[0], "pad");
   if (x.kind == TY_ERROR)
     return x;
   info->x = pos[0];
   info->rank = x.rank;
-  if (x.rank == 0) {
-    diag_error(e->pos, "E_SHAPE", "pad of the scalar %s", TS(&x));
-    return ty_error();
-  }
   Expr *pairs[MAX_RANK + 1], *p = pos[1];
   bool one_pair = x.rank == 1 && p->kind == EX_TUPLE && p->args.len == 2 &&
                   ((Expr *)p->args.data[0])->kind != EX_TUPLE;
@@ -759,15 +747,11 @@ static Type check_split(TcCtx *c, Expr *e, const Type *annot) {
   const char *kwn[1] = {"axis"};
   if (tc_call_args(c, e, pos, 2, 2, kw, kwn, 1, "split(x, n, axis=k): n equal pieces") < 0)
     return ty_error();
-  Type x = tc_operand(c, pos[0], "split");
+  Type x = tc_array_operand(c, e, pos[0], "split");
   if (x.kind == TY_ERROR)
     return x;
   info->x = pos[0];
   info->rank = x.rank;
-  if (x.rank == 0) {
-    diag_error(e->pos, "E_SHAPE", "split of the scalar %s", TS(&x));
-    return ty_error();
-  }
   int64_t n;
   if (pos[1]->kind == EX_TUPLE || pos[1]->kind == EX_LIST) {
     diag_error(pos[1]->pos, "E_ARG", "split takes the number of equal pieces, e.g. split(x, 3, axis=0)");

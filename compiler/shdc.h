@@ -620,6 +620,7 @@ Type tc_builtin(TcCtx *c, Expr *e, const Type *annot);    /* dispatches to e->bi
 TcInfo *tc_info(Expr *e);                                  /* e->tc, allocated */
 const char *tc_callee(const Expr *e);                      /* the called name */
 Type tc_operand(TcCtx *c, Expr *x, const char *what);      /* an array or scalar value */
+Type tc_array_operand(TcCtx *c, Expr *call, Expr *x, const char *what);   /* rank >= 1 */
 /* Positional arguments lo..hi into pos and the keyword ones kwn[0..nkw) into
  * kw; the number of positional ones, or -1 after reporting with usage. */
 int tc_call_args(TcCtx *c, Expr *e, Expr **pos, int lo, int hi, Expr **kw, const char **kwn, int nkw,

@@ -44,6 +44,18 @@ Type tc_operand(TcCtx *c, Expr *x, const char *what) {
   return t;
 }
 
+/* Operand X of CALL (to WHAT) where an array of rank 1 or more is needed:
+ * a scalar is an E_SHAPE error at the call. */
+Type tc_array_operand(TcCtx *c, Expr *call, Expr *x, const char *what) {
+  Type t = tc_operand(c, x, what);
+  if (t.kind != TY_ERROR && t.rank == 0) {
+    diag_error(call->pos, "E_SHAPE", "%s of the scalar %s; make it an array first: reshape(%s, [1])", what,
+               ty_str(c->mesh, &t), tc_expr_text(x));
+    return ty_error();
+  }
+  return t;
+}
+
 int tc_call_args(TcCtx *c, Expr *e, Expr **pos, int lo, int hi, Expr **kw, const char **kwn, int nkw,
                  const char *usage) {
   int n;
