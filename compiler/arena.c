@@ -12,13 +12,31 @@
 
 static char *chunk_cur, *chunk_end;
 
+/* The compiler's own allocations: out of memory is an internal error (2). */
+static _Noreturn void out_of_memory(void) {
+  fprintf(stderr, "shdc: out of memory\n");
+  exit(2);
+}
+
 static void *xmalloc(size_t n) {
   void *p = malloc(n);
-  if (!p) {
-    fprintf(stderr, "shdc: out of memory\n");
-    exit(2);
-  }
+  if (!p)
+    out_of_memory();
   return p;
+}
+
+static void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n, size);
+  if (!p)
+    out_of_memory();
+  return p;
+}
+
+static void *xrealloc(void *p, size_t n) {
+  void *q = realloc(p, n);
+  if (!q)
+    out_of_memory();
+  return q;
 }
 
 void *arena_alloc(size_t n) {
@@ -68,12 +86,7 @@ char *arena_printf(const char *fmt, ...) {
 void vec_push(Vec *v, void *x) {
   if (v->len == v->cap) {
     v->cap = v->cap ? v->cap * 2 : 8;
-    void **d = realloc(v->data, sizeof(void *) * (size_t)v->cap);
-    if (!d) {
-      fprintf(stderr, "shdc: out of memory\n");
-      exit(2);
-    }
-    v->data = d;
+    v->data = xrealloc(v->data, sizeof(void *) * (size_t)v->cap);
   }
   v->data[v->len++] = x;
 }
@@ -84,12 +97,7 @@ static void str_reserve(Str *s, size_t extra) {
   size_t cap = s->cap ? s->cap : 64;
   while (cap < s->len + extra + 1)
     cap *= 2;
-  char *b = realloc(s->buf, cap);
-  if (!b) {
-    fprintf(stderr, "shdc: out of memory\n");
-    exit(2);
-  }
-  s->buf = b;
+  s->buf = xrealloc(s->buf, cap);
   s->cap = cap;
 }
 
@@ -132,12 +140,8 @@ void ptrmap_put(PtrMap *m, const void *key, int val) {
   if (2 * (m->len + 1) > m->cap) {
     PtrMap big = {0};
     big.cap = m->cap ? 2 * m->cap : 64;
-    big.keys = calloc((size_t)big.cap, sizeof *big.keys);
-    big.vals = calloc((size_t)big.cap, sizeof *big.vals);
-    if (!big.keys || !big.vals) {
-      fprintf(stderr, "shdc: out of memory\n");
-      exit(2);
-    }
+    big.keys = xcalloc((size_t)big.cap, sizeof *big.keys);
+    big.vals = xcalloc((size_t)big.cap, sizeof *big.vals);
     for (int i = 0; i < m->cap; i++)
       if (m->keys[i])
         ptrmap_put(&big, m->keys[i], m->vals[i]);
@@ -180,12 +184,8 @@ void strmap_put(StrMap *m, const char *key, void *val) {
   if (2 * (m->len + 1) > m->cap) {
     StrMap big = {0};
     big.cap = m->cap ? 2 * m->cap : 64;
-    big.keys = calloc((size_t)big.cap, sizeof *big.keys);
-    big.vals = calloc((size_t)big.cap, sizeof *big.vals);
-    if (!big.keys || !big.vals) {
-      fprintf(stderr, "shdc: out of memory\n");
-      exit(2);
-    }
+    big.keys = xcalloc((size_t)big.cap, sizeof *big.keys);
+    big.vals = xcalloc((size_t)big.cap, sizeof *big.vals);
     for (int i = 0; i < m->cap; i++)
       if (m->keys[i])
         strmap_put(&big, m->keys[i], m->vals[i]);
