@@ -1,10 +1,12 @@
-/* op_io.c: the I/O family: print, save, load, arg, clock.
+/* op_io.c: the I/O family: print, save, load, load_dim, arg, clock.
  *
  * print(items...) prints on rank 0 (sharded values are gathered, pending
  * sums reduced: the partitioner reshards each value to replicated); save
  * writes the global array as .npy, each rank its own block, after reducing
- * pending sums; load reads one, typed by its annotation; arg reads
- * --name=value from the program's command line; clock is MPI_Wtime.
+ * pending sums; load reads one, typed by its annotation; load_dim reads the
+ * size of one dim of a file's array at run time (to place windows in a file
+ * of any length); arg reads --name=value from the program's command line;
+ * clock is MPI_Wtime.
  *
  * Program text reaches the generated C only as data: every path, name and
  * print text is written as a C string literal by emit_str_lit, which
@@ -24,7 +26,7 @@
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname
 
-enum { IO_PRINT, IO_SAVE, IO_LOAD, IO_ARG, IO_CLOCK };
+enum { IO_PRINT, IO_SAVE, IO_LOAD, IO_LOAD_DIM, IO_ARG, IO_CLOCK };
 
 static bool is_array(const Value *v) { return v->type.rank > 0; }
 static const char *str_lit(const char *s) { return emit_str_lit(s, strlen(s)); }
@@ -36,7 +38,7 @@ static bool path_ok(Expr *s, const char *what) {
   if (n && s->str[n - 1] != '/')
     return true;
   diag_error(s->pos, "E_ARG", "%s: the path %s does not name a file; write e.g. %s(\"w.npy\"%s)", what,
-             str_lit(s->str), what, !strcmp(what, "save") ? ", x" : "");
+             str_lit(s->str), what, !strcmp(what, "save") ? ", x" : !strcmp(what, "load_dim") ? ", 0" : "");
   return false;
 }
 
@@ -71,10 +73,10 @@ static bool global_view_only(TcCtx *c, Expr *e) {
   if (!c->manual)
     return true;
   diag_error(e->pos, "E_MANUAL",
-             "%s reads or writes a global array with every device taking part, so it is only available in the "
+             "%s reads or writes a .npy file with every device taking part, so it is only available in the "
              "global view; %s",
              tc_callee(e), e->bi->code == IO_SAVE ? "return the value from the manual function and save it there"
-                                                  : "load it in the global view and pass it as an argument");
+                                                  : "read it in the global view and pass it as an argument");
   return false;
 }
 
@@ -157,6 +159,30 @@ static Type check_load(TcCtx *c, Expr *e, const Type *annot) {
         return ty_error();
   }
   return t;
+}
+
+/* load_dim(PATH, k): the size of dim k of the array in the .npy file PATH,
+ * read when the program runs: an i32, the same on every device. With it a
+ * program places windows (load(PATH, starts)) in a file whose length it was
+ * not built for. */
+static Type check_load_dim(TcCtx *c, Expr *e, const Type *annot) {
+  TcInfo *info = tc_info(e);
+  Expr *pos[2], *kw[1];
+  if (!global_view_only(c, e))
+    return ty_error();
+  int n = tc_call_args(c, e, pos, 2, 2, kw, NULL, 0, "load_dim(\"path.npy\", k)");
+  if (n < 0 || !check_path(c, pos[0], "load_dim"))
+    return ty_error();
+  int64_t k;
+  if (!tc_const_int(c, pos[1], &k))
+    return ty_error();
+  if (k < 0 || k >= MAX_RANK) {
+    diag_error(pos[1]->pos, "E_ARG", "load_dim: dim %lld is not a dim of any array; arrays have dims 0 to %d, "
+               "e.g. load_dim(path, 0) for the length", (long long)k, MAX_RANK - 1);
+    return ty_error();
+  }
+  info->dim = (int)k;
+  return ty_scalar(DT_I32);
 }
 
 /* The program reads --NAME=VALUE: a name must be something a command line
@@ -283,6 +309,17 @@ static Value *lower_load(Lower *L, Expr *e) {
   return in->results[0];
 }
 
+static Value *lower_load_dim(Lower *L, Expr *e) {
+  TcInfo *info = e->tc;
+  Expr *path = e->args.data[0];
+  bool lit = path->kind == EX_STRING;
+  Value *p = lit ? NULL : lower_expr(L, path);
+  Inst *in = lower_emit(L, IR_LOAD_DIM, e->pos, lit ? 0 : 1, &p, *e->ty);
+  in->str = lit ? path->str : NULL;
+  in->dim = info->dim;
+  return in->results[0];
+}
+
 static Value *lower_arg(Lower *L, Expr *e) {
   TcInfo *info = e->tc;
   if (e->ty->kind == TY_STRING) {
@@ -394,6 +431,11 @@ static void emit_save(Emit *e, const Inst *in) {
        t->rank, emit_gshape_lit(t), emit_offset_lit(e, t), emit_shape_lit(e, t), writer);
 }
 
+static void emit_load_dim(Emit *e, const Inst *in) {
+  emit_line(e, "int32_t %s = shd_npy_dim(%s, %d, %d);", vname(in->results[0]), path_c(in, "load_dim"), in->dim,
+            in->pos.line);
+}
+
 static void emit_arg(Emit *e, const Inst *in) {
   const Value *r = in->results[0];
   if (is_str(r)) {
@@ -419,6 +461,11 @@ static void print_str(FILE *out, const Module *mod, const Inst *in) {
     fprintf(out, " %s", str_lit(in->str));
 }
 
+static void print_load_dim(FILE *out, const Module *mod, const Inst *in) {
+  print_str(out, mod, in);
+  fprintf(out, " dim=%d", in->dim);
+}
+
 static void print_texts(FILE *out, const Module *mod, const Inst *in) {
   fputs(" items=[", out);
   for (int k = 0; k < in->niv; k++) {
@@ -441,6 +488,7 @@ const OpDef op_io_ops[] = {
      .emit = emit_save},
     {.op = IR_LOAD, .name = "load", .flags = OPF_EFFECT, .print = print_str, .partition = part_created,
      .emit = emit_load},
+    {.op = IR_LOAD_DIM, .name = "load_dim", .flags = OPF_EFFECT, .print = print_load_dim, .emit = emit_load_dim},
     {.op = IR_ARG, .name = "arg", .print = print_str, .emit = emit_arg},
     {.op = IR_CLOCK, .name = "clock", .flags = OPF_EFFECT, .emit = emit_clock},
     {0},
@@ -450,6 +498,7 @@ const BuiltinDef op_io_builtins[] = {
     {.name = "print", .code = IO_PRINT, .check = check_print, .lower = lower_print},
     {.name = "save", .code = IO_SAVE, .check = check_save, .lower = lower_save},
     {.name = "load", .code = IO_LOAD, .flags = BIF_ANNOT, .check = check_load, .lower = lower_load},
+    {.name = "load_dim", .code = IO_LOAD_DIM, .check = check_load_dim, .lower = lower_load_dim},
     {.name = "arg", .code = IO_ARG, .flags = BIF_ANNOT, .check = check_arg, .lower = lower_arg},
     {.name = "clock", .code = IO_CLOCK, .check = check_clock, .lower = lower_clock},
     {0},

@@ -404,12 +404,13 @@ static bool header_matches(const char *path, const shd_npy_header *h, shd_dtype 
     return false;
 }
 
-/* Reads the preamble; returns the data offset, or -1 with msg filled. */
-static long read_preamble(FILE *f, const char *path, shd_npy_header *h, char *msg)
+/* Reads the preamble; returns the data offset, or -1 with msg filled
+ * ("WHAT("PATH"): cause"). */
+static long read_preamble(FILE *f, const char *what, const char *path, shd_npy_header *h, char *msg)
 {
     unsigned char pre[12];
     if (fread(pre, 1, 8, f) != 8 || memcmp(pre, MAGIC, MAGIC_LEN) != 0) {
-        msgf(msg, "load(\"%s\"): not a .npy file", path);
+        msgf(msg, "%s(\"%s\"): not a .npy file", what, path);
         return -1;
     }
     size_t hlen, at;
@@ -420,8 +421,7 @@ static long read_preamble(FILE *f, const char *path, shd_npy_header *h, char *ms
         hlen = pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
         at = 12;
     } else {
-        msgf(msg, "load(\"%s\"): unsupported .npy version %d.%d",
-                 path, pre[6], pre[7]);
+        msgf(msg, "%s(\"%s\"): unsupported .npy version %d.%d", what, path, pre[6], pre[7]);
         return -1;
     }
     char *dict = hlen < (1u << 24) ? malloc(hlen + 1) : NULL;
@@ -431,10 +431,31 @@ static long read_preamble(FILE *f, const char *path, shd_npy_header *h, char *ms
         ok = shd_npy_parse_header(dict, hlen, h, &why);
     free(dict);
     if (!ok) {
-        msgf(msg, "load(\"%s\"): malformed .npy header: %s", path, why);
+        msgf(msg, "%s(\"%s\"): malformed .npy header: %s", what, path, why);
         return -1;
     }
     return (long)(at + hlen);
+}
+
+/* Opens PATH for reading its header, or NULL with msg filled. O_NONBLOCK:
+ * a FIFO must not block the open; only a regular file is read (a device
+ * such as /dev/zero would never end). */
+static FILE *open_npy(const char *what, const char *path, char *msg)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        msgf(msg, "%s(\"%s\"): cannot open: %s", what, path, fd < 0 ? strerror(errno) : "not a regular file");
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        msgf(msg, "%s(\"%s\"): cannot open: %s", what, path, strerror(errno));
+        close(fd);
+    }
+    return f;
 }
 
 /* Rank 0: opens, parses and validates; returns the data offset or -1.
@@ -443,24 +464,11 @@ static long read_preamble(FILE *f, const char *path, shd_npy_header *h, char *ms
 static long inspect(const char *path, shd_dtype dt, int rank,
                     const int64_t *gshape, const int64_t *start, int64_t *fshape, char *msg)
 {
-    /* O_NONBLOCK: a FIFO must not block the open; only a regular file is
-     * read (a device such as /dev/zero would never end). */
-    int fd = open(path, O_RDONLY | O_NONBLOCK);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        msgf(msg, "load(\"%s\"): cannot open: %s", path, fd < 0 ? strerror(errno) : "not a regular file");
-        if (fd >= 0)
-            close(fd);
+    FILE *f = open_npy("load", path, msg);
+    if (!f)
         return -1;
-    }
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        msgf(msg, "load(\"%s\"): cannot open: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
     shd_npy_header h;
-    long off = read_preamble(f, path, &h, msg);
+    long off = read_preamble(f, "load", path, &h, msg);
     if (off >= 0 && start && h.rank == rank)
         for (int d = 0; d < rank; d++) {
             fshape[d] = h.shape[d];
@@ -553,4 +561,47 @@ void shd_load_npy_window(const char *path, void *local, shd_dtype dt, int rank, 
     for (int d = 0; d < rank; d++)
         foff[d] = start[d] + offset[d];
     read_block(path, off, local, dt, rank, fshape, foff, shape);
+}
+
+/* ---- load_dim --------------------------------------------------------------- */
+
+/* Rank 0: dim k of the file's array, or -1 with msg filled. */
+static int64_t header_dim(const char *path, int k, char *msg)
+{
+    FILE *f = open_npy("load_dim", path, msg);
+    if (!f)
+        return -1;
+    shd_npy_header h;
+    int64_t n = read_preamble(f, "load_dim", path, &h, msg) < 0 ? -1 : 0;
+    fclose(f);
+    if (n < 0)
+        return -1;
+    if (k < 0 || k >= h.rank) {
+        char ft[256], fe[64];
+        descr_name(h.descr, fe, sizeof fe);
+        type_text(ft, sizeof ft, fe, h.rank, h.shape);
+        msgf(msg, "load_dim(\"%s\"): the file's array %s has no dim %d", path, ft, k);
+        return -1;
+    }
+    if (h.shape[k] > INT32_MAX) {
+        msgf(msg, "load_dim(\"%s\"): dim %d of the file's array is %lld, more than an i32 holds", path, k,
+             (long long)h.shape[k]);
+        return -1;
+    }
+    return h.shape[k];
+}
+
+int32_t shd_npy_dim(const char *path, int k, int line)
+{
+    char msg[MSG_LEN];
+    int64_t n = 0;
+    if (shd_world_rank() == 0) {
+        char inner[MSG_LEN];
+        n = header_dim(path, k, inner);
+        if (n < 0)
+            msgf(msg, "line %d: %s", line, inner);
+    }
+    shd_agree(n < 0 ? msg : NULL);
+    MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    return (int32_t)n;
 }

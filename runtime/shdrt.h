@@ -285,6 +285,10 @@ void shd_load_npy(const char *path, void *local, shd_dtype dt, int rank,
  * the file is shd_fatal naming the source line. */
 void shd_load_npy_window(const char *path, void *local, shd_dtype dt, int rank, const int64_t *gshape,
                          const int64_t *offset, const int64_t *shape, const int64_t *start, int line);
+/* Collective: the size of dim k of the array in the file (rank 0 reads the
+ * header; every rank returns it). A file that cannot be read, an array
+ * without dim k, or a size past INT32_MAX is shd_fatal naming the line. */
+int32_t shd_npy_dim(const char *path, int k, int line);
 
 /* ---- io.c: printing ------------------------------------------------------ */
 
