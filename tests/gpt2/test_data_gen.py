@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Issue 9 items 4 and 5: training on a token file and generating text.
 
-On a small English corpus in make data's format (i32 byte tokens, ND and
-NV overridden with -D to its lengths):
+On a small English corpus in make data's format (i32 byte tokens; the
+program reads the files' lengths with load_dim, so it is built for no
+length):
 - each step reads B random windows of T+1 tokens (counter-based: the same
   on every mesh, so data=2, one device and model=2 print the same losses),
   the validation loss on fixed windows every --val-every steps, and both
@@ -11,7 +12,7 @@ NV overridden with -D to its lengths):
   (a model trained on the corpus writes its words), at temperature 1 by
   sampling with the counter-based RNG (the same text for the same --seed,
   another for another seed);
-- a token file shorter than the windows need stops every rank."""
+- a token file shorter than one window stops every rank."""
 import argparse
 import os
 import re
@@ -21,7 +22,8 @@ import tempfile
 import gptlib
 from gptlib import Failure
 
-CFG = dict(gptlib.TINY, T=16, C=32, NH=4, ND=20000, NV=4000)
+CFG = dict(gptlib.TINY, T=16, C=32, NH=4)
+NTRAIN, NVAL = 20000, 4000
 
 
 def text_of(out):
@@ -36,8 +38,8 @@ def main():
     ap.add_argument("--shdc", required=True)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        train = gptlib.corpus(os.path.join(d, "train.npy"), CFG["ND"])
-        val = gptlib.corpus(os.path.join(d, "val.npy"), CFG["NV"])
+        train = gptlib.corpus(os.path.join(d, "train.npy"), NTRAIN)
+        val = gptlib.corpus(os.path.join(d, "val.npy"), NVAL)
         data = ["--data=" + train, "--val=" + val, "--val-batches=2"]
         exes = {}
         for dm, mm in ((2, 1), (1, 1), (1, 2)):
@@ -74,11 +76,11 @@ def main():
         if s1 != s1b or s1 == s2 or len(s1) < 20:
             raise Failure("sampling: seed 1 gave %r and %r, seed 2 %r" % (s1, s1b, s2))
         print("sampling at temperature 1: the same text for the same seed, another for another seed")
-        short = gptlib.corpus(os.path.join(d, "short.npy"), 100)
+        short = gptlib.corpus(os.path.join(d, "short.npy"), CFG["T"])   # one token less than a window
         p = gptlib.run(exe, 2, ["--data=" + short, "--val=" + val, "--steps=2"], cwd=d, check=False)
         if p.returncode == 0 or not re.search(r"rank \d+: line \d+: load\(\".*short\.npy\"\): the window", p.stderr):
             raise Failure("a token file too short for the windows: exit %d\n%s" % (p.returncode, p.stderr))
-        print("a token file too short for its windows stops every rank: %s" % p.stderr.strip().splitlines()[0])
+        print("a token file shorter than a window stops every rank: %s" % p.stderr.strip().splitlines()[0])
 
 
 if __name__ == "__main__":
