@@ -11,13 +11,14 @@ function named like a generated gradient (f_grad_0) must not collide with
 it. Every command (check, types, emit-ir, emit-c, explain, build) must
 succeed on the program.
 """
-import argparse
 import os
 import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import testlib  # noqa: E402
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 CFLAGS = ("-Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes "
           "-Wno-unused-parameter -Wvla")
@@ -93,9 +94,7 @@ def run(cmd, **kw):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
-    shdc = os.path.abspath(ap.parse_args().shdc)
+    shdc = testlib.shdc_option()
     failures = []
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "hostile.shd")

@@ -6,7 +6,6 @@ message that names both and the override, before allocating anything (no
 OOM killer). With SHD_MEMORY_CHECK=0 it starts anyway, and an allocation the
 system refuses is still a message, not a crash. A program that fits runs.
 """
-import argparse
 import os
 import re
 import subprocess
@@ -14,6 +13,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import testlib  # noqa: E402
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2"]
 
 # 2^45 f32 elements: 64 TiB per rank on 2 ranks, more than any host has.
@@ -33,21 +34,12 @@ fn main() {
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
-    shdc = ap.parse_args().shdc
+    shdc = testlib.shdc_option()
     failures = []
     with tempfile.TemporaryDirectory() as d:
         exes = {}
         for name, text in (("big", PROGRAM), ("small", SMALL)):
-            src = os.path.join(d, name + ".shd")
-            with open(src, "w") as f:
-                f.write(text)
-            exes[name] = os.path.join(d, name)
-            p = subprocess.run([shdc, "build", src, "-o", exes[name]], capture_output=True, text=True)
-            if p.returncode:
-                print("build %s failed:\n%s" % (name, p.stderr))
-                sys.exit(1)
+            exes[name] = testlib.build(shdc, os.path.join(d, name + ".shd"), os.path.join(d, name), text=text)
         explain = subprocess.run([shdc, "explain", os.path.join(d, "big.shd")], capture_output=True, text=True).stdout
         peak = re.findall(r"peak live arrays per rank: (\d+) bytes", explain)
         env = dict(os.environ, SHD_QUIET="1")

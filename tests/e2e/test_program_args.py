@@ -8,7 +8,6 @@ for an i32, 1e99 for an f32, 1e999 for an f64) are each reported once, by
 rank 0, naming the flag, and the run exits with status 1 on every rank,
 without hanging. Good values run, and the last of a repeated flag wins.
 """
-import argparse
 import os
 import re
 import subprocess
@@ -16,6 +15,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import testlib  # noqa: E402
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2"]
 
 PROGRAM = """mesh {X: 2}
@@ -54,19 +55,11 @@ def run(cmd, **kw):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
-    shdc = ap.parse_args().shdc
+    shdc = testlib.shdc_option()
     failures = []
     env = dict(os.environ, SHD_QUIET="1")
     with tempfile.TemporaryDirectory() as d:
-        src, exe = os.path.join(d, "args.shd"), os.path.join(d, "args")
-        with open(src, "w") as f:
-            f.write(PROGRAM)
-        p = run([shdc, "build", src, "-o", exe])
-        if not p or p.returncode:
-            print("build failed:\n%s" % (p.stderr if p else "timeout"))
-            sys.exit(1)
+        exe = testlib.build(shdc, os.path.join(d, "args.shd"), os.path.join(d, "args"), text=PROGRAM)
         for launch in (MPIRUN + [exe], [exe]):   # the help answers at any rank count
             p = run(launch + ["--help"], cwd=d, env=env)
             want = [r"^usage: ", r"^  --steps=i32  \(default 10\)$", r"^  --lr=f32  \(default 0\.001\)$",

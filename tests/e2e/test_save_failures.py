@@ -19,7 +19,6 @@ and leave no temporary file behind:
 Loads: a FIFO is refused at once, and a header with a decoy key inside a
 string is read for its real shape (and so refused for the wrong one).
 """
-import argparse
 import array
 import os
 import re
@@ -30,6 +29,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import testlib  # noqa: E402
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2"]
 BIG = 1 << 24   # elements of the array saved while a rank is killed (64 MiB)
 
@@ -215,19 +216,11 @@ def loads(exe, d, env, failures):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
-    shdc = ap.parse_args().shdc
+    shdc = testlib.shdc_option()
     failures = []
     env = dict(os.environ, SHD_QUIET="1")
     with tempfile.TemporaryDirectory() as d:
-        src, exe = os.path.join(d, "save.shd"), os.path.join(d, "save")
-        with open(src, "w") as f:
-            f.write(PROGRAM)
-        p = subprocess.run([shdc, "build", src, "-o", exe], capture_output=True, text=True)
-        if p.returncode:
-            print("build failed:\n" + p.stderr)
-            sys.exit(1)
+        exe = testlib.build(shdc, os.path.join(d, "save.shd"), os.path.join(d, "save"), text=PROGRAM)
         full_disk(exe, d, env, failures)
         os.mkdir(os.path.join(d, "isdir.npy"))
         with open(os.path.join(d, "isdir.npy", "keep"), "w") as f:

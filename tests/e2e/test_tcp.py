@@ -10,7 +10,6 @@ the same parameters and losses, bit for bit (the collectives take the same
 steps whatever carries their bytes); they must also agree, to a tolerance,
 with the one-rank build of the same program.
 """
-import argparse
 import array
 import os
 import subprocess
@@ -18,6 +17,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import testlib  # noqa: E402
 SRC = os.path.join(ROOT, "tests", "autodiff", "train_2d.shd")
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 
@@ -41,18 +42,13 @@ def run(exe, ranks, d, extra):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
-    shdc = ap.parse_args().shdc
+    shdc = testlib.shdc_option()
     failures = []
     with tempfile.TemporaryDirectory() as d:
         exes = {}
         for mesh in ("data=2,tp=2", "data=1,tp=1"):
-            exes[mesh] = os.path.join(d, "train_" + mesh.replace(",", "_").replace("=", ""))
-            p = subprocess.run([shdc, "build", SRC, "--mesh", mesh, "-o", exes[mesh]], capture_output=True, text=True)
-            if p.returncode:
-                print("build --mesh %s failed:\n%s" % (mesh, p.stderr))
-                sys.exit(1)
+            exes[mesh] = testlib.build(shdc, SRC, os.path.join(d, "train_" + mesh.replace(",", "_").replace("=", "")),
+                                       "--mesh", mesh)
         shm, shm_files = run(exes["data=2,tp=2"], 4, os.path.join(d, "shm"), [])
         tcp, tcp_files = run(exes["data=2,tp=2"], 4, os.path.join(d, "tcp"),
                              ["--mca", "pml", "ob1", "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo",

@@ -13,7 +13,6 @@ largest L it is within 3%, and its growth between the two largest L within
 pushed value is both on its tape and still in use, or a peak outside the
 loop at small L.)
 """
-import argparse
 import os
 import re
 import subprocess
@@ -23,6 +22,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from run import mpirun_cmd, run, Failure  # noqa: E402
+import testlib  # noqa: E402
 
 MLP = r"""
 mesh {data: 2}
@@ -75,9 +75,7 @@ def measured_peak(shdc, src, mesh, ranks, defs, args, d):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
-    shdc = os.path.abspath(ap.parse_args().shdc)
+    shdc = testlib.shdc_option()
     failures = []
     with tempfile.TemporaryDirectory() as d:
         mlp = os.path.join(d, "mlp.shd")

@@ -6,8 +6,6 @@ problem matcher's pattern, applied to the plain diagnostics of every error
 test program, finds exactly the errors the JSON format reports (file, line,
 column, code, message); and the SARIF log's paths, resolved against its
 %SRCROOT%, are the checked files."""
-import argparse
-import glob
 import json
 import os
 import re
@@ -19,6 +17,8 @@ from urllib.parse import unquote, urlparse
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import testlib  # noqa: E402
 CI = os.path.join(ROOT, "tools", "ci")
 
 
@@ -26,19 +26,8 @@ def code_blocks(md, lang):
     return re.findall(r"^```%s\n(.*?)^```" % lang, md, re.S | re.M)
 
 
-def error_programs():
-    out = []
-    for p in sorted(glob.glob(os.path.join(ROOT, "tests", "**", "*.shd"), recursive=True)):
-        with open(p) as f:
-            if "// ERROR:" in f.read():
-                out.append(os.path.relpath(p, ROOT))
-    return out
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
-    shdc = os.path.abspath(ap.parse_args().shdc)
+    shdc = testlib.shdc_option()
     failures = []
     with open(os.path.join(ROOT, "docs", "ci.md")) as f:
         doc = f.read()
@@ -67,7 +56,7 @@ def main():
 
     pattern = json.loads(matcher_text)["problemMatcher"][0]["pattern"][0]
     rx = re.compile(pattern["regexp"])
-    progs = error_programs()
+    progs = testlib.error_programs()
     total = 0
     for prog in progs:
         plain = subprocess.run([shdc, "check", prog], capture_output=True, text=True, cwd=ROOT).stderr

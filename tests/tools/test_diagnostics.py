@@ -13,7 +13,6 @@
 - a failed write is exit status 2, never success; check -o FILE writes the
   document there.
 """
-import argparse
 import glob
 import json
 import os
@@ -23,16 +22,9 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import testlib  # noqa: E402
 PLAIN = re.compile(r"^(\S+?):(\d+):(\d+): error: (.*) \[(E_[A-Z]+)\]$", re.M)
-
-
-def programs():
-    out = []
-    for p in sorted(glob.glob(os.path.join(ROOT, "tests", "**", "*.shd"), recursive=True)):
-        with open(p) as f:
-            if "// ERROR:" in f.read():
-                out.append(os.path.relpath(p, ROOT))
-    return out
 
 
 def shdc(exe, args, **kw):
@@ -183,11 +175,9 @@ def check_io(exe, failures, tmp):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
-    exe = os.path.abspath(ap.parse_args().shdc)
+    exe = testlib.shdc_option()
     failures = []
-    progs = programs()
+    progs = testlib.error_programs()
     nfix = ndiag = 0
     with tempfile.TemporaryDirectory() as tmp:
         for prog in progs:
