@@ -1164,59 +1164,27 @@ static void collect_grads(Module *mod, IrBlock *b, Vec *out) {
   }
 }
 
-static bool holds_grad(const IrBlock *b, Vec *callees) {
+static bool holds_grad(const IrBlock *b) {
   bool found = false;
-  for (int i = 0; i < b->insts.len; i++) {
+  for (int i = 0; i < b->insts.len && !found; i++) {
     const Inst *in = b->insts.data[i];
-    found |= in->op == IR_GRAD;
-    if (in->op == IR_CALL)
-      vec_push(callees, in->callee);
-    for (int r = 0; r < in->nregions; r++)
-      found |= holds_grad(in->regions[r], callees);
+    found = in->op == IR_GRAD;
+    for (int r = 0; r < in->nregions && !found; r++)
+      found = holds_grad(in->regions[r]);
   }
   return found;
 }
 
-/* reach[f]: whether f's body, or a function it calls, still holds a grad.
- * One pass over the program, callees first, with an explicit stack (a
- * call chain may be as long as the program). */
-static void mark_reaching(const Module *mod, int nf, const PtrMap *index, char *reach) {
-  char *state = calloc((size_t)nf + 1, 1);
-  int *stack = malloc(sizeof(int) * (size_t)(nf + 1)), *next = calloc((size_t)nf + 1, sizeof(int));
-  Vec *calls = calloc((size_t)nf + 1, sizeof(Vec));
-  for (int root = 0; root < nf; root++) {
-    if (state[root])
-      continue;
-    int top = 0;
-    stack[top++] = root;
-    state[root] = 1;
-    reach[root] = holds_grad(((Func *)mod->funcs.data[root])->body, &calls[root]);
-    while (top) {
-      int f = stack[top - 1];
-      if (next[f] == calls[f].len) {
-        state[f] = 2;
-        top--;
-        continue;
-      }
-      int g = ptrmap_get(index, calls[f].data[next[f]++]);
-      if (g < 0 || g >= nf)
-        continue;
-      if (state[g] == 0) {
-        state[g] = 1;
-        reach[g] = holds_grad(((Func *)mod->funcs.data[g])->body, &calls[g]);
-        stack[top++] = g;
-        next[f]--;   /* look at g's answer when it is done */
-        continue;
-      }
-      reach[f] |= state[g] == 1 || reach[g];   /* on the stack: a call cycle, never ready */
-    }
+/* reach[f]: whether f's body, or a function it calls, still holds a grad;
+ * a call that closes a cycle counts as one (it is never ready). */
+static void mark_reaching(const Module *mod, const CallGraph *g, char *reach) {
+  for (int k = 0; k < g->nf; k++) {
+    int f = g->order[k];
+    bool r = holds_grad(((Func *)mod->funcs.data[f])->body);
+    for (int e = g->first[f]; e < g->first[f + 1] && !r; e++)
+      r = g->pos[g->to[e]] > k || reach[g->to[e]];
+    reach[f] = r;
   }
-  for (int i = 0; i < nf; i++)
-    free(calls[i].data);
-  free(calls);
-  free(next);
-  free(stack);
-  free(state);
 }
 
 static GradKey *grad_key(AD *a, Vec *keys, Inst *in) {
@@ -1255,16 +1223,15 @@ bool ad_module(Module *mod) {
   int nfuncs = mod->funcs.len;
   for (int i = 0; i < nfuncs; i++)
     collect_grads(mod, ((Func *)mod->funcs.data[i])->body, &grads);
-  PtrMap index = {0};
-  for (int i = 0; i < nfuncs; i++)
-    ptrmap_put(&index, mod->funcs.data[i], i);
+  CallGraph cg;   /* of the functions written; below, each grad only adds a call of a new function */
+  ir_call_graph(mod, nfuncs, &cg);
   char *reach = calloc((size_t)nfuncs + 1, 1);
   for (int done = 0, progress = 1; done < grads.len && progress;) {
     progress = 0;
-    mark_reaching(mod, nfuncs, &index, reach);
+    mark_reaching(mod, &cg, reach);
     for (int i = 0; i < grads.len; i++) {
       Inst *in = grads.data[i];
-      int f = ptrmap_get(&index, in->callee);
+      int f = ptrmap_get(&cg.index, in->callee);
       if (in->op != IR_GRAD || f < 0 || reach[f])
         continue;
       in->callee = grad_key(&a, &keys, in)->g;
@@ -1282,7 +1249,7 @@ bool ad_module(Module *mod) {
     }
   }
   free(reach);
-  ptrmap_free(&index);
+  ir_call_graph_free(&cg);
   free(grads.data);
   free(keys.data);
   free(a.ct);

@@ -463,56 +463,18 @@ static void summarise(Sim *s, const Func *f, Summary *sm) {
   free(param_of);
 }
 
-/* Callees before callers, without recursion (a call chain may be as long
- * as the program). */
-static void callees(const IrBlock *b, Vec *out) {
-  for (int i = 0; i < b->insts.len; i++) {
-    const Inst *in = b->insts.data[i];
-    if (in->op == IR_CALL)
-      vec_push(out, in->callee);
-    for (int r = 0; r < in->nregions; r++)
-      callees(in->regions[r], out);
-  }
-}
-
+/* Callees before callers (a call that closes a cycle sees the callee's
+ * summary still empty). */
 static void summarise_all(Sim *s) {
   int nf = s->mod->funcs.len;
-  for (int i = 0; i < nf; i++)
-    ptrmap_put(&s->func_index, s->mod->funcs.data[i], i);
+  CallGraph g;
+  ir_call_graph(s->mod, nf, &g);
+  s->func_index = g.index;
+  g.index = (PtrMap){0};
   s->sums = calloc((size_t)nf + 1, sizeof(Summary));
-  char *state = calloc((size_t)nf + 1, 1);   /* 0 new, 1 on the stack, 2 done */
-  int *stack = malloc(sizeof(int) * (size_t)(nf + 1));
-  Vec *calls = calloc((size_t)nf + 1, sizeof(Vec));
-  int *next = calloc((size_t)nf + 1, sizeof(int));
-  for (int root = 0; root < nf; root++) {
-    if (state[root])
-      continue;
-    int top = 0;
-    stack[top++] = root;
-    state[root] = 1;
-    callees(((Func *)s->mod->funcs.data[root])->body, &calls[root]);
-    while (top) {
-      int f = stack[top - 1];
-      if (next[f] < calls[f].len) {
-        int g = ptrmap_get(&s->func_index, calls[f].data[next[f]++]);
-        if (g >= 0 && !state[g]) {
-          state[g] = 1;
-          callees(((Func *)s->mod->funcs.data[g])->body, &calls[g]);
-          stack[top++] = g;
-        }
-        continue;
-      }
-      summarise(s, s->mod->funcs.data[f], &s->sums[f]);
-      state[f] = 2;
-      top--;
-    }
-  }
-  for (int i = 0; i < nf; i++)
-    free(calls[i].data);
-  free(calls);
-  free(next);
-  free(stack);
-  free(state);
+  for (int k = 0; k < nf; k++)
+    summarise(s, s->mod->funcs.data[g.order[k]], &s->sums[g.order[k]]);
+  ir_call_graph_free(&g);
 }
 
 static Sim *sim_module(const Module *mod) {

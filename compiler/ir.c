@@ -302,6 +302,77 @@ void ir_clear_ids(const IrBlock *b, void *by_id, size_t elem) {
   }
 }
 
+static void collect_calls(const IrBlock *b, const PtrMap *index, Vec *out) {
+  for (int i = 0; i < b->insts.len; i++) {
+    const Inst *in = b->insts.data[i];
+    int f = in->op == IR_CALL ? ptrmap_get(index, in->callee) : -1;
+    if (f >= 0)
+      vec_push(out, (void *)(intptr_t)f);
+    for (int r = 0; r < in->nregions; r++)
+      collect_calls(in->regions[r], index, out);
+  }
+}
+
+void ir_call_graph(const Module *mod, int nf, CallGraph *g) {
+  memset(g, 0, sizeof *g);
+  g->nf = nf;
+  for (int i = 0; i < nf; i++)
+    ptrmap_put(&g->index, mod->funcs.data[i], i);
+  Vec edges = {0};
+  g->first = calloc((size_t)nf + 1, sizeof(int));
+  for (int f = 0; f < nf; f++) {
+    g->first[f] = edges.len;
+    collect_calls(((Func *)mod->funcs.data[f])->body, &g->index, &edges);
+  }
+  g->first[nf] = edges.len;
+  g->to = malloc(sizeof(int) * ((size_t)edges.len + 1));
+  for (int e = 0; e < edges.len; e++)
+    g->to[e] = (int)(intptr_t)edges.data[e];
+  free(edges.data);
+  g->order = malloc(sizeof(int) * ((size_t)nf + 1));
+  g->pos = malloc(sizeof(int) * ((size_t)nf + 1));
+  int *stack = malloc(sizeof(int) * ((size_t)nf + 1)), *next = malloc(sizeof(int) * ((size_t)nf + 1));
+  char *seen = calloc((size_t)nf + 1, 1);
+  if (!g->first || !g->to || !g->order || !g->pos || !stack || !next || !seen)
+    diag_ice("out of memory");
+  int n = 0;
+  for (int root = 0; root < nf; root++) {
+    if (seen[root])
+      continue;
+    int top = 0;
+    stack[top++] = root;
+    seen[root] = 1;
+    next[root] = g->first[root];
+    while (top) {
+      int f = stack[top - 1];
+      if (next[f] < g->first[f + 1]) {
+        int c = g->to[next[f]++];
+        if (!seen[c]) {
+          seen[c] = 1;
+          next[c] = g->first[c];
+          stack[top++] = c;
+        }
+        continue;
+      }
+      g->pos[f] = n;
+      g->order[n++] = f;
+      top--;
+    }
+  }
+  free(seen);
+  free(next);
+  free(stack);
+}
+
+void ir_call_graph_free(CallGraph *g) {
+  free(g->first);
+  free(g->to);
+  free(g->order);
+  free(g->pos);
+  ptrmap_free(&g->index);
+  memset(g, 0, sizeof *g);
+}
+
 void ir_count_uses(const IrBlock *b, int *uses) {
   for (int i = 0; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];

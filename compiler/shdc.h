@@ -803,6 +803,21 @@ void ir_last_uses(const IrBlock *b, int *last_use);
 void ir_clear_ids(const IrBlock *b, void *by_id, size_t elem);
 /* Adds to uses[id] every use of each value in b, nested blocks included. */
 void ir_count_uses(const IrBlock *b, int *uses);
+/* The calls between the first nf functions of a module (calls of later
+ * functions are left out). to[first[f] .. first[f+1]) are the indices (into
+ * mod->funcs) of the functions f calls, one per call site; order lists the
+ * nf functions callees first (a depth-first post-order), and pos inverts
+ * it. On a call cycle, exactly the calls of a function that comes later in
+ * the order (pos[callee] > pos[caller]) close the cycle. Built without
+ * recursion: a call chain may be as long as the program. */
+typedef struct {
+  int nf;
+  int *first, *to;
+  int *order, *pos;
+  PtrMap index;                  /* Func * -> its index */
+} CallGraph;
+void ir_call_graph(const Module *mod, int nf, CallGraph *g);
+void ir_call_graph_free(CallGraph *g);
 /* Structural checks between passes: operands defined before use and in
  * scope, region arity, terminators. Aborts with an ICE on failure. */
 void ir_verify(const Module *mod);
