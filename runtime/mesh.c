@@ -255,6 +255,7 @@ void shd_finalize(void)
     free(g_mesh.groups);
     g_mesh.groups = NULL;
     g_mesh.ngroups = g_mesh.cap_groups = 0;
+    shd_npy_fini();
     shd_coll_fini();
     shd_alloc_fini();
     MPI_Finalize();

@@ -458,58 +458,87 @@ static FILE *open_npy(const char *what, const char *path, char *msg)
     return f;
 }
 
-/* Rank 0: opens, parses and validates; returns the data offset or -1.
- * With start (a window load), the file's shape goes to fshape and must
- * hold the window gshape at start; without, it must be gshape. */
-static long inspect(const char *path, shd_dtype dt, int rank,
-                    const int64_t *gshape, const int64_t *start, int64_t *fshape, char *msg)
-{
-    FILE *f = open_npy("load", path, msg);
-    if (!f)
-        return -1;
+/* What rank 0 read of a file: its header, where the data starts, and the
+ * identity of the file it read (to tell later whether PATH still names
+ * it: a save renames a new file over it, a writer changes its time). */
+typedef struct {
     shd_npy_header h;
-    long off = read_preamble(f, "load", path, &h, msg);
-    if (off >= 0 && start && h.rank == rank)
-        for (int d = 0; d < rank; d++) {
-            fshape[d] = h.shape[d];
-            if (off >= 0 && (start[d] < 0 || start[d] > h.shape[d] - gshape[d])) {
-                msgf(msg, "load(\"%s\"): the window of %lld from %lld along dim %d does not fit the file's %lld",
-                     path, (long long)gshape[d], (long long)start[d], d, (long long)h.shape[d]);
-                off = -1;
-            }
-        }
-    if (off >= 0 && !header_matches(path, &h, dt, rank, start ? h.shape : gshape, msg))
-        off = -1;
-    if (off >= 0) {
-        size_t need = (size_t)shd_shape_count(rank, start ? h.shape : gshape) * shd_dtype_size(dt);
-        fseek(f, 0, SEEK_END);
-        long size = ftell(f);
-        if (size < 0 || (size_t)size < (size_t)off + need) {
-            msgf(msg, "load(\"%s\"): file is truncated (%ld bytes, "
-                     "expected %zu)", path, size, (size_t)off + need);
-            off = -1;
-        }
+    long off;
+    struct stat st;
+} npy_file;
+
+/* Rank 0: opens PATH and reads its header; false with msg filled. */
+static bool read_npy(const char *what, const char *path, npy_file *nf, char *msg)
+{
+    FILE *f = open_npy(what, path, msg);
+    if (!f)
+        return false;
+    nf->off = read_preamble(f, what, path, &nf->h, msg);
+    bool ok = nf->off >= 0;
+    if (ok && fstat(fileno(f), &nf->st) != 0) {
+        msgf(msg, "%s(\"%s\"): cannot read its size: %s", what, path, strerror(errno));
+        ok = false;
     }
     fclose(f);
-    return off;
+    return ok;
+}
+
+/* Rank 0: whether PATH still names the file nf was read from. */
+static bool same_file(const char *path, const npy_file *nf)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && st.st_dev == nf->st.st_dev && st.st_ino == nf->st.st_ino &&
+           st.st_size == nf->st.st_size && st.st_mtim.tv_sec == nf->st.st_mtim.tv_sec &&
+           st.st_mtim.tv_nsec == nf->st.st_mtim.tv_nsec;
+}
+
+/* Rank 0: whether the load can read the file's array. With start (a window
+ * load), the file's array must hold the window gshape at start; without, it
+ * must be gshape. False with msg filled. */
+static bool fits(const char *path, const npy_file *nf, shd_dtype dt, int rank, const int64_t *gshape,
+                 const int64_t *start, char *msg)
+{
+    const shd_npy_header *h = &nf->h;
+    if (start && h->rank == rank)
+        for (int d = 0; d < rank; d++)
+            if (start[d] < 0 || start[d] > h->shape[d] - gshape[d]) {
+                msgf(msg, "load(\"%s\"): the window of %lld from %lld along dim %d does not fit the file's %lld",
+                     path, (long long)gshape[d], (long long)start[d], d, (long long)h->shape[d]);
+                return false;
+            }
+    if (!header_matches(path, h, dt, rank, start ? h->shape : gshape, msg))
+        return false;
+    size_t need = (size_t)shd_shape_count(rank, start ? h->shape : gshape) * shd_dtype_size(dt);
+    if ((size_t)nf->st.st_size < (size_t)nf->off + need) {
+        msgf(msg, "load(\"%s\"): file is truncated (%lld bytes, expected %zu)", path, (long long)nf->st.st_size,
+             (size_t)nf->off + need);
+        return false;
+    }
+    return true;
 }
 
 /* ---- load ---------------------------------------------------------------- */
 
-/* Every rank reads its block (shape at offset) of the file's array (fshape,
- * data from byte off) collectively; any rank's failure stops every rank. */
-static void read_block(const char *path, long off, void *local, shd_dtype dt, int rank,
-                       const int64_t *fshape, const int64_t *offset, const int64_t *shape)
+static MPI_File open_all(const char *path)
 {
     char msg[MSG_LEN], err[MPI_MAX_ERROR_STRING];
-    MPI_File fh;
+    MPI_File fh = MPI_FILE_NULL;
     int rc = MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY, MPI_INFO_NULL, &fh);
     msgf(msg, "load(\"%s\"): cannot open: %s", path, rc == MPI_SUCCESS ? "" : mpi_error(rc, err));
     shd_agree(rc == MPI_SUCCESS ? NULL : msg);
+    return fh;
+}
+
+/* Every rank reads its block (shape at offset) of the file's array (fshape,
+ * data from byte off) collectively; any rank's failure stops every rank. */
+static void read_block(MPI_File fh, const char *path, long off, void *local, shd_dtype dt, int rank,
+                       const int64_t *fshape, const int64_t *offset, const int64_t *shape)
+{
+    char msg[MSG_LEN], err[MPI_MAX_ERROR_STRING];
     size_t es = shd_dtype_size(dt);
     int64_t count = shd_shape_count(rank, shape);
     MPI_Datatype et = elem_type(dt), ft;
-    rc = set_view(fh, (MPI_Offset)off, et, rank, fshape, offset, shape, count > 0, &ft);
+    int rc = set_view(fh, (MPI_Offset)off, et, rank, fshape, offset, shape, count > 0, &ft);
     int rc2 = MPI_SUCCESS;
     int64_t got = transfer_all(fh, local, rc == MPI_SUCCESS ? count : 0, et, es, false, &rc2);
     rc = rc == MPI_SUCCESS ? rc2 : rc;
@@ -520,7 +549,6 @@ static void read_block(const char *path, long off, void *local, shd_dtype dt, in
     if (ft != MPI_DATATYPE_NULL)
         MPI_Type_free(&ft);
     MPI_Type_free(&et);
-    MPI_File_close(&fh);
     shd_agree(rc == MPI_SUCCESS ? NULL : msg);
 }
 
@@ -531,11 +559,37 @@ void shd_load_npy(const char *path, void *local, shd_dtype dt, int rank,
     check_block("load", path, rank, gshape, offset, shape);
     char msg[MSG_LEN];
     long off = 0;
-    if (shd_world_rank() == 0)
-        off = inspect(path, dt, rank, gshape, NULL, NULL, msg);
+    if (shd_world_rank() == 0) {
+        npy_file nf;
+        off = read_npy("load", path, &nf, msg) && fits(path, &nf, dt, rank, gshape, NULL, msg) ? nf.off : -1;
+    }
     shd_agree(off < 0 ? msg : NULL);
     MPI_Bcast(&off, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-    read_block(path, off, local, dt, rank, gshape, offset, shape);
+    MPI_File fh = open_all(path);
+    read_block(fh, path, off, local, dt, rank, gshape, offset, shape);
+    MPI_File_close(&fh);
+}
+
+/* The file of the last window load, kept open for the next: a training loop
+ * reads many windows of one token file, and opening it (collectively, with
+ * MPI-IO's own probes) costs more than reading a window. Before each window
+ * rank 0 checks that PATH still names the file it read (device, inode, size,
+ * modification time) and says whether the open one serves, so a file saved
+ * or replaced since is opened again, and every rank opens and closes
+ * together. Closed by a window of another file and by shd_npy_fini. */
+static struct {
+    char *path;          /* NULL: none open */
+    MPI_File fh;
+    npy_file nf;         /* rank 0 */
+} g_win;
+
+void shd_npy_fini(void)
+{
+    if (!g_win.path)
+        return;
+    MPI_File_close(&g_win.fh);
+    free(g_win.path);
+    g_win.path = NULL;
 }
 
 /* A window of the file's array: each rank reads its block of the window
@@ -546,21 +600,37 @@ void shd_load_npy_window(const char *path, void *local, shd_dtype dt, int rank, 
                          const int64_t *offset, const int64_t *shape, const int64_t *start, int line)
 {
     check_block("load", path, rank, gshape, offset, shape);
-    char msg[MSG_LEN];
-    long off = 0;
-    int64_t fshape[SHD_MAX_RANK] = {0}, foff[SHD_MAX_RANK];
+    char msg[MSG_LEN] = "";
+    /* the data offset, whether the open file serves, the file's shape */
+    int64_t got[2 + SHD_MAX_RANK] = {0}, foff[SHD_MAX_RANK];
+    npy_file fresh;
     if (shd_world_rank() == 0) {
         char inner[MSG_LEN];
-        off = inspect(path, dt, rank, gshape, start, fshape, inner);
-        if (off < 0)
+        bool reuse = g_win.path && strcmp(g_win.path, path) == 0 && same_file(path, &g_win.nf);
+        const npy_file *nf = reuse ? &g_win.nf : &fresh;
+        if ((reuse || read_npy("load", path, &fresh, inner)) && fits(path, nf, dt, rank, gshape, start, inner)) {
+            got[0] = nf->off;
+            got[1] = reuse;
+            for (int d = 0; d < rank; d++)
+                got[2 + d] = nf->h.shape[d];
+        } else
             msgf(msg, "line %d: %s", line, inner);
     }
-    shd_agree(off < 0 ? msg : NULL);
-    MPI_Bcast(&off, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-    MPI_Bcast(fshape, rank, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    shd_agree(msg[0] ? msg : NULL);
+    MPI_Bcast(got, 2 + rank, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    if (!got[1]) {
+        shd_npy_fini();
+        char *copy = strdup(path);
+        if (!copy)
+            shd_fatal("load(\"%s\"): out of memory", path);
+        g_win.fh = open_all(path);
+        g_win.path = copy;
+        if (shd_world_rank() == 0)
+            g_win.nf = fresh;
+    }
     for (int d = 0; d < rank; d++)
         foff[d] = start[d] + offset[d];
-    read_block(path, off, local, dt, rank, fshape, foff, shape);
+    read_block(g_win.fh, path, (long)got[0], local, dt, rank, got + 2, foff, shape);
 }
 
 /* ---- load_dim --------------------------------------------------------------- */
@@ -568,14 +638,10 @@ void shd_load_npy_window(const char *path, void *local, shd_dtype dt, int rank, 
 /* Rank 0: dim k of the file's array, or -1 with msg filled. */
 static int64_t header_dim(const char *path, int k, char *msg)
 {
-    FILE *f = open_npy("load_dim", path, msg);
-    if (!f)
+    npy_file nf;
+    if (!read_npy("load_dim", path, &nf, msg))
         return -1;
-    shd_npy_header h;
-    int64_t n = read_preamble(f, "load_dim", path, &h, msg) < 0 ? -1 : 0;
-    fclose(f);
-    if (n < 0)
-        return -1;
+    const shd_npy_header h = nf.h;
     if (k < 0 || k >= h.rank) {
         char ft[256], fe[64];
         descr_name(h.descr, fe, sizeof fe);

@@ -56,6 +56,9 @@ void shd_guard_cleanup(void);
  * returns. */
 void shd_agree(const char *msg);
 
+/* npy.c: closes the file a window load keeps open (collective; shd_finalize). */
+void shd_npy_fini(void);
+
 /* npy_header.c: a .npy header dict, parsed as a Python literal; false
  * with *why set when it is not one NumPy could have written. */
 typedef struct {
