@@ -130,18 +130,7 @@ const char *emit_gshape_lit(const Type *t) {
   return r;
 }
 
-const char *emit_axes_lit(const int *axes, int n) {
-  Str b = {0};
-  str_printf(&b, "(const int[]){");
-  for (int i = 0; i < n; i++)
-    str_printf(&b, "%s%d", i ? ", " : "", axes[i]);
-  if (!n)
-    str_printf(&b, "0");
-  str_printf(&b, "}, %d", n);
-  const char *r = arena_strdup(str_cstr(&b));
-  free(b.buf);
-  return r;
-}
+const char *emit_axes_lit(const int *axes, int n) { return arena_printf("%s, %d", emit_ints_lit(axes, n), n); }
 
 const char *emit_spec_axes_lit(DimSpec s) {
   int a[MAX_AXES];
