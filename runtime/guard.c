@@ -15,9 +15,8 @@
  * components keep TMP.data.RANK and TMP.metadata.RANK); a rank killed
  * there cannot remove its own, so removing the temporary removes every
  * file in its directory whose name begins with the temporary's name.
- * SIGXFSZ is ignored, so a
- * write past `ulimit -f` fails with EFBIG and is reported like a full disk
- * instead of killing the rank silently.
+ * SIGXFSZ is ignored, so a write past `ulimit -f` fails with EFBIG and is
+ * reported like a full disk instead of killing the rank silently.
  *
  * At start-up shd_check_memory compares the peak bytes `shdc explain`
  * predicts for one rank, times the ranks on this host, with the memory the
@@ -56,7 +55,7 @@ static bool begins_with_base(const char *name)
 static void remove_pending(void)
 {
     static char buf[8192] __attribute__((aligned(8)));
-    unlink(g_pending);
+    unlink(g_pending);   /* also when the directory cannot be listed */
     int fd = open(g_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return;
