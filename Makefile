@@ -121,18 +121,22 @@ $(B)/include/shdrt.h: runtime/shdrt.h
 
 # ---- install -------------------------------------------------------------
 # An installed shdc finds its runtime relative to itself (PREFIX/bin/shdc ->
-# PREFIX/include, PREFIX/lib), so the prefix can be moved as a whole.
+# PREFIX/include, PREFIX/lib), and its standard library (import "std/nn.shd")
+# in PREFIX/share/shdc/lib, so the prefix can be moved as a whole.
+STDLIB    := $(wildcard lib/std/*.shd)
 INSTALLED := $(BINDIR)/shdc $(LIBDIR)/libshdrt.a $(INCLUDEDIR)/shdrt.h $(MANDIR)/man1/shdc.1 \
              $(LIBDIR)/pkgconfig/shdrt.pc $(DATADIR)/vim/vimfiles/syntax/shd.vim \
              $(DATADIR)/vim/vimfiles/ftdetect/shd.vim $(DATADIR)/shdc/editors/vscode/package.json \
              $(DATADIR)/shdc/editors/vscode/language-configuration.json \
-             $(DATADIR)/shdc/editors/vscode/syntaxes/shd.tmLanguage.json
+             $(DATADIR)/shdc/editors/vscode/syntaxes/shd.tmLanguage.json \
+             $(STDLIB:lib/%=$(DATADIR)/shdc/lib/%)
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) \
 	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(DATADIR)/vim/vimfiles/syntax $(DESTDIR)$(DATADIR)/vim/vimfiles/ftdetect \
-	    $(DESTDIR)$(DATADIR)/shdc/editors/vscode/syntaxes
+	    $(DESTDIR)$(DATADIR)/shdc/editors/vscode/syntaxes $(DESTDIR)$(DATADIR)/shdc/lib/std
 	install -m 755 $(B)/shdc $(DESTDIR)$(BINDIR)/shdc
+	install -m 644 $(STDLIB) $(DESTDIR)$(DATADIR)/shdc/lib/std/
 	install -m 644 $(B)/libshdrt.a $(DESTDIR)$(LIBDIR)/libshdrt.a
 	install -m 644 runtime/shdrt.h $(DESTDIR)$(INCLUDEDIR)/shdrt.h
 	install -m 644 man/shdc.1 $(DESTDIR)$(MANDIR)/man1/shdc.1
@@ -147,7 +151,8 @@ install: all
 uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
 	-rmdir $(DESTDIR)$(DATADIR)/shdc/editors/vscode/syntaxes $(DESTDIR)$(DATADIR)/shdc/editors/vscode \
-	    $(DESTDIR)$(DATADIR)/shdc/editors $(DESTDIR)$(DATADIR)/shdc 2>/dev/null
+	    $(DESTDIR)$(DATADIR)/shdc/editors $(DESTDIR)$(DATADIR)/shdc/lib/std $(DESTDIR)$(DATADIR)/shdc/lib \
+	    $(DESTDIR)$(DATADIR)/shdc 2>/dev/null
 
 # ---- runtime unit tests (tests/runtime/test_*.c, run by tests/run.py) ------
 RT_TEST_SRC := $(wildcard tests/runtime/test_*.c)

@@ -68,6 +68,8 @@ struct AD {
   Vec nested_pushes;    /* NestedPush *: tape pushes copied from a generated gradient */
   long cloned;          /* instructions copied for all gradients so far */
   bool too_big;         /* ... more than MAX_CLONED: autodiff is abandoned */
+  PtrMap vjp_index;     /* Func * called by remat -> index in vjps */
+  Vec vjps;             /* Func *: each one's VJP function (build_vjp) */
 };
 
 /* A tape push of a gradient function that is itself being differentiated
@@ -204,6 +206,21 @@ Value *ad_to_type(AD *a, Value *v, const Type *t) {
     Type c = v->type;
     c.dtype = t->dtype;
     v = ad_emit1(a, IR_CAST, 1, &v, c);
+    if (ty_equal(&v->type, t))
+      return v;
+  }
+  if (same_shape && (t->V & ~v->type.V) && !(v->type.V & ~t->V)) {
+    /* An invariant value where a varying one is needed (the seed of a
+     * gradient taken in a manual body, §9.7): a pcast, no data movement. */
+    Type n = v->type;
+    AxisSet add = t->V & ~v->type.V;
+    n.V |= add;
+    Inst *in = ad_emit(a, IR_PCAST, 1, &v, n);
+    in->fn = PCAST_VARYING;
+    for (int ax = 0; ax < a->m->naxes; ax++)
+      if (add & (1u << ax))
+        in->axes[in->naxes++] = ax;
+    v = in->results[0];
     if (ty_equal(&v->type, t))
       return v;
   }
@@ -427,14 +444,14 @@ static void leave_frame(AD *a, CloneStack *st) {
 static void clone_one(AD *a, CloneStack *st, const Inst *in) {
   grow(a);
   a->pos = in->pos;
-  if (st->recompute && (in->op == IR_PRINT || in->op == IR_SAVE))
+  if (st->recompute && op_def(in->op) && (op_def(in->op)->flags & OPF_OUTPUT))
     return;
   if (st->recompute && in->op == IR_TAPE_PUSH && in->parent == st->own_loop_body)
     return;
-  if (in->op == IR_CALL) {
+  if (in->op == IR_CALL && in->fn != CALL_REMAT) {
     enter_call(a, st, in);
     return;
-  }
+  }   /* remat(f)(args) stays a call: f's inside values are not kept (vjp_remat) */
   if (in->op == IR_GRAD) {
     ad_fail(a, in->pos, "this grad is part of the function %s that is being differentiated, and its own gradient "
                      "could not be built first (a call cycle?) [not supported yet]", a->fname);
@@ -602,8 +619,10 @@ static bool is_residual(const Inst *in) {
     if (in->results[k]->type.kind != TY_ARRAY)
       return false;
   switch (in->op) {
+  case IR_CALL:   /* a remat call's results are kept: its inside is what is computed again */
+    return in->fn == CALL_REMAT;
   case IR_CONST: case IR_FILL: case IR_IOTA: case IR_RANDOM: case IR_BROADCAST: case IR_PCAST: case IR_RETYPE:
-  case IR_ARG: case IR_CLOCK: case IR_CALL: case IR_GRAD: case IR_TAPE_NEW: case IR_TAPE_GET: case IR_LOAD:
+  case IR_ARG: case IR_CLOCK: case IR_GRAD: case IR_TAPE_NEW: case IR_TAPE_GET: case IR_LOAD:
     return false;
   default: {
     const OpDef *d = op_def(in->op);
@@ -972,9 +991,15 @@ static void vjp_if(AD *a, Inst *in) {
   free(outer.data);
 }
 
+static void vjp_remat(AD *a, Inst *in);
+
 static void vjp(AD *a, Inst *in) {
   grow(a);
   a->pos = in->pos;
+  if (in->op == IR_CALL && in->fn == CALL_REMAT) {
+    vjp_remat(a, in);
+    return;
+  }
   if (in->op == IR_FOR) {
     if (loop_is_active(a, in))
       vjp_for(a, in);
@@ -1097,6 +1122,12 @@ static Func *build_grad(AD *a, GradKey *k) {
   free(name.buf);
   g->generated = true;
   g->pos = f->pos;
+  if (f->decl && f->decl->view_manual) {
+    /* grad inside a manual body (§9.7): the gradient is in the same
+     * per-device view, called from that body with its local values. */
+    g->manual = true;
+    g->manual_axes = f->manual_axes;
+  }
   g->sig_params = ptypes;
   g->sig_results = g->results;
   a->fname = f->name;
@@ -1152,6 +1183,124 @@ static Func *build_grad(AD *a, GradKey *k) {
   ir_emit(a->mod, g->body, IR_RETURN, f->pos, no, outs, 0, NULL);
   opt_prune_tapes(a->mod, g);
   return g;
+}
+
+/* ---- remat: VJP functions ------------------------------------------------------------------ */
+
+/* f's VJP function: f's parameters, then a cotangent for each float result;
+ * it computes f's forward again (f's body inlined, its loops taped as in
+ * any gradient) and returns the cotangents of f's float parameters, in
+ * order. Built once per f, when a gradient first meets remat(f). */
+static Func *build_vjp(AD *a, Func *f) {
+  int i = ptrmap_get(&a->vjp_index, f);
+  if (i >= 0)
+    return a->vjps.data[i];
+  /* The state of the gradient being built around this one. */
+  IrBlock *saved_b = a->b;
+  Pos saved_pos = a->pos, saved_grad_pos = a->grad_pos, saved_nested = a->nested;
+  const char *saved_fname = a->fname;
+  bool saved_in_nested = a->in_nested;
+  int np = f->body->nargs, nr = f->nresults;
+  const Type *ptypes = f->sig_params ? f->sig_params : NULL;
+  const Type *rtypes = f->sig_results ? f->sig_results : f->results;
+  Type *params = arena_alloc(sizeof(Type) * (size_t)(np + nr + 1));
+  Type *res = arena_alloc(sizeof(Type) * (size_t)(np + 1));
+  int nf = 0;
+  for (int k = 0; k < np; k++) {
+    params[k] = ptypes ? ptypes[k] : f->body->args[k]->type;
+    if (is_float_value(f->body->args[k]))
+      res[nf++] = ty_ct(&params[k]);
+  }
+  for (int k = 0; k < nr; k++)
+    params[np + k] = ty_ct(&rtypes[k]);
+  Func *g = ir_func(a->mod, unique_func_name(a->mod, arena_printf("%s_vjp", f->name)), np + nr, params, nf, res);
+  g->generated = true;
+  g->pos = f->pos;
+  g->sig_params = params;
+  g->sig_results = g->results;
+  ptrmap_put(&a->vjp_index, f, a->vjps.len);
+  vec_push(&a->vjps, g);
+  grow(a);
+  for (int k = 0; k < np; k++)
+    g->body->args[k]->name = f->body->args[k]->name;
+  a->fname = f->name;
+  a->b = g->body;
+  Inst fake = {0};
+  fake.op = IR_CALL;
+  fake.callee = f;
+  fake.nargs = np;
+  fake.args = g->body->args;
+  Value **slots = arena_alloc(sizeof(Value *) * (size_t)(nr + 1));
+  for (int k = 0; k < nr; k++)
+    slots[k] = ir_value(a->mod, rtypes[k]);
+  grow(a);
+  fake.nresults = nr;
+  fake.results = slots;
+  inline_call(a, &fake, false);
+  if (!a->too_big) {
+    for (int k = 0; k < np; k++)
+      a->active[g->body->args[k]->id] = is_float_value(g->body->args[k]);
+    for (int guard = 0; guard < 64 && propagate_block(a, g->body); guard++)
+      ;
+    if (check_nested_pushes(a)) {
+      instrument_block(a, g->body);
+      int nfwd = g->body->insts.len;
+      a->b = g->body;
+      a->pos = f->pos;
+      for (int k = 0; k < nr; k++) {
+        Value *r = ad_primal(a, slots[k]);
+        if (a->active[r->id] && is_float_value(r))
+          a->ct[r->id] = ad_to_type(a, g->body->args[np + k], &params[np + k]);
+      }
+      backprop(a, g->body, nfwd);
+      Value **outs = arena_alloc(sizeof(Value *) * (size_t)(nf + 1));
+      int no = 0;
+      for (int k = 0; k < np; k++) {
+        Value *p = g->body->args[k];
+        if (!is_float_value(p))
+          continue;
+        Type want = ty_ct(&p->type);
+        outs[no++] = a->ct[p->id] ? ad_to_type(a, a->ct[p->id], &want) : ad_zeros(a, &want);
+      }
+      ir_emit(a->mod, g->body, IR_RETURN, f->pos, no, outs, 0, NULL);
+      opt_prune_tapes(a->mod, g);
+    }
+  }
+  a->b = saved_b;
+  a->pos = saved_pos;
+  a->grad_pos = saved_grad_pos;
+  a->fname = saved_fname;
+  a->nested = saved_nested;
+  a->in_nested = saved_in_nested;
+  return g;
+}
+
+/* The transpose of remat(f)(args): f's VJP function, called with the
+ * arguments and the results' cotangents, computes f's inside again and
+ * gives the arguments' cotangents. */
+static void vjp_remat(AD *a, Inst *in) {
+  bool any = false;
+  for (int k = 0; k < in->nresults; k++)
+    any |= a->ct[in->results[k]->id] != NULL;
+  if (!any)
+    return;
+  Func *f = in->callee;
+  Func *g = build_vjp(a, f);
+  if (a->too_big || a->failed)
+    return;
+  int np = in->nargs, nr = in->nresults;
+  Value **args = arena_alloc(sizeof(Value *) * (size_t)(np + nr + 1));
+  for (int k = 0; k < np; k++)
+    args[k] = ad_primal(a, in->args[k]);
+  for (int k = 0; k < nr; k++)
+    args[np + k] = a->ct[in->results[k]->id] ? ad_to_type(a, a->ct[in->results[k]->id], &g->body->args[np + k]->type)
+                                            : ad_zeros(a, &g->body->args[np + k]->type);
+  Inst *call = ir_emit(a->mod, a->b, IR_CALL, in->pos, np + nr, args, g->nresults, g->results);
+  grow(a);
+  call->callee = g;
+  for (int k = 0, j = 0; k < np; k++)
+    if (is_float_value(f->body->args[k]))
+      ad_add_ct(a, in->args[k], call->results[j++]);
 }
 
 static void collect_grads(Module *mod, IrBlock *b, Vec *out) {
@@ -1262,5 +1411,7 @@ bool ad_module(Module *mod) {
   }
   free(a.tapes.data);
   free(a.nested_pushes.data);
+  ptrmap_free(&a.vjp_index);
+  free(a.vjps.data);
   return !a.failed;
 }

@@ -13,6 +13,9 @@
 #include "shdc.h"
 
 static int error_count;
+static const char *last_code;
+
+const char *diag_last_code(void) { return last_code; }
 static int max_shown = 100;   /* --max-errors; 0: no limit */
 
 int diag_error_count(void) { return error_count; }
@@ -83,21 +86,92 @@ static void print_where(Pos pos) {
     fprintf(stderr, "shdc: ");
 }
 
+/* The field of a struct operation being typed leaf by leaf ("h.w"): a
+ * message that does not name it yet gets "in field h.w: " after its first
+ * "OP: " (or in front). */
+static const char *context_field;
+
+const char *diag_set_field(const char *field) {
+  const char *old = context_field;
+  context_field = field;
+  return old;
+}
+
+/* Notes that every error carries while they are pushed: the instantiation
+ * of a generic function being checked, and where it was called. */
+typedef struct {
+  Pos pos;
+  const char *text;
+} ContextNote;
+static ContextNote *context_notes;
+static int ncontext, capcontext;
+
+void diag_push_note(Pos pos, const char *text) {
+  if (ncontext == capcontext) {
+    capcontext = capcontext ? 2 * capcontext : 8;
+    context_notes = realloc(context_notes, sizeof(ContextNote) * (size_t)capcontext);
+    if (!context_notes)
+      diag_ice("out of memory");
+  }
+  context_notes[ncontext++] = (ContextNote){pos, text};
+}
+
+void diag_pop_note(void) { ncontext--; }
+
+static struct {
+  bool on;
+  Pos at;
+  const char *callee;
+} redirect;
+
+bool diag_push_redirect(Pos at, const char *callee) {
+  if (redirect.on)
+    return false;
+  redirect.on = true;
+  redirect.at = at;
+  redirect.callee = callee;
+  return true;
+}
+
+void diag_pop_redirect(void) { redirect.on = false; }
+
+static const char *with_field(const char *msg) {
+  if (!context_field)
+    return msg;
+  const char *tag = arena_printf("in field %s: ", context_field);
+  if (strstr(msg, tag))
+    return msg;
+  const char *colon = strstr(msg, ": ");
+  bool op = colon && colon - msg < 40 && !memchr(msg, ' ', (size_t)(colon - msg));
+  if (!op)
+    return arena_printf("%s%s", tag, msg);
+  return arena_printf("%.*s: %s%s", (int)(colon - msg), msg, tag, colon + 2);
+}
+
 void diag_verror(Pos pos, const char *code, const char *fmt, va_list ap) {
   error_count++;
+  last_code = code;
   if (!shown())
     return;
-  if (diagout_recording()) {
-    diagout_add(pos, code, arena_vprintf(fmt, ap), false);
-    return;
+  const char *msg = with_field(arena_vprintf(fmt, ap));
+  if (redirect.on && pos.file) {
+    msg = arena_printf("%s, %s%sline %d: %s", redirect.callee, pos.file != redirect.at.file ? pos.file->name : "",
+                       pos.file != redirect.at.file ? " " : "", pos.line, msg);
+    pos = redirect.at;
   }
-  print_where(pos);
-  fputs("error: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  if (code)
-    fprintf(stderr, " [%s]", code);
-  fputc('\n', stderr);
-  print_source_line(pos);
+  if (diagout_recording()) {
+    diagout_add(pos, code, msg, false);
+  } else {
+    print_where(pos);
+    fputs("error: ", stderr);
+    fputs(msg, stderr);
+    if (code)
+      fprintf(stderr, " [%s]", code);
+    fputc('\n', stderr);
+    print_source_line(pos);
+  }
+  for (int i = ncontext - 1; i >= 0; i--)
+    diag_note(context_notes[i].pos, "%s", context_notes[i].text);
 }
 
 void diag_error(Pos pos, const char *code, const char *fmt, ...) {

@@ -109,6 +109,10 @@ static const DiagCode codes[] = {
     {"E_GRAD", "Gradient", "a program that grad cannot differentiate",
      "grad and value_and_grad differentiate scalar functions; a cast whose transpose all-reduces under a varying "
      "condition, or a second derivative through a loop, cannot be differentiated (docs/autodiff.md)."},
+    {"E_IMPORT", "Import", "an import of a file that cannot be found or read, or a cycle of imports",
+     "import \"FILE.shd\" looks relative to the importing file, then in each -I DIR, then in the installed "
+     "library (std/nn.shd, std/optim.shd); files may not import each other in a cycle: move what both need to a "
+     "third file."},
 };
 
 int diag_code_count(void) { return (int)(sizeof codes / sizeof *codes); }

@@ -50,7 +50,7 @@ void ParseErrorsReported(void *p) { ((yyParser *)p)->yyerrcnt = -1; }
        DTYPE IDENT FLOAT INT STRING ANNOT_U ANNOT_R ANNOT_V ARROW DOTDOT
        LE GE EQEQ NE LT GT ASSIGN LBRACE RBRACE LPAREN RPAREN LBRACKET
        RBRACKET COMMA COLON SEMI AT PLUS MINUS STAR SLASH NL
-       STARSTAR PERCENT AMP PIPE BANG.
+       STARSTAR PERCENT AMP PIPE BANG STRUCT DOT IMPORT.
 
 %left AS.
 %nonassoc LT LE GT GE EQEQ NE.
@@ -71,6 +71,8 @@ void ParseErrorsReported(void *p) { ((yyParser *)p)->yyerrcnt = -1; }
 %type arg_list {Vec}
 %type elems {Vec}
 %type type {TypeExpr *}
+%type atype {TypeExpr *}
+%type ntdims {TypeExpr *}
 %type tbase {TypeExpr *}
 %type tdims {TypeExpr *}
 %type dim {DimExpr}
@@ -98,6 +100,8 @@ item ::= MESH(K) LBRACE mesh_axes(A) opt_comma opt_nl RBRACE. { parse_mesh(pc, K
 item ::= CONST IDENT(N) ASSIGN expr(E).                    { parse_const(pc, N, E); }
 item ::= fn_decl(F).                                        { parse_func(pc, F); }
 item ::= MANUAL(M) LPAREN ident_list(L) RPAREN fn_decl(F). { parse_manual(pc, F, M, &L); }
+item ::= STRUCT(K) IDENT(N) LBRACE fields(F) RBRACE.        { parse_struct(pc, K, N, &F); }
+item ::= IMPORT(K) STRING(S).                               { parse_import(pc, K, S); }
 item ::= error.
 
 %type mesh_axes {MeshAxes}
@@ -108,9 +112,23 @@ opt_comma ::= COMMA.
 opt_nl ::= .
 opt_nl ::= NL.
 
+/* ---- structs: fields separated by commas or newlines ----------------------- */
+
+%type fields {Vec}
+%type field_list {Vec}
+fields(F) ::= .                               { F = (Vec){0}; }
+fields(F) ::= field_list(F).
+fields(F) ::= field_list(F) fsep.
+field_list(F) ::= IDENT(N) COLON type(T).     { F = (Vec){0}; vec_push(&F, parse_param(N, T)); }
+field_list(F) ::= field_list(F) fsep IDENT(N) COLON type(T). { vec_push(&F, parse_param(N, T)); }
+fsep ::= COMMA.
+fsep ::= NL.
+fsep ::= COMMA NL.
+
 /* ---- functions ----------------------------------------------------------- */
 
 fn_decl(F) ::= FN IDENT(N) LPAREN params(P) RPAREN ret(R) block(B). { F = parse_func_head(N, &P, &R.types, R.tuple); F->body = B; }
+fn_decl(F) ::= FN IDENT(N) LT ident_list(T) GT LPAREN params(P) RPAREN ret(R) block(B). { F = parse_func_head(N, &P, &R.types, R.tuple); F->body = B; parse_type_params(F, &T); }
 
 params(P) ::= .                               { P = (Vec){0}; }
 params(P) ::= param_list(P).
@@ -124,12 +142,20 @@ ret(R) ::= ARROW LPAREN type_list(L) RPAREN.  { R.types = L; R.tuple = true; }
 type_list(L) ::= type(T).                     { L = (Vec){0}; vec_push(&L, T); }
 type_list(L) ::= type_list(L) COMMA type(T).  { vec_push(&L, T); }
 
-/* ---- types: f32, f32[8@X, 4@(Y,Z)]<U:W> ---------------------------------- */
+/* ---- types: f32, f32[8@X, 4@(Y,Z)]<U:W>, a struct S or S[N@X] ------------ */
+/* A named type (a struct, a type parameter) is a type only where a type is
+ * expected; as an argument (zeros(GPT)) it is a name the checker resolves,
+ * so `expr ::= atype` leaves names to primary. */
 
-type(T) ::= tbase(T).
-type(T) ::= type(T) ANNOT_U(K) ident_list(L) GT. { parse_type_annot(pc, T, 'U', &L, tok_pos(K)); }
-type(T) ::= type(T) ANNOT_R(K) ident_list(L) GT. { parse_type_annot(pc, T, 'R', &L, tok_pos(K)); }
-type(T) ::= type(T) ANNOT_V(K) ident_list(L) GT. { parse_type_annot(pc, T, 'V', &L, tok_pos(K)); }
+type(T) ::= atype(T).
+type(T) ::= IDENT(N).                         { T = parse_named_type(pc, N); }
+type(T) ::= ntdims(T) RBRACKET.
+ntdims(T) ::= IDENT(N) LBRACKET dim(X).       { T = parse_named_type(pc, N); parse_type_dim(pc, T, X, X.size.pos); }
+ntdims(T) ::= ntdims(T) COMMA dim(X).         { parse_type_dim(pc, T, X, X.size.pos); }
+atype(T) ::= tbase(T).
+atype(T) ::= atype(T) ANNOT_U(K) ident_list(L) GT. { parse_type_annot(pc, T, 'U', &L, tok_pos(K)); }
+atype(T) ::= atype(T) ANNOT_R(K) ident_list(L) GT. { parse_type_annot(pc, T, 'R', &L, tok_pos(K)); }
+atype(T) ::= atype(T) ANNOT_V(K) ident_list(L) GT. { parse_type_annot(pc, T, 'V', &L, tok_pos(K)); }
 tbase(T) ::= DTYPE(D).                        { T = parse_type(pc, D); }
 tbase(T) ::= DTYPE(D) LBRACKET RBRACKET.      { T = parse_type(pc, D); }
 tbase(T) ::= tdims(T) RBRACKET.
@@ -164,7 +190,7 @@ stmt(S) ::= LET(K) IDENT(N) COLON type(T) ASSIGN expr(E).    { S = parse_stmt_le
 stmt(S) ::= LET(K) LPAREN ident_list(L) RPAREN ASSIGN expr(E). { S = parse_stmt_let_tuple(K, &L, E); }
 stmt(S) ::= VAR(K) IDENT(N) ASSIGN expr(E).                  { S = parse_stmt_let(K, N, NULL, E, ST_VAR); }
 stmt(S) ::= VAR(K) IDENT(N) COLON type(T) ASSIGN expr(E).    { S = parse_stmt_let(K, N, T, E, ST_VAR); }
-stmt(S) ::= IDENT(N) ASSIGN expr(E).                         { S = parse_stmt_assign(N, E); }
+stmt(S) ::= postfix(N) ASSIGN(K) expr(E).                    { S = parse_stmt_assign(pc, N, K, E); }
 stmt(S) ::= FOR(K) IDENT(V) IN expr(L) DOTDOT expr(H) block(B). { S = parse_stmt_for(K, V, L, H, B); }
 stmt(S) ::= if_stmt(S).
 stmt(S) ::= RETURN(K) expr(E).                               { S = parse_stmt_return(K, E); }
@@ -197,11 +223,12 @@ expr(E) ::= expr(L) PIPE(K) expr(R).          { E = parse_binary(BIN_OR, L, R, K
 expr(E) ::= MINUS(K) expr(X). [UMINUS]        { E = parse_unary(UN_NEG, X, K); }
 expr(E) ::= BANG(K) expr(X).                  { E = parse_unary(UN_NOT, X, K); }
 expr(E) ::= postfix(E).
-expr(E) ::= type(T).                          { E = parse_type_expr(T); }
+expr(E) ::= atype(T).                         { E = parse_type_expr(T); }
 
 postfix(E) ::= primary(E).
 postfix(E) ::= postfix(F) LPAREN args(A) RPAREN. { E = parse_call(F, &A); }
 postfix(E) ::= postfix(X) LBRACKET(K) index_list(L) RBRACKET. { E = parse_index(X, &L, K); }
+postfix(E) ::= postfix(X) DOT(K) IDENT(N).    { E = parse_field(X, N, K); }
 
 /* NumPy basic indexing: x[i, lo:hi, :], either bound of a slice optional. */
 index_list(L) ::= index(X).                   { L = (Vec){0}; vec_push(&L, X); }

@@ -15,6 +15,7 @@
  * directory (either layout) and wins.
  */
 #include <libgen.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "shdc.h"
@@ -48,6 +49,30 @@ const char *drv_doc_path(void) {
   for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
     char *p = realpath(arena_printf("%s/%s", dir, rel[i]), NULL);
     if (p && access(p, R_OK) == 0) {
+      const char *r = arena_strdup(p);
+      free(p);
+      return r;
+    }
+    free(p);
+  }
+  return NULL;
+}
+
+/* The standard library's directory (it holds std/): SHDC_HOME's, or the
+ * one beside this shdc: installed (PREFIX/bin/shdc: PREFIX/share/shdc/lib),
+ * the source tree (build/shdc, build/san/shdc: lib/). */
+const char *drv_library_dir(void) {
+  char dir[4096];
+  const char *home = getenv("SHDC_HOME");
+  if (home && *home)
+    snprintf(dir, sizeof dir, "%s", home);
+  else if (!exe_dir(dir, sizeof dir))
+    return NULL;
+  static const char *rel[] = {"../share/shdc/lib", "share/shdc/lib", "../lib", "../../lib"};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
+    char *p = realpath(arena_printf("%s/%s", dir, rel[i]), NULL);
+    struct stat st;
+    if (p && stat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
       const char *r = arena_strdup(p);
       free(p);
       return r;

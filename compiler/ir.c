@@ -158,7 +158,7 @@ static void print_attrs(FILE *out, const Module *mod, const Inst *in) {
       fprintf(out, " %lld", (long long)in->ival);
     break;
   case IR_CALL:
-    fprintf(out, " @%s", in->callee->name);
+    fprintf(out, " @%s%s", in->callee->name, in->fn == CALL_REMAT ? " remat" : "");
     break;
   case IR_GRAD:
     fprintf(out, " @%s wrt=[", in->callee->name);

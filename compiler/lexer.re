@@ -88,6 +88,8 @@ static Token scan(Lexer *lx) {
       "const"     { return make(lx, TK_CONST, start); }
       "fn"        { return make(lx, TK_FN, start); }
       "manual"    { return make(lx, TK_MANUAL, start); }
+      "struct"    { return make(lx, TK_STRUCT, start); }
+      "import"    { return make(lx, TK_IMPORT, start); }
       "let"       { return make(lx, TK_LET, start); }
       "var"       { return make(lx, TK_VAR, start); }
       "for"       { return make(lx, TK_FOR, start); }
@@ -122,6 +124,7 @@ static Token scan(Lexer *lx) {
 
       "->"  { return make(lx, TK_ARROW, start); }
       ".."  { return make(lx, TK_DOTDOT, start); }
+      "."   { return make(lx, TK_DOT, start); }
       "<="  { return make(lx, TK_LE, start); }
       ">="  { return make(lx, TK_GE, start); }
       "=="  { return make(lx, TK_EQEQ, start); }
@@ -195,7 +198,8 @@ Token lex_next(Lexer *lx) {
       *lx = save;
       bool starts = next.kind == TK_LET || next.kind == TK_VAR || next.kind == TK_FOR || next.kind == TK_IF ||
                     next.kind == TK_RETURN || next.kind == TK_FN || next.kind == TK_MESH ||
-                    next.kind == TK_CONST || next.kind == TK_MANUAL;
+                    next.kind == TK_CONST || next.kind == TK_MANUAL || next.kind == TK_STRUCT ||
+                    next.kind == TK_IMPORT;
       starts &= lx->last_kind != TK_LBRACE && lx->last_kind != TK_ELSE;
       if (lx->depth > 0 && starts)
         lx->depth = 0;

@@ -11,6 +11,13 @@
  * is lowered by its family (BuiltinDef.lower), the operators by the
  * elementwise and contraction families, through the builders below.
  *
+ * A struct value is its leaves (language.md §9): a struct symbol holds one
+ * value per leaf, a function taking a struct takes one IR parameter per
+ * leaf, a call returning one gives one result per leaf, and a struct
+ * operation lowers the array expression of each leaf (Expr.leaves), whose
+ * EX_LEAF operands are lowered once and shared. So the IR, and every stage
+ * after this one, sees arrays only.
+ *
  * Weak scalars (literals, constants and arithmetic on them) are folded here
  * and become constants of the dtype their use needs. The implicit casts of
  * the manual view (invariant->varying, reduced->varying; typing-rules 2.2,
@@ -29,14 +36,20 @@ struct Lower {
   Func *func;
   IrBlock *block;        /* where instructions go */
   Value **vals;          /* by Symbol.id: the current value */
+  Value ***svals;        /* by Symbol.id: the current leaves of a struct */
   int nvals, capvals;
+  PtrMap leaf_index;     /* Expr * whose leaves EX_LEAF nodes read -> index in leaf_cache */
+  Vec leaf_cache;        /* Value **: its leaves, lowered once */
   int next_sym;
   Func **funcs;          /* by index in prog->funcs */
   PtrMap func_index;     /* FuncDecl * -> that index */
 };
 
 const Mesh *lower_mesh(Lower *L) { return L->mesh; }
-AxisSet lower_manual(Lower *L) { return L->fdecl && L->fdecl->manual ? L->fdecl->manual_set : 0; }
+/* The manual axes of the code being lowered: a manual function's, or those
+ * of the manual body a function called from it is lowered in (§9.7). */
+static AxisSet manual_of(const FuncDecl *f) { return f && (f->manual || f->view_manual) ? f->manual_set : 0; }
+AxisSet lower_manual(Lower *L) { return manual_of(L->fdecl); }
 
 /* ---- symbols to values ------------------------------------------------------ */
 
@@ -48,9 +61,13 @@ static int sym_id(Lower *L, Symbol *s) {
     while (cap <= s->id)
       cap *= 2;
     Value **v = arena_alloc(sizeof(Value *) * (size_t)cap);
-    if (L->vals)
+    Value ***sv = arena_alloc(sizeof(Value **) * (size_t)cap);
+    if (L->vals) {
       memcpy(v, L->vals, sizeof(Value *) * (size_t)L->capvals);
+      memcpy(sv, L->svals, sizeof(Value **) * (size_t)L->capvals);
+    }
     L->vals = v;
+    L->svals = sv;
     L->capvals = cap;
   }
   return s->id;
@@ -69,6 +86,48 @@ static Value *get_sym(Lower *L, Symbol *s) {
   if (!v)
     diag_ice("symbol %s has no value", s->name);
   return v;
+}
+
+/* A leaf's name in the IR and the C: the symbol's, then its path. */
+static const char *leaf_name(const char *base, const char *path) {
+  char *n = arena_printf("%s_%s", base, path);
+  for (char *p = n; *p; p++)
+    if (*p == '.')
+      *p = '_';
+  return n;
+}
+
+/* The leaves of symbol s's value (one for an array or str). */
+static int get_leaves(Lower *L, Symbol *s, Value **out) {
+  if (s->type.kind != TY_STRUCT) {
+    out[0] = get_sym(L, s);
+    return 1;
+  }
+  int id = sym_id(L, s);
+  Value **v = L->svals[id];
+  if (!v)
+    diag_ice("struct %s has no value", s->name);
+  memcpy(out, v, sizeof(Value *) * (size_t)s->type.nelems);
+  return s->type.nelems;
+}
+
+static void set_leaves(Lower *L, Symbol *s, Value **in) {
+  if (s->type.kind != TY_STRUCT) {
+    set_sym(L, s, in[0]);
+    return;
+  }
+  int n = s->type.nelems;
+  Value **v = arena_alloc(sizeof(Value *) * (size_t)(n + 1));
+  memcpy(v, in, sizeof(Value *) * (size_t)n);
+  for (int k = 0; k < n; k++)
+    if (!v[k]->name)
+      v[k]->name = leaf_name(s->name, s->type.sdef->leaf_paths[k]);
+  int id = sym_id(L, s);   /* first: it may move svals */
+  L->svals[id] = v;
+}
+
+static Value **leaves_buf(const Type *t) {
+  return arena_alloc(sizeof(Value *) * (size_t)(ty_nleaves(t) + 1));
 }
 
 static Func *func_of(Lower *L, FuncDecl *f) {
@@ -130,7 +189,7 @@ Value *lower_pcast(Lower *L, Pos pos, Value *v, int kind, AxisSet axes, Type to)
  * with states: explicit R by reshard (free), manual R and V by pcast. */
 static Value *coerce_scalar(Lower *L, Pos pos, Value *v, const Type *want) {
   Type t = v->type;
-  AxisSet man = L->fdecl && L->fdecl->manual ? L->fdecl->manual_set : 0;
+  AxisSet man = manual_of(L->fdecl);
   if (want->R & ~man & ~t.R) {
     Type n = t;
     n.R |= want->R & ~man;
@@ -218,6 +277,7 @@ double lower_fold(Lower *L, Expr *e) {
     return integer ? fold_integer(e, a, b) : op_fold_binary(e->op, a, b, false);
   }
   case EX_AS: return lower_fold(L, e->lhs);
+  case EX_LEAF: return lower_fold(L, e->lhs);
   case EX_CALL:
     if (e->bi && e->bi->fold)
       return e->bi->fold(L, e);
@@ -259,30 +319,202 @@ Value *lower_vma(Lower *L, Pos pos, Value *v, AxisSet target) {
 
 /* ---- calls ------------------------------------------------------------------------------- */
 
+static int lower_leaves(Lower *L, Expr *e, Value **out);
+static int lower_multi(Lower *L, Expr *e, Value **out);
+static void lower_stmt(Lower *L, Stmt *s);
+static int lower_call_values(Lower *L, Expr *e, Value **out);
+
+/* x where a value of type want is needed, as its leaves. */
+static int lower_value_to(Lower *L, Expr *x, const Type *want, Value **out) {
+  if (want->kind == TY_STRUCT)
+    return lower_leaves(L, x, out);
+  out[0] = lower_to(L, x, want);
+  return 1;
+}
+
 static int lower_call_args(Lower *L, Expr *e, FuncDecl *f, Value **args) {
-  int n = e->args.len;
-  for (int i = 0; i < n; i++)
-    args[i] = lower_to(L, e->args.data[i], &f->param_types[i]);
+  int n = 0;
+  for (int i = 0; i < e->args.len; i++)
+    n += lower_value_to(L, e->args.data[i], &f->param_types[i], args + n);
   return n;
+}
+
+/* grad's wrt positions, in the IR: a struct parameter is its leaves. */
+static void grad_wrt_leaves(FuncDecl *f, const TcInfo *info, Inst *in) {
+  int np = f->params.len;
+  int *first = arena_alloc(sizeof(int) * (size_t)(np + 1));
+  for (int i = 0, at = 0; i < np; i++) {
+    first[i] = at;
+    at += ty_nleaves(&f->param_types[i]);
+  }
+  int n = 0;
+  for (int i = 0; i < info->nwrt; i++)
+    n += ty_nleaves(&f->param_types[info->wrt[i]]);
+  in->iv = arena_alloc(sizeof(int64_t) * (size_t)(n + 1));
+  in->niv = 0;
+  for (int i = 0; i < info->nwrt; i++) {
+    int p = (int)info->wrt[i];
+    for (int k = 0; k < ty_nleaves(&f->param_types[p]); k++)
+      in->iv[in->niv++] = first[p] + k;
+  }
 }
 
 static Inst *lower_call(Lower *L, Expr *e) {
   FuncDecl *f = e->fn;
-  Value **args = arena_alloc(sizeof(Value *) * (size_t)(e->args.len + 1));
+  int nargs = 0;
+  for (int i = 0; i < f->params.len; i++)
+    nargs += ty_nleaves(&f->param_types[i]);
+  Value **args = arena_alloc(sizeof(Value *) * (size_t)(nargs + 1));
   int n = lower_call_args(L, e, f, args);
   bool grad = e->grad != 0;
-  const Type *rt = e->ty->kind == TY_TUPLE ? e->ty->elems : e->ty;
-  int nr = e->ty->kind == TY_TUPLE ? e->ty->nelems : e->ty->kind == TY_VOID ? 0 : 1;
+  int nr = ty_nleaves(e->ty);
+  Type *rt = arena_alloc(sizeof(Type) * (size_t)(nr + 1));
+  ty_flatten(e->ty, rt);
   Inst *in = ir_emit(L->mod, L->block, grad ? IR_GRAD : IR_CALL, e->pos, n, args, nr, rt);
   in->callee = func_of(L, f);
+  if (e->remat)
+    in->fn = CALL_REMAT;
   if (grad) {
     TcInfo *info = e->tc;
     in->ival = info->with_value;
     in->dim2 = info->has_perm;
-    in->iv = info->wrt;
-    in->niv = info->nwrt;
+    grad_wrt_leaves(f, info, in);
   }
   return in;
+}
+
+static void lower_block(Lower *L, Block *b);
+
+/* A call of a generic function's instance (a library function: an
+ * optimizer, a layer) is lowered in place, its body's statements into the
+ * caller's block: the caller then owns every value, and an argument that
+ * dies in the call is freed as the callee's code consumes it (an AdamW
+ * step over a struct holds one leaf's temporaries at a time, not the whole
+ * struct's), and the callee's elementwise code fuses with the caller's. A
+ * grad of an instance still calls its (generated) gradient function. */
+static int lower_inline(Lower *L, Expr *e, Value **out) {
+  FuncDecl *f = e->fn;
+  int nargs = 0;
+  for (int i = 0; i < f->params.len; i++)
+    nargs += ty_nleaves(&f->param_types[i]);
+  Value **args = arena_alloc(sizeof(Value *) * (size_t)(nargs + 1));
+  lower_call_args(L, e, f, args);
+  /* The callee's EX_LEAF operands are its own: a fresh cache (the same
+   * body is lowered again at each call). */
+  PtrMap saved_index = L->leaf_index;
+  Vec saved_cache = L->leaf_cache;
+  FuncDecl *saved_fdecl = L->fdecl;
+  L->leaf_index = (PtrMap){0};
+  L->leaf_cache = (Vec){0};
+  L->fdecl = f;
+  for (int k = 0, at = 0; k < f->params.len; k++) {
+    Symbol *ps = ((Param *)f->params.data[k])->sym;
+    set_leaves(L, ps, args + at);
+    at += ty_nleaves(&ps->type);
+  }
+  Block *b = f->body;
+  Stmt *ret = b->stmts.len ? b->stmts.data[b->stmts.len - 1] : NULL;
+  if (ret && ret->kind != ST_RETURN)
+    ret = NULL;
+  for (int i = 0; i < b->stmts.len - (ret ? 1 : 0); i++)
+    lower_stmt(L, b->stmts.data[i]);
+  int n = 0;
+  if (ret && ret->expr && f->nresults > 1)
+    n = lower_multi(L, ret->expr, out);
+  else if (ret && ret->expr)
+    n = lower_value_to(L, ret->expr, &f->result_types[0], out);
+  ptrmap_free(&L->leaf_index);
+  free(L->leaf_cache.data);
+  L->leaf_index = saved_index;
+  L->leaf_cache = saved_cache;
+  L->fdecl = saved_fdecl;
+  return n;
+}
+
+/* The results of a call of a user function (or of grad), as leaves. */
+static int lower_call_values(Lower *L, Expr *e, Value **out) {
+  if (!e->grad && !e->remat && e->fn->generic && !e->fn->manual)   /* generic or called from a manual body */
+    return lower_inline(L, e, out);
+  Inst *in = lower_call(L, e);
+  memcpy(out, in->results, sizeof(Value *) * (size_t)in->nresults);
+  return in->nresults;
+}
+
+/* Whether x is an operation on structs given leaf by leaf (arithmetic,
+ * creation, indexing, load): its leaves can be lowered one at a time. */
+static bool leafwise(const Expr *x) {
+  return x->ty->kind == TY_STRUCT && x->leaves.len == x->ty->nelems && x->kind != EX_NAME && x->kind != EX_FIELD;
+}
+
+/* Leaf k (k < 0: the whole value) of an operand that EX_LEAF nodes read.
+ * Each is lowered once, when first needed; an operand given leaf by leaf
+ * lowers only that leaf, so a struct expression such as
+ * normal(S, seed=1) * 0.02 or 0.9 * m + 0.1 * g runs leaf after leaf, each
+ * leaf's chain fused as the same code written with separate arrays, and
+ * never holds a whole struct of temporaries. */
+static Value *leaf_value(Lower *L, Expr *x, int k) {
+  int i = ptrmap_get(&L->leaf_index, x);
+  Value **v;
+  if (i >= 0) {
+    v = L->leaf_cache.data[i];
+  } else {
+    v = leaves_buf(x->ty);
+    ptrmap_put(&L->leaf_index, x, L->leaf_cache.len);
+    vec_push(&L->leaf_cache, v);
+    if (!leafwise(x))
+      lower_leaves(L, x, v);
+  }
+  int at = k < 0 ? 0 : k;
+  if (!v[at])
+    v[at] = lower_to(L, x->leaves.data[at], &x->ty->elems[at]);
+  return v[at];
+}
+
+/* The leaves of a struct-valued (or array-valued) expression. */
+static int lower_leaves(Lower *L, Expr *e, Value **out) {
+  const Type *t = e->ty;
+  if (t->kind != TY_STRUCT) {
+    out[0] = lower_expr(L, e);
+    return 1;
+  }
+  int n = t->nelems;
+  switch (e->kind) {
+  case EX_NAME:
+    return get_leaves(L, e->sym, out);
+  case EX_AS:
+    return lower_leaves(L, e->lhs, out);
+  case EX_LEAF:
+    for (int k = 0; k < n; k++)
+      out[k] = leaf_value(L, e->lhs, k);
+    return n;
+  case EX_FIELD: {
+    Value **all = leaves_buf(e->lhs->ty);
+    lower_leaves(L, e->lhs, all);
+    int f = ty_find_field(e->lhs->ty->sdef, e->str);
+    memcpy(out, all + e->lhs->ty->sdef->field_leaf[f], sizeof(Value *) * (size_t)n);
+    return n;
+  }
+  case EX_CALL:
+    if (e->sym && e->sym->kind == SYM_STRUCT) {   /* a construction */
+      Expr **vals = e->tc;
+      const StructDef *d = t->sdef;
+      for (int f = 0; f < d->nfields; f++) {
+        Type ft = ty_field(t, f);
+        lower_value_to(L, vals[f], &ft, out + d->field_leaf[f]);
+      }
+      return n;
+    }
+    if (!e->bi && !e->leaves.len)
+      return lower_call_values(L, e, out);
+    break;
+  default:
+    break;
+  }
+  if (e->leaves.len != n)
+    diag_ice("a struct expression (kind %d) without its leaves", e->kind);
+  for (int k = 0; k < n; k++)
+    out[k] = lower_to(L, e->leaves.data[k], &t->elems[k]);
+  return n;
 }
 
 /* ---- expressions ------------------------------------------------------------------------ */
@@ -310,25 +542,36 @@ Value *lower_expr(Lower *L, Expr *e) {
     return lower_to(L, e->lhs, e->ty);
   case EX_INDEX:
     return op_lower_index(L, e);
+  case EX_LEAF:
+    return leaf_value(L, e->lhs, e->ival);
+  case EX_FIELD: {
+    Value **all = leaves_buf(e->lhs->ty);
+    lower_leaves(L, e->lhs, all);
+    return all[e->lhs->ty->sdef->field_leaf[ty_find_field(e->lhs->ty->sdef, e->str)]];
+  }
   case EX_CALL: {
+    if (e->leaves.len == 1 && e->ty->kind == TY_ARRAY)   /* sum of a struct (tc_struct.c) */
+      return lower_expr(L, e->leaves.data[0]);
+    if (e->leaves.len && e->ty->kind == TY_VOID) {   /* save of a struct: its leaves, then the swap */
+      for (int k = 0; k < e->leaves.len; k++)
+        lower_expr(L, e->leaves.data[k]);
+      return NULL;
+    }
     if (e->bi)
       return e->bi->lower ? e->bi->lower(L, e) : NULL;
-    Inst *in = lower_call(L, e);
-    return in->nresults == 1 ? in->results[0] : NULL;
+    Value **r = leaves_buf(e->ty);
+    return lower_call_values(L, e, r) == 1 ? r[0] : NULL;
   }
   default:
     diag_ice("cannot lower expression kind %d", e->kind);
   }
 }
 
-/* A tuple-valued expression (a call) as its list of values. */
+/* A tuple-valued expression (a call) as its list of values, a struct
+ * among them as its leaves. */
 static int lower_multi(Lower *L, Expr *e, Value **out) {
-  if (e->kind == EX_CALL && !e->bi) {
-    Inst *in = lower_call(L, e);
-    for (int i = 0; i < in->nresults; i++)
-      out[i] = in->results[i];
-    return in->nresults;
-  }
+  if (e->kind == EX_CALL && !e->bi && !(e->sym && e->sym->kind == SYM_STRUCT))
+    return lower_call_values(L, e, out);
   if (e->kind == EX_CALL && e->bi && e->ty->kind == TY_TUPLE) {
     /* A builtin with a tuple of results (split) lowers to one instruction
      * with a result per element and returns the first. */
@@ -338,12 +581,12 @@ static int lower_multi(Lower *L, Expr *e, Value **out) {
     return in->nresults;
   }
   if (e->kind == EX_TUPLE) {
+    int n = 0;
     for (int i = 0; i < e->args.len; i++)
-      out[i] = lower_expr(L, e->args.data[i]);
-    return e->args.len;
+      n += lower_leaves(L, e->args.data[i], out + n);
+    return n;
   }
-  out[0] = lower_expr(L, e);
-  return 1;
+  return lower_leaves(L, e, out);
 }
 
 /* ---- statements ----------------------------------------------------------------------------- */
@@ -415,53 +658,69 @@ static void carried_of(Block *a, Block *b, Vec *out) {
   free(declared.data);
 }
 
+/* The current values of the carried vars, a struct var as its leaves. */
+static int carried_count(Vec *carried) {
+  int n = 0;
+  for (int i = 0; i < carried->len; i++)
+    n += ty_nleaves(&((Symbol *)carried->data[i])->type);
+  return n;
+}
+
+static void get_carried(Lower *L, Vec *carried, Value **vals, Type *types) {
+  int n = 0;
+  for (int i = 0; i < carried->len; i++) {
+    Symbol *sym = carried->data[i];
+    if (types)
+      ty_flatten(&sym->type, types + n);
+    n += get_leaves(L, sym, vals + n);
+  }
+}
+
+static void set_carried(Lower *L, Vec *carried, Value **vals) {
+  for (int i = 0, n = 0; i < carried->len; i++) {
+    Symbol *sym = carried->data[i];
+    set_leaves(L, sym, vals + n);
+    n += ty_nleaves(&sym->type);
+  }
+}
+
 static void lower_for(Lower *L, Stmt *s) {
   Vec carried = {0};
   carried_of(s->body, NULL, &carried);
-  int nc = carried.len;
+  int nc = carried_count(&carried);
   Value **args = arena_alloc(sizeof(Value *) * (size_t)(nc + 2));
   args[0] = lower_as(L, s->expr, DT_I32);
   args[1] = lower_as(L, s->hi, DT_I32);
-  Type *rtypes = arena_alloc(sizeof(Type) * (size_t)(nc + 1));
   Type *btypes = arena_alloc(sizeof(Type) * (size_t)(nc + 1));
   btypes[0] = s->sym->type;
-  for (int i = 0; i < nc; i++) {
-    Symbol *sym = carried.data[i];
-    args[i + 2] = get_sym(L, sym);
-    rtypes[i] = btypes[i + 1] = sym->type;
-  }
-  Inst *in = ir_emit(L->mod, L->block, IR_FOR, s->pos, nc + 2, args, nc, rtypes);
+  get_carried(L, &carried, args + 2, btypes + 1);
+  Inst *in = ir_emit(L->mod, L->block, IR_FOR, s->pos, nc + 2, args, nc, btypes + 1);
   IrBlock *body = ir_block(nc + 1, btypes, L->mod);
   ir_add_region(in, body);
   IrBlock *saved = L->block;
   L->block = body;
   set_sym(L, s->sym, body->args[0]);
-  for (int i = 0; i < nc; i++)
-    set_sym(L, carried.data[i], body->args[i + 1]);
+  set_carried(L, &carried, body->args + 1);
   lower_block(L, s->body);
   Value **ys = arena_alloc(sizeof(Value *) * (size_t)(nc + 1));
-  for (int i = 0; i < nc; i++)
-    ys[i] = get_sym(L, carried.data[i]);
+  get_carried(L, &carried, ys, NULL);
   ir_emit(L->mod, body, IR_YIELD, s->pos, nc, ys, 0, NULL);
   L->block = saved;
-  for (int i = 0; i < nc; i++)
-    set_sym(L, carried.data[i], in->results[i]);
+  set_carried(L, &carried, in->results);
   free(carried.data);
 }
 
 static void lower_branch(Lower *L, Inst *in, Block *b, Vec *carried, Value **before, Pos pos) {
-  int nc = carried->len;
+  int nc = carried_count(carried);
   IrBlock *blk = ir_block(0, NULL, L->mod);
   ir_add_region(in, blk);
   IrBlock *saved = L->block;
   L->block = blk;
-  for (int i = 0; i < nc; i++)
-    set_sym(L, carried->data[i], before[i]);
+  set_carried(L, carried, before);
   if (b)
     lower_block(L, b);
   Value **ys = arena_alloc(sizeof(Value *) * (size_t)(nc + 1));
-  for (int i = 0; i < nc; i++)
-    ys[i] = get_sym(L, carried->data[i]);
+  get_carried(L, carried, ys, NULL);
   ir_emit(L->mod, blk, IR_YIELD, pos, nc, ys, 0, NULL);
   L->block = saved;
 }
@@ -469,31 +728,30 @@ static void lower_branch(Lower *L, Inst *in, Block *b, Vec *carried, Value **bef
 static void lower_if(Lower *L, Stmt *s) {
   Vec carried = {0};
   carried_of(s->body, s->els, &carried);
-  int nc = carried.len;
+  int nc = carried_count(&carried);
   Value *cond = lower_as(L, s->expr, DT_BOOL);
   Type *rtypes = arena_alloc(sizeof(Type) * (size_t)(nc + 1));
   Value **before = arena_alloc(sizeof(Value *) * (size_t)(nc + 1));
-  for (int i = 0; i < nc; i++) {
-    Symbol *sym = carried.data[i];
-    rtypes[i] = sym->type;
-    before[i] = get_sym(L, sym);
-  }
+  get_carried(L, &carried, before, rtypes);
   Inst *in = ir_emit(L->mod, L->block, IR_IF, s->pos, 1, &cond, nc, rtypes);
   lower_branch(L, in, s->body, &carried, before, s->pos);
   lower_branch(L, in, s->els, &carried, before, s->pos);
-  for (int i = 0; i < nc; i++)
-    set_sym(L, carried.data[i], in->results[i]);
+  set_carried(L, &carried, in->results);
   free(carried.data);
 }
 
 static void lower_return(Lower *L, Stmt *s) {
   FuncDecl *f = L->fdecl;
-  Value **vals = arena_alloc(sizeof(Value *) * (size_t)(f->nresults + 1));
+  Value **vals = arena_alloc(sizeof(Value *) * (size_t)(L->func->nresults + 1));
   int n = 0;
-  if (s->expr)
-    n = f->nresults > 1 ? lower_multi(L, s->expr, vals) : 1;
-  if (s->expr && f->nresults == 1)
+  if (s->expr && f->nresults > 1)
+    n = lower_multi(L, s->expr, vals);
+  else if (s->expr && f->result_types[0].kind == TY_STRUCT)
+    n = lower_leaves(L, s->expr, vals);
+  else if (s->expr) {
     vals[0] = lower_to(L, s->expr, &L->func->results[0]);
+    n = 1;
+  }
   for (int i = 0; i < n; i++) {
     const Type *want = &L->func->results[i];
     if (vals[i]->type.V != want->V && f->manual) {
@@ -508,25 +766,47 @@ static void lower_return(Lower *L, Stmt *s) {
   ir_emit(L->mod, L->block, IR_RETURN, s->pos, n, vals, 0, NULL);
 }
 
+/* x = e, or p.h.w = e: the field's leaves of the var are replaced. */
+static void lower_assign(Lower *L, Stmt *s) {
+  Symbol *sym = s->sym;
+  Value **v = leaves_buf(&sym->type);
+  get_leaves(L, sym, v);
+  Type t = sym->type;
+  int at = 0;
+  for (int i = 0; i < s->path.len; i++) {
+    int f = ty_find_field(t.sdef, tok_str(*(Token *)s->path.data[i]));
+    at += t.sdef->field_leaf[f];
+    t = ty_field(&t, f);
+  }
+  lower_value_to(L, s->expr, &t, v + at);
+  set_leaves(L, sym, v);
+}
+
 static void lower_stmt(Lower *L, Stmt *s) {
   switch (s->kind) {
   case ST_LET:
-  case ST_VAR:
+  case ST_VAR: {
     if (s->sym->type.weak) {
       s->sym->fval = lower_fold(L, s->expr);
       return;
     }
-    set_sym(L, s->sym, lower_to(L, s->expr, &s->sym->type));
+    Value **v = leaves_buf(&s->sym->type);
+    lower_value_to(L, s->expr, &s->sym->type, v);
+    set_leaves(L, s->sym, v);
     return;
+  }
   case ST_LET_TUPLE: {
-    Value **vals = arena_alloc(sizeof(Value *) * (size_t)(s->syms.len + 1));
+    Value **vals = leaves_buf(s->expr->ty);
     int n = lower_multi(L, s->expr, vals);
-    for (int i = 0; i < n && i < s->syms.len; i++)
-      set_sym(L, s->syms.data[i], vals[i]);
+    for (int i = 0, at = 0; i < s->syms.len && at < n; i++) {
+      Symbol *sym = s->syms.data[i];
+      set_leaves(L, sym, vals + at);
+      at += ty_nleaves(&sym->type);
+    }
     return;
   }
   case ST_ASSIGN:
-    set_sym(L, s->sym, lower_to(L, s->expr, &s->sym->type));
+    lower_assign(L, s);
     return;
   case ST_FOR:
     lower_for(L, s);
@@ -538,8 +818,10 @@ static void lower_stmt(Lower *L, Stmt *s) {
     lower_return(L, s);
     return;
   case ST_EXPR:
-    if (s->expr->kind == EX_CALL && !s->expr->bi)
-      lower_call(L, s->expr);
+    if (s->expr->kind == EX_CALL && !s->expr->bi && !(s->expr->sym && s->expr->sym->kind == SYM_STRUCT))
+      lower_call_values(L, s->expr, leaves_buf(s->expr->ty));
+    else if (s->expr->ty->kind == TY_STRUCT)
+      lower_leaves(L, s->expr, leaves_buf(s->expr->ty));
     else
       lower_expr(L, s->expr);
     return;
@@ -549,6 +831,19 @@ static void lower_stmt(Lower *L, Stmt *s) {
 static void lower_block(Lower *L, Block *b) {
   for (int i = 0; i < b->stmts.len; i++)
     lower_stmt(L, b->stmts.data[i]);
+}
+
+/* The types a list of n language-level types flattens to (a struct is its
+ * leaves); the count in *nout. */
+static Type *flatten_all(const Type *ts, int n, int *nout) {
+  int total = 0;
+  for (int i = 0; i < n; i++)
+    total += ty_nleaves(&ts[i]);
+  Type *out = arena_alloc(sizeof(Type) * (size_t)(total + 1));
+  for (int i = 0, at = 0; i < n; i++)
+    at += ty_flatten(&ts[i], out + at);
+  *nout = total;
+  return out;
 }
 
 static Func *declare(Lower *L, FuncDecl *f) {
@@ -564,16 +859,27 @@ static Func *declare(Lower *L, FuncDecl *f) {
       results[i] = tc_manual_local(&c, &f->result_types[i], f->manual_set, f->pos, "result", &ok);
     }
   }
-  Func *fn = ir_func(L->mod, tok_str(f->name), np, f->local_param_types, f->nresults, results);
+  int nparams, nres, nsig;
+  Type *params = flatten_all(f->local_param_types, np, &nparams);
+  Type *flat_res = flatten_all(results, f->nresults, &nres);
+  Func *fn = ir_func(L->mod, f->cname ? f->cname : tok_str(f->name), nparams, params, nres, flat_res);
   fn->pos = f->pos;
   fn->decl = f;
-  fn->manual = f->manual;
+  fn->manual = f->manual || f->view_manual;
   fn->manual_axes = f->manual_set;
   fn->is_main = tok_eq(f->name, "main");
-  fn->sig_params = f->param_types;
-  fn->sig_results = f->result_types;
-  for (int i = 0; i < np; i++)
-    fn->body->args[i]->name = tok_str(((Param *)f->params.data[i])->name);
+  fn->sig_params = flatten_all(f->param_types, np, &nsig);
+  fn->sig_results = flatten_all(f->result_types, f->nresults, &nsig);
+  for (int i = 0, at = 0; i < np; i++) {
+    Param *p = f->params.data[i];
+    const Type *t = &f->local_param_types[i];
+    if (t->kind == TY_STRUCT)
+      for (int k = 0; k < t->nelems; k++)
+        fn->body->args[at + k]->name = leaf_name(tok_str(p->name), t->sdef->leaf_paths[k]);
+    else
+      fn->body->args[at]->name = tok_str(p->name);
+    at += ty_nleaves(t);
+  }
   return fn;
 }
 
@@ -584,17 +890,25 @@ Module *lower_program(Program *p, const Mesh *m) {
   L.mesh = &L.mod->mesh;
   L.prog = p;
   L.funcs = arena_alloc(sizeof(Func *) * (size_t)(p->funcs.len + 1));
+  /* A generic function is lowered only as its instances (instance.c). */
   for (int i = 0; i < p->funcs.len; i++) {
+    if (((FuncDecl *)p->funcs.data[i])->ntparams)
+      continue;
     L.funcs[i] = declare(&L, p->funcs.data[i]);
     ptrmap_put(&L.func_index, p->funcs.data[i], i);
   }
   for (int i = 0; i < p->funcs.len; i++) {
     FuncDecl *f = p->funcs.data[i];
+    if (f->ntparams)
+      continue;
     L.fdecl = f;
     L.func = L.funcs[i];
     L.block = L.func->body;
-    for (int k = 0; k < f->params.len; k++)
-      set_sym(&L, ((Param *)f->params.data[k])->sym, L.func->body->args[k]);
+    for (int k = 0, at = 0; k < f->params.len; k++) {
+      Symbol *ps = ((Param *)f->params.data[k])->sym;
+      set_leaves(&L, ps, L.func->body->args + at);
+      at += ty_nleaves(&ps->type);
+    }
     lower_block(&L, f->body);
     IrBlock *b = L.func->body;
     Inst *last = b->insts.len ? b->insts.data[b->insts.len - 1] : NULL;
@@ -602,5 +916,7 @@ Module *lower_program(Program *p, const Mesh *m) {
       ir_emit(L.mod, b, IR_RETURN, f->pos, 0, NULL, 0, NULL);
   }
   ptrmap_free(&L.func_index);
+  ptrmap_free(&L.leaf_index);
+  free(L.leaf_cache.data);
   return L.mod;
 }

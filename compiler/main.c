@@ -40,6 +40,8 @@ static const char usage[] =
     "options:\n"
     "  --mesh AXIS=N,...      override mesh axis sizes (e.g. --mesh data=2,model=1)\n"
     "  -D NAME=VALUE          override the integer `const NAME` (repeatable; e.g. -D C=256)\n"
+    "  -I DIR                 where `import` looks after the importing file's directory\n"
+    "                         (repeatable; then the installed library, with std/)\n"
     "  -o PROG                output executable (build)\n"
     "  -O0 ... -O3            C optimisation level of the build (default -O3)\n"
     "  --keep-c               build: keep the generated C next to PROG as PROG.c\n"
@@ -62,6 +64,7 @@ typedef struct {
   const char *out;
   const char *mesh;
   Vec defines;         /* "NAME=VALUE" of each -D, in order (the last one wins) */
+  Vec incdirs;         /* -I DIR: where import looks after the importing file's directory */
   const char *opt;
   bool keep_c;
   bool global_ir;
@@ -228,6 +231,8 @@ typedef struct {
 
 static bool front(Compilation *c, const char *path, const Options *o) {
   c->prog = parse_file(c->src);
+  if (!diag_error_count())
+    import_program(c->prog, &o->incdirs);
   diagout_program(c->prog);
   if (diag_error_count())
     return false;
@@ -540,6 +545,11 @@ static int drv_main(int argc, char **argv) {
       d = d ? d : argv[i];
       check_define_syntax(d);
       vec_push(&o.defines, (void *)d);
+    } else if (!strcmp(a, "-I") || !strncmp(a, "-I", 2)) {
+      const char *d = a[2] ? a + 2 : NULL;
+      if (!d && ++i >= argc)
+        usage_error("-I needs a directory (e.g. -I lib)");
+      vec_push(&o.incdirs, (void *)(d ? d : argv[i]));
     } else if (!strncmp(a, "-O", 2) && strlen(a) == 3 && a[2] >= '0' && a[2] <= '3') {
       o.opt = a;
     } else if (!strcmp(a, "--keep-c")) {

@@ -149,6 +149,7 @@ static Value *lower_creation(Lower *L, Expr *e) {
     Value *seed = lower_as(L, info->value, DT_I32);
     Inst *in = lower_emit(L, IR_RANDOM, e->pos, 1, &seed, t);
     in->fn = e->bi->code == CR_UNIFORM;
+    in->ival = e->ival;   /* a struct leaf's stream (tc_struct.c); 0 for an array */
     return in->results[0];
   }
   }
@@ -195,18 +196,27 @@ static void emit_iota(Emit *e, const Inst *in) {
   emit_line(e, "}");
 }
 
+/* The Philox key: the seed in the low word; a struct leaf's stream (a hash
+ * of its path, tc_struct.c) in the high word, 0 for a plain array. */
+static const char *random_key(const Inst *in) {
+  if (!in->ival)
+    return arena_printf("(uint64_t)(uint32_t)%s", vname(in->args[0]));
+  return arena_printf("((uint64_t)%lluu << 32 | (uint32_t)%s)", (unsigned long long)(uint32_t)in->ival,
+                      vname(in->args[0]));
+}
+
 static void emit_random(Emit *e, const Inst *in) {
   const Value *r = in->results[0];
   const Type *t = &r->type;
   const char *fn = in->fn ? "shd_fill_uniform" : "shd_fill_normal";
   if (!is_array(r)) {
-    emit_line(e, "%s %s = (%s)%s_at_dt((uint64_t)(uint32_t)%s, 0, %s);", ty_dtype_c(t->dtype), vname(r), ty_dtype_c(t->dtype),
-         in->fn ? "shd_uniform" : "shd_normal", vname(in->args[0]), emit_dtconst(t->dtype));
+    emit_line(e, "%s %s = (%s)%s_at_dt(%s, 0, %s);", ty_dtype_c(t->dtype), vname(r), ty_dtype_c(t->dtype),
+         in->fn ? "shd_uniform" : "shd_normal", random_key(in), emit_dtconst(t->dtype));
     return;
   }
   emit_def_array(e, r, false);
-  emit_line(e, "%s(%s, %s, (uint64_t)(uint32_t)%s, %d, %s, %s, %s);", fn, vname(r), emit_dtconst(t->dtype),
-       vname(in->args[0]), t->rank, emit_gshape_lit(t), emit_offset_lit(e, t), emit_shape_lit(e, t));
+  emit_line(e, "%s(%s, %s, %s, %d, %s, %s, %s);", fn, vname(r), emit_dtconst(t->dtype), random_key(in), t->rank,
+       emit_gshape_lit(t), emit_offset_lit(e, t), emit_shape_lit(e, t));
 }
 
 /* The transpose of a fill: the sum of the cotangent is the scalar's. */
@@ -220,6 +230,8 @@ static void vjp_fill(AD *a, Inst *in, Value *g) {
 static void print_iota(FILE *out, const Module *mod, const Inst *in) { fprintf(out, " dim=%d", in->dim); }
 static void print_random(FILE *out, const Module *mod, const Inst *in) {
   fprintf(out, " %s", in->fn ? "uniform" : "normal");
+  if (in->ival)
+    fprintf(out, " stream=%u", (unsigned)in->ival);
 }
 
 const OpDef op_creation_ops[] = {
@@ -230,11 +242,16 @@ const OpDef op_creation_ops[] = {
 };
 
 const BuiltinDef op_creation_builtins[] = {
-    {.name = "zeros", .code = CR_ZEROS, .flags = BIF_ANNOT, .check = check_creation, .lower = lower_creation},
-    {.name = "ones", .code = CR_ONES, .flags = BIF_ANNOT, .check = check_creation, .lower = lower_creation},
-    {.name = "full", .code = CR_FULL, .flags = BIF_ANNOT, .check = check_creation, .lower = lower_creation},
+    {.name = "zeros", .code = CR_ZEROS, .flags = BIF_ANNOT | BIF_CREATION, .check = check_creation,
+     .lower = lower_creation},
+    {.name = "ones", .code = CR_ONES, .flags = BIF_ANNOT | BIF_CREATION, .check = check_creation,
+     .lower = lower_creation},
+    {.name = "full", .code = CR_FULL, .flags = BIF_ANNOT | BIF_CREATION, .check = check_creation,
+     .lower = lower_creation},
     {.name = "iota", .code = CR_IOTA, .flags = BIF_ANNOT, .check = check_creation, .lower = lower_creation},
-    {.name = "normal", .code = CR_NORMAL, .flags = BIF_ANNOT, .check = check_creation, .lower = lower_creation},
-    {.name = "uniform", .code = CR_UNIFORM, .flags = BIF_ANNOT, .check = check_creation, .lower = lower_creation},
+    {.name = "normal", .code = CR_NORMAL, .flags = BIF_ANNOT | BIF_CREATION | BIF_RANDOM, .check = check_creation,
+     .lower = lower_creation},
+    {.name = "uniform", .code = CR_UNIFORM, .flags = BIF_ANNOT | BIF_CREATION | BIF_RANDOM,
+     .check = check_creation, .lower = lower_creation},
     {0},
 };

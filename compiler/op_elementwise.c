@@ -798,9 +798,13 @@ const OpDef op_elementwise_ops[] = {
 };
 
 const BuiltinDef op_elementwise_builtins[] = {
-    {.name = "maximum", .code = BIN_MAX, .check = check_nary, .lower = lower_nary, .fold = fold_nary},
-    {.name = "minimum", .code = BIN_MIN, .check = check_nary, .lower = lower_nary, .fold = fold_nary},
-    {.name = "where", .code = E_WHERE, .check = check_nary, .lower = lower_nary, .fold = fold_nary},
-    {.name = "cast", .code = E_CAST, .check = check_cast, .lower = lower_cast, .fold = fold_cast},
+    {.name = "maximum", .code = BIN_MAX, .flags = BIF_ELEMENTWISE, .check = check_nary, .lower = lower_nary,
+     .fold = fold_nary},
+    {.name = "minimum", .code = BIN_MIN, .flags = BIF_ELEMENTWISE, .check = check_nary, .lower = lower_nary,
+     .fold = fold_nary},
+    {.name = "where", .code = E_WHERE, .flags = BIF_ELEMENTWISE, .check = check_nary, .lower = lower_nary,
+     .fold = fold_nary},
+    {.name = "cast", .code = E_CAST, .flags = BIF_ELEMENTWISE, .check = check_cast, .lower = lower_cast,
+     .fold = fold_cast},
     {0},
 };

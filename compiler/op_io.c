@@ -1,4 +1,4 @@
-/* op_io.c: the I/O family: print, save, load, load_dim, arg, clock.
+/* op_io.c: the I/O family: print, save, load, load_dim, arg, clock, exists.
  *
  * print(items...) prints on rank 0 (sharded values are gathered, pending
  * sums reduced: the partitioner reshards each value to replicated); save
@@ -6,7 +6,13 @@
  * pending sums; load reads one, typed by its annotation; load_dim reads the
  * size of one dim of a file's array at run time (to place windows in a file
  * of any length); arg reads --name=value from the program's command line;
- * clock is MPI_Wtime.
+ * clock is MPI_Wtime; exists(PATH) asks rank 0 whether PATH exists.
+ *
+ * A struct is saved to a directory, one .npy per leaf, replaced as a whole
+ * (language.md §9.5): tc_struct.c gives save(DIR, p) one save per leaf into
+ * a fresh directory that save_begin makes beside DIR, then save_commit,
+ * which swaps it into DIR's place (runtime/savedir.c); load(DIR) of a
+ * struct is one load per leaf.
  *
  * Program text reaches the generated C only as data: every path, name and
  * print text is written as a C string literal by emit_str_lit, which
@@ -26,7 +32,8 @@
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname
 
-enum { IO_PRINT, IO_SAVE, IO_LOAD, IO_LOAD_DIM, IO_ARG, IO_CLOCK };
+enum { IO_PRINT, IO_SAVE, IO_LOAD, IO_LOAD_DIM, IO_ARG, IO_CLOCK, IO_EXISTS };
+enum { IR_SAVE_BEGIN = IR_BASE_IO, IR_SAVE_COMMIT, IR_EXISTS };
 
 static bool is_array(const Value *v) { return v->type.rank > 0; }
 static const char *str_lit(const char *s) { return emit_str_lit(s, strlen(s)); }
@@ -108,7 +115,11 @@ static Type check_save(TcCtx *c, Expr *e, const Type *annot) {
   int n = tc_call_args(c, e, pos, 2, 2, kw, NULL, 0, "save(\"path.npy\", x)");
   if (n < 0 || !check_path(c, pos[0], "save"))
     return ty_error();
-  Type x = tc_operand(c, pos[1], "save");
+  Type x = tc_expr(c, pos[1]);
+  if (x.kind == TY_STRUCT)
+    return tc_struct_save(c, e, pos[0], pos[1]);
+  pos[1]->pretyped = true;
+  x = tc_operand(c, pos[1], "save");
   if (x.kind == TY_ERROR)
     return x;
   info->x = pos[1];
@@ -131,6 +142,13 @@ static Type check_load(TcCtx *c, Expr *e, const Type *annot) {
     return ty_error();
   if (!annot) {
     diag_error(e->pos, "E_ARG", "load takes its type from an annotation: let w: f32[8@X,4] = load(\"w.npy\")");
+    return ty_error();
+  }
+  if (annot->kind == TY_STRUCT && n == 1)
+    return tc_struct_load(c, e, pos[0], annot);
+  if (annot->kind == TY_STRUCT) {
+    diag_error(pos[1]->pos, "E_ARG", "load: a struct is read whole, from its directory: load(DIR); a window is "
+               "read from one array's file");
     return ty_error();
   }
   if (annot->kind != TY_ARRAY) {
@@ -160,6 +178,22 @@ static Type check_load(TcCtx *c, Expr *e, const Type *annot) {
   }
   return t;
 }
+
+/* exists(PATH): a bool, the same on every rank. */
+static Type check_exists(TcCtx *c, Expr *e, const Type *annot) {
+  Expr *pos[1], *kw[1];
+  if (!global_view_only(c, e))
+    return ty_error();
+  int n = tc_call_args(c, e, pos, 1, 1, kw, NULL, 0, "exists(\"path\")");
+  if (n < 0 || !check_path(c, pos[0], "exists"))
+    return ty_error();
+  return ty_scalar(DT_BOOL);
+}
+
+/* The two halves of a struct save, called by the code tc_struct.c builds:
+ * their operands are str values already typed. */
+static Type check_save_begin(TcCtx *c, Expr *e, const Type *annot) { return ty_string(); }
+static Type check_save_commit(TcCtx *c, Expr *e, const Type *annot) { return ty_void(); }
 
 /* load_dim(PATH, k): the size of dim k of the array in the .npy file PATH,
  * read when the program runs: an i32, the same on every device. With it a
@@ -337,6 +371,26 @@ static Value *lower_arg(Lower *L, Expr *e) {
 
 static Value *lower_clock(Lower *L, Expr *e) { return lower_emit1(L, IR_CLOCK, e->pos, 0, NULL, *e->ty); }
 
+static Value *lower_exists(Lower *L, Expr *e) {
+  Expr *path = e->args.data[0];
+  bool lit = path->kind == EX_STRING;
+  Value *p = lit ? NULL : lower_expr(L, path);
+  Inst *in = lower_emit(L, IR_EXISTS, e->pos, lit ? 0 : 1, &p, *e->ty);
+  in->str = lit ? path->str : NULL;
+  return in->results[0];
+}
+
+static Value *lower_save_begin(Lower *L, Expr *e) {
+  Value *dir = lower_expr(L, e->args.data[0]);
+  return lower_emit1(L, IR_SAVE_BEGIN, e->pos, 1, &dir, ty_string());
+}
+
+static Value *lower_save_commit(Lower *L, Expr *e) {
+  Value *args[2] = {lower_expr(L, e->args.data[0]), lower_expr(L, e->args.data[1])};
+  lower_emit0(L, IR_SAVE_COMMIT, e->pos, 2, args);
+  return NULL;
+}
+
 /* ---- partitioning ------------------------------------------------------------------- */
 
 static Type replicated(const Type *t) {
@@ -453,6 +507,19 @@ static void emit_arg(Emit *e, const Inst *in) {
 
 static void emit_clock(Emit *e, const Inst *in) { emit_line(e, "double %s = shd_time();", vname(in->results[0])); }
 
+static void emit_exists(Emit *e, const Inst *in) {
+  emit_line(e, "bool %s = shd_exists(%s);", vname(in->results[0]), path_c(in, "exists"));
+}
+
+static void emit_save_begin(Emit *e, const Inst *in) {
+  emit_line(e, "shd_str %s;", vname(in->results[0]));
+  emit_line(e, "shd_savedir_begin(&%s, &%s, %d);", vname(in->results[0]), vname(in->args[0]), in->pos.line);
+}
+
+static void emit_save_commit(Emit *e, const Inst *in) {
+  emit_line(e, "shd_savedir_commit(&%s, &%s, %d);", vname(in->args[0]), vname(in->args[1]), in->pos.line);
+}
+
 /* ---- the IR text ------------------------------------------------------------------- */
 
 /* A string in the IR text, with the escapes of the C literal. */
@@ -482,10 +549,13 @@ static void print_texts(FILE *out, const Module *mod, const Inst *in) {
 /* ---- the tables --------------------------------------------------------------------- */
 
 const OpDef op_io_ops[] = {
-    {.op = IR_PRINT, .name = "print", .flags = OPF_EFFECT, .print = print_texts, .partition = part_print,
-     .emit = emit_print},
-    {.op = IR_SAVE, .name = "save", .flags = OPF_EFFECT, .print = print_str, .partition = part_save,
+    {.op = IR_PRINT, .name = "print", .flags = OPF_EFFECT | OPF_OUTPUT, .print = print_texts,
+     .partition = part_print, .emit = emit_print},
+    {.op = IR_SAVE, .name = "save", .flags = OPF_EFFECT | OPF_OUTPUT, .print = print_str, .partition = part_save,
      .emit = emit_save},
+    {.op = IR_SAVE_BEGIN, .name = "save_begin", .flags = OPF_EFFECT | OPF_OUTPUT, .emit = emit_save_begin},
+    {.op = IR_SAVE_COMMIT, .name = "save_commit", .flags = OPF_EFFECT | OPF_OUTPUT, .emit = emit_save_commit},
+    {.op = IR_EXISTS, .name = "exists", .flags = OPF_EFFECT, .print = print_str, .emit = emit_exists},
     {.op = IR_LOAD, .name = "load", .flags = OPF_EFFECT, .print = print_str, .partition = part_created,
      .emit = emit_load},
     {.op = IR_LOAD_DIM, .name = "load_dim", .flags = OPF_EFFECT, .print = print_load_dim, .emit = emit_load_dim},
@@ -497,9 +567,14 @@ const OpDef op_io_ops[] = {
 const BuiltinDef op_io_builtins[] = {
     {.name = "print", .code = IO_PRINT, .check = check_print, .lower = lower_print},
     {.name = "save", .code = IO_SAVE, .check = check_save, .lower = lower_save},
-    {.name = "load", .code = IO_LOAD, .flags = BIF_ANNOT, .check = check_load, .lower = lower_load},
+    {.name = "load", .code = IO_LOAD, .flags = BIF_ANNOT | BIF_STRUCT_ANNOT, .check = check_load,
+     .lower = lower_load},
     {.name = "load_dim", .code = IO_LOAD_DIM, .check = check_load_dim, .lower = lower_load_dim},
     {.name = "arg", .code = IO_ARG, .flags = BIF_ANNOT, .check = check_arg, .lower = lower_arg},
     {.name = "clock", .code = IO_CLOCK, .check = check_clock, .lower = lower_clock},
+    {.name = "exists", .code = IO_EXISTS, .check = check_exists, .lower = lower_exists},
     {0},
 };
+
+const BuiltinDef op_io_save_begin = {.name = "save", .check = check_save_begin, .lower = lower_save_begin};
+const BuiltinDef op_io_save_commit = {.name = "save", .check = check_save_commit, .lower = lower_save_commit};

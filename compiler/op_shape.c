@@ -598,7 +598,36 @@ const OpDef op_shape_ops[] = {
     {0},
 };
 
+/* size(x, k): dim k of x's type (its local size in a manual body), a
+ * compile-time integer (language.md §9.3): a weak i32 whose value is kept
+ * in e->ival, usable in types (let T = size(q, -2)). */
+static Type check_size(TcCtx *c, Expr *e, const Type *annot) {
+  Expr *pos[2];
+  int n = tc_call_args(c, e, pos, 2, 2, NULL, NULL, 0, "size(x, k): the size of dim k of x");
+  if (n < 0)
+    return ty_error();
+  Type x = tc_operand(c, pos[0], "size");
+  if (x.kind == TY_ERROR)
+    return x;
+  int64_t k;
+  if (!tc_const_int(c, pos[1], &k))
+    return ty_error();
+  if (k < -x.rank || k >= x.rank) {
+    diag_error(pos[1]->pos, "E_ARG", "size: dim %lld is out of range for %s, which has %d dim%s%s", (long long)k,
+               TS(&x), x.rank, x.rank == 1 ? "" : "s",
+               x.rank ? arena_printf(" (0 to %d, or -%d to -1)", x.rank - 1, x.rank) : "");
+    return ty_error();
+  }
+  e->ival = x.shape[k < 0 ? k + x.rank : k];
+  Type t = ty_scalar(DT_I32);
+  t.weak = true;
+  return t;
+}
+
+static double fold_size(Lower *L, Expr *e) { return (double)e->ival; }
+
 const BuiltinDef op_shape_builtins[] = {
+    {.name = "size", .flags = BIF_CONST, .check = check_size, .fold = fold_size},
     {.name = "transpose", .code = S_TRANSPOSE, .check = check_transpose, .lower = lower_transpose},
     {.name = "reshape", .code = S_RESHAPE, .flags = BIF_ANNOT, .check = check_reshape, .lower = lower_reshape},
     {0},

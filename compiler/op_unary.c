@@ -294,5 +294,6 @@ __attribute__((constructor)) static void register_builtins(void) {
   int k = 0;
   for (int un = 0; un < UN__COUNT; un++)
     if (unary_defs[un].flags & UF_BUILTIN)
-      op_unary_builtins[k++] = (BuiltinDef){unary_defs[un].name, un, 0, check_unary_fn, lower_unary_fn, fold_unary_fn};
+      op_unary_builtins[k++] = (BuiltinDef){unary_defs[un].name, un, BIF_ELEMENTWISE, check_unary_fn, lower_unary_fn,
+                                               fold_unary_fn};
 }

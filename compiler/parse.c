@@ -25,7 +25,7 @@ static bool continues_line(int kind) {
   case TK_PLUS: case TK_MINUS: case TK_STAR: case TK_SLASH: case TK_AT: case TK_LT: case TK_LE: case TK_GT:
   case TK_GE: case TK_EQEQ: case TK_NE: case TK_ASSIGN: case TK_COMMA: case TK_COLON: case TK_LPAREN:
   case TK_LBRACKET: case TK_ARROW: case TK_DOTDOT: case TK_AS: case TK_IN: case TK_LET: case TK_VAR:
-  case TK_FOR: case TK_IF: case TK_FN: case TK_CONST: case TK_MESH:
+  case TK_FOR: case TK_IF: case TK_FN: case TK_CONST: case TK_MESH: case TK_DOT: case TK_STRUCT: case TK_IMPORT:
     return true;
   default:
     return false;
@@ -115,6 +115,15 @@ TypeExpr *parse_type(ParseCtx *pc, Token dtype) {
   t->pos = dtype.pos;
   t->dtype = dtype_of(dtype);
   t->str = tok_eq(dtype, "str");
+  return t;
+}
+
+/* A struct or a type parameter, by name; stacked dims (S[N@X]) follow. */
+TypeExpr *parse_named_type(ParseCtx *pc, Token name) {
+  TypeExpr *t = arena_alloc(sizeof *t);
+  t->pos = name.pos;
+  t->named = true;
+  t->name = name;
   return t;
 }
 
@@ -328,6 +337,15 @@ Expr *parse_slice(Expr *lo, Expr *hi, Token colon) {
   return e;
 }
 
+Expr *parse_field(Expr *x, Token name, Token dot) {
+  Expr *e = ast_expr(EX_FIELD, name.pos);
+  e->tok = name;
+  e->str = tok_str(name);
+  e->lhs = x;
+  e->depth = 1 + x->depth;
+  return e;
+}
+
 Expr *parse_type_expr(TypeExpr *t) {
   Expr *e = ast_expr(EX_TYPE, t->pos);
   e->type = t;
@@ -351,9 +369,29 @@ Stmt *parse_stmt_let_tuple(Token kw, Vec *names, Expr *e) {
   return s;
 }
 
-Stmt *parse_stmt_assign(Token name, Expr *e) {
-  Stmt *s = ast_stmt(ST_ASSIGN, name.pos);
-  s->name = name;
+/* NAME = e, or NAME.f.g = e (a field of a struct var); anything else on
+ * the left is a syntax error. */
+Stmt *parse_stmt_assign(ParseCtx *pc, Expr *target, Token assign, Expr *e) {
+  Vec path = {0};
+  Expr *t = target;
+  while (t->kind == EX_FIELD) {
+    vec_push(&path, &t->tok);
+    t = t->lhs;
+  }
+  if (t->kind != EX_NAME) {
+    diag_error(target->pos, "E_SYNTAX", "cannot assign to %s; the left of `=` is a var or a field of one (p.w = ...)",
+               t->kind == EX_INDEX ? "an indexing expression (use dynamic_update_slice)" : "an expression");
+    pc->failed = true;
+    return NULL;
+  }
+  for (int i = 0, j = path.len - 1; i < j; i++, j--) {   /* outermost field first */
+    void *x = path.data[i];
+    path.data[i] = path.data[j];
+    path.data[j] = x;
+  }
+  Stmt *s = ast_stmt(ST_ASSIGN, t->tok.pos);
+  s->name = t->tok;
+  s->path = path;
   s->expr = e;
   return s;
 }
@@ -421,9 +459,38 @@ FuncDecl *parse_func_head(Token name, Vec *params, Vec *results, bool tuple) {
   return f;
 }
 
+/* fn NAME<A, B>(...): a generic function (language.md §9.3). */
+void parse_type_params(FuncDecl *f, Vec *names) {
+  f->ntparams = names->len;
+  f->tparams = arena_alloc(sizeof(Token) * (size_t)(names->len + 1));
+  for (int i = 0; i < names->len; i++)
+    f->tparams[i] = *(Token *)names->data[i];
+}
+
+static void add_item(ParseCtx *pc, ItemKind kind, void *decl) {
+  Item *it = arena_alloc(sizeof *it);
+  it->kind = kind;
+  it->decl = decl;
+  vec_push(&pc->prog->items_order, it);
+}
+
 void parse_func(ParseCtx *pc, FuncDecl *f) {
   check_block_depth(pc, f->body);
   vec_push(&pc->prog->funcs, f);
+  add_item(pc, ITEM_FUNC, f);
+}
+
+void parse_import(ParseCtx *pc, Token kw, Token path) {
+  Expr *s = parse_literal(pc, EX_STRING, path);
+  ImportDecl *d = arena_alloc(sizeof *d);
+  d->pos = path.pos;
+  d->path = s->str;
+  if ((size_t)s->ival != strlen(s->str) || !s->ival) {
+    diag_error(path.pos, "E_IMPORT", "import takes a file name: import \"std/nn.shd\"");
+    pc->failed = true;
+    return;
+  }
+  add_item(pc, ITEM_IMPORT, d);
 }
 
 void parse_manual(ParseCtx *pc, FuncDecl *f, Token kw, Vec *axes) {
@@ -438,6 +505,7 @@ void parse_manual(ParseCtx *pc, FuncDecl *f, Token kw, Vec *axes) {
     f->manual_axes[f->nmanual++] = *(Token *)axes->data[i];
   }
   vec_push(&pc->prog->funcs, f);
+  add_item(pc, ITEM_FUNC, f);
 }
 
 void parse_mesh(ParseCtx *pc, Token kw, Vec *names, Vec *sizes) {
@@ -463,12 +531,22 @@ void parse_mesh(ParseCtx *pc, Token kw, Vec *names, Vec *sizes) {
   p->mesh = m;
 }
 
+void parse_struct(ParseCtx *pc, Token kw, Token name, Vec *fields) {
+  StructDecl *d = arena_alloc(sizeof *d);
+  d->name = name;
+  d->pos = name.pos;
+  d->fields = *fields;
+  vec_push(&pc->prog->structs, d);
+  add_item(pc, ITEM_STRUCT, d);
+}
+
 void parse_const(ParseCtx *pc, Token name, Expr *value) {
   check_depth(pc, value);
   ConstDecl *c = arena_alloc(sizeof *c);
   c->name = name;
   c->value = value;
   vec_push(&pc->prog->consts, c);
+  add_item(pc, ITEM_CONST, c);
 }
 
 Program *parse_file(const SourceFile *file) {

@@ -79,6 +79,7 @@ typedef struct {
   const char *name;  /* as given on the command line */
   const char *text;  /* NUL-terminated contents */
   size_t len;
+  int order;         /* imports: files in the order they are read (the program's file first) */
 } SourceFile;
 
 typedef struct {
@@ -90,11 +91,24 @@ typedef struct {
  * code is a stable E_ name from typing-rules.md (without brackets). */
 __attribute__((format(printf, 3, 4))) void diag_error(Pos pos, const char *code, const char *fmt, ...);
 void diag_verror(Pos pos, const char *code, const char *fmt, va_list ap);
+/* The struct field being typed leaf by leaf (NULL: none): messages name it.
+ * Returns the previous one, to restore. */
+const char *diag_set_field(const char *field);
+/* While pushed, every error is followed by this note (innermost last
+ * pushed, printed first): "in adamw<P = GPT> called from FILE:LINE:COL". */
+void diag_push_note(Pos pos, const char *text);
+void diag_pop_note(void);
+/* While set, errors are reported at `at` (a call from a manual body), their
+ * message naming the place they arose: "f, line 12: ...". Nested ones
+ * keep the outermost. Returns whether this one took effect (pop only then). */
+bool diag_push_redirect(Pos at, const char *callee);
+void diag_pop_redirect(void);
 /* A note attached to the previous error: "FILE:LINE:COL: note: ...". */
 __attribute__((format(printf, 2, 3))) void diag_note(Pos pos, const char *fmt, ...);
 /* The text of a line (1-based) of f, without its newline. */
 const char *diag_line_text(const SourceFile *f, int line, size_t *len);
 int diag_error_count(void);
+const char *diag_last_code(void);   /* the code of the error reported last (NULL: none) */
 void diag_reset(void);
 /* At most n errors are printed (0: all); the rest are counted only. */
 void diag_set_max_errors(int n);
@@ -187,6 +201,9 @@ typedef struct TypeExpr {
   AnnotExpr *annots;   /* at most 6 */
   int nannots;
   bool str;            /* written `str` (a string; dtype is unused) */
+  bool named;          /* a struct or a type parameter: NAME, or NAME[N@X] (stacked, dims) */
+  Token name;
+  const Type *resolved;/* a type the compiler built itself (struct lifting): used as it is */
 } TypeExpr;
 
 typedef enum {
@@ -201,6 +218,9 @@ typedef enum {
   EX_AS,               /* expr as TYPE */
   EX_INDEX,            /* lhs[args...]: each arg an index expression or an EX_SLICE */
   EX_SLICE,            /* lo:hi inside [ ]: lhs = lo, rhs = hi, each NULL when left out */
+  EX_FIELD,            /* lhs.NAME: str = NAME */
+  EX_LEAF,             /* compiler-made: leaf ival of the struct value lhs (ival -1: lhs itself, a
+                        * non-struct operand shared by the per-leaf copies), evaluated once */
 } ExprKind;
 
 /* Binary/unary operator codes shared by AST and IR (BIN_, UN_). */
@@ -239,8 +259,14 @@ struct Expr {
   Symbol *sym;         /* EX_NAME */
   const struct BuiltinDef *bi; /* EX_CALL of a builtin (ops.c), else NULL */
   int grad;            /* EX_CALL of grad(f, ...)(...): GRAD_PLAIN or GRAD_WITH_VALUE */
+  bool remat;          /* EX_CALL of remat(f)(...) */
   FuncDecl *fn;        /* EX_CALL of a user function, or grad's function */
   void *tc;            /* builtin-specific facts for lowering (tc_*.c) */
+  /* A struct-valued operation (arithmetic, creation, indexing, load of a
+   * struct): one array expression per leaf, in leaf order, whose operands
+   * are EX_LEAF nodes (tc_struct.c). Lowering lowers these. */
+  Vec leaves;
+  bool pretyped;       /* typed already (tc_struct.c): the next check returns *ty once */
 };
 
 typedef enum {
@@ -252,6 +278,7 @@ struct Stmt {
   Pos pos;
   Token name;          /* let/var/assign target, for variable */
   Vec names;           /* ST_LET_TUPLE: Token * */
+  Vec path;            /* ST_ASSIGN of a field, p.h.w = ...: the field names (Token *) after the var */
   TypeExpr *type;      /* optional annotation */
   Expr *expr;          /* value; for: lower bound; if: condition */
   Expr *hi;            /* for: upper bound */
@@ -287,6 +314,21 @@ struct FuncDecl {
   bool result_tuple;   /* written -> (T, ...) */
   Block *body;
 
+  Token *tparams;      /* fn NAME<A, B>: type parameters (a generic function) */
+  int ntparams;
+  /* An instance (instance.c): a copy of the generic function `generic`
+   * with its type parameters bound (targs, visible through tscope), named
+   * cname in the IR and the C. */
+  struct FuncDecl *generic;
+  Type *targs;
+  struct Scope *tscope;
+  const char *cname;
+  /* An instance for a call from a manual body (language.md §9.7): typed in
+   * the per-device view of these manual axes, with the arguments'
+   * device-local types (manual_set holds them too). */
+  unsigned view_manual;
+  const char *fail_code;   /* an instance that did not type-check: its first error's code */
+
   /* set by the typechecker */
   bool checked, checking, ok;
   unsigned manual_set;             /* AxisSet of the manual axes */
@@ -310,13 +352,38 @@ typedef struct {
   Expr *sizes[MAX_AXES];
 } MeshDecl;
 
+/* struct NAME { FIELD: TYPE, ... } (language.md §9.1). */
+typedef struct StructDecl {
+  Token name;
+  Pos pos;
+  Vec fields;          /* Param *: name and type */
+  struct StructDef *def;   /* set by the typechecker */
+  int state;           /* tc: 0 unresolved, 1 resolving (a cycle if met again), 2 done */
+} StructDecl;
+
+/* import "FILE.shd" (language.md §9.6). */
+typedef struct {
+  Pos pos;
+  const char *path;    /* as written */
+} ImportDecl;
+
+/* A top-level declaration, in the order the program declares them (an
+ * imported file's where its import is): duplicates are reported at the
+ * later one, consts are evaluated in this order. */
+typedef enum { ITEM_CONST, ITEM_STRUCT, ITEM_FUNC, ITEM_IMPORT } ItemKind;
+typedef struct {
+  ItemKind kind;
+  void *decl;          /* ConstDecl *, StructDecl *, FuncDecl *, ImportDecl * */
+} Item;
+
 typedef struct {
   const SourceFile *file;
   MeshDecl *mesh;      /* NULL if the file has none (an error in tc) */
   int nmesh_decls;
   Vec consts;          /* ConstDecl * */
   Vec funcs;           /* FuncDecl * */
-  Vec items_order;     /* for diagnostics of duplicates */
+  Vec structs;         /* StructDecl * */
+  Vec items_order;     /* Item *, in declaration order (imports merged by import.c) */
   /* set by the typechecker: a partial manual body has varying control flow,
    * so `check` partitions too, to find implicit collectives under it */
   bool diverge_in_partial_manual;
@@ -362,11 +429,15 @@ void parse_func(ParseCtx *pc, FuncDecl *f);
 void parse_manual(ParseCtx *pc, FuncDecl *f, Token kw, Vec *axes);
 FuncDecl *parse_func_head(Token name, Vec *params, Vec *results, bool tuple);
 Param *parse_param(Token name, TypeExpr *t);
+void parse_type_params(FuncDecl *f, Vec *names);
 void parse_mesh(ParseCtx *pc, Token kw, Vec *names, Vec *sizes);
 void parse_const(ParseCtx *pc, Token name, Expr *value);
 Stmt *parse_stmt_let(Token kw, Token name, TypeExpr *t, Expr *e, StmtKind k);
 Stmt *parse_stmt_let_tuple(Token kw, Vec *names, Expr *e);
-Stmt *parse_stmt_assign(Token name, Expr *e);
+Stmt *parse_stmt_assign(ParseCtx *pc, Expr *target, Token assign, Expr *e);
+TypeExpr *parse_named_type(ParseCtx *pc, Token name);
+Expr *parse_field(Expr *x, Token name, Token dot);
+void parse_struct(ParseCtx *pc, Token kw, Token name, Vec *fields);
 Stmt *parse_stmt_for(Token kw, Token var, Expr *lo, Expr *hi, Block *b);
 Stmt *parse_stmt_if(Token kw, Expr *c, Block *then, Block *els);
 Stmt *parse_stmt_return(Token kw, Expr *e);
@@ -374,6 +445,20 @@ Stmt *parse_stmt_expr(Expr *e);
 Block *parse_block(Token lbrace, Vec *stmts);
 Block *parse_block_of(Stmt *s);
 Pos tok_pos(Token t);
+
+void parse_import(ParseCtx *pc, Token kw, Token path);
+
+/* ---- import.c: import "FILE.shd" ----------------------------------------- */
+
+/* Reads every file the program imports (relative to the importing file,
+ * then each -I directory, then the installed library directory), and
+ * merges their structs, consts and functions into p in declaration order,
+ * each keeping its own file for diagnostics. Errors ([E_IMPORT] a missing
+ * file or a cycle, [E_MESH] a library with a mesh) are reported at the
+ * import. incdirs: the -I directories (const char *). */
+void import_program(Program *p, const Vec *incdirs);
+/* The installed library directory (holding std/), or NULL. */
+const char *drv_library_dir(void);
 
 /* The Lemon entry points (generated). */
 void *ParseAlloc(void *(*mallocProc)(size_t));
@@ -399,7 +484,16 @@ typedef struct {
 
 /* TY_TAPE: autodiff's per-iteration store of a loop carry (elems[0] is the
  * carry's type); it exists only in generated IR. */
-typedef enum { TY_ARRAY, TY_TUPLE, TY_VOID, TY_STRING, TY_FUNC, TY_AXIS, TY_ERROR, TY_TAPE } TypeKind;
+/* TY_STRUCT: a struct value (language.md §9.1): sdef its declaration; rank,
+ * shape and spec its stacked dims (S[N@X], outermost first); elems its
+ * nelems leaves in declaration order (depth first), each a full array type
+ * with the stacked dims leading. Leaves carry their own states (a gradient
+ * swaps U and R, a manual body sees local types), so two values of one
+ * struct may differ in their leaves' types. Lowering flattens a struct to
+ * its leaves: later stages never see one. */
+typedef enum { TY_ARRAY, TY_TUPLE, TY_VOID, TY_STRING, TY_FUNC, TY_AXIS, TY_ERROR, TY_TAPE, TY_STRUCT } TypeKind;
+
+typedef struct StructDef StructDef;
 
 /* An array type: dtype, global shape, and the state of every mesh axis:
  * sharding one dim (spec), unreduced (U), reduced (R), varying (V, manual
@@ -415,8 +509,24 @@ struct Type {
   int64_t shape[MAX_RANK];
   DimSpec spec[MAX_RANK];
   AxisSet U, R, V;
-  int nelems;                /* TY_TUPLE */
+  int nelems;                /* TY_TUPLE, TY_STRUCT */
   Type *elems;
+  const StructDef *sdef;     /* TY_STRUCT */
+};
+
+/* A struct declaration, resolved: its fields (an array type, or a struct
+ * type whose dims are the field's stacked dims), and its leaves flattened
+ * (nested stacks applied), with their paths "h.qkvw". */
+struct StructDef {
+  const char *name;
+  Pos pos;
+  int nfields;
+  const char **field_names;
+  Type *field_types;
+  int *field_leaf;           /* first leaf of each field */
+  int nleaves;
+  const char **leaf_paths;
+  Type *leaves;
 };
 
 Type ty_array(DType dt, int rank, const int64_t *shape);
@@ -457,7 +567,21 @@ bool ty_check_size(const Type *t, Pos pos);
 Type ty_keep_dims(const Type *reduced, const Type *x, unsigned mask);
 Type ty_strip_sharding(const Type *t);   /* same shape/dtype, replicated */
 Type ty_without_dim(const Type *x, int k);
-Type ty_ct(const Type *t);               /* cotangent type: U and R swap */
+Type ty_ct(const Type *t);               /* cotangent type: U and R swap (per leaf of a struct) */
+/* The struct d stacked by nstack leading dims (none: 0). */
+Type ty_struct(const StructDef *d, int nstack, const int64_t *shape, const DimSpec *spec);
+/* A struct type with these leaves (the same struct and stacking as t). */
+Type ty_struct_with(const Type *t, const Type *leaves);
+/* Field f of a value of struct type t: an array type or a struct type. */
+Type ty_field(const Type *t, int f);
+int ty_find_field(const StructDef *d, const char *name);
+/* Leaves of a value in lowering order: an array or str is one, a struct its
+ * leaves, a tuple its elements' in turn, void none. */
+int ty_nleaves(const Type *t);
+int ty_flatten(const Type *t, Type *out);   /* writes ty_nleaves(t) types */
+/* The first leaf of t (a struct or a tuple of them) whose type differs
+ * from u's (same struct): its index, or -1. */
+int ty_first_diff_leaf(const Type *t, const Type *u);
 
 /* ---- rules.c: sharding propagation rules, pure functions on types -------- */
 
@@ -506,7 +630,9 @@ typedef struct {
 
 /* ---- tc*.c: the typechecker --------------------------------------------- */
 
-typedef enum { SYM_LOCAL, SYM_CONST, SYM_FUNC, SYM_AXIS } SymKind;
+/* SYM_STRUCT: a struct declaration (sdecl); SYM_TYPE: a type parameter of
+ * a generic function's instance, bound to `type`. */
+typedef enum { SYM_LOCAL, SYM_CONST, SYM_FUNC, SYM_AXIS, SYM_STRUCT, SYM_TYPE } SymKind;
 
 struct Symbol {
   SymKind kind;
@@ -517,9 +643,11 @@ struct Symbol {
   FuncDecl *fn;
   int axis;
   bool is_float_const;
+  bool static_int;     /* SYM_LOCAL: a let bound to a compile-time integer (ival), usable as a size */
   int64_t ival;
   double fval;
   int id;              /* lowering: index of the value slot */
+  StructDecl *sdecl;   /* SYM_STRUCT */
 };
 
 /* Type-checks the program. Returns false if any error was reported.
@@ -594,6 +722,9 @@ typedef struct {
 
 /* tc.c */
 Symbol *tc_lookup(TcCtx *c, const char *name);
+Symbol *tc_global(const char *name);          /* a constant, function, struct or mesh axis */
+bool tc_is_duplicate(const void *decl);       /* a declaration whose name was declared before (reported) */
+void tc_add_global(Symbol *s);
 Symbol *tc_bind(TcCtx *c, SymKind kind, Token name, Type t);
 bool tc_resolve_type(TcCtx *c, TypeExpr *te, Type *out);
 bool tc_const_int(TcCtx *c, Expr *e, int64_t *out);
@@ -632,6 +763,51 @@ bool tc_type_arg(TcCtx *c, Expr *a, Type *out, const char *what);
 bool tc_string_arg(TcCtx *c, Expr *a, const char *what);
 bool tc_scalar_value(TcCtx *c, Expr *v, DType dt, const char *what, bool allow_v);
 const Type *tc_out_annot(TcCtx *c, const Type *annot, AxisSet V, AxisSet U, AxisSet R, Type *buf);
+/* tc.c, for instance.c: a function's signature and body */
+bool tc_check_signature(TcCtx *c, FuncDecl *f);
+void tc_check_body(TcCtx *c, FuncDecl *f);
+/* instance.c: the one place where functions are instantiated: a generic
+ * function per distinct binding of its type parameters (language.md §9.3).
+ * An instance is an ordinary function (a copy of the body, checked once,
+ * appended to the program), so every later stage sees only concrete
+ * functions. */
+void tc_instances_reset(void);
+/* Checks a generic function's declaration (its type parameters). */
+bool tc_check_generic(TcCtx *c, FuncDecl *g);
+/* The instance of generic g called by `call` with these arguments (typed
+ * here, once), or NULL after reporting. */
+FuncDecl *tc_instantiate_call(TcCtx *c, Expr *call, FuncDecl *g, Expr **args, int nargs);
+/* The instance of f (generic or not) called from a manual body: typed by
+ * the manual rules, with the device-local types of the arguments (their
+ * <V:..> states included). Errors inside it are reported at the call,
+ * naming the callee's line. NULL after reporting. */
+FuncDecl *tc_instantiate_manual(TcCtx *c, Expr *call, FuncDecl *f, Expr **args, int nargs);
+/* Whether two types are equal but for the states of manual axes M. */
+bool tc_equal_but_manual(const Type *a, const Type *b, AxisSet M);
+/* tc_struct.c: struct declarations, types, construction, fields, and the
+ * struct operations that apply an array operation leaf by leaf. */
+void tc_structs(TcCtx *c);
+bool tc_resolve_named(TcCtx *c, TypeExpr *te, Type *out);
+/* A type written as an argument (zeros(GPT), zeros(Block[L]), cast(x, f64)):
+ * an EX_TYPE, or a name or indexing that names a struct or type parameter. */
+bool tc_type_of_arg(TcCtx *c, Expr *a, Type *out, bool report);
+Type tc_field(TcCtx *c, Expr *e);
+Type tc_construct(TcCtx *c, Expr *e, Symbol *s, const Type *annot);
+Type tc_struct_index(TcCtx *c, Expr *e, const Type *lhs, const Type *annot);
+/* e (already checked, struct-valued) where a value of struct type annot is
+ * expected: equal leaf by leaf, or an error naming the first field that
+ * differs. */
+bool tc_struct_fits(TcCtx *c, Expr *e, const Type *t, const Type *annot, const char *where);
+/* save(DIR, p) of a struct: one save per leaf into a fresh directory,
+ * then the swap (language.md §9.5); load(DIR) typed by a struct: one load
+ * per leaf. */
+Type tc_struct_save(TcCtx *c, Expr *e, Expr *dir, Expr *x);
+Type tc_struct_load(TcCtx *c, Expr *e, Expr *dir, const Type *annot);
+/* An operator or builtin call on struct values (arithmetic, creation of a
+ * struct, sum of a struct): types it leaf by leaf into *out and returns
+ * true; false (e untouched but for its operands, typed once) when no
+ * struct is involved. */
+bool tc_struct_op(TcCtx *c, Expr *e, const Type *annot, Type *out);
 /* tc_manual.c */
 bool tc_check_diverge(TcCtx *c, Expr *e);    /* a collective here: [E_DIVERGE] under a varying condition */
 bool tc_check_manual_result(TcCtx *c, const Type *value, const Type *declared, Pos pos);
@@ -700,10 +876,12 @@ typedef enum {
   IR_BASE_REDUCTION = 0x300,
   IR_BASE_ELEMENTWISE = 0x400,
   IR_BASE_STRING = 0x500,
+  IR_BASE_IO = 0x600,
   IR__LIMIT = 0x800
 } Opcode;
 
 enum { RED_SUM, RED_MAX, RED_MIN };
+enum { CALL_PLAIN, CALL_REMAT };   /* IR_CALL's fn: remat(f)(args) (language.md §9.8) */
 enum { PCAST_VARYING, PCAST_UNREDUCED, PCAST_REDUCED };
 
 typedef struct IrBlock IrBlock;
@@ -850,6 +1028,7 @@ enum {                     /* OpDef.flags */
   OPF_OUT_SHARDING = 8,    /* its partition rule reshards its natural result to the result type, so a
                             * reshard after it may become its result type (optimize.c: a weight
                             * gradient's sum is reduce-scattered to the shards, not all-reduced) */
+  OPF_OUTPUT = 16,         /* writes output (print, save): code recomputed by autodiff leaves it out */
 };
 
 typedef struct OpDef {
@@ -881,6 +1060,11 @@ typedef struct OpDef {
 enum {                     /* BuiltinDef.flags */
   BIF_ANNOT = 1,           /* an annotation on the call is its out_sharding (language.md §4, §8) */
   BIF_MANUAL_ONLY = 2,     /* a collective: only in manual bodies */
+  BIF_ELEMENTWISE = 4,     /* applies field by field to struct operands (language.md §9.2) */
+  BIF_CREATION = 8,        /* creates a struct leaf by leaf from a struct type (§9.2) */
+  BIF_RANDOM = 16,         /* ... each leaf from its own stream */
+  BIF_CONST = 32,          /* a compile-time integer (size): its check leaves the value in Expr.ival */
+  BIF_STRUCT_ANNOT = 64,   /* an annotation with a struct type reaches its check (load of a struct) */
 };
 
 typedef struct BuiltinDef {
@@ -974,6 +1158,9 @@ extern const BuiltinDef op_elementwise_builtins[], op_contraction_builtins[], op
 extern const OpDef op_string_ops[];
 extern const BuiltinDef op_string_builtins[];
 extern BuiltinDef op_unary_builtins[];   /* filled from op_unary.c's table before main */
+/* op_io.c: the two halves of a struct save (tc_struct.c builds the calls):
+ * a fresh directory beside DIR (a str), and its swap into DIR's place. */
+extern const BuiltinDef op_io_save_begin, op_io_save_commit;
 
 /* ---- lower.c: typed AST to global IR ------------------------------------ */
 

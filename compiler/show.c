@@ -324,6 +324,18 @@ int show_program(FILE *out, const Program *p, const Mesh *m, const char *const *
           want = found[k] = true;
       if (want && s->type.kind == TY_ARRAY)
         show_one(out, m, fname, s, f->manual);
+      /* A struct binding: each leaf, named FUNC.NAME.PATH as `types` prints it. */
+      for (int k = 0; s->type.kind == TY_STRUCT && k < s->type.nelems; k++) {
+        Symbol leaf = *s;
+        leaf.name = arena_printf("%s.%s", s->name, s->type.sdef->leaf_paths[k]);
+        leaf.type = s->type.elems[k];
+        bool w = want;
+        for (int q = 0; q < nnames; q++)
+          if (!strcmp(names[q], arena_printf("%s.%s", fname, leaf.name)))
+            w = found[q] = true;
+        if (w)
+          show_one(out, m, fname, &leaf, f->manual);
+      }
     }
   }
   int rc = 0;

@@ -10,13 +10,17 @@
  */
 #include "shdc.h"
 
-static Scope globals;   /* constants, functions and mesh axes */
+static Scope globals;   /* constants, functions, structs and mesh axes */
+static PtrMap duplicates;   /* declarations (ConstDecl, StructDecl, FuncDecl *) of a name declared before */
 static StrMap global_index;   /* their names: lookups stay O(1) in a program of many functions */
 
 static void add_global(Symbol *s) {
   vec_push(&globals.syms, s);
   strmap_put(&global_index, s->name, s);
 }
+
+void tc_add_global(Symbol *s) { add_global(s); }
+Symbol *tc_global(const char *name) { return strmap_get(&global_index, name); }
 
 RuleCtx tc_rule(TcCtx *c, Pos pos, const char *opname) {
   RuleCtx r = {c->mesh, c->manual, pos, opname};
@@ -76,6 +80,38 @@ static void push_scope(TcCtx *c) {
 }
 
 static void pop_scope(TcCtx *c) { c->scope = c->scope->up; }
+
+/* ---- names declared twice ------------------------------------------------------ */
+
+/* Constants, structs and functions share one namespace: a name declared
+ * again is an error at the later declaration (in declaration order, an
+ * imported file's declarations where its import is), with a note at the
+ * first, whatever the kinds (language.md §9.1, §9.6). */
+static void check_duplicates(Program *p) {
+  StrMap first = {0};
+  for (int i = 0; i < p->items_order.len; i++) {
+    Item *it = p->items_order.data[i];
+    Token name = it->kind == ITEM_CONST ? ((ConstDecl *)it->decl)->name
+                 : it->kind == ITEM_STRUCT ? ((StructDecl *)it->decl)->name
+                 : ((FuncDecl *)it->decl)->name;
+    if (it->kind == ITEM_IMPORT)
+      continue;
+    char *s = tok_str(name);
+    Pos *prev = strmap_get(&first, s);
+    if (!prev) {
+      Pos *at = arena_alloc(sizeof *at);
+      *at = name.pos;
+      strmap_put(&first, s, at);
+      continue;
+    }
+    diag_error(name.pos, "E_NAME", "'%s' is already defined", s);
+    diag_note(*prev, "previous definition is here");
+    ptrmap_put(&duplicates, it->decl, 1);
+  }
+  strmap_free(&first);
+}
+
+bool tc_is_duplicate(const void *decl) { return ptrmap_get(&duplicates, decl) >= 0; }
 
 /* ---- constant expressions -------------------------------------------------- */
 
@@ -138,11 +174,25 @@ static bool const_eval(TcCtx *c, Expr *e, ConstVal *out, bool report) {
       *out = (ConstVal){s->is_float_const, s->ival, s->fval};
       return true;
     }
+    if (s && s->kind == SYM_LOCAL && s->static_int) {
+      *out = (ConstVal){false, s->ival, (double)s->ival};
+      return true;
+    }
     if (report)
       diag_error(e->pos, s ? "E_ARG" : "E_NAME", "%s '%s' is not a compile-time constant%s",
                  s ? "name" : "unknown name", e->str, s ? "; use a `const` or a literal" : "");
     return false;
   }
+  case EX_CALL:   /* size(x, k), typed */
+    if (e->bi && (e->bi->flags & BIF_CONST) && e->ty && e->ty->kind == TY_ARRAY) {
+      *out = (ConstVal){false, e->ival, (double)e->ival};
+      return true;
+    }
+    break;
+  case EX_LEAF:   /* an operand shared by a struct operation's leaves */
+    if (e->ival < 0)
+      return const_eval(c, e->lhs, out, report);
+    break;
   case EX_UNARY: {
     if (!const_eval(c, e->lhs, out, report))
       return false;
@@ -207,9 +257,15 @@ static bool resolve_size(TcCtx *c, Token t, int64_t *out) {
   } else {
     char *name = tok_str(t);
     Symbol *s = tc_lookup(c, name);
-    if (!s || s->kind != SYM_CONST) {
-      diag_error(t.pos, "E_NAME", "%s '%s' in a type; sizes are integers or `const` names",
-                 s ? "non-constant name" : "unknown name", name);
+    if (s && s->kind == SYM_TYPE) {
+      diag_error(t.pos, "E_SPEC", "type parameter %s stands for a whole type; it cannot be a dim inside another "
+                 "type (use size(x, k) for a size from an argument's type)", name);
+      return false;
+    }
+    bool local = s && s->kind == SYM_LOCAL && s->static_int;   /* let T = size(x, 0) */
+    if (!local && (!s || s->kind != SYM_CONST)) {
+      diag_error(t.pos, "E_NAME", "%s '%s' in a type; sizes are integers, `const` names or names bound to "
+                 "compile-time integers (let T = size(x, 0))", s ? "non-constant name" : "unknown name", name);
       return false;
     }
     if (s->is_float_const) {
@@ -270,6 +326,12 @@ static bool resolve_str_type(TcCtx *c, TypeExpr *te, Type *out) {
 }
 
 bool tc_resolve_type(TcCtx *c, TypeExpr *te, Type *out) {
+  if (te->resolved) {
+    *out = *te->resolved;
+    return te->resolved->kind != TY_ERROR;   /* an error reported where it was resolved */
+  }
+  if (te->named)
+    return tc_resolve_named(c, te, out);
   if (te->str)
     return resolve_str_type(c, te, out);
   int64_t shape[MAX_RANK] = {0};
@@ -345,6 +407,8 @@ static void check_consts(TcCtx *c, const Vec *defines) {
   for (int i = 0; i < c->prog->consts.len; i++) {
     ConstDecl *cd = c->prog->consts.data[i];
     char *name = tok_str(cd->name);
+    if (tc_is_duplicate(cd))
+      continue;
     if (find_in(&globals, name)) {
       diag_error(cd->name.pos, "E_NAME", "'%s' is already defined", name);
       continue;
@@ -442,18 +506,21 @@ static bool check_mesh(TcCtx *c, const char *ovr) {
 
 /* ---- function signatures ------------------------------------------------------ */
 
-static bool check_signature(TcCtx *c, FuncDecl *f) {
+/* The function's name in the global namespace. */
+static bool declare_func(TcCtx *c, FuncDecl *f) {
   bool ok = true;
   char *name = tok_str(f->name);
   /* A function may take a builtin's name (a program written before the
    * builtin existed keeps its meaning): calls then mean the function.
    * grad and value_and_grad are forms, not functions, so not those. */
-  if (!strcmp(name, "grad") || !strcmp(name, "value_and_grad")) {
+  if (!strcmp(name, "grad") || !strcmp(name, "value_and_grad") || !strcmp(name, "remat")) {
     diag_error(f->name.pos, "E_NAME", "'%s' is a builtin form; choose another name", name);
     ok = false;
   }
   Symbol *prev = find_in(&globals, name);
-  if (prev) {
+  if (tc_is_duplicate(f)) {
+    ok = false;
+  } else if (prev) {
     diag_error(f->name.pos, "E_NAME", "'%s' is already defined", name);
     diag_note(prev->pos, "previous definition is here");
     ok = false;
@@ -466,6 +533,15 @@ static bool check_signature(TcCtx *c, FuncDecl *f) {
     s->type.kind = TY_FUNC;
     add_global(s);
   }
+  return ok;
+}
+
+/* Manual axes, parameter and result types (an instance's type parameters
+ * are in its tscope). */
+bool tc_check_signature(TcCtx *c, FuncDecl *f) {
+  bool ok = true;
+  Scope *saved = c->scope;
+  c->scope = f->tscope;
   for (int i = 0; i < f->nmanual; i++) {
     int a;
     if (!resolve_axis(c, f->manual_axes[i], &a)) {
@@ -491,7 +567,7 @@ static bool check_signature(TcCtx *c, FuncDecl *f) {
       }
     ok &= tc_resolve_type(c, p->type, &f->param_types[i]);
     f->local_param_types[i] = f->param_types[i];
-    if (f->manual && f->param_types[i].kind == TY_ARRAY) {
+    if (f->manual && (f->param_types[i].kind == TY_ARRAY || f->param_types[i].kind == TY_STRUCT)) {
       bool lok = true;
       f->local_param_types[i] = tc_manual_local(c, &f->param_types[i], f->manual_set, p->type->pos,
                                                 arena_printf("parameter '%s'", tok_str(p->name)), &lok);
@@ -503,13 +579,14 @@ static bool check_signature(TcCtx *c, FuncDecl *f) {
     ok &= tc_resolve_type(c, f->results[i], &f->result_types[i]);
   if (f->manual)
     for (int i = 0; i < f->nresults; i++)
-      if (f->result_types[i].kind == TY_ARRAY) {
+      if (f->result_types[i].kind == TY_ARRAY || f->result_types[i].kind == TY_STRUCT) {
         bool lok = true;
         tc_manual_local(c, &f->result_types[i], f->manual_set, f->results[i]->pos, "result", &lok);
         if (!lok)
           f->result_types[i] = ty_error();  /* reported here, not again at the return */
         ok &= lok;
       }
+  c->scope = saved;
   return ok;
 }
 
@@ -541,8 +618,8 @@ static Type bind_value(TcCtx *c, Stmt *s, bool mutable_) {
     diag_error(s->expr->pos, "E_ARG", "this expression has no value to bind");
     return ty_error();
   }
-  if (t.kind != TY_ARRAY && t.kind != TY_ERROR && t.kind != TY_STRING) {
-    diag_error(s->expr->pos, "E_ARG", "only arrays, scalars and strings can be bound to names");
+  if (t.kind != TY_ARRAY && t.kind != TY_ERROR && t.kind != TY_STRING && t.kind != TY_STRUCT) {
+    diag_error(s->expr->pos, "E_ARG", "only arrays, scalars, strings and structs can be bound to names");
     return ty_error();
   }
   if (mutable_ && t.weak) {
@@ -578,38 +655,61 @@ static void check_assign(TcCtx *c, Stmt *s) {
     tc_expr(c, s->expr);
     return;
   }
+  /* p.h.w = e: the field's type is the var's part that must stay. */
+  Type target = sym->type;
+  for (int i = 0; i < s->path.len; i++) {
+    Token *f = s->path.data[i];
+    char *fname = tok_str(*f);
+    int k = target.kind == TY_STRUCT ? ty_find_field(target.sdef, fname) : -1;
+    if (k < 0) {
+      if (target.kind == TY_STRUCT)
+        diag_error(f->pos, "E_NAME", "struct %s has no field '%s'", target.sdef->name, fname);
+      else
+        diag_error(f->pos, "E_ARG", "%s has type %s, which has no fields", name, ty_str(c->mesh, &target));
+      tc_expr(c, s->expr);
+      return;
+    }
+    target = ty_field(&target, k);
+    name = arena_printf("%s.%s", name, fname);
+  }
   Type t;
   if (tc_is_annotatable(c, s->expr)) {
     /* The var's type is the out_sharding; a creation that names another
      * type changes the var's type. */
     c->annot_code = "E_CARRY";
-    tc_expr_annot(c, s->expr, &sym->type, arena_printf("assignment to %s", name));
+    tc_expr_annot(c, s->expr, &target, arena_printf("assignment to %s", name));
     c->annot_code = NULL;
     return;
   }
   t = tc_expr(c, s->expr);
   if (t.kind == TY_ERROR)
     return;
+  if (target.kind == TY_STRUCT || t.kind == TY_STRUCT) {
+    c->annot_code = "E_CARRY";
+    tc_struct_fits(c, s->expr, &t, &target, arena_printf("assignment to %s", name));
+    c->annot_code = NULL;
+    return;
+  }
   Type tt = t;
   tt.weak = false;
-  if (t.weak && t.kind == TY_ARRAY && t.rank == 0 && sym->type.kind == TY_ARRAY && sym->type.rank == 0 &&
-      (ty_is_float(sym->type.dtype) || !ty_is_float(t.dtype)))
+  if (t.weak && t.kind == TY_ARRAY && t.rank == 0 && target.kind == TY_ARRAY && target.rank == 0 &&
+      (ty_is_float(target.dtype) || !ty_is_float(t.dtype)))
     return; /* a literal takes the var's type */
-  if (!ty_equal(&tt, &sym->type)) {
-    AxisSet dv = tt.V ^ sym->type.V;
+  if (!ty_equal(&tt, &target)) {
+    AxisSet dv = tt.V ^ target.V;
     if (dv)
       diag_error(s->pos, "E_CARRY",
                  "assignment changes the type of var '%s' from %s to %s; a var keeps its type, and it differs in "
                  "the varying axes %s: declare the var varying with pcast(x, %s, to=varying), or make the value "
                  "invariant with a collective",
-                 name, ty_str(c->mesh, &sym->type), ty_str(c->mesh, &t), ty_axes_str(c->mesh, dv),
+                 name, ty_str(c->mesh, &target), ty_str(c->mesh, &t), ty_axes_str(c->mesh, dv),
                  ty_axes_arg(c->mesh, dv));
     else
       diag_error(s->pos, "E_CARRY",
                  "assignment changes the type of var '%s' from %s to %s; a var keeps its type (reshard or cast the "
                  "value)",
-                 name, ty_str(c->mesh, &sym->type), ty_str(c->mesh, &t));
-    diag_note(sym->pos, "'%s' is declared here", name);
+                 name, ty_str(c->mesh, &target), ty_str(c->mesh, &t));
+    diag_note(sym->pos, "'%s' is declared here", sym->name);
   }
 }
 
@@ -728,6 +828,30 @@ static void check_return(TcCtx *c, Stmt *s, bool last_in_body) {
       tc_expr_unannotated(c, vals[i]);
       continue;
     }
+    if (f->view_manual) {
+      /* Called from a manual body: the result keeps the value's manual
+       * states (a varying activation stays varying). */
+      Type t = tc_expr(c, vals[i]);
+      if (t.kind == TY_ERROR)
+        continue;
+      Type tt = t;
+      tt.weak = false;
+      if (t.weak && t.kind == TY_ARRAY && decl->kind == TY_ARRAY && !decl->rank) {
+        tt = *decl;
+        tt.V |= t.V;
+      }
+      if (!tc_equal_but_manual(&tt, decl, f->manual_set)) {
+        Type pt = ty_strip_sharding(&tt), pd = ty_strip_sharding(decl);
+        bool arrays = t.kind == TY_ARRAY && decl->kind == TY_ARRAY;
+        diag_error(vals[i]->pos, !arrays ? "E_DTYPE" : t.dtype != decl->dtype ? "E_DTYPE"
+                   : !ty_equal(&pt, &pd) ? "E_SHAPE" : "E_ANNOT",
+                   "the return type: the value has type %s but %s is expected", ty_str(c->mesh, &t),
+                   ty_str(c->mesh, decl));
+        continue;
+      }
+      f->result_types[i] = tt;
+      continue;
+    }
     if (!f->manual) {
       tc_expr_annot(c, vals[i], decl, "the return type");
       continue;
@@ -757,6 +881,12 @@ static void check_stmt(TcCtx *c, Stmt *s, bool last_in_body) {
     Type t = bind_value(c, s, s->kind == ST_VAR);
     s->sym = tc_bind(c, SYM_LOCAL, s->name, t);
     s->sym->mutable_ = s->kind == ST_VAR;
+    ConstVal v;
+    if (s->kind == ST_LET && t.kind == TY_ARRAY && t.weak && t.dtype == DT_I32 && const_eval(c, s->expr, &v, false) &&
+        !v.is_float) {
+      s->sym->static_int = true;   /* a size for types: let T = size(q, -2) */
+      s->sym->ival = v.i;
+    }
     break;
   }
   case ST_LET_TUPLE: {
@@ -797,11 +927,11 @@ static void check_block(TcCtx *c, Block *b, bool fn_body) {
     check_stmt(c, b->stmts.data[i], fn_body && i == b->stmts.len - 1);
 }
 
-static void check_body(TcCtx *c, FuncDecl *f) {
+void tc_check_body(TcCtx *c, FuncDecl *f) {
   c->fn = f;
-  c->manual = f->manual ? f->manual_set : 0;
+  c->manual = f->manual || f->view_manual ? f->manual_set : 0;
   c->diverge.len = 0;
-  c->scope = NULL;
+  c->scope = f->tscope;
   push_scope(c);
   for (int i = 0; i < f->params.len; i++) {
     Param *p = f->params.data[i];
@@ -865,26 +995,45 @@ bool tc_program(Program *p, Mesh *mesh_out, const char *mesh_override, const Vec
   c.mesh = mesh_out;
   memset(&globals, 0, sizeof globals);
   strmap_free(&global_index);
+  ptrmap_free(&duplicates);
   int errs = diag_error_count();
+  check_duplicates(p);
   check_consts(&c, defines);
   if (!check_mesh(&c, mesh_override))
     return false;
+  tc_structs(&c);
+  tc_instances_reset();
+  int nwritten = p->funcs.len;
+  for (int i = 0; i < nwritten; i++) {
+    FuncDecl *f = p->funcs.data[i];
+    f->ok = declare_func(&c, f);
+    f->ok &= f->ntparams ? tc_check_generic(&c, f) : tc_check_signature(&c, f);
+  }
+  /* Generic functions are checked per instance, when called (instance.c);
+   * instances join the list as they are made, already checked. */
   for (int i = 0; i < p->funcs.len; i++) {
     FuncDecl *f = p->funcs.data[i];
-    f->ok = check_signature(&c, f);
+    if (!f->ntparams && !f->checked) {
+      f->checked = true;
+      tc_check_body(&c, f);
+    }
   }
-  for (int i = 0; i < p->funcs.len; i++)
-    check_body(&c, p->funcs.data[i]);
   check_recursion(p);
   return diag_error_count() == errs;
 }
 
+/* A struct binding prints as its struct's name, then a line per leaf
+ * (language.md §9.1). */
 void tc_print_bindings(FILE *out, const Program *p, const Mesh *m) {
   for (int i = 0; i < p->funcs.len; i++) {
     FuncDecl *f = p->funcs.data[i];
     for (int j = 0; j < f->bindings.len; j++) {
       Symbol *s = f->bindings.data[j];
       fprintf(out, "%.*s.%s: %s\n", f->name.len, f->name.start, s->name, ty_str(m, &s->type));
+      if (s->type.kind == TY_STRUCT)
+        for (int k = 0; k < s->type.nelems; k++)
+          fprintf(out, "%.*s.%s.%s: %s\n", f->name.len, f->name.start, s->name, s->type.sdef->leaf_paths[k],
+                  ty_str(m, &s->type.elems[k]));
     }
   }
 }

@@ -59,7 +59,7 @@ static const char *suggest(TcCtx *c, const char *name) {
         best = sym->name;
       }
     }
-  static const char *const special[] = {"grad", "value_and_grad", NULL};
+  static const char *const special[] = {"grad", "value_and_grad", "remat", NULL};
   const char *const *lists[2] = {op_builtin_names(), special};
   for (int l = 0; l < 2; l++)
     for (const char *const *b = lists[l]; *b; b++) {
@@ -113,6 +113,12 @@ static Type check_name(TcCtx *c, Expr *e) {
     t.kind = TY_AXIS;
     return t;
   }
+  case SYM_STRUCT:
+  case SYM_TYPE:
+    diag_error(e->pos, "E_ARG", "'%s' is a type, not a value; %s", e->str,
+               s->kind == SYM_STRUCT ? arena_printf("construct one with %s(FIELD=..., ...) or zeros(%s)", e->str, e->str)
+                                     : arena_printf("create one with zeros(%s)", e->str));
+    return ty_error();
   }
   return ty_error();
 }
@@ -141,6 +147,10 @@ bool tc_want_array(TcCtx *c, Expr *e, const Type *t, const char *what) {
     return false;
   case TY_STRING:
     diag_error(e->pos, "E_ARG", "%s: a string is not an array", what);
+    return false;
+  case TY_STRUCT:
+    diag_error(e->pos, "E_ARG", "%s: %s is a struct (%s), not an array; use one of its fields (x.FIELD)", what,
+               tc_expr_text(e), t->sdef->name);
     return false;
   case TY_TAPE:
     break;
@@ -228,10 +238,10 @@ static bool check_call_args(TcCtx *c, Expr *call, FuncDecl *f, Expr **args, int 
 Type tc_call_user(TcCtx *c, Expr *e, FuncDecl *f, Vec *argv, int first_arg) {
   const char *fname = tok_str(f->name);
   e->fn = f;
-  if (c->manual) {
-    diag_error(e->pos, "E_MANUAL",
-               "a manual function body cannot call other functions (here '%s'); call it from the global view",
-               fname);
+  if (c->manual && f->manual) {
+    diag_error(e->pos, "E_MANUAL", "%s is a manual function; a manual body calls global-view functions (typed "
+               "with its device-local values) but not another manual function: call %s from the global view",
+               fname, fname);
     return ty_error();
   }
   if (c->fn)
@@ -247,6 +257,19 @@ Type tc_call_user(TcCtx *c, Expr *e, FuncDecl *f, Vec *argv, int first_arg) {
       continue;
     }
     args[n++] = a;
+  }
+  if (ok && c->manual) {
+    /* From a manual body: the instance for these device-local arguments. */
+    f = tc_instantiate_manual(c, e, f, args, n);
+    if (!f)
+      return ty_error();
+    e->fn = f;
+  } else if (ok && f->ntparams) {
+    /* A generic function: the instance for these arguments' types. */
+    f = tc_instantiate_call(c, e, f, args, n);
+    if (!f)
+      return ty_error();
+    e->fn = f;
   }
   ok &= check_call_args(c, e, f, args, n, fname);
   if (!ok || !f->ok)
@@ -267,11 +290,6 @@ static Type check_grad(TcCtx *c, Expr *e) {
   e->tc = info;
   e->grad = with_value ? GRAD_WITH_VALUE : GRAD_PLAIN;
   info->with_value = with_value;
-  if (c->manual) {
-    diag_error(e->pos, "E_MANUAL", "%s is not available inside a manual function body; take the gradient of a "
-                                   "global-view function that calls the manual one", gname);
-    return ty_error();
-  }
   Expr *pos[1], *kw[1];
   const char *kwn[1] = {"wrt"};
   int npos;
@@ -294,6 +312,20 @@ static Type check_grad(TcCtx *c, Expr *e) {
   if (c->fn)
     vec_push(&c->fn->callees, e);
   const char *fname = tok_str(f->name);
+  if (f->ntparams || c->manual) {
+    /* grad of a generic function, or inside a manual body (§9.7): the
+     * instance for the call's arguments. */
+    for (int i = 0; i < e->args.len; i++)
+      if (((Expr *)e->args.data[i])->kind == EX_KWARG) {
+        diag_error(((Expr *)e->args.data[i])->pos, "E_ARG", "%s takes positional arguments only", fname);
+        return ty_error();
+      }
+    f = c->manual ? tc_instantiate_manual(c, e, f, (Expr **)e->args.data, e->args.len)
+                  : tc_instantiate_call(c, e, f, (Expr **)e->args.data, e->args.len);
+    if (!f)
+      return ty_error();
+    e->fn = f;
+  }
   /* wrt: one position (the gradient itself) or a tuple (a tuple of them),
    * any number of them. */
   bool tuple = false;
@@ -354,6 +386,22 @@ static Type check_grad(TcCtx *c, Expr *e) {
     outs[nout++] = f->result_types[0];
   for (int i = 0; i < norder; i++) {
     Type *pt = &f->param_types[order[i]];
+    if (pt->kind == TY_STRUCT) {
+      /* A struct's gradient is the struct of its leaves' cotangents (§9.4). */
+      for (int k = 0; k < pt->nelems; k++)
+        if (!ty_is_float(pt->elems[k].dtype)) {
+          Param *p = f->params.data[order[i]];
+          diag_error(wrt_pos[i], "E_GRAD",
+                     "%s: wrt position %d is parameter '%.*s' of %s, a %s whose field %s is %s; a struct has a "
+                     "gradient only if every leaf is a float (f32, f64): move the integer fields to another "
+                     "parameter, or leave it out of wrt",
+                     gname, (int)order[i], p->name.len, p->name.start, fname, pt->sdef->name,
+                     pt->sdef->leaf_paths[k], TS(&pt->elems[k]));
+          return ty_error();
+        }
+      outs[nout++] = ty_ct(pt);
+      continue;
+    }
     if (!ty_is_float(pt->dtype)) {
       Param *p = f->params.data[order[i]];
       diag_error(wrt_pos[i], "E_DTYPE",
@@ -369,11 +417,51 @@ static Type check_grad(TcCtx *c, Expr *e) {
   return ty_tuple(nout, outs);
 }
 
+/* annot: the expected type (a struct one reaches constructions and struct
+ * creation only). */
+/* remat(f)(args): a call of f whose inside values a gradient does not keep
+ * but computes again (language.md §9.8). */
+static Type check_remat(TcCtx *c, Expr *e) {
+  Expr *r = e->callee;
+  if (r->args.len != 1 || ((Expr *)r->args.data[0])->kind != EX_NAME) {
+    diag_error(r->pos, "E_ARG", "remat takes a function name: remat(f)(args...)");
+    return ty_error();
+  }
+  Expr *fn = r->args.data[0];
+  Symbol *s = tc_lookup(c, fn->str);
+  if (!s || s->kind != SYM_FUNC) {
+    diag_error(fn->pos, s ? "E_ARG" : "E_NAME", s ? "remat: '%s' is not a function" : "remat: unknown function '%s'",
+               fn->str);
+    return ty_error();
+  }
+  if (c->manual) {
+    diag_error(e->pos, "E_MANUAL", "remat is available in the global view; inside a manual body, compute again "
+               "what the backward pass needs in the function the body differentiates");
+    return ty_error();
+  }
+  if (s->fn->manual) {
+    diag_error(fn->pos, "E_ARG", "remat of the manual function %s: remat a global-view function (which may call it)",
+               fn->str);
+    return ty_error();
+  }
+  e->remat = true;
+  return tc_call_user(c, e, s->fn, &e->args, 0);
+}
+
 static Type check_call(TcCtx *c, Expr *e, const Type *annot) {
   Expr *callee = e->callee;
+  const Type *aannot = annot && annot->kind == TY_STRUCT ? NULL : annot;
+  Type st;
+  if (e->bi) {   /* built by the compiler, bound to its builtin (tc_struct.c) */
+    if (tc_struct_op(c, e, annot, &st))
+      return st;
+    return tc_builtin(c, e, (e->bi->flags & BIF_STRUCT_ANNOT) ? annot : aannot);
+  }
   if (callee->kind == EX_CALL && callee->callee->kind == EX_NAME &&
       (!strcmp(callee->callee->str, "grad") || !strcmp(callee->callee->str, "value_and_grad")))
     return check_grad(c, e);
+  if (callee->kind == EX_CALL && callee->callee->kind == EX_NAME && !strcmp(callee->callee->str, "remat"))
+    return check_remat(c, e);
   if (callee->kind != EX_NAME) {
     diag_error(e->pos, "E_ARG", "only functions can be called");
     return ty_error();
@@ -381,19 +469,24 @@ static Type check_call(TcCtx *c, Expr *e, const Type *annot) {
   Symbol *s = tc_lookup(c, callee->str);
   if (s && s->kind == SYM_FUNC)
     return tc_call_user(c, e, s->fn, &e->args, 0);
+  if (s && s->kind == SYM_STRUCT)
+    return tc_construct(c, e, s, annot);
   const BuiltinDef *bi = op_builtin(callee->str);
   if (bi && (!s || s->kind == SYM_AXIS)) {
     e->bi = bi;
-    return tc_builtin(c, e, annot);
+    if (tc_struct_op(c, e, annot, &st))
+      return st;
+    return tc_builtin(c, e, (e->bi->flags & BIF_STRUCT_ANNOT) ? annot : aannot);
   }
   if (s) {
     diag_error(e->pos, "E_ARG", "'%s' is not a function", callee->str);
     return ty_error();
   }
   const char *sug = suggest(c, callee->str);
-  if (!strcmp(callee->str, "grad") || !strcmp(callee->str, "value_and_grad"))
-    diag_error(e->pos, "E_ARG", "%s(f, wrt=...) makes a function; call it: %s(f, wrt=0)(args...)", callee->str,
-               callee->str);
+  if (!strcmp(callee->str, "grad") || !strcmp(callee->str, "value_and_grad") || !strcmp(callee->str, "remat"))
+    diag_error(e->pos, "E_ARG", "%s(f%s) makes a function; call it: %s(f%s)(args...)", callee->str,
+               strcmp(callee->str, "remat") ? ", wrt=..." : "", callee->str,
+               strcmp(callee->str, "remat") ? ", wrt=0" : "");
   else if (sug)
   {
     diag_error(e->pos, "E_NAME", "unknown function '%s'; did you mean '%s'?", callee->str, sug);
@@ -428,8 +521,24 @@ static Type check_literal(TcCtx *c, Expr *e) {
   return t;
 }
 
+/* The type of EX_LEAF: a leaf of its (typed) struct operand, or the
+ * operand's own type. */
+static Type leaf_type(const Expr *e) {
+  const Type *x = e->lhs->ty;
+  if (!x)
+    diag_ice("a leaf of an untyped expression");
+  return e->ival < 0 ? *x : x->elems[e->ival];
+}
+
 static Type check(TcCtx *c, Expr *e, const Type *annot) {
   Type t;
+  if (e->pretyped) {
+    e->pretyped = false;
+    return *e->ty;
+  }
+  const Type *sannot = annot;   /* a struct annotation reaches the struct-valued forms only */
+  if (annot && annot->kind == TY_STRUCT)
+    annot = NULL;
   switch (e->kind) {
   case EX_INT:
   case EX_FLOAT:
@@ -443,16 +552,31 @@ static Type check(TcCtx *c, Expr *e, const Type *annot) {
     t = check_name(c, e);
     break;
   case EX_UNARY:
-    t = op_check_unary(c, e);
+    if (!tc_struct_op(c, e, sannot, &t))
+      t = op_check_unary(c, e);
     break;
   case EX_BINARY:
-    t = e->op == BIN_MATMUL ? op_check_matmul(c, e, annot) : op_check_binary(c, e);
+    if (!tc_struct_op(c, e, sannot, &t))
+      t = e->op == BIN_MATMUL ? op_check_matmul(c, e, annot) : op_check_binary(c, e);
     break;
   case EX_CALL:
-    t = check_call(c, e, annot);
+    t = check_call(c, e, sannot);
     break;
-  case EX_INDEX:
+  case EX_INDEX: {
+    Type lt = check(c, e->lhs, NULL);
+    if (lt.kind == TY_STRUCT) {
+      t = tc_struct_index(c, e, &lt, sannot);
+      break;
+    }
+    e->lhs->pretyped = true;   /* op_check_index types it again: the same type, once */
     t = op_check_index(c, e, annot);
+    break;
+  }
+  case EX_FIELD:
+    t = tc_field(c, e);
+    break;
+  case EX_LEAF:
+    t = leaf_type(e);
     break;
   case EX_AS: {
     Type at;
@@ -519,6 +643,8 @@ bool tc_is_annotatable(TcCtx *c, Expr *e) {
   if (e->kind != EX_CALL || e->callee->kind != EX_NAME)
     return false;
   Symbol *s = tc_lookup(c, e->callee->str);
+  if (s && s->kind == SYM_STRUCT)
+    return true;   /* a construction: each field value as its field's annotation */
   if (s && s->kind != SYM_AXIS)
     return false;
   const BuiltinDef *bi = op_builtin(e->callee->str);
@@ -556,14 +682,29 @@ static Type check_str_annot(TcCtx *c, Expr *e, const Type *annot, const char *wh
   return ty_error();
 }
 
+/* Where a struct type is expected: a construction, indexing or creation
+ * takes it as each leaf's out_sharding; any other value must have it. */
+static Type check_struct_annot(TcCtx *c, Expr *e, const Type *annot, const char *where) {
+  Type t = check(c, e, tc_is_annotatable(c, e) ? annot : NULL);
+  if (t.kind == TY_ERROR)
+    return t;
+  return tc_struct_fits(c, e, &t, annot, where) ? t : ty_error();
+}
+
 Type tc_expr_annot(TcCtx *c, Expr *e, const Type *annot, const char *where) {
   if (annot && annot->kind == TY_STRING)
     return check_str_annot(c, e, annot, where);
+  if (annot && annot->kind == TY_STRUCT)
+    return check_struct_annot(c, e, annot, where);
   if (!annot || annot->kind != TY_ARRAY)
     return check(c, e, NULL);
   if (tc_is_annotatable(c, e))
     return check(c, e, annot);
   Type t = check(c, e, NULL);
+  if (t.kind == TY_STRUCT) {
+    diag_error(e->pos, "E_DTYPE", "%s: the value is a struct (%s) but %s is expected", where, TS(&t), TS(annot));
+    return ty_error();
+  }
   if (t.kind == TY_STRING) {
     diag_error(e->pos, "E_DTYPE", "%s: the value is a str but %s is expected", where, TS(annot));
     return ty_error();

@@ -19,6 +19,21 @@
 /* ---- the boundary -------------------------------------------------------------- */
 
 Type tc_manual_local(TcCtx *c, const Type *g, AxisSet manual, Pos pos, const char *what, bool *ok) {
+  if (g->kind == TY_STRUCT) {
+    /* Leaf by leaf; the stacked dims as the leaves have them. */
+    Type r = *g;
+    r.elems = arena_alloc(sizeof(Type) * (size_t)(g->nelems ? g->nelems : 1));
+    for (int k = 0; k < g->nelems; k++) {
+      r.elems[k] = tc_manual_local(c, &g->elems[k], manual, pos, what, ok);
+      if (!*ok)
+        return ty_error();
+    }
+    for (int d = 0; d < g->rank && g->nelems; d++) {
+      r.shape[d] = r.elems[0].shape[d];
+      r.spec[d] = r.elems[0].spec[d];
+    }
+    return r;
+  }
   Type l = *g;
   for (int d = 0; d < g->rank; d++) {
     DimSpec s = g->spec[d];
@@ -214,7 +229,10 @@ static void text_list(Str *s, const Vec *v) {
 
 /* A type as written (f32[8@X, 4]<U:Y>), for fixes that quote a call. */
 static void type_text(Str *s, const TypeExpr *t) {
-  str_printf(s, "%s", ty_dtype_name(t->dtype));
+  if (t->named)
+    str_printf(s, "%.*s", t->name.len, t->name.start);
+  else
+    str_printf(s, "%s", ty_dtype_name(t->dtype));
   if (t->rank)
     str_putc(s, '[');
   for (int d = 0; d < t->rank; d++) {
@@ -257,6 +275,12 @@ static void text_of(Str *s, const Expr *e) {
   case EX_AS: str_putc(s, '('); text_of(s, e->lhs); str_printf(s, " as "); type_text(s, e->type); str_putc(s, ')'); return;
   case EX_TYPE: type_text(s, e->type); return;
   case EX_INDEX: text_of(s, e->lhs); str_putc(s, '['); text_list(s, &e->args); str_putc(s, ']'); return;
+  case EX_FIELD: text_of(s, e->lhs); str_printf(s, ".%s", e->str); return;
+  case EX_LEAF:
+    text_of(s, e->lhs);
+    if (e->ival >= 0 && e->lhs->ty && e->lhs->ty->kind == TY_STRUCT)
+      str_printf(s, ".%s", e->lhs->ty->sdef->leaf_paths[e->ival]);
+    return;
   case EX_SLICE:
     if (e->lhs)
       text_of(s, e->lhs);

@@ -91,10 +91,21 @@ bool ty_same_sharding(const Type *a, const Type *b) {
   return true;
 }
 
+static bool same_stack(const Type *a, const Type *b) {
+  if (a->rank != b->rank)
+    return false;
+  for (int d = 0; d < a->rank; d++)
+    if (a->shape[d] != b->shape[d] || !ty_spec_equal(a->spec[d], b->spec[d]))
+      return false;
+  return true;
+}
+
 bool ty_equal(const Type *a, const Type *b) {
   if (a->kind != b->kind)
     return false;
-  if (a->kind == TY_TUPLE) {
+  if (a->kind == TY_STRUCT && (a->sdef != b->sdef || !same_stack(a, b)))
+    return false;
+  if (a->kind == TY_TUPLE || a->kind == TY_STRUCT) {
     if (a->nelems != b->nelems)
       return false;
     for (int i = 0; i < a->nelems; i++)
@@ -230,6 +241,15 @@ static void print_type(Str *out, const Mesh *m, const Type *t, bool local) {
       print_type(out, m, &t->elems[i], local);
     }
     str_putc(out, ')');
+    return;
+  case TY_STRUCT:
+    str_printf(out, "%s", t->sdef->name);
+    if (t->rank) {
+      str_putc(out, '[');
+      for (int d = 0; d < t->rank; d++)
+        str_printf(out, "%s%lld%s", d ? "," : "", (long long)t->shape[d], ty_spec_str(m, t->spec[d]));
+      str_putc(out, ']');
+    }
     return;
   case TY_ARRAY:
     break;
@@ -401,7 +421,7 @@ Type ty_strip_sharding(const Type *t) {
 
 Type ty_ct(const Type *t) {
   Type r = *t;
-  if (r.kind == TY_TUPLE) {
+  if (r.kind == TY_TUPLE || r.kind == TY_STRUCT) {
     r.elems = arena_alloc(sizeof(Type) * (size_t)(r.nelems ? r.nelems : 1));
     for (int i = 0; i < r.nelems; i++)
       r.elems[i] = ty_ct(&t->elems[i]);
@@ -427,4 +447,122 @@ Type ty_without_dim(const Type *x, int k) {
     r.spec[d].n = 0;
   r.weak = false;
   return r;
+}
+
+/* ---- structs ----------------------------------------------------------------- */
+
+Type ty_struct(const StructDef *d, int nstack, const int64_t *shape, const DimSpec *spec) {
+  Type t;
+  memset(&t, 0, sizeof t);
+  t.kind = TY_STRUCT;
+  t.sdef = d;
+  t.rank = nstack;
+  for (int i = 0; i < nstack; i++) {
+    t.shape[i] = shape[i];
+    t.spec[i] = spec[i];
+  }
+  t.nelems = d->nleaves;
+  t.elems = arena_alloc(sizeof(Type) * (size_t)(d->nleaves ? d->nleaves : 1));
+  for (int k = 0; k < d->nleaves; k++) {
+    const Type *l = &d->leaves[k];
+    Type r = *l;
+    r.rank = nstack + l->rank;   /* the caller checks the rank and the axes */
+    for (int i = 0; i < nstack && i < MAX_RANK; i++) {
+      r.shape[i] = shape[i];
+      r.spec[i] = spec[i];
+    }
+    for (int i = 0; i < l->rank && nstack + i < MAX_RANK; i++) {
+      r.shape[nstack + i] = l->shape[i];
+      r.spec[nstack + i] = l->spec[i];
+    }
+    if (r.rank > MAX_RANK)
+      r.rank = MAX_RANK;
+    t.elems[k] = r;
+  }
+  return t;
+}
+
+Type ty_struct_with(const Type *t, const Type *leaves) {
+  Type r = *t;
+  r.elems = arena_alloc(sizeof(Type) * (size_t)(t->nelems ? t->nelems : 1));
+  for (int k = 0; k < t->nelems; k++)
+    r.elems[k] = leaves[k];
+  return r;
+}
+
+int ty_find_field(const StructDef *d, const char *name) {
+  for (int f = 0; f < d->nfields; f++)
+    if (!strcmp(d->field_names[f], name))
+      return f;
+  return -1;
+}
+
+Type ty_field(const Type *t, int f) {
+  const StructDef *d = t->sdef;
+  const Type *ft = &d->field_types[f];
+  int first = d->field_leaf[f];
+  if (ft->kind != TY_STRUCT)
+    return t->elems[first];
+  /* The field's own stacked dims follow the value's. */
+  Type r = *ft;
+  r.rank = t->rank + ft->rank;
+  for (int i = 0; i < t->rank; i++) {
+    r.shape[i] = t->shape[i];
+    r.spec[i] = t->spec[i];
+  }
+  for (int i = 0; i < ft->rank && t->rank + i < MAX_RANK; i++) {
+    r.shape[t->rank + i] = ft->shape[i];
+    r.spec[t->rank + i] = ft->spec[i];
+  }
+  r.elems = t->elems + first;   /* the leaves are shared, never written */
+  return r;
+}
+
+int ty_nleaves(const Type *t) {
+  switch (t->kind) {
+  case TY_STRUCT:
+    return t->nelems;
+  case TY_TUPLE: {
+    int n = 0;
+    for (int i = 0; i < t->nelems; i++)
+      n += ty_nleaves(&t->elems[i]);
+    return n;
+  }
+  case TY_VOID:
+    return 0;
+  default:
+    return 1;
+  }
+}
+
+int ty_flatten(const Type *t, Type *out) {
+  switch (t->kind) {
+  case TY_STRUCT:
+    for (int k = 0; k < t->nelems; k++)
+      out[k] = t->elems[k];
+    return t->nelems;
+  case TY_TUPLE: {
+    int n = 0;
+    for (int i = 0; i < t->nelems; i++)
+      n += ty_flatten(&t->elems[i], out + n);
+    return n;
+  }
+  case TY_VOID:
+    return 0;
+  default:
+    out[0] = *t;
+    return 1;
+  }
+}
+
+int ty_first_diff_leaf(const Type *t, const Type *u) {
+  if (t->kind != TY_STRUCT || u->kind != TY_STRUCT || t->nelems != u->nelems)
+    return -1;
+  for (int k = 0; k < t->nelems; k++) {
+    Type a = t->elems[k], b = u->elems[k];
+    a.weak = b.weak = false;
+    if (!ty_equal(&a, &b))
+      return k;
+  }
+  return -1;
 }

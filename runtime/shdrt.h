@@ -358,6 +358,19 @@ const char *shd_str_path(const shd_str *p, const char *what, int line);
 /* --name=value as a string, else the default. */
 void shd_arg_str(shd_str *out, const char *name, const char *def, int64_t def_len);
 
+/* ---- savedir.c: a struct's directory of .npy files, replaced as a whole --- */
+
+/* save(DIR, p) of a struct: a fresh directory beside DIR for the leaves
+ * (its path in *tmp, the same on every rank), each saved into it with
+ * shd_save_npy at shd_savedir_leaf(&scratch, tmp, "h.w.npy", ...); then
+ * commit puts it in DIR's place in one step (the earlier contents are
+ * removed). Any failure stops every rank with the cause, naming the line. */
+void shd_savedir_begin(shd_str *tmp, const shd_str *dir, int line);
+const char *shd_savedir_leaf(shd_str *out, const shd_str *dir, const char *leaf, const char *what, int line);
+void shd_savedir_commit(const shd_str *tmp, const shd_str *dir, int line);
+/* exists(PATH): rank 0 looks, every rank gets its answer. */
+bool shd_exists(const char *path);
+
 /* ---- trace.c: measured communication ---------------------------------- */
 
 /* Each collective adds the bytes this rank sent; with SHD_TRACE=1 the

@@ -8,8 +8,12 @@ reshards between shardings, reductions, matrix products, calls of generated
 helper functions, grad and value_and_grad of generated loss functions,
 loops with carried vars and branches. Statements print strings of random
 bytes (as \\xHH escapes), save and load arrays under names of random bytes,
-and read args with random names. No program divides an integer by anything
-but a non-zero literal, so each one must run to completion on every mesh.
+and read args with random names. Version 2: a struct of random fields (one
+a stacked struct), built by keyword, its fields used as values, arithmetic
+and sum over it, a generic function called on arrays and on the struct,
+and the struct saved to and loaded from a directory of a random name. No
+program divides an integer by anything but a non-zero literal, so each one
+must run to completion on every mesh.
 
 The mesh is {X: 2}, built with --mesh X=1 and X=2; every sharded dim is a
 multiple of 2.
@@ -57,6 +61,61 @@ class Gen:
         self.losses = []       # [(name, [Ty])]: scalar f32 functions of float arrays
         self.out = []
         self.saved = 0
+
+    # ---- version 2: a struct, a generic function ------------------------------------------
+
+    def struct_decls(self):
+        """struct In (two f32 fields) and struct St (random f32 fields and
+        an In stacked twice), and the generic twice<P>; the leaves of St."""
+        r = self.r
+        self.in_fields = [("a", self.rand_ty(("f32",))), ("b", self.rand_ty(("f32",)))]
+        self.st_fields = [("f%d" % i, self.rand_ty(("f32",))) for i in range(r.randint(1, 3))]
+        decl = lambda name, fs, extra: "struct %s { %s%s }\n" % (name, ", ".join("%s: %s" % (n, t.text()) for n, t in fs),
+                                                                  extra)
+        self.out.append(decl("In", self.in_fields, ""))
+        self.out.append(decl("St", self.st_fields, ", h: In[2]"))
+        self.out.append("fn twice<P>(x: P) -> P {\n    return x + x\n}\n")
+        self.structs = []      # names of St values in scope
+
+    def struct_value(self, depth):
+        """An expression of type St."""
+        r = self.r
+        k = r.random()
+        if self.structs and k < 0.4:
+            a = r.choice(self.structs)
+            return r.choice(["twice(%s)" % a, "(%s * 2.0 - %s)" % (a, a), "maximum(%s, 0.5)" % a,
+                             "(%s + %s)" % (a, r.choice(self.structs))])
+        if k < 0.6:
+            return r.choice(["zeros(St)", "ones(St)", "normal(St, seed=%d)" % r.randint(0, 9),
+                             "full(St, %s)" % self.literal(Ty("f32", ()))])
+        fs = ["%s=%s" % (n, self.expr(t, depth)) for n, t in self.st_fields]
+        stacked = [t.with_(shape=(2,) + t.shape, shard=False) for _, t in self.in_fields]
+        fs.append("h=In(%s)" % ", ".join("%s=%s" % (n, self.expr(u, depth))
+                                         for (n, _), u in zip(self.in_fields, stacked)))
+        r.shuffle(fs)
+        return "St(%s)" % ", ".join(fs)
+
+    def struct_statement(self, lines, pad):
+        r = self.r
+        k = r.random()
+        if k < 0.5 or not self.structs:
+            name = self.fresh("s")
+            lines.append("%slet %s = %s" % (pad, name, self.struct_value(3)))
+            self.structs.append(name)
+            for n, t in self.st_fields:
+                self.scope.append(("%s.%s" % (name, n), t))
+            lines.append("%sprint(\"struct\", sum(%s), %s.h[1].a)" % (pad, name, name))
+        elif k < 0.7:
+            name = r.choice(self.structs)
+            self.saved += 1
+            path = b"d" + bytes(r.choice(NAME_BYTES) for _ in range(r.randint(0, 12))) + b"_%d" % self.saved
+            back = self.fresh("s")
+            lines.append("%ssave(%s, %s)" % (pad, esc(path), name))
+            lines.append("%slet %s: St = load(%s)" % (pad, back, esc(path)))
+            lines.append("%sprint(\"loaded\", sum(%s - %s))" % (pad, back, name))
+        else:
+            t = self.rand_ty(("f32", "f64", "i32"))
+            lines.append("%sprint(\"twice\", twice(%s))" % (pad, self.expr(t, 2)))
 
     def fresh(self, p="v"):
         self.n += 1
@@ -254,6 +313,8 @@ class Gen:
                 pad, v, g, name, ", ".join(self.expr(p, 2) for p in params)))
             self.scope += [(v, Ty("f32", ())), (g, params[0])]
             lines.append("%sprint(\"value_and_grad\", %s, %s)" % (pad, v, g))
+        elif k < 0.76:
+            self.struct_statement(lines, pad)
         elif k < 0.78:
             dt = r.choice(["i32", "f32", "f64", "bool"])
             name = self.fresh("a")
@@ -278,16 +339,17 @@ class Gen:
             lines.append("%sprint(\"carried\", %s)" % (pad, var))
         elif indent < 3:
             lines.append("%sif %s {" % (pad, self.expr(Ty("bool", ()), 2)))
-            saved = list(self.scope)
+            saved, saved_structs = list(self.scope), list(self.structs)
             for _ in range(r.randint(1, 3)):
                 self.statement(lines, indent + 1)
-            self.scope = saved
+            self.scope, self.structs = saved, saved_structs
             lines.append("%s}" % pad)
 
 
 def program(seed):
     g = Gen(seed)
     r = g.r
+    g.struct_decls()
     for _ in range(r.randint(0, 3)):
         g.function()
     for _ in range(r.randint(0, 2)):

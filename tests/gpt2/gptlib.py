@@ -103,6 +103,32 @@ def text_batches(path, steps, B, T, seed=0):
     return path
 
 
+# Where each parameter (llm.c's name) lives in the programs' GPT struct: the
+# Decay group (d) or the NoDecay group (n), layers stacked under h.
+LEAF = {"wte": "d.wte", "wpe": "d.wpe", "qkvw": "d.h.qkvw", "attprojw": "d.h.attprojw", "fcw": "d.h.fcw",
+        "fcprojw": "d.h.fcprojw", "ln1w": "n.h.ln1w", "ln1b": "n.h.ln1b", "qkvb": "n.h.qkvb",
+        "attprojb": "n.h.attprojb", "ln2w": "n.h.ln2w", "ln2b": "n.h.ln2b", "fcb": "n.h.fcb",
+        "fcprojb": "n.h.fcprojb", "lnfw": "n.lnfw", "lnfb": "n.lnfb"}
+
+
+def state_dir(ck, step):
+    """The checkpoint of step `step` in a --save directory."""
+    return os.path.join(ck, "state_%06d" % step)
+
+
+def checkpoint(ck, step, part="p"):
+    """{llm.c name: array in llm.c's layout} of a checkpoint's parameters
+    (part "p") or AdamW moments ("m", "v"): the struct's leaves, qkvw and
+    qkvb reshaped from their head-split form."""
+    out = {}
+    for name, leaf in LEAF.items():
+        a = np.load(os.path.join(state_dir(ck, step), "%s.%s.npy" % (part, leaf)))
+        if name in ("qkvw", "qkvb"):
+            a = a.reshape(a.shape[0], -1, *a.shape[4:])
+        out[name] = a
+    return out
+
+
 def make_init(d, cfg=TINY, seed=0):
     ref_torch.make_init(d, cfg["V"], cfg["T"], cfg["L"], cfg["C"], seed)
     return d

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Issue 9 item 3: checkpoints of the GPT-2 programs.
+"""Issue 9 item 3, issue 14: checkpoints of the GPT-2 programs.
 
-- --save=DIR --save-every=K writes, after every K-th step, each parameter
-  and AdamW moment as DIR/NAME_STEP.npy in llm.c's layout (qkvw [L,3C,C],
-  the same files whatever the mesh), then DIR/step.npy (i32: the steps
-  done) last, each file atomically (no temporary left behind);
+- --save=DIR --save-every=K writes, after every K-th step, the parameters
+  and both AdamW moments as one struct, State(p, m, v), to the directory
+  DIR/state_STEP (one .npy per leaf, named by its path: p.d.wte.npy,
+  m.n.h.ln1w.npy, ...; the global arrays, the same whatever the mesh),
+  replaced as a whole (language.md §9.5), then DIR/step.npy (i32: the
+  steps done) last;
 - --resume=DIR on the same mesh continues with bitwise the same losses,
   parameters and moments as an uninterrupted run (data parallel, and the
   2-D layout);
@@ -27,16 +29,20 @@ NAMES = gptlib.ref_torch.NAMES
 def check_files(ck, step):
     C, L = TINY["C"], TINY["L"]
     shapes = gptlib.ref_torch.shapes(TINY["V"], TINY["T"], L, C)
-    for name in NAMES:
-        for prefix in ("", "m_", "v_"):
-            f = os.path.join(ck, "%s%s_%06d.npy" % (prefix, name, step))
-            a = np.load(f)
+    for part in ("p", "m", "v"):
+        params = gptlib.checkpoint(ck, step, part)
+        for name in NAMES:
+            a = params[name]
             if a.dtype != np.float32 or a.shape != shapes[name]:
-                raise Failure("%s: %s %s, expected f32 %s" % (f, a.dtype, a.shape, shapes[name]))
+                raise Failure("%s %s of step %d: %s %s, expected f32 %s" % (part, name, step, a.dtype, a.shape,
+                                                                         shapes[name]))
+    leaves = sorted(os.listdir(gptlib.state_dir(ck, step)))
+    if len(leaves) != 3 * len(NAMES):
+        raise Failure("%s holds %s" % (gptlib.state_dir(ck, step), leaves))
     s = np.load(os.path.join(ck, "step.npy"))
     if s.dtype != np.int32 or s.shape != () or int(s) != step:
         raise Failure("step.npy holds %r (%s %s), expected the i32 %d" % (s, s.dtype, s.shape, step))
-    left = [f for f in os.listdir(ck) if f.endswith(".tmp")]
+    left = [f for f in os.listdir(ck) if f.endswith(".tmp") or ".shd-save" in f]
     if left:
         raise Failure("temporary files left in the checkpoint: %s" % left)
 
@@ -76,11 +82,13 @@ def main():
             w, g = gptlib.loss_text(whole), gptlib.loss_text(again)
             if sorted(g) != [3, 4, 5] or any(g[s] != w[s] for s in g):
                 raise Failure("resumed at data=%d,model=%d: %s, uninterrupted %s" % (dm, mm, g, w))
-            for f in sorted(os.listdir(ckw)):
-                x, y = np.load(os.path.join(ckw, f)), np.load(os.path.join(ckr, f))
-                if x.tobytes() != y.tobytes():
-                    raise Failure("resumed at data=%d,model=%d: %s after step 6 differs from the uninterrupted "
-                                  "run's (max %g)" % (dm, mm, f, float(np.abs(x - y).max())))
+            for part in ("p", "m", "v"):
+                xs, ys = gptlib.checkpoint(ckw, 6, part), gptlib.checkpoint(ckr, 6, part)
+                for f in NAMES:
+                    x, y = xs[f], ys[f]
+                    if x.tobytes() != y.tobytes():
+                        raise Failure("resumed at data=%d,model=%d: %s %s after step 6 differs from the "
+                                      "uninterrupted run's (max %g)" % (dm, mm, part, f, float(np.abs(x - y).max())))
             print("resume on the same mesh (data=%d,model=%d): losses of steps 3-5 and every parameter and moment "
                   "after step 6 bitwise equal" % (dm, mm))
         whole = wholes[2, 1]

@@ -45,8 +45,9 @@ def main():
             out = gptlib.run(exe, gptlib.ranks(mesh), ["--init=" + init, "--batches=" + batches, "--save=" + ck,
                                                       "--save-every=%d" % STEPS] + ARGS, cwd=d).stdout
             gptlib.compare("gpt2.shd at %s against PyTorch" % tag, gptlib.losses(out), want)
+            params = gptlib.checkpoint(ck, STEPS)
             for name in gptlib.ref_torch.NAMES:
-                got = np.load(os.path.join(ck, "%s_%06d.npy" % (name, STEPS)))
+                got = params[name]
                 ref = np.load(os.path.join(ref_dir, name + ".npy"))
                 if name == "qkvb":
                     # The key bias adds the same score to every key of a

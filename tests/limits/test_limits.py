@@ -5,12 +5,15 @@ test` builds first).
 
 Counts without a limit (parameters, call arguments, results, tuple sizes,
 wrt positions, print items, loop carries, nested loops, string and
-identifier lengths, chains of elementwise operations) are exercised well
-past any size a fixed array could have held, and the programs are built and
-run: their printed values are checked. Counts with a limit (dims of an
-array, mesh axes, axes of a dim or an annotation, annotations of a type,
-einsum labels and operands, expression and block nesting) are accepted at
-the limit and rejected one past it with their error code on their line.
+identifier lengths, chains of elementwise operations, struct fields, the
+leaves a struct operation and its sum cover, distinct instances of a
+generic function) are exercised well past any size a fixed array could have
+held, and the programs are built and run: their printed values are
+checked. Counts with a limit (dims of an array, mesh axes, axes of a dim or
+an annotation, annotations of a type, einsum labels and operands,
+expression and block nesting, struct nesting and leaves, generic
+instantiations nested in each other, import chains) are accepted at the
+limit and rejected one past it with their error code on their line.
 
 A sanitizer report, a crash or a hang fails the test (the sanitizers exit
 86 and 87, see the Makefile's fuzz target).
@@ -124,6 +127,75 @@ def limited(shdc, tmp):
     expect_error(shdc, tmp, "blocks2000", src, "E_SYNTAX", find_deep_line(shdc, tmp, src))
 
 
+def expect_error_in(shdc, tmp, name, files, main, code, where, line):
+    """A program of several files (an import chain): the error in `where`."""
+    for f, text in files.items():
+        with open(os.path.join(tmp, f), "w") as out:
+            out.write(text)
+    p = shdc_run(shdc, ["check", os.path.join(tmp, main)])
+    if p is None:
+        fail(name, "check timed out")
+        return
+    want = re.compile(r"^%s:%d:\d+: error: .*\[%s\]$" % (re.escape(os.path.join(tmp, where)), line, code), re.M)
+    if p.returncode != 1 or not want.search(p.stderr):
+        fail(name, "want [%s] at %s:%d, exit 1; got exit %d:\n%s" % (code, where, line, p.returncode, p.stderr[-1500:]))
+
+
+def limited_v2(shdc, tmp):
+    """Language v2's counts with a limit: struct nesting (2000, declared
+    outermost first so that resolving it nests), struct leaves (2^16),
+    generic functions instantiating each other (500 deep), imports (200
+    files deep)."""
+    for n, ok in ((2000, True), (2001, False)):
+        decls = "".join("struct S%d { s: S%d }\n" % (i, i + 1) for i in range(n - 1)) + "struct S%d { x: f32 }\n" % (n - 1)
+        src = "mesh {X: 1}\n" + decls + "fn main() {\n    let a = zeros(S0)\n    print(sum(a))\n}\n"
+        name = "nesting%d" % n
+        (expect_ok(shdc, tmp, name, src) if ok else expect_error(shdc, tmp, name, src, "E_NAME", n))
+    for k, ok in ((16, True), (17, False)):
+        decls = "struct L0 { x: f32 }\n" + "".join("struct L%d { a: L%d, b: L%d }\n" % (i, i - 1, i - 1)
+                                                     for i in range(1, k + 1))
+        src = "mesh {X: 1}\n" + decls + "fn main() {\n    let a = ones(L%d)\n    print(\"leaves\", sum(a))\n}\n" % k
+        name = "leaves%d" % k
+        (expect_ok(shdc, tmp, name, src) if ok else expect_error(shdc, tmp, name, src, "E_ARG", k + 2))
+    for n, ok in ((500, True), (501, False)):
+        fns = "".join("fn g%d<P>(x: P) -> P {\n    return g%d(x)\n}\n" % (i, i + 1) for i in range(n - 1))
+        fns += "fn g%d<P>(x: P) -> P {\n    return x * 2.0\n}\n" % (n - 1)
+        src = "mesh {X: 1}\n" + fns + "fn main() {\n    print(g0(1.0))\n}\n"
+        name = "instances%d" % n
+        # the call that nests one too many: g499's, in its body (line 3 * 499 + 3)
+        (expect_ok(shdc, tmp, name, src) if ok else expect_error(shdc, tmp, name, src, "E_NAME", 3 * 499 + 3))
+    for n, ok in ((200, True), (201, False)):
+        # main imports imp0, imp0 imp1, ..., up to imp(n-1): n files deep
+        files = {"imp%d.shd" % i: 'import "imp%d.shd"\nconst K%d = %d\n' % (i + 1, i, i) for i in range(n - 1)}
+        files["imp%d.shd" % (n - 1)] = "const K%d = %d\n" % (n - 1, n - 1)
+        files["impmain%d.shd" % n] = 'mesh {X: 1}\nimport "imp0.shd"\nfn main() {\n    print(K%d)\n}\n' % (n - 1)
+        name = "imports%d" % n
+        if ok:
+            for f, text in files.items():
+                with open(os.path.join(tmp, f), "w") as out:
+                    out.write(text)
+            p = shdc_run(shdc, ["check", os.path.join(tmp, "impmain%d.shd" % n)])
+            if p is None or p.returncode != 0:
+                fail(name, "check did not pass: %s" % ("timeout" if p is None else p.stderr[-1500:]))
+        else:
+            expect_error_in(shdc, tmp, name, files, "impmain%d.shd" % n, "E_IMPORT", "imp199.shd", 1)
+
+
+def unlimited_v2(shdc, tmp):
+    """Structs of many fields, struct arithmetic and sum over all of them,
+    and many distinct instances of a generic function, built and run."""
+    f = 3000
+    fields = "".join("    f%d: f32[2]\n" % i for i in range(f))
+    src = ("mesh {X: 1}\nstruct Big {\n%s}\nfn twice<P>(p: P) -> P {\n    return p * 2.0\n}\n" % fields +
+           "fn main() {\n    let a = ones(Big)\n    let b = twice(a) + a\n    print(\"big\", sum(b), b.f2999)\n}\n")
+    expect_ok(shdc, tmp, "fields3000", src, r"^big %s \[3\. 3\.\]$" % re.escape(repr(float(3 * 2 * f))))
+    n = 150
+    calls = "".join("    s = s + sum(id(ones(f32[%d])))\n" % (i + 1) for i in range(n))
+    src = ("mesh {X: 1}\nfn id<P>(x: P) -> P {\n    return x\n}\nfn main() {\n    var s = 0.0\n%s" % calls +
+           "    print(\"instances\", s)\n}\n")
+    expect_ok(shdc, tmp, "instances150", src, r"^instances %s$" % re.escape(repr(float(n * (n + 1) // 2))))
+
+
 def find_deep_line(shdc, tmp, src):
     """The line where the parser reports the nesting: whatever it is, it must
     be one line, reported once with [E_SYNTAX]; read it from the report."""
@@ -195,7 +267,9 @@ def main():
         return 1
     with tempfile.TemporaryDirectory() as tmp:
         limited(san, tmp)
+        limited_v2(san, tmp)
         unlimited(san, tmp)
+        unlimited_v2(san, tmp)
     for f in failures:
         print("FAIL " + f)
     return 1 if failures else 0

@@ -53,6 +53,11 @@ EXPECT = [
     (20, "\\t", 0, "constant.character.escape.shd", "shdEscape"),
     (20, "\\\"", 0, "constant.character.escape.shd", "shdEscape"),
     (25, "1.5e3", 0, "constant.numeric.float.shd", "shdFloat"),
+    (28, "struct", 0, "storage.type.struct.shd", "shdStructure"),
+    (28, "f32", 0, "storage.type.dtype.shd", "shdDtype"),
+    (28, "tp", 0, "variable.other.axis.shd", "shdAxis"),
+    (29, "import", 0, "keyword.control.import.shd", "shdStructure"),
+    (31, "remat", 0, "support.function.builtin.shd", "shdBuiltin"),
 ]
 
 

@@ -29,7 +29,20 @@ from run import mpirun_cmd, run  # noqa: E402
 FILES = ["bin/shdc", "lib/libshdrt.a", "include/shdrt.h", "share/man/man1/shdc.1", "lib/pkgconfig/shdrt.pc",
          "share/vim/vimfiles/syntax/shd.vim", "share/vim/vimfiles/ftdetect/shd.vim",
          "share/shdc/editors/vscode/package.json", "share/shdc/editors/vscode/language-configuration.json",
-         "share/shdc/editors/vscode/syntaxes/shd.tmLanguage.json"]
+         "share/shdc/editors/vscode/syntaxes/shd.tmLanguage.json", "share/shdc/lib/std/nn.shd",
+         "share/shdc/lib/std/optim.shd"]
+
+# A program that only the installed standard library lets compile.
+USES_STD = """mesh {X: 2}
+import "std/nn.shd"
+import "std/optim.shd"
+fn main() {
+    let x: f32[4@X, 8] = ones()
+    let w = ones(f32[8])
+    let (p, m, v) = adamw(w, w, w, w, 0.1, 0.0, 1)
+    save("y.npy", layernorm(x, p, w))
+}
+"""
 
 
 def make(build, *args, env=None):
@@ -65,6 +78,11 @@ def use_installed(prefix, tmp, failures, what):
     rc, out, err = run(mpirun_cmd(2) + ["./mm"], cwd=work)
     if rc or "max abs error" not in out or not os.path.exists(os.path.join(work, "scattered.npy")):
         failures.append("%s: the program built by the installed shdc: exit %d\n%s%s" % (what, rc, out, err))
+    with open(os.path.join(work, "std.shd"), "w") as f:
+        f.write(USES_STD)
+    p = subprocess.run([shdc, "check", "std.shd"], cwd=work, capture_output=True, text=True, env=env, timeout=300)
+    if p.returncode:
+        failures.append("%s: the installed shdc does not find its standard library:\n%s" % (what, p.stderr))
 
 
 def check_pkgconfig(prefix, tmp, failures):

@@ -14,7 +14,7 @@ endif
 let s:cpo_save = &cpo
 set cpo&vim
 
-syn keyword shdStructure   mesh const
+syn keyword shdStructure   mesh const struct import
 syn keyword shdFunctionKw  fn nextgroup=shdFuncName skipwhite
 syn keyword shdManual      manual
 syn keyword shdDeclaration let var
@@ -32,7 +32,7 @@ syn keyword shdBuiltin exp log sin cos tanh sqrt abs relu sigmoid erf rsqrt squa
 syn keyword shdBuiltin maximum minimum where sum mean max min cumsum argmax argmin softmax log_softmax logsumexp
 syn keyword shdBuiltin transpose reshape einsum cast reshard zeros ones full iota normal uniform one_hot
 syn keyword shdBuiltin take take_along_axis dynamic_slice dynamic_update_slice concatenate stack split pad
-syn keyword shdBuiltin print save load load_dim arg clock grad value_and_grad
+syn keyword shdBuiltin print save load load_dim arg clock grad value_and_grad size exists remat
 " Collectives: only inside manual functions.
 syn keyword shdCollective psum pmax pmin pmean all_gather psum_scatter all_to_all ppermute axis_index pcast
 

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""import "FILE.shd" (language.md §9.6).
+
+- A file is found relative to the importing file (an imported file's own
+  imports relative to it), then in each -I DIR, then in the installed
+  standard library (std/); importing a file twice is harmless; the merged
+  program builds and runs, the imported functions and structs used as if
+  declared in it.
+- Errors, each at its line with its code: a missing file (naming where it
+  looked), a library that declares a mesh (at the import, a note at the
+  mesh), a cyclic import, a name declared twice across files (at the later
+  declaration, a note at the first, in the other file), and an error
+  inside an imported file (reported in that file).
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import testlib  # noqa: E402
+from run import mpirun_cmd, run  # noqa: E402
+
+FILES = {
+    "main.shd": """mesh {X: 2}
+import "lib/util.shd"
+import "inc.shd"
+import "lib/util.shd"
+import "std/optim.shd"
+
+fn main() {
+    let p = Pair(a=ones(f32[4@X]), b=2.0)
+    let q = twice(p)
+    print("sum", sum(q), "k", K, "inc", inc(1.0), "sgd", sgd(1.0, 1.0, 0.5))
+}
+""",
+    "lib/util.shd": """import "more.shd"
+// a struct and a generic function from a library
+struct Pair { a: f32[4@X], b: f32 }
+fn twice<P>(p: P) -> P {
+    return scale(p, 2.0)
+}
+""",
+    "lib/more.shd": """const K = 7
+fn scale<P>(p: P, s: f32) -> P {
+    return p * s
+}
+""",
+    "incdir/inc.shd": """fn inc(x: f32) -> f32 {
+    return x + 1.0
+}
+""",
+    # errors
+    "missing.shd": """mesh {X: 2}
+import "nowhere.shd"
+fn main() {
+}
+""",
+    "withmesh.shd": """mesh {X: 2}
+import "lib/meshed.shd"
+fn main() {
+}
+""",
+    "lib/meshed.shd": """// a library may not declare a mesh
+mesh {X: 4}
+fn f() {
+}
+""",
+    "cycle.shd": """mesh {X: 2}
+import "lib/a.shd"
+fn main() {
+}
+""",
+    "lib/a.shd": """import "b.shd"
+fn fa() {
+}
+""",
+    "lib/b.shd": """import "a.shd"
+fn fb() {
+}
+""",
+    "twice.shd": """mesh {X: 2}
+import "lib/more.shd"
+fn scale(x: f32) -> f32 {
+    return x
+}
+fn main() {
+}
+""",
+    "inner.shd": """mesh {X: 2}
+import "lib/bad.shd"
+fn main() {
+    let y = bad(1.0)
+}
+""",
+    "lib/bad.shd": """fn bad(x: f32) -> f32 {
+    return x @ x
+}
+""",
+}
+
+# file, line, code, message pattern (the error's place: file and line)
+ERRORS = [
+    ("missing.shd", "missing.shd", 2, "E_IMPORT", r'cannot find the imported file "nowhere\.shd" \(looked for \./nowhere\.shd, .*nowhere\.shd\)'),
+    ("withmesh.shd", "withmesh.shd", 2, "E_MESH", r'declares a mesh; a library is mesh-independent'),
+    ("cycle.shd", "b.shd", 1, "E_IMPORT", r'cyclic import'),
+    ("twice.shd", "twice.shd", 3, "E_NAME", r"'scale' is already defined"),
+    ("inner.shd", "bad.shd", 2, "E_SHAPE", r"@"),
+]
+
+
+def main():
+    shdc = testlib.shdc_option()
+    failures = []
+    with tempfile.TemporaryDirectory() as d:
+        for name, text in FILES.items():
+            os.makedirs(os.path.dirname(os.path.join(d, name)), exist_ok=True)
+            with open(os.path.join(d, name), "w") as f:
+                f.write(text)
+        exe = testlib.build(shdc, os.path.join(d, "main.shd"), os.path.join(d, "main"), "-I", os.path.join(d, "incdir"))
+        rc, out, err = run(mpirun_cmd(2) + [exe], cwd=d)
+        if rc or not re.search(r"^sum 12\.0 k 7 inc 2\.0 sgd 0\.5$", out, re.M):
+            failures.append("main: exit %d\n%s%s" % (rc, out, err))
+        p = subprocess.run([shdc, "check", "main.shd"], cwd=d, capture_output=True, text=True)
+        if p.returncode != 1 or not re.search(r"main\.shd:3:8: error: cannot find the imported file \"inc\.shd\"",
+                                               p.stderr):
+            failures.append("without -I: exit %d\n%s" % (p.returncode, p.stderr))
+        for prog, where, line, code, pattern in ERRORS:
+            p = subprocess.run([shdc, "check", prog], cwd=d, capture_output=True, text=True)
+            errs = [l for l in p.stderr.splitlines() if ": error: " in l]
+            ok = p.returncode == 1 and len(errs) == 1
+            m = re.match(r"(\S+?):(\d+):\d+: error: (.*) \[(E_\w+)\]$", errs[0]) if errs else None
+            ok = ok and m and m.group(1).endswith(where) and int(m.group(2)) == line and m.group(4) == code
+            ok = ok and re.search(pattern, m.group(3))
+            if not ok:
+                failures.append("%s: expected one %s at %s:%d /%s/, got exit %d:\n%s" % (
+                    prog, code, where, line, pattern, p.returncode, p.stderr))
+        p = subprocess.run([shdc, "check", "withmesh.shd"], cwd=d, capture_output=True, text=True)
+        if not re.search(r"meshed\.shd:2:1: note: the mesh is declared here", p.stderr):
+            failures.append("withmesh: no note at the library's mesh:\n%s" % p.stderr)
+        p = subprocess.run([shdc, "check", "twice.shd"], cwd=d, capture_output=True, text=True)
+        if not re.search(r"more\.shd:2:4: note: previous definition is here", p.stderr):
+            failures.append("twice: no note at the first declaration:\n%s" % p.stderr)
+    if failures:
+        print("\n".join(failures))
+        sys.exit(1)
+    print("imports found relative, with -I and in the installed library; every import error on its line")
+
+
+if __name__ == "__main__":
+    main()
