@@ -52,7 +52,7 @@ DIRECTIVES = """\
 
 def make():
     src = open(SRC).read()
-    body = src[src.index("mesh {"):src.index("// The tiny test configuration")]
+    body = src[src.index("mesh {"):src.index("// BUILD-FLAGS:")]
     return HEADER + body.replace("T@model", "T") + DIRECTIVES
 
 
