@@ -6,9 +6,17 @@ version-1 programs (tests/gpt2/gpt2_v1.shd, gpt2_fsdp_v1.shd), from the same
 weight decay: every loss printed is the same text, and every parameter and
 AdamW moment after the last step is the same bytes (the version-1
 checkpoint's NAME_STEP.npy against the struct checkpoint's leaf), on one
-device and in the 2-D layout."""
+device and in the 2-D layout. And `shdc explain` of both: the same
+collectives (kind, axes, bytes and shapes; line numbers and order aside:
+in gpt2_fsdp.shd the layer functions gather their own weights) in main,
+the loss and its gradient, and a peak of live arrays in main
+and in the gradient no higher than version 1's (within 1%: the leaves of
+the structs are ordered by decay group, so a few small slices live a
+little longer or shorter)."""
 import argparse
 import os
+import re
+import subprocess
 import sys
 import tempfile
 
@@ -21,6 +29,45 @@ STEPS = 4
 V1 = {gptlib.GPT2: os.path.join(gptlib.HERE, "gpt2_v1.shd"), gptlib.FSDP: os.path.join(gptlib.HERE, "gpt2_fsdp_v1.shd")}
 
 
+def explain(shdc, src, mesh):
+    """{function: ([(kind, axes, bytes, shapes)...], peak bytes)} from `shdc explain`."""
+    cmd = [shdc, "explain", src, "--mesh", ",".join("%s=%d" % kv for kv in mesh.items())]
+    for kv in TINY.items():
+        cmd += ["-D", "%s=%d" % kv]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=gptlib.ENV).stdout
+    fns, cur = {}, None
+    for line in out.splitlines():
+        m = re.match(r"^fn (\S+)", line)
+        if m:
+            cur = fns.setdefault(m.group(1), ([], []))
+            continue
+        m = re.match(r"^\s+line \d+\s+(\S+)\s+over \((\S+)\)\s+(\d+) bytes/rank\s+(.*?)(?:\s+\(in the .*)?$", line)
+        if m and cur is not None:
+            cur[0].append(m.groups())
+        m = re.match(r"^\s+peak live arrays per rank: (\d+)", line)
+        if m and cur is not None:
+            cur[1].append(int(m.group(1)))
+    return fns
+
+
+def same_explain(shdc, src, mesh):
+    what = "%s at %s" % (os.path.basename(src), mesh)
+    e1, e2 = explain(shdc, V1[src], mesh), explain(shdc, src, mesh)
+    grad = [f for f in e1 if f.startswith("loss_value_and_grad")]
+    if len(grad) != 1 or grad[0] not in e2:
+        raise Failure("%s: no common gradient function in explain (%s, %s)" % (what, sorted(e1), sorted(e2)))
+    for f in ("main", "loss", grad[0]):
+        if sorted(e1[f][0]) != sorted(e2[f][0]):
+            raise Failure("%s: explain's collectives of %s differ:\nversion 1: %s\nversion 2: %s" % (
+                what, f, e1[f][0], e2[f][0]))
+    for f in ("main", grad[0]):
+        p1, p2 = e1[f][1][0], e2[f][1][0]
+        if p2 > p1 + 0.01 * p1:
+            raise Failure("%s: explain's peak of %s is %d bytes, version 1's %d" % (what, f, p2, p1))
+    print("%s: explain's collectives the same, peaks of main and the gradient %s" % (
+        what, ", ".join("%d (version 1: %d)" % (e2[f][1][0], e1[f][1][0]) for f in ("main", grad[0]))))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shdc", required=True)
@@ -28,6 +75,9 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         init = gptlib.make_init(os.path.join(d, "init"), TINY, seed=11)
         batches = gptlib.text_batches(os.path.join(d, "b.npy"), STEPS, TINY["B"], TINY["T"], seed=12)
+        for src in (gptlib.GPT2, gptlib.FSDP):
+            for mesh in ({"data": 1, "model": 1}, {"data": 2, "model": 2}, {"data": 4, "model": 1}):
+                same_explain(a.shdc, src, mesh)
         for src, meshes in ((gptlib.GPT2, [(1, 1), (2, 2)]), (gptlib.FSDP, [(2, 2)])):
             for dm, mm in meshes:
                 mesh = {"data": dm, "model": mm}
