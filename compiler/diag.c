@@ -157,6 +157,12 @@ bool diag_push_redirect(Pos at, const char *callee) {
 
 void diag_pop_redirect(void) { redirect.on = false; }
 
+/* A fix rewrites the source text an error points at. Not while a struct
+ * operation is typed leaf by leaf (the leaf's expression has no text of its
+ * own: `n.h[1]` is not `n.h.w[1]`) or while errors are moved to a call in a
+ * manual body (the position is not the expression's). */
+bool diag_fixes_apply(void) { return !context_field && !redirect.on; }
+
 static const char *with_field(const char *msg) {
   if (!context_field)
     return msg;

@@ -58,7 +58,7 @@ void diagout_add(Pos pos, const char *code, const char *message, bool note) {
 }
 
 void diagout_add_fix(const PendingFix *f) {
-  if (!g_out.diags.len || !diagout_recording())
+  if (!g_out.diags.len || !diagout_recording() || !diag_fixes_apply())
     return;
   Diagnostic *last = g_out.diags.data[g_out.diags.len - 1];
   PendingFix *copy = arena_alloc(sizeof *copy);

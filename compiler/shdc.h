@@ -94,6 +94,7 @@ void diag_verror(Pos pos, const char *code, const char *fmt, va_list ap);
 /* The struct field being typed leaf by leaf (NULL: none): messages name it.
  * Returns the previous one, to restore. */
 const char *diag_set_field(const char *field);
+bool diag_fixes_apply(void);
 /* While pushed, every error is followed by this note (innermost last
  * pushed, printed first): "in adamw<P = GPT> called from FILE:LINE:COL". */
 void diag_push_note(Pos pos, const char *text);

@@ -185,9 +185,9 @@ def unlimited_v2(shdc, tmp):
     """Structs of many fields, struct arithmetic and sum over all of them,
     and many distinct instances of a generic function, built and run."""
     f = 3000
-    fields = "".join("    f%d: f32[2]\n" % i for i in range(f))
+    fields = "".join("    w%d: f32[2]\n" % i for i in range(f))   # (f32, f64 are dtypes)
     src = ("mesh {X: 1}\nstruct Big {\n%s}\nfn twice<P>(p: P) -> P {\n    return p * 2.0\n}\n" % fields +
-           "fn main() {\n    let a = ones(Big)\n    let b = twice(a) + a\n    print(\"big\", sum(b), b.f2999)\n}\n")
+           "fn main() {\n    let a = ones(Big)\n    let b = twice(a) + a\n    print(\"big\", sum(b), b.w2999)\n}\n")
     expect_ok(shdc, tmp, "fields3000", src, r"^big %s \[3\. 3\.\]$" % re.escape(repr(float(3 * 2 * f))))
     n = 150
     calls = "".join("    s = s + sum(id(ones(f32[%d])))\n" % (i + 1) for i in range(n))
