@@ -288,8 +288,9 @@ static bool rule_matmul_dims(RuleCtx *c, const Type *a, const Type *b, DotDims *
 }
 /* ---- typing ----------------------------------------------------------------------- */
 
-Type op_check_matmul(TcCtx *c, Expr *e, const Type *annot) {
-  Type a = tc_expr(c, e->lhs), b = tc_expr(c, e->rhs);
+/* a @ b: the typechecker has typed a and b (BuiltinDef, shdc.h). */
+static Type check_matmul(TcCtx *c, Expr *e, const Type *annot) {
+  Type a = *e->lhs->ty, b = *e->rhs->ty;
   if (!tc_want_array(c, e->lhs, &a, "@") | !tc_want_array(c, e->rhs, &b, "@"))
     return ty_error();
   RuleCtx r = tc_rule(c, e->pos, "matmul");
@@ -618,7 +619,7 @@ static Value *emit_reduce(Lower *L, Pos pos, Value *x, int redop, unsigned mask,
   return in->results[0];
 }
 
-Value *op_lower_matmul(Lower *L, Expr *e) {
+static Value *lower_matmul(Lower *L, Expr *e) {
   TcInfo *info = e->tc;
   Value *a = lower_expr(L, e->lhs), *b = lower_expr(L, e->rhs);
   Value *d = lower_dot(L, e->pos, a, b, &info->dot, info->dot_type);
@@ -1007,5 +1008,7 @@ const OpDef op_contraction_ops[] = {
 
 const BuiltinDef op_contraction_builtins[] = {
     {.name = "einsum", .code = K_EINSUM, .flags = BIF_ANNOT, .check = check_einsum, .lower = lower_einsum},
+    {.name = "@", .code = BIN_MATMUL, .flags = BIF_ANNOT, .check = check_matmul, .lower = lower_matmul,
+     .syntax = SYN_MATMUL},
     {0},
 };

@@ -1,5 +1,6 @@
 /* op_elementwise.c: the elementwise family with more than one operand:
- * the binary operators (+ - * / ** % < <= > >= == != & |), maximum,
+ * the binary operators (+ - * / ** % < <= > >= == != & |, rows of the
+ * builtin table like the functions, with integer constant folding), maximum,
  * minimum, where (typing-rules 1.3 with 3.4, 3.5, D2, D7), and cast (1.2).
  * The unary functions are in op_unary.c.
  *
@@ -386,11 +387,11 @@ static const char *binop_opname(int op) {
   }
 }
 
-Type op_check_binary(TcCtx *c, Expr *e) {
-  Type a = tc_expr(c, e->lhs), b = tc_expr(c, e->rhs);
-  const char *name = ast_binop_text(e->op);
-  if (a.kind == TY_STRING || b.kind == TY_STRING)
-    return op_check_string_binary(c, e, &a, &b);
+/* a + b, ... on arrays and scalars: the typechecker has typed a and b
+ * (BuiltinDef, shdc.h); a str operand goes to op_string.c's rows. */
+static Type check_binary_op(TcCtx *c, Expr *e, const Type *annot) {
+  Type a = *e->lhs->ty, b = *e->rhs->ty;
+  const char *name = e->bi->name;
   if (!tc_want_array(c, e->lhs, &a, name) | !tc_want_array(c, e->rhs, &b, name))
     return ty_error();
   RuleCtx r = tc_rule(c, e->pos, binop_opname(e->op));
@@ -491,9 +492,7 @@ static Value *lower_nary(Lower *L, Expr *e) {
   return op == E_WHERE ? lower_elementwise(L, e, IR_SELECT, 0, ops, 3) : lower_elementwise(L, e, IR_BINARY, op, ops, 2);
 }
 
-Value *op_lower_binary(Lower *L, Expr *e) {
-  if (e->lhs->ty->kind == TY_STRING)
-    return op_lower_string_binary(L, e);
+static Value *lower_binary_op(Lower *L, Expr *e) {
   Expr *ops[2] = {e->lhs, e->rhs};
   return lower_elementwise(L, e, IR_BINARY, e->op, ops, 2);
 }
@@ -517,7 +516,7 @@ static double ipow(double a, double b) {
   return (double)(int32_t)(int64_t)r;
 }
 
-double op_fold_binary(int op, double a, double b, bool integer) {
+static double fold_bin(int op, double a, double b, bool integer) {
   switch (op) {
   case BIN_ADD: return a + b;
   case BIN_SUB: return a - b;
@@ -552,7 +551,66 @@ static double fold_nary(Lower *L, Expr *e) {
   TcInfo *info = e->tc;
   if (e->bi->code == E_WHERE)
     return lower_fold(L, info->x) != 0 ? lower_fold(L, info->y) : lower_fold(L, info->z);
-  return op_fold_binary(e->bi->code, lower_fold(L, info->x), lower_fold(L, info->y), false);
+  return fold_bin(e->bi->code, lower_fold(L, info->x), lower_fold(L, info->y), false);
+}
+
+/* ---- constant operators: integers exactly, in 64 bits ------------------------------------ */
+
+static bool const_error(Expr *e, const char *what) {
+  diag_error(e->pos, "E_CONST", "%s in a constant expression: %s", what, tc_expr_text(e));
+  return false;
+}
+
+/* x ** y of integers by squaring, false on overflow. */
+static bool ipow_checked(int64_t x, int64_t y, int64_t *r) {
+  *r = 1;
+  for (; y > 0; y >>= 1) {
+    if ((y & 1) && __builtin_mul_overflow(*r, x, r))
+      return false;
+    if (y > 1 && __builtin_mul_overflow(x, x, &x))
+      return false;
+  }
+  return true;
+}
+
+/* Integer constants fold exactly in 64 bits; overflow, a division or
+ * remainder by zero and a negative power are errors at the expression
+ * ([E_CONST]), where the run time would stop or wrap. */
+static double fold_integer(Expr *e, double a, double b) {
+  if (!(fabs(a) < 0x1p63 && fabs(b) < 0x1p63))
+    return const_error(e, "integer overflow (beyond 64 bits)");
+  int64_t x = (int64_t)a, y = (int64_t)b, r = 0;
+  bool over = false;
+  switch (e->op) {
+  case BIN_ADD: over = __builtin_add_overflow(x, y, &r); break;
+  case BIN_SUB: over = __builtin_sub_overflow(x, y, &r); break;
+  case BIN_MUL: over = __builtin_mul_overflow(x, y, &r); break;
+  case BIN_DIV:
+  case BIN_MOD:
+    if (y == 0)
+      return const_error(e, e->op == BIN_DIV ? "division by zero" : "remainder by zero");
+    over = x == INT64_MIN && y == -1;
+    r = over ? 0 : e->op == BIN_DIV ? x / y : x % y;
+    if (e->op == BIN_MOD && r != 0 && (r < 0) != (y < 0))   /* the sign of the divisor, as NumPy */
+      r += y;
+    break;
+  case BIN_POW:
+    if (y < 0)
+      return const_error(e, "an integer to a negative integer power (not allowed, as in NumPy)");
+    over = !ipow_checked(x, y, &r);
+    break;
+  default:
+    return fold_bin(e->op, a, b, true);
+  }
+  if (over)
+    return const_error(e, "integer overflow (beyond 64 bits)");
+  return (double)r;
+}
+
+static double fold_binary_op(Lower *L, Expr *e) {
+  bool integer = e->lhs->ty->dtype == DT_I32 && e->rhs->ty->dtype == DT_I32;
+  double a = lower_fold(L, e->lhs), b = lower_fold(L, e->rhs);
+  return integer ? fold_integer(e, a, b) : fold_bin(e->op, a, b, false);
 }
 
 static double fold_cast(Lower *L, Expr *e) {
@@ -797,10 +855,17 @@ const OpDef op_elementwise_ops[] = {
     {0},
 };
 
+#define OPERATOR(text, op)                                                                                    \
+  {.name = text, .code = op, .check = check_binary_op, .lower = lower_binary_op, .fold = fold_binary_op,            \
+   .syntax = SYN_BINARY}
 const BuiltinDef op_elementwise_builtins[] = {
     {.name = "maximum", .code = BIN_MAX, .check = check_nary, .lower = lower_nary, .fold = fold_nary},
     {.name = "minimum", .code = BIN_MIN, .check = check_nary, .lower = lower_nary, .fold = fold_nary},
     {.name = "where", .code = E_WHERE, .check = check_nary, .lower = lower_nary, .fold = fold_nary},
     {.name = "cast", .code = E_CAST, .check = check_cast, .lower = lower_cast, .fold = fold_cast},
+    OPERATOR("+", BIN_ADD), OPERATOR("-", BIN_SUB), OPERATOR("*", BIN_MUL), OPERATOR("/", BIN_DIV),
+    OPERATOR("**", BIN_POW), OPERATOR("%", BIN_MOD), OPERATOR("<", BIN_LT), OPERATOR("<=", BIN_LE),
+    OPERATOR(">", BIN_GT), OPERATOR(">=", BIN_GE), OPERATOR("==", BIN_EQ), OPERATOR("!=", BIN_NE),
+    OPERATOR("&", BIN_AND), OPERATOR("|", BIN_OR),
     {0},
 };

@@ -289,7 +289,7 @@ static const char *index_fix(TcCtx *c, Expr *e, const Type *x, const IndexInfo *
                       tc_expr_text(e), TS(&f), TS(&xr));
 }
 
-Type op_check_index(TcCtx *c, Expr *e, const Type *annot) {
+static Type check_index(TcCtx *c, Expr *e, const Type *annot) {
   IndexInfo *info = index_info(e);
   Type x = tc_operand(c, e->lhs, "indexing");
   if (x.kind == TY_ERROR)
@@ -820,7 +820,7 @@ static void lower_starts(Lower *L, Expr *e, IndexInfo *info, const Type *x, Valu
   }
 }
 
-Value *op_lower_index(Lower *L, Expr *e) {
+static Value *lower_index(Lower *L, Expr *e) {
   IndexInfo *info = e->tc;
   Value *x = lower_vma(L, e->pos, lower_expr(L, info->x), info->slice.V);
   Value *v;
@@ -1403,6 +1403,7 @@ const OpDef op_index_ops[] = {
 };
 
 const BuiltinDef op_index_builtins[] = {
+    {.name = "x[...]", .flags = BIF_ANNOT, .check = check_index, .lower = lower_index, .syntax = SYN_INDEX},
     {.name = "dynamic_slice", .code = B_DSLICE, .check = check_dslice, .lower = lower_dslice},
     {.name = "dynamic_update_slice", .code = B_DUPDATE, .check = check_dupdate, .lower = lower_dupdate},
     {.name = "pad", .code = B_PAD, .check = check_pad, .lower = lower_pad},

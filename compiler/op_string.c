@@ -33,17 +33,13 @@ static bool is_str(const Type *t) { return t->kind == TY_STRING; }
 
 /* ---- typing ---------------------------------------------------------------------- */
 
-/* a + b, a == b, a != b where one side is a str (op_elementwise.c hands
- * over every operator with a str operand). */
-Type op_check_string_binary(TcCtx *c, Expr *e, const Type *a, const Type *b) {
-  const char *op = ast_binop_text(e->op);
+/* a + b, a == b, a != b where one side is a str: the typechecker has typed
+ * both and chosen these rows for the str operand (BuiltinDef, shdc.h). */
+static Type check_binary(TcCtx *c, Expr *e, const Type *annot) {
+  const char *op = e->bi->name;
+  const Type *a = e->lhs->ty, *b = e->rhs->ty;
   if (a->kind == TY_ERROR || b->kind == TY_ERROR)
     return ty_error();
-  if (e->op != BIN_ADD && e->op != BIN_EQ && e->op != BIN_NE) {
-    diag_error(e->pos, "E_DTYPE",
-               "%s is not defined on strings; a str supports + (concatenation), == and != (comparison)", op);
-    return ty_error();
-  }
   if (!is_str(a) || !is_str(b)) {
     const Type *other = is_str(a) ? b : a;
     Expr *oe = is_str(a) ? e->rhs : e->lhs;
@@ -136,14 +132,16 @@ static Value *lower_chr(Lower *L, Expr *e) {
   return lower_emit1(L, IR_STR_CHR, e->pos, 1, &x, ty_string());
 }
 
-Value *op_lower_string_lit(Lower *L, Expr *e) {
+static Type check_lit(TcCtx *c, Expr *e, const Type *annot) { return ty_string(); }
+
+static Value *lower_lit(Lower *L, Expr *e) {
   Inst *in = lower_emit(L, IR_STR_LIT, e->pos, 0, NULL, ty_string());
   in->str = e->str;
   in->ival = e->ival;
   return in->results[0];
 }
 
-Value *op_lower_string_binary(Lower *L, Expr *e) {
+static Value *lower_binary(Lower *L, Expr *e) {
   Value *args[2] = {lower_expr(L, e->lhs), lower_expr(L, e->rhs)};
   if (e->op == BIN_ADD)
     return lower_emit1(L, IR_STR_CAT, e->pos, 2, args, ty_string());
@@ -231,5 +229,12 @@ const OpDef op_string_ops[] = {
 const BuiltinDef op_string_builtins[] = {
     {.name = "str", .check = check_str, .lower = lower_str},
     {.name = "chr", .check = check_chr, .lower = lower_chr},
+    {.name = "\"...\"", .check = check_lit, .lower = lower_lit, .syntax = SYN_STRING, .operand = TY_STRING},
+    {.name = "+", .code = BIN_ADD, .check = check_binary, .lower = lower_binary, .syntax = SYN_BINARY,
+     .operand = TY_STRING, .doc = "concatenation"},
+    {.name = "==", .code = BIN_EQ, .check = check_binary, .lower = lower_binary, .syntax = SYN_BINARY,
+     .operand = TY_STRING, .doc = "comparison"},
+    {.name = "!=", .code = BIN_NE, .check = check_binary, .lower = lower_binary, .syntax = SYN_BINARY,
+     .operand = TY_STRING, .doc = "comparison"},
     {0},
 };

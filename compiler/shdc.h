@@ -237,7 +237,7 @@ struct Expr {
   /* set by the typechecker */
   Type *ty;            /* result type (TY_TUPLE for tuple-valued calls) */
   Symbol *sym;         /* EX_NAME */
-  const struct BuiltinDef *bi; /* EX_CALL of a builtin (ops.c), else NULL */
+  const struct BuiltinDef *bi; /* a builtin call's or an operator's row (ops.c), else NULL */
   int grad;            /* EX_CALL of grad(f, ...)(...): GRAD_PLAIN or GRAD_WITH_VALUE */
   FuncDecl *fn;        /* EX_CALL of a user function, or grad's function */
   void *tc;            /* builtin-specific facts for lowering (tc_*.c) */
@@ -883,38 +883,59 @@ enum {                     /* BuiltinDef.flags */
   BIF_MANUAL_ONLY = 2,     /* a collective: only in manual bodies */
 };
 
+/* The syntax a builtin row answers to: a call by its name, or an operator
+ * of the AST (its code is the Expr's op: a UnOp or BinOp). */
+typedef enum {
+  SYN_CALL,                /* name(args...) */
+  SYN_UNARY,               /* -x, !x (EX_UNARY) */
+  SYN_BINARY,              /* a + b ... (EX_BINARY but @) */
+  SYN_MATMUL,              /* a @ b */
+  SYN_INDEX,               /* x[i, lo:hi] (EX_INDEX) */
+  SYN_STRING,              /* "..." (EX_STRING) */
+  SYN__COUNT
+} OpSyntax;
+
+/* A row of a family's builtin table: a function called by name, or an
+ * operator. The typechecker finds a call's row by name (op_builtin) and an
+ * operator's by its syntax, its code and the kind of its operands
+ * (op_operator), then calls check; lowering calls the same row's lower and
+ * fold (Expr.bi). The operands of a unary, binary or @ operator are typed
+ * before its row is chosen (a str operand picks the rows whose operand is
+ * TY_STRING), so those rows read them from e->lhs->ty and e->rhs->ty. */
 typedef struct BuiltinDef {
-  const char *name;
-  int code;                /* the family's own code (UnOp, RED_, ...) */
+  const char *name;        /* the function's name, or the operator as written ("+", "@", "x[...]") */
+  int code;                /* the family's own code (UnOp, RED_, ...); an operator's UnOp or BinOp */
   unsigned flags;
-  /* Types the call e (e->bi is this entry); annot, if not NULL, is the
-   * expected type (its out_sharding when BIF_ANNOT). */
+  /* Types the call or operator e (e->bi is this entry); annot, if not
+   * NULL, is the expected type (its out_sharding when BIF_ANNOT). */
   Type (*check)(TcCtx *c, Expr *e, const Type *annot);
   /* Lowers the checked call; NULL for a call that yields no value. */
   Value *(*lower)(Lower *L, Expr *e);
-  /* The value of a call whose type is weak (a constant expression). */
+  /* The value of an expression whose type is weak (a constant expression). */
   double (*fold)(Lower *L, Expr *e);
+  OpSyntax syntax;         /* SYN_CALL unless an operator */
+  TypeKind operand;        /* an operator's operands: TY_ARRAY (0) or TY_STRING */
+  const char *doc;         /* a few words on what it does (messages, shdc list-ops), or NULL */
 } BuiltinDef;
 
 const OpDef *op_def(int op);                 /* NULL for an unknown opcode */
-const BuiltinDef *op_builtin(const char *name);
+const BuiltinDef *op_builtin(const char *name);   /* a function by name, or NULL */
+/* The row of an operator: its syntax, its code (UnOp, BinOp; 0 for @,
+ * indexing and literals) and the kind of its operands; NULL when no row
+ * takes operands of that kind. */
+const BuiltinDef *op_operator(OpSyntax syn, int code, TypeKind operand);
+/* The operators of a syntax that take operands of a kind, as a phrase for
+ * messages: "+ (concatenation), == and != (comparison)". */
+const char *op_operators_phrase(OpSyntax syn, TypeKind operand);
 /* Every builtin name, for suggestions ("did you mean"); NULL-terminated. */
 const char *const *op_builtin_names(void);
 
 /* ---- op_*.c: what the families offer each other and the stages ------------- */
 
-/* op_elementwise.c, op_unary.c: the operators (-x, a + b, ...) and the
- * elementwise rules (typing-rules 1.2, 1.3, 3.4, 3.5). op: a BinOp, or -1
- * for where(cond, a, b). */
+/* op_elementwise.c, op_unary.c: the elementwise rules (typing-rules 1.2,
+ * 1.3, 3.4, 3.5). op: a BinOp, or -1 for where(cond, a, b). */
 bool rule_elementwise(RuleCtx *c, int op, int n, const Type *const *ops, Type *out);
 bool rule_unary(RuleCtx *c, int op, const Type *x, Type *out);
-Type op_check_unary(TcCtx *c, Expr *e);
-Type op_check_binary(TcCtx *c, Expr *e);
-Value *op_lower_unary(Lower *L, Expr *e);
-Value *op_lower_binary(Lower *L, Expr *e);
-double op_fold_unary(int un, double x);
-double op_fold_binary(int op, double a, double b, bool integer);
-const char *op_unary_name(int un);
 const char *op_binary_name(int op);
 /* The C of unary function un of a dtype at operand x. */
 const char *op_unary_c(int un, DType dt, const char *x);
@@ -926,8 +947,6 @@ void op_elementwise_preamble(Emit *e);
 
 /* op_contraction.c: @ and einsum (1.4). */
 bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, const Type *annot, Type *out);
-Type op_check_matmul(TcCtx *c, Expr *e, const Type *annot);
-Value *op_lower_matmul(Lower *L, Expr *e);
 
 /* op_reduction.c (1.5), op_shape.c (1.6, 1.7), op_collective.c (1.12). */
 bool rule_reduce(RuleCtx *c, int redop, const Type *x, unsigned dims, const Type *annot, Type *out);
@@ -939,11 +958,6 @@ bool rule_softmax(RuleCtx *c, int kind, const Type *x, int dim, Type *out);
 bool rule_transpose(RuleCtx *c, const Type *x, const int *perm, Type *out);
 bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, const Type *annot, Type *out);
 bool rule_reshard(RuleCtx *c, const Type *x, const Type *target, Type *out);
-
-/* op_index.c (1.9, 1.10): x[i, lo:hi, :], typed with an annotation as its
- * out_sharding (an EX_INDEX expression, not a call). */
-Type op_check_index(TcCtx *c, Expr *e, const Type *annot);
-Value *op_lower_index(Lower *L, Expr *e);
 
 /* op_shift.c: the rows of one dim that change owner, for op_index.c's
  * partitioning rules. Output row j of dim d is row j - offs[i] of source i
@@ -957,12 +971,6 @@ Value *op_shift_rows(Part *p, Pos pos, int nsrc, Value **srcs, const int64_t *of
 /* How a dim resized to n_out moves from spec xs to spec ts: the group and
  * the flags of its shift; false when neither splits it (a local cut). */
 bool op_shift_plan(const Mesh *m, DimSpec xs, DimSpec ts, int64_t n_out, DimSpec *group, unsigned *flags);
-
-/* op_string.c: str values (literals, +, ==, !=, str(x)); the operators
- * with a str operand come here from op_elementwise.c, literals from lower.c. */
-Type op_check_string_binary(TcCtx *c, Expr *e, const Type *a, const Type *b);
-Value *op_lower_string_binary(Lower *L, Expr *e);
-Value *op_lower_string_lit(Lower *L, Expr *e);
 
 /* The family tables (NULL-name terminated), listed by ops.c. */
 extern const OpDef op_elementwise_ops[], op_unary_ops[], op_contraction_ops[], op_reduction_ops[],

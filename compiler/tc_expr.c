@@ -6,9 +6,10 @@
  * out_sharding (typing-rules D8), and so on an indexing expression, take,
  * take_along_axis and one_hot (language.md §8); on anything else it is an
  * assertion whose
- * failure is [E_ANNOT] with a `reshard` fix. Builtins are typed by their
- * families (BuiltinDef.check, ops.c); the operators by the elementwise and
- * contraction families.
+ * failure is [E_ANNOT] with a `reshard` fix. Builtins and operators are
+ * typed by their rows of the families' tables (BuiltinDef.check, ops.c):
+ * a call's found by its name, an operator's by its syntax, its code and the
+ * kind of its operands.
  */
 #include "shdc.h"
 
@@ -405,6 +406,49 @@ static Type check_call(TcCtx *c, Expr *e, const Type *annot) {
   return ty_error();
 }
 
+/* ---- operators: rows of the builtin table, as calls are -------------------------- */
+
+static OpSyntax syntax_of(const Expr *e) {
+  switch (e->kind) {
+  case EX_UNARY: return SYN_UNARY;
+  case EX_BINARY: return e->op == BIN_MATMUL ? SYN_MATMUL : SYN_BINARY;
+  case EX_INDEX: return SYN_INDEX;
+  default: return SYN_STRING;
+  }
+}
+
+static int operator_code(const Expr *e, OpSyntax syn) {
+  return syn == SYN_INDEX || syn == SYN_STRING ? 0 : e->op;
+}
+
+/* The operands of -x, a + b and a @ b are typed first; the row for the
+ * operator and the kind of its operands (a str picks the string family's)
+ * types the expression. A binary operator that other rows take on a str
+ * but this one does not is an error that lists those; otherwise the array
+ * row says why the operand is not an array. */
+static Type check_operator(TcCtx *c, Expr *e, const Type *annot) {
+  OpSyntax syn = syntax_of(e);
+  int code = operator_code(e, syn);
+  TypeKind kind = syn == SYN_STRING ? TY_STRING : TY_ARRAY;
+  if (syn == SYN_UNARY || syn == SYN_BINARY || syn == SYN_MATMUL) {
+    Type a = tc_expr(c, e->lhs);
+    Type b = e->rhs ? tc_expr(c, e->rhs) : a;
+    if (a.kind == TY_STRING || b.kind == TY_STRING)
+      kind = TY_STRING;
+  }
+  e->bi = op_operator(syn, code, kind);
+  if (!e->bi && kind == TY_STRING && syn == SYN_BINARY) {
+    diag_error(e->pos, "E_DTYPE", "%s is not defined on strings; a str supports %s", ast_binop_text(e->op),
+               op_operators_phrase(SYN_BINARY, TY_STRING));
+    return ty_error();
+  }
+  if (!e->bi)
+    e->bi = op_operator(syn, code, TY_ARRAY);
+  if (!e->bi)
+    diag_ice("no row of the builtin table for operator %d of syntax %d", e->op, syn);
+  return e->bi->check(c, e, annot);
+}
+
 /* ---- dispatch ----------------------------------------------------------------- */
 
 static Type check_literal(TcCtx *c, Expr *e) {
@@ -436,23 +480,17 @@ static Type check(TcCtx *c, Expr *e, const Type *annot) {
   case EX_BOOL:
     t = check_literal(c, e);
     break;
-  case EX_STRING:
-    t = ty_string();
-    break;
   case EX_NAME:
     t = check_name(c, e);
     break;
+  case EX_STRING:
   case EX_UNARY:
-    t = op_check_unary(c, e);
-    break;
   case EX_BINARY:
-    t = e->op == BIN_MATMUL ? op_check_matmul(c, e, annot) : op_check_binary(c, e);
+  case EX_INDEX:
+    t = check_operator(c, e, annot);
     break;
   case EX_CALL:
     t = check_call(c, e, annot);
-    break;
-  case EX_INDEX:
-    t = op_check_index(c, e, annot);
     break;
   case EX_AS: {
     Type at;
@@ -512,10 +550,11 @@ Type tc_expr_unannotated(TcCtx *c, Expr *e) {
 }
 
 bool tc_is_annotatable(TcCtx *c, Expr *e) {
-  if (e->kind == EX_BINARY)
-    return e->op == BIN_MATMUL;
-  if (e->kind == EX_INDEX)
-    return true;
+  if (e->kind == EX_BINARY || e->kind == EX_INDEX) {
+    OpSyntax syn = syntax_of(e);
+    const BuiltinDef *row = op_operator(syn, operator_code(e, syn), TY_ARRAY);
+    return row && (row->flags & BIF_ANNOT);
+  }
   if (e->kind != EX_CALL || e->callee->kind != EX_NAME)
     return false;
   Symbol *s = tc_lookup(c, e->callee->str);
