@@ -427,7 +427,8 @@ static void leave_frame(AD *a, CloneStack *st) {
 static void clone_one(AD *a, CloneStack *st, const Inst *in) {
   grow(a);
   a->pos = in->pos;
-  if (st->recompute && (in->op == IR_PRINT || in->op == IR_SAVE))
+  const OpDef *d = op_def(in->op);
+  if (st->recompute && d && (d->flags & OPF_OUTPUT))
     return;
   if (st->recompute && in->op == IR_TAPE_PUSH && in->parent == st->own_loop_body)
     return;
@@ -592,9 +593,10 @@ static bool loop_is_active(AD *a, const Inst *in) {
 }
 
 /* Whether a loop body's instruction is a residual, saved for the backward
- * pass rather than recomputed: anything but cheap elementwise code,
- * creation, views and state casts (which recompute without communication
- * and fuse), control flow and effects. */
+ * pass rather than recomputed: anything but cheap elementwise code and
+ * what its OpDef says recomputes without communication (OPF_RECOMPUTE:
+ * creation, broadcasts, state casts, reads), constants, retypes, control
+ * flow and calls. */
 static bool is_residual(const Inst *in) {
   if (in->nresults == 0 || in->nregions)
     return false;
@@ -602,12 +604,11 @@ static bool is_residual(const Inst *in) {
     if (in->results[k]->type.kind != TY_ARRAY)
       return false;
   switch (in->op) {
-  case IR_CONST: case IR_FILL: case IR_IOTA: case IR_RANDOM: case IR_BROADCAST: case IR_PCAST: case IR_RETYPE:
-  case IR_ARG: case IR_CLOCK: case IR_CALL: case IR_GRAD: case IR_TAPE_NEW: case IR_TAPE_GET: case IR_LOAD:
+  case IR_CONST: case IR_RETYPE: case IR_CALL: case IR_GRAD: case IR_TAPE_NEW: case IR_TAPE_GET:
     return false;
   default: {
     const OpDef *d = op_def(in->op);
-    return !d || !(d->flags & (OPF_ELEMENTWISE | OPF_EFFECT));
+    return !d || !(d->flags & (OPF_ELEMENTWISE | OPF_RECOMPUTE));
   }
   }
 }

@@ -11,6 +11,8 @@
  * and the bytes one rank sends, with the formulas of the runtime's trace,
  * so `shdc explain` and SHD_TRACE agree.
  */
+#include <math.h>
+
 #include "shdc.h"
 
 #define TS(t) ty_str(c->mesh, (t))
@@ -827,29 +829,97 @@ static int64_t local_bytes(const Module *mod, const Type *t) {
   return ty_local_count(&mod->mesh, t) * (int64_t)ty_dtype_size(t->dtype);
 }
 
-static int64_t bytes_sent(const Module *mod, const Inst *in) {
-  int64_t n = local_bytes(mod, &in->args[0]->type), g = group_size(mod, in);
-  switch (in->op) {
-  /* In 128 bits: (g - 1) n can pass 2^63 although the result is below 2n. */
-  case IR_ALL_REDUCE: return (int64_t)((__int128)2 * (g - 1) * n / g);
-  case IR_ALL_GATHER: return (g - 1) * n;
-  case IR_REDUCE_SCATTER: return (int64_t)((__int128)(g - 1) * n / g);
-  case IR_ALL_TO_ALL: return (int64_t)((__int128)(g - 1) * n / g);
-  case IR_PPERMUTE: return (g == 1 || in->shift % g == 0) ? 0 : n;
-  case IR_PERMUTE: {
-    /* Ranks that keep their block send nothing; report the most any sends. */
-    int w = 1;
-    for (int a = 0; a < mod->mesh.naxes; a++)
-      w *= mod->mesh.sizes[a];
-    int *dest = arena_alloc(sizeof(int) * (size_t)w), *src = arena_alloc(sizeof(int) * (size_t)w);
-    part_permute_tables(&mod->mesh, &in->args[0]->type, &in->results[0]->type, dest, src);
-    for (int r = 0; r < w; r++)
-      if (dest[r] != r)
-        return n;
+/* ---- what a collective costs ------------------------------------------------------------- */
+
+/* The bytes one rank sends when each of the g ranks of the group holds n
+ * bytes: the runtime trace's formulas (runtime/collectives.c), which explain
+ * predicts and reshard.c's search minimises. In 128 bits: (g - 1) n can
+ * pass 2^63 although the result is below 2n. */
+static int64_t all_reduce_bytes(int64_t n, int64_t g) { return (int64_t)((__int128)2 * (g - 1) * n / g); }
+static int64_t all_gather_bytes(int64_t n, int64_t g) { return (g - 1) * n; }
+static int64_t scatter_bytes(int64_t n, int64_t g) { return (int64_t)((__int128)(g - 1) * n / g); }
+static int64_t whole_block_bytes(int64_t n, int64_t g) { return n; }
+
+static int64_t ppermute_bytes(const Module *mod, const Inst *in) {
+  int64_t g = group_size(mod, in);
+  return (g == 1 || in->shift % g == 0) ? 0 : local_bytes(mod, &in->args[0]->type);
+}
+
+/* Ranks that keep their block send nothing; report the most any sends. */
+static int64_t permute_bytes(const Module *mod, const Inst *in) {
+  int w = 1;
+  for (int a = 0; a < mod->mesh.naxes; a++)
+    w *= mod->mesh.sizes[a];
+  int *dest = arena_alloc(sizeof(int) * (size_t)w), *src = arena_alloc(sizeof(int) * (size_t)w);
+  part_permute_tables(&mod->mesh, &in->args[0]->type, &in->results[0]->type, dest, src);
+  for (int r = 0; r < w; r++)
+    if (dest[r] != r)
+      return local_bytes(mod, &in->args[0]->type);
+  return 0;
+}
+
+/* The seconds of the runtime's algorithm for each collective, in the
+ * latency-bandwidth (alpha-beta, plus gamma for local reductions) model,
+ * for n bytes on each of G ranks (netmodel.c gives the link):
+ *
+ *   reduce-scatter    ring:                  (G-1)a + (G-1)/G n b + (G-1)/G n g
+ *   all-reduce        n >= 32 MiB, ring:    2(G-1)a + 2(G-1)/G n b + (G-1)/G n g
+ *                     n <= 8 KiB, MPI recursive doubling: log2(G) (a + n b + n g)
+ *                     otherwise MPI (Rabenseifner): 2 log2(G) a + 2(G-1)/G n b + (G-1)/G n g
+ *   all-gather        MPI: G n <= 64 KiB recursive doubling log2(G) a + (G-1) n b,
+ *                     else ring (G-1) a + (G-1) n b
+ *   all-to-all        MPI pairwise exchange: (G-1) a + (G-1)/G n b
+ *   ppermute/permute  one exchange: a + n b
+ *
+ * log2 rounds up. */
+#define AR_RING_MIN ((double)(32 << 20))
+#define AR_SMALL 8192.0
+#define AG_SMALL 65536.0
+
+static double log2_up(double g) { return g <= 1 ? 0 : ceil(log2(g)); }
+
+double op_allreduce_seconds(const NetCost *c, double n, bool ring, const char **algo) {
+  double G = c->G, f = (G - 1) / G;
+  if (ring && n >= AR_RING_MIN) {
+    *algo = "ring";
+    return 2 * (G - 1) * c->a + 2 * f * n * c->b + f * n * c->g;
+  }
+  if (n <= AR_SMALL) {
+    *algo = "recursive doubling";
+    return log2_up(G) * (c->a + n * (c->b + c->g));
+  }
+  *algo = "Rabenseifner";
+  return 2 * log2_up(G) * c->a + 2 * f * n * c->b + f * n * c->g;
+}
+
+static double all_reduce_seconds(const NetCost *c, const Inst *in, const char **algo) {
+  return c->G <= 1 ? 0 : op_allreduce_seconds(c, c->n, true, algo);
+}
+
+static double reduce_scatter_seconds(const NetCost *c, const Inst *in, const char **algo) {
+  if (c->G <= 1)
     return 0;
-  }
-  default: return 0;
-  }
+  *algo = "ring";
+  return (c->G - 1) * c->a + (c->G - 1) / c->G * c->n * (c->b + c->g);
+}
+
+static double all_gather_seconds(const NetCost *c, const Inst *in, const char **algo) {
+  if (c->G <= 1)
+    return 0;
+  *algo = c->G * c->n <= AG_SMALL ? "recursive doubling" : "ring";
+  return (c->G * c->n <= AG_SMALL ? log2_up(c->G) : c->G - 1) * c->a + (c->G - 1) * c->n * c->b;
+}
+
+static double all_to_all_seconds(const NetCost *c, const Inst *in, const char **algo) {
+  if (c->G <= 1)
+    return 0;
+  *algo = "pairwise";
+  return (c->G - 1) * c->a + (c->G - 1) / c->G * c->n * c->b;
+}
+
+static double exchange_seconds(const NetCost *c, const Inst *in, const char **algo) {
+  *algo = "exchange";
+  return c->sent ? c->a + c->n * c->b : 0;
 }
 
 /* ---- the IR text ------------------------------------------------------------------- */
@@ -881,21 +951,24 @@ static void print_ppermute(FILE *out, const Module *mod, const Inst *in) {
 /* ---- the tables --------------------------------------------------------------------- */
 
 #define COLL OPF_COLLECTIVE
-const OpDef op_collective_ops[] = {
+static const OpDef ops[] = {
     {.op = IR_RESHARD, .name = "reshard", .vjp = vjp_reshard, .partition = part_reshard_inst},
-    {.op = IR_PCAST, .name = "pcast", .print = print_pcast, .vjp = vjp_manual, .emit = emit_view,
+    {.op = IR_PCAST, .name = "pcast", .flags = OPF_RECOMPUTE, .print = print_pcast, .vjp = vjp_manual, .emit = emit_view,
      .result = result_view},
     {.op = IR_ALL_REDUCE, .name = "all_reduce", .flags = COLL, .variant = red_variant, .print = print_axes,
-     .vjp = vjp_manual, .emit = emit_collective, .result = result_steal, .bytes_sent = bytes_sent},
+     .vjp = vjp_manual, .emit = emit_collective, .result = result_steal, .group_bytes = all_reduce_bytes,
+     .net_seconds = all_reduce_seconds},
     {.op = IR_ALL_GATHER, .name = "all_gather", .flags = COLL, .print = print_dim_axes, .vjp = vjp_manual,
-     .emit = emit_collective, .bytes_sent = bytes_sent},
+     .emit = emit_collective, .group_bytes = all_gather_bytes, .net_seconds = all_gather_seconds},
     {.op = IR_REDUCE_SCATTER, .name = "reduce_scatter", .flags = COLL, .variant = red_variant,
-     .print = print_dim_axes, .vjp = vjp_manual, .emit = emit_collective, .bytes_sent = bytes_sent},
+     .print = print_dim_axes, .vjp = vjp_manual, .emit = emit_collective, .group_bytes = scatter_bytes,
+     .net_seconds = reduce_scatter_seconds},
     {.op = IR_ALL_TO_ALL, .name = "all_to_all", .flags = COLL, .print = print_all_to_all, .vjp = vjp_manual,
-     .emit = emit_collective, .bytes_sent = bytes_sent},
+     .emit = emit_collective, .group_bytes = scatter_bytes, .net_seconds = all_to_all_seconds},
     {.op = IR_PPERMUTE, .name = "ppermute", .flags = COLL, .print = print_ppermute, .vjp = vjp_manual,
-     .emit = emit_collective, .bytes_sent = bytes_sent},
-    {.op = IR_PERMUTE, .name = "permute", .flags = COLL, .emit = emit_collective, .bytes_sent = bytes_sent},
+     .emit = emit_collective, .bytes_sent = ppermute_bytes, .net_seconds = exchange_seconds},
+    {.op = IR_PERMUTE, .name = "permute", .flags = COLL, .emit = emit_collective, .bytes_sent = permute_bytes,
+     .group_bytes = whole_block_bytes, .net_seconds = exchange_seconds},
     {.op = IR_AXIS_INDEX, .name = "axis_index", .print = print_axes, .emit = emit_axis_index},
     {.op = IR_SLICE_BLOCK, .name = "slice_block", .print = print_dim_axes, .vjp = vjp_manual,
      .emit = emit_collective},
@@ -906,7 +979,7 @@ const OpDef op_collective_ops[] = {
 };
 
 #define MANUAL BIF_MANUAL_ONLY
-const BuiltinDef op_collective_builtins[] = {
+static const BuiltinDef builtins[] = {
     {.name = "psum", .code = C_PSUM, .flags = MANUAL, .check = check_collective, .lower = lower_collective},
     {.name = "pmax", .code = C_PMAX, .flags = MANUAL, .check = check_collective, .lower = lower_collective},
     {.name = "pmin", .code = C_PMIN, .flags = MANUAL, .check = check_collective, .lower = lower_collective},
@@ -921,6 +994,12 @@ const BuiltinDef op_collective_builtins[] = {
     {.name = "axis_index", .code = C_AXIS_INDEX, .flags = MANUAL, .check = check_collective,
      .lower = lower_collective},
     {.name = "pcast", .code = C_PCAST, .flags = MANUAL, .check = check_collective, .lower = lower_collective},
-    {.name = "reshard", .code = C_RESHARD, .check = check_reshard, .lower = lower_reshard},
+    {.name = "reshard", .code = C_RESHARD, .flags = BIF_TYPE_ARG, .check = check_reshard, .lower = lower_reshard},
     {0},
+};
+
+const OpFamily op_collective_family = {
+    .name = "collective",
+    .ops = ops,
+    .builtins = builtins,
 };

@@ -1000,15 +1000,21 @@ static void print_dot(FILE *out, const Module *mod, const Inst *in) {
   ir_print_ints(out, "rhs_contract", in->dot.rhs_contract, in->dot.ncontract);
 }
 
-const OpDef op_contraction_ops[] = {
-    {.op = IR_DOT, .name = "dot", .flags = OPF_OUT_SHARDING, .print = print_dot, .vjp = vjp_dot,
+static const OpDef ops[] = {
+    {.op = IR_DOT, .name = "dot", .flags = OPF_OUT_SHARDING | OPF_TRACE_LINE, .print = print_dot, .vjp = vjp_dot,
      .partition = part_dot, .emit = emit_dot_inst, .temp_bytes = dot_temp_bytes},
     {0},
 };
 
-const BuiltinDef op_contraction_builtins[] = {
+static const BuiltinDef builtins[] = {
     {.name = "einsum", .code = K_EINSUM, .flags = BIF_ANNOT, .check = check_einsum, .lower = lower_einsum},
     {.name = "@", .code = BIN_MATMUL, .flags = BIF_ANNOT, .check = check_matmul, .lower = lower_matmul,
      .syntax = SYN_MATMUL},
     {0},
+};
+
+const OpFamily op_contraction_family = {
+    .name = "contraction",
+    .ops = ops,
+    .builtins = builtins,
 };

@@ -222,19 +222,25 @@ static void print_random(FILE *out, const Module *mod, const Inst *in) {
   fprintf(out, " %s", in->fn ? "uniform" : "normal");
 }
 
-const OpDef op_creation_ops[] = {
-    {.op = IR_FILL, .name = "fill", .vjp = vjp_fill, .partition = part_created, .emit = emit_fill},
-    {.op = IR_IOTA, .name = "iota", .print = print_iota, .partition = part_created, .emit = emit_iota},
-    {.op = IR_RANDOM, .name = "random", .print = print_random, .partition = part_created, .emit = emit_random},
+static const OpDef ops[] = {
+    {.op = IR_FILL, .name = "fill", .flags = OPF_RECOMPUTE, .vjp = vjp_fill, .partition = part_created, .emit = emit_fill},
+    {.op = IR_IOTA, .name = "iota", .flags = OPF_RECOMPUTE, .print = print_iota, .partition = part_created, .emit = emit_iota},
+    {.op = IR_RANDOM, .name = "random", .flags = OPF_RECOMPUTE, .print = print_random, .partition = part_created, .emit = emit_random},
     {0},
 };
 
-const BuiltinDef op_creation_builtins[] = {
-    {.name = "zeros", .code = CR_ZEROS, .flags = BIF_ANNOT, .check = check_creation, .lower = lower_creation},
-    {.name = "ones", .code = CR_ONES, .flags = BIF_ANNOT, .check = check_creation, .lower = lower_creation},
-    {.name = "full", .code = CR_FULL, .flags = BIF_ANNOT, .check = check_creation, .lower = lower_creation},
-    {.name = "iota", .code = CR_IOTA, .flags = BIF_ANNOT, .check = check_creation, .lower = lower_creation},
-    {.name = "normal", .code = CR_NORMAL, .flags = BIF_ANNOT, .check = check_creation, .lower = lower_creation},
-    {.name = "uniform", .code = CR_UNIFORM, .flags = BIF_ANNOT, .check = check_creation, .lower = lower_creation},
+static const BuiltinDef builtins[] = {
+    {.name = "zeros", .code = CR_ZEROS, .flags = BIF_ANNOT | BIF_TYPE_ARG, .check = check_creation, .lower = lower_creation},
+    {.name = "ones", .code = CR_ONES, .flags = BIF_ANNOT | BIF_TYPE_ARG, .check = check_creation, .lower = lower_creation},
+    {.name = "full", .code = CR_FULL, .flags = BIF_ANNOT | BIF_TYPE_ARG, .check = check_creation, .lower = lower_creation},
+    {.name = "iota", .code = CR_IOTA, .flags = BIF_ANNOT | BIF_TYPE_ARG, .check = check_creation, .lower = lower_creation},
+    {.name = "normal", .code = CR_NORMAL, .flags = BIF_ANNOT | BIF_TYPE_ARG, .check = check_creation, .lower = lower_creation},
+    {.name = "uniform", .code = CR_UNIFORM, .flags = BIF_ANNOT | BIF_TYPE_ARG, .check = check_creation, .lower = lower_creation},
     {0},
+};
+
+const OpFamily op_creation_family = {
+    .name = "creation",
+    .ops = ops,
+    .builtins = builtins,
 };

@@ -791,7 +791,7 @@ static void mark_unary(const IrBlock *b, bool *used) {
  * minimum propagate NaN, % has the sign of the divisor, integer division
  * and remainder by zero stop the program), and of the unary functions the
  * module uses. */
-void op_elementwise_preamble(Emit *e) {
+static void preamble(Emit *e) {
   FILE *o = emit_out(e);
   /* i32 arithmetic wraps as NumPy's does, computed in uint32_t so that C
    * has no undefined overflow; a float outside the i32 range (or NaN)
@@ -845,7 +845,7 @@ void op_elementwise_preamble(Emit *e) {
 
 static const char *binary_variant(const Inst *in) { return binop_names[in->fn]; }
 
-const OpDef op_elementwise_ops[] = {
+static const OpDef ops[] = {
     {.op = IR_BINARY, .name = "binary", .flags = OPF_ELEMENTWISE, .variant = binary_variant, .vjp = vjp_binary,
      .partition = part_elementwise, .expr = binary_expr},
     {.op = IR_SELECT, .name = "select", .flags = OPF_ELEMENTWISE, .vjp = vjp_select, .partition = part_elementwise,
@@ -858,14 +858,21 @@ const OpDef op_elementwise_ops[] = {
 #define OPERATOR(text, op)                                                                                    \
   {.name = text, .code = op, .check = check_binary_op, .lower = lower_binary_op, .fold = fold_binary_op,            \
    .syntax = SYN_BINARY}
-const BuiltinDef op_elementwise_builtins[] = {
+static const BuiltinDef builtins[] = {
     {.name = "maximum", .code = BIN_MAX, .check = check_nary, .lower = lower_nary, .fold = fold_nary},
     {.name = "minimum", .code = BIN_MIN, .check = check_nary, .lower = lower_nary, .fold = fold_nary},
     {.name = "where", .code = E_WHERE, .check = check_nary, .lower = lower_nary, .fold = fold_nary},
-    {.name = "cast", .code = E_CAST, .check = check_cast, .lower = lower_cast, .fold = fold_cast},
+    {.name = "cast", .code = E_CAST, .flags = BIF_TYPE_ARG, .check = check_cast, .lower = lower_cast, .fold = fold_cast},
     OPERATOR("+", BIN_ADD), OPERATOR("-", BIN_SUB), OPERATOR("*", BIN_MUL), OPERATOR("/", BIN_DIV),
     OPERATOR("**", BIN_POW), OPERATOR("%", BIN_MOD), OPERATOR("<", BIN_LT), OPERATOR("<=", BIN_LE),
     OPERATOR(">", BIN_GT), OPERATOR(">=", BIN_GE), OPERATOR("==", BIN_EQ), OPERATOR("!=", BIN_NE),
     OPERATOR("&", BIN_AND), OPERATOR("|", BIN_OR),
     {0},
+};
+
+const OpFamily op_elementwise_family = {
+    .name = "elementwise",
+    .ops = ops,
+    .builtins = builtins,
+    .preamble = preamble,
 };

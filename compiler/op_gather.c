@@ -636,7 +636,7 @@ static void print_dim(FILE *out, const Module *mod, const Inst *in) { fprintf(ou
 
 /* ---- the tables ---------------------------------------------------------------------------------- */
 
-const OpDef op_gather_ops[] = {
+static const OpDef ops[] = {
     {.op = IR_TAKE, .name = "take", .print = print_dim, .vjp = vjp_gather, .partition = part_take, .emit = emit_take},
     {.op = IR_TAKE_ALONG, .name = "take_along_axis", .print = print_dim, .vjp = vjp_gather,
      .partition = part_take_along, .emit = emit_along},
@@ -648,9 +648,15 @@ const OpDef op_gather_ops[] = {
     {0},
 };
 
-const BuiltinDef op_gather_builtins[] = {
+static const BuiltinDef builtins[] = {
     {.name = "take", .code = G_TAKE, .flags = BIF_ANNOT, .check = check_take, .lower = lower_take},
     {.name = "take_along_axis", .code = G_TAKE_ALONG, .flags = BIF_ANNOT, .check = check_take, .lower = lower_take},
     {.name = "one_hot", .code = G_ONE_HOT, .flags = BIF_ANNOT, .check = check_one_hot, .lower = lower_one_hot},
     {0},
+};
+
+const OpFamily op_gather_family = {
+    .name = "gather",
+    .ops = ops,
+    .builtins = builtins,
 };

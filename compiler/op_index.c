@@ -1387,7 +1387,7 @@ static void print_check(FILE *out, const Module *mod, const Inst *in) {
 
 /* ---- the tables ---------------------------------------------------------------------------------- */
 
-const OpDef op_index_ops[] = {
+static const OpDef ops[] = {
     {.op = IR_SLICE, .name = "slice", .print = print_slice, .vjp = vjp_slice, .partition = part_slice,
      .emit = emit_slice, .result = result_slice},
     {.op = IR_PAD, .name = "pad", .print = print_pad, .vjp = vjp_pad, .partition = part_pad, .emit = emit_pad},
@@ -1402,7 +1402,7 @@ const OpDef op_index_ops[] = {
     {0},
 };
 
-const BuiltinDef op_index_builtins[] = {
+static const BuiltinDef builtins[] = {
     {.name = "x[...]", .flags = BIF_ANNOT, .check = check_index, .lower = lower_index, .syntax = SYN_INDEX},
     {.name = "dynamic_slice", .code = B_DSLICE, .check = check_dslice, .lower = lower_dslice},
     {.name = "dynamic_update_slice", .code = B_DUPDATE, .check = check_dupdate, .lower = lower_dupdate},
@@ -1411,4 +1411,10 @@ const BuiltinDef op_index_builtins[] = {
     {.name = "stack", .code = B_STACK, .check = check_concat, .lower = lower_concat},
     {.name = "split", .code = B_SPLIT, .check = check_split, .lower = lower_split},
     {0},
+};
+
+const OpFamily op_index_family = {
+    .name = "index",
+    .ops = ops,
+    .builtins = builtins,
 };

@@ -534,6 +534,14 @@ static int64_t pair_bytes(const Module *mod, const Inst *in) {
   return ty_local_count(&mod->mesh, &in->results[0]->type) * 16;
 }
 
+/* MPI_Allreduce of the (value, index) pairs: recursive doubling or
+ * Rabenseifner on the pairs, whose bytes come from explain's. */
+static double argreduce_seconds(const NetCost *c, const Inst *in, const char **algo) {
+  if (c->G <= 1)
+    return 0;
+  return op_allreduce_seconds(c, c->sent * c->G / (2 * (c->G - 1)), false, algo);
+}
+
 static int64_t argreduce_bytes_sent(const Module *mod, const Inst *in) {
   int64_t g = 1, n = pair_bytes(mod, in);
   for (int i = 0; i < in->naxes; i++)
@@ -561,19 +569,20 @@ static void print_dims(FILE *out, const Module *mod, const Inst *in) {
 
 /* ---- the tables --------------------------------------------------------------------- */
 
-const OpDef op_reduction_ops[] = {
+static const OpDef ops[] = {
     {.op = IR_REDUCE, .name = "reduce", .flags = OPF_OUT_SHARDING, .variant = red_variant, .print = print_dims,
      .vjp = vjp_reduce, .partition = part_reduce, .emit = emit_reduce, .result = result_reduce},
     {.op = IR_ARGREDUCE, .name = "argreduce", .variant = arg_variant, .print = print_dim,
      .partition = part_argreduce, .emit = emit_along},
     {.op = IR_ARGREDUCE_GROUP, .name = "all_reduce", .flags = OPF_COLLECTIVE, .variant = arg_variant,
-     .print = print_dim_axes, .emit = emit_along, .temp_bytes = pair_bytes, .bytes_sent = argreduce_bytes_sent},
+     .print = print_dim_axes, .emit = emit_along, .temp_bytes = pair_bytes, .bytes_sent = argreduce_bytes_sent,
+     .net_seconds = argreduce_seconds},
     {.op = IR_CUMSUM, .name = "cumsum", .variant = cum_variant, .print = print_dim, .vjp = vjp_cumsum,
      .partition = part_cumsum, .emit = emit_along},
     {0},
 };
 
-const BuiltinDef op_reduction_builtins[] = {
+static const BuiltinDef builtins[] = {
     {.name = "sum", .code = RED_SUM, .flags = BIF_ANNOT, .check = check_reduction, .lower = lower_reduction},
     {.name = "mean", .code = R_MEAN, .flags = BIF_ANNOT, .check = check_reduction, .lower = lower_reduction},
     {.name = "max", .code = RED_MAX, .flags = BIF_ANNOT, .check = check_reduction, .lower = lower_reduction},
@@ -582,4 +591,10 @@ const BuiltinDef op_reduction_builtins[] = {
     {.name = "argmin", .code = RED_MIN, .check = check_along, .lower = lower_along},
     {.name = "cumsum", .code = R_CUMSUM, .check = check_along, .lower = lower_along},
     {0},
+};
+
+const OpFamily op_reduction_family = {
+    .name = "reduction",
+    .ops = ops,
+    .builtins = builtins,
 };

@@ -458,6 +458,13 @@ static int64_t move_bytes(const Mesh *m, const Type *from, const Type *to) {
   return most * (int64_t)ty_dtype_size(from->dtype);
 }
 
+/* One MPI_Alltoallv of the world: (P-1) a + s b, s the bytes of the busiest
+ * rank. */
+static double move_seconds(const NetCost *c, const Inst *in, const char **algo) {
+  *algo = "all-to-all-v";
+  return c->sent ? (c->world - 1) * c->a + c->sent * c->b : 0;
+}
+
 static int64_t move_bytes_sent(const Module *mod, const Inst *in) {
   return move_bytes(&mod->mesh, &in->args[0]->type, &in->results[0]->type);
 }
@@ -586,20 +593,67 @@ static void print_perm(FILE *out, const Module *mod, const Inst *in) {
 
 /* ---- the tables --------------------------------------------------------------------- */
 
-const OpDef op_shape_ops[] = {
+/* ---- an out_sharding through a view (optimize.c) ----------------------------------- */
+
+/* The operand type of a transpose whose result has type t. */
+static bool untransposed(const Inst *tr, const Type *t, Type *x) {
+  *x = *t;
+  for (int i = 0; i < t->rank; i++) {
+    x->shape[tr->perm[i]] = t->shape[i];
+    x->spec[tr->perm[i]] = t->spec[i];
+  }
+  return true;
+}
+
+/* The operand type of a reshape that only inserts or removes size-1 dims
+ * (a bias broadcast's shape) whose result has type t: the other dims keep
+ * their specs, in order. False for any other reshape. */
+static bool unsqueezed(const Inst *in, const Type *t, Type *out) {
+  const Type *x = &in->args[0]->type;
+  *out = *x;
+  out->U = t->U;
+  out->R = t->R;
+  out->V = t->V;
+  int j = 0;
+  for (int d = 0; d < x->rank; d++) {
+    out->spec[d].n = 0;
+    if (x->shape[d] == 1)
+      continue;
+    while (j < t->rank && t->shape[j] == 1) {
+      if (t->spec[j].n)
+        return false;
+      j++;
+    }
+    if (j == t->rank || t->shape[j] != x->shape[d])
+      return false;
+    out->spec[d] = t->spec[j++];
+  }
+  for (; j < t->rank; j++)
+    if (t->shape[j] != 1 || t->spec[j].n)
+      return false;
+  return true;
+}
+
+static const OpDef ops[] = {
     {.op = IR_TRANSPOSE, .name = "transpose", .print = print_perm, .vjp = vjp_transpose, .partition = part_transpose,
-     .emit = emit_transpose, .result = result_transpose},
+     .emit = emit_transpose, .result = result_transpose, .operand_for = untransposed},
     {.op = IR_RESHAPE_MOVE, .name = "reshape_move", .flags = OPF_COLLECTIVE, .emit = emit_reshape_move,
-     .bytes_sent = move_bytes_sent},
+     .bytes_sent = move_bytes_sent, .net_seconds = move_seconds},
     {.op = IR_RESHAPE, .name = "reshape", .vjp = vjp_reshape, .partition = part_reshape, .emit = emit_view,
-     .result = result_view},
-    {.op = IR_BROADCAST, .name = "broadcast", .flags = OPF_ELEMENTWISE, .vjp = vjp_broadcast,
+     .result = result_view, .operand_for = unsqueezed},
+    {.op = IR_BROADCAST, .name = "broadcast", .flags = OPF_ELEMENTWISE | OPF_RECOMPUTE, .vjp = vjp_broadcast,
      .partition = part_broadcast, .expr = broadcast_expr},
     {0},
 };
 
-const BuiltinDef op_shape_builtins[] = {
-    {.name = "transpose", .code = S_TRANSPOSE, .check = check_transpose, .lower = lower_transpose},
-    {.name = "reshape", .code = S_RESHAPE, .flags = BIF_ANNOT, .check = check_reshape, .lower = lower_reshape},
+static const BuiltinDef builtins[] = {
+    {.name = "transpose", .code = S_TRANSPOSE, .flags = BIF_LIST_ARG, .check = check_transpose, .lower = lower_transpose},
+    {.name = "reshape", .code = S_RESHAPE, .flags = BIF_ANNOT | BIF_LIST_ARG, .check = check_reshape, .lower = lower_reshape},
     {0},
+};
+
+const OpFamily op_shape_family = {
+    .name = "shape",
+    .ops = ops,
+    .builtins = builtins,
 };

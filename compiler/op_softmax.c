@@ -325,7 +325,7 @@ static void print_dim(FILE *out, const Module *mod, const Inst *in) { fprintf(ou
 #define SM(op_, name_, vjp_, part_) \
   {.op = op_, .name = name_, .variant = variant, .print = print_dim, .vjp = vjp_, .partition = part_, \
    .emit = emit_softmax}
-const OpDef op_softmax_ops[] = {
+static const OpDef ops[] = {
     SM(IR_SOFTMAX, "softmax", vjp_softmax, part_softmax),
     SM(IR_SOFTMAX_GRAD, "softmax_grad", vjp_softmax_grad, part_softmax_grad),
     SM(IR_SOFTMAX_EXPSUM, "softmax_expsum", NULL, NULL),
@@ -336,9 +336,15 @@ const OpDef op_softmax_ops[] = {
 };
 #undef SM
 
-const BuiltinDef op_softmax_builtins[] = {
+static const BuiltinDef builtins[] = {
     {.name = "softmax", .code = SM_SOFTMAX, .check = check_softmax, .lower = lower_softmax},
     {.name = "log_softmax", .code = SM_LOG_SOFTMAX, .check = check_softmax, .lower = lower_softmax},
     {.name = "logsumexp", .code = SM_LOGSUMEXP, .check = check_softmax, .lower = lower_softmax},
     {0},
+};
+
+const OpFamily op_softmax_family = {
+    .name = "softmax",
+    .ops = ops,
+    .builtins = builtins,
 };

@@ -217,7 +217,7 @@ static const char *variant_eq(const Inst *in) { return in->fn == BIN_NE ? "ne" :
 
 /* ---- the tables ---------------------------------------------------------------------- */
 
-const OpDef op_string_ops[] = {
+static const OpDef ops[] = {
     {.op = IR_STR_LIT, .name = "str_lit", .print = print_lit, .emit = emit_lit},
     {.op = IR_STR_CAT, .name = "str_cat", .emit = emit_cat},
     {.op = IR_STR_FROM, .name = "str_from", .print = print_from, .emit = emit_from},
@@ -226,7 +226,7 @@ const OpDef op_string_ops[] = {
     {0},
 };
 
-const BuiltinDef op_string_builtins[] = {
+static const BuiltinDef builtins[] = {
     {.name = "str", .check = check_str, .lower = lower_str},
     {.name = "chr", .check = check_chr, .lower = lower_chr},
     {.name = "\"...\"", .check = check_lit, .lower = lower_lit, .syntax = SYN_STRING, .operand = TY_STRING},
@@ -237,4 +237,10 @@ const BuiltinDef op_string_builtins[] = {
     {.name = "!=", .code = BIN_NE, .check = check_binary, .lower = lower_binary, .syntax = SYN_BINARY,
      .operand = TY_STRING, .doc = "comparison"},
     {0},
+};
+
+const OpFamily op_string_family = {
+    .name = "string",
+    .ops = ops,
+    .builtins = builtins,
 };

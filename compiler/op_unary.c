@@ -283,7 +283,7 @@ void op_unary_helper(FILE *out, int un, DType dt) {
 
 static const char *unary_variant(const Inst *in) { return def_of(in->fn)->name; }
 
-const OpDef op_unary_ops[] = {
+static const OpDef ops[] = {
     {.op = IR_UNARY, .name = "unary", .flags = OPF_ELEMENTWISE, .variant = unary_variant, .vjp = vjp_unary,
      .partition = part_as_result, .expr = unary_expr},
     {0},
@@ -292,17 +292,23 @@ const OpDef op_unary_ops[] = {
 /* The builtins are the entries flagged UF_BUILTIN and the operators (-x,
  * !x), registered before main so that the table above is the only list of
  * names. */
-BuiltinDef op_unary_builtins[2 * UN__COUNT + 1];
+static BuiltinDef builtins[2 * UN__COUNT + 1];
 
 __attribute__((constructor)) static void register_builtins(void) {
   int k = 0;
   for (int un = 0; un < UN__COUNT; un++) {
     const UnaryDef *u = &unary_defs[un];
     if (u->flags & UF_BUILTIN)
-      op_unary_builtins[k++] = (BuiltinDef){.name = u->name, .code = un, .check = check_unary_fn,
+      builtins[k++] = (BuiltinDef){.name = u->name, .code = un, .check = check_unary_fn,
                                             .lower = lower_unary_fn, .fold = fold_unary_fn};
     if (u->op)
-      op_unary_builtins[k++] = (BuiltinDef){.name = u->op, .code = un, .check = check_unary_op,
+      builtins[k++] = (BuiltinDef){.name = u->op, .code = un, .check = check_unary_op,
                                             .lower = lower_unary_op, .fold = fold_unary_op, .syntax = SYN_UNARY};
   }
 }
+
+const OpFamily op_unary_family = {
+    .name = "unary",
+    .ops = ops,
+    .builtins = builtins,
+};

@@ -18,17 +18,16 @@
  */
 #include "shdc.h"
 
-static const OpDef *const op_families[] = {
-    op_elementwise_ops, op_unary_ops, op_contraction_ops, op_reduction_ops,
-    op_shape_ops,       op_collective_ops, op_creation_ops, op_io_ops,
-    op_softmax_ops,     op_index_ops,      op_gather_ops,     op_shift_ops,      op_string_ops, NULL,
+/* In the order of their preambles in the generated file. */
+static const OpFamily *const families[] = {
+    &op_elementwise_family, &op_unary_family, &op_contraction_family, &op_reduction_family,
+    &op_shape_family,       &op_collective_family, &op_creation_family, &op_io_family,
+    &op_softmax_family,     &op_index_family,      &op_gather_family,     &op_shift_family,
+    &op_string_family,      NULL,
 };
 
-static const BuiltinDef *const builtin_families[] = {
-    op_elementwise_builtins, op_unary_builtins, op_contraction_builtins, op_reduction_builtins,
-    op_shape_builtins,       op_collective_builtins, op_creation_builtins, op_io_builtins,
-    op_softmax_builtins,     op_index_builtins,     op_gather_builtins,     op_string_builtins, NULL,
-};
+/* Forms that make a function of a function (tc_expr.c types them). */
+static const char *const forms[] = {"grad", "value_and_grad", NULL};
 
 static const OpDef *by_opcode[IR__LIMIT];
 static const char **names;
@@ -37,18 +36,18 @@ static int noperators;
 static bool ready;
 
 #define EACH_BUILTIN(b)                                                                                     \
-  for (const BuiltinDef *const *fam_ = builtin_families; *fam_; fam_++)                                       \
-    for (const BuiltinDef *b = *fam_; b->name; b++)
+  for (const OpFamily *const *fam_ = families; *fam_; fam_++)                                                 \
+    for (const BuiltinDef *b = (*fam_)->builtins; b && b->name; b++)
 
 static void build(void) {
   ready = true;
-  for (const OpDef *const *fam = op_families; *fam; fam++)
-    for (const OpDef *d = *fam; d->name; d++) {
+  for (const OpFamily *const *fam = families; *fam; fam++)
+    for (const OpDef *d = (*fam)->ops; d && d->name; d++) {
       if (d->op < 0 || d->op >= IR__LIMIT || by_opcode[d->op])
         diag_ice("ops: opcode %d (%s) registered twice or out of range", d->op, d->name);
       by_opcode[d->op] = d;
     }
-  int n = 0;
+  int n = 2;
   EACH_BUILTIN(b)
     n++;
   names = calloc((size_t)n + 1, sizeof *names);
@@ -69,6 +68,33 @@ static void build(void) {
         diag_ice("ops: builtin %s registered twice", b->name);
     names[k++] = b->name;
   }
+  for (int i = 0; forms[i]; i++)
+    names[k++] = forms[i];
+}
+
+const OpFamily *const *op_families(void) { return families; }
+
+int op_form(const char *name) {
+  return !strcmp(name, "grad") ? GRAD_PLAIN : !strcmp(name, "value_and_grad") ? GRAD_WITH_VALUE : 0;
+}
+
+/* "a, b and c" */
+static void phrase_add(Str *s, int i, int n, const char *name) {
+  str_printf(s, "%s%s", i == 0 ? "" : i == n - 1 ? " and " : ", ", name);
+}
+
+const char *op_builtins_phrase(unsigned flag) {
+  int n = 0;
+  EACH_BUILTIN(b)
+    n += b->syntax == SYN_CALL && (b->flags & flag);
+  Str s = {0};
+  int i = 0;
+  EACH_BUILTIN(b)
+    if (b->syntax == SYN_CALL && (b->flags & flag))
+      phrase_add(&s, i++, n, b->name);
+  const char *r = arena_strdup(n ? str_cstr(&s) : "none");
+  free(s.buf);
+  return r;
 }
 
 const OpDef *op_def(int op) {
@@ -112,7 +138,7 @@ const char *op_operators_phrase(OpSyntax syn, TypeKind operand) {
       j++;
     str_printf(&s, "%s", i ? ", " : "");
     for (int k = i; k <= j; k++)
-      str_printf(&s, "%s%s", k == i ? "" : k == j ? " and " : ", ", rows[k]->name);
+      phrase_add(&s, k - i, j - i + 1, rows[k]->name);
     if (rows[i]->doc)
       str_printf(&s, " (%s)", rows[i]->doc);
     i = j + 1;

@@ -850,7 +850,23 @@ enum {                     /* OpDef.flags */
   OPF_OUT_SHARDING = 8,    /* its partition rule reshards its natural result to the result type, so a
                             * reshard after it may become its result type (optimize.c: a weight
                             * gradient's sum is reduce-scattered to the shards, not all-reduced) */
+  OPF_RECOMPUTE = 16,      /* cheap and free of communication (creation, broadcasts, state casts, reads of
+                            * the command line, the clock or a file): a loop's backward pass recomputes it
+                            * rather than saving it on a tape (autodiff.c) */
+  OPF_OUTPUT = 32,         /* writes output (print, save): recomputed code (autodiff.c) leaves it out */
+  OPF_TRACE_LINE = 64,     /* the timeline (SHD_TRACE=FILE.json) names its source line, as a GEMM's (every
+                            * collective's is named too) */
 };
+
+/* What a collective costs on a network (netmodel.c, OpDef.net_seconds): a
+ * group of G ranks, n bytes of operand 0 on each, `sent` the bytes explain
+ * says the busiest rank sends, `world` ranks in all; the slowest link of
+ * the group has latency a (s) and takes b s a byte, a local reduction g s
+ * a byte. */
+typedef struct {
+  double G, n, sent, world;
+  double a, b, g;
+} NetCost;
 
 typedef struct OpDef {
   int op;                  /* Opcode, or a family's own opcode from its IR_BASE_ */
@@ -872,15 +888,29 @@ typedef struct OpDef {
   const char *(*expr)(Emit *e, const Inst *in);
   /* How the generated code gets result k (NULL: a new buffer), the bytes
    * of temporaries it allocates and frees itself, and (collectives) the
-   * bytes one rank sends, with the runtime trace's formulas. */
+   * bytes one rank sends, with the runtime trace's formulas (NULL: those
+   * of group_bytes, for operand 0's block over the group of in's axes). */
   EmitResult (*result)(const Module *mod, const Inst *in, int k);
   int64_t (*temp_bytes)(const Module *mod, const Inst *in);
   int64_t (*bytes_sent)(const Module *mod, const Inst *in);
+  /* Collectives: the bytes one rank sends when each of the g ranks of the
+   * group holds n bytes: the one formula explain, SHD_TRACE's check and
+   * reshard.c's plan search use. And the seconds the runtime's algorithm
+   * takes on a network (netmodel.c), naming the algorithm. */
+  int64_t (*group_bytes)(int64_t n, int64_t g);
+  double (*net_seconds)(const NetCost *c, const Inst *in, const char **algo);
+  /* A view that only moves dims (transpose, a reshape adding or dropping
+   * size-1 dims): the type operand 0 needs for the result to have type t,
+   * false when there is none; optimize.c folds an out_sharding through it. */
+  bool (*operand_for)(const Inst *in, const Type *t, Type *operand);
 } OpDef;
 
 enum {                     /* BuiltinDef.flags */
   BIF_ANNOT = 1,           /* an annotation on the call is its out_sharding (language.md §4, §8) */
   BIF_MANUAL_ONLY = 2,     /* a collective: only in manual bodies */
+  BIF_TYPE_ARG = 4,        /* takes a type as an argument: zeros(f32[8]), cast(x, f64) */
+  BIF_LIST_ARG = 8,        /* takes a list [..] as its docs write it: reshape(x, [8, 4]), transpose(x, perm=[1, 0]) */
+  BIF_STR_ANNOT = 16,      /* its type is the annotation's, which may be str (load, arg) */
 };
 
 /* The syntax a builtin row answers to: a call by its name, or an operator
@@ -918,6 +948,23 @@ typedef struct BuiltinDef {
   const char *doc;         /* a few words on what it does (messages, shdc list-ops), or NULL */
 } BuiltinDef;
 
+/* A family of operations (one op_*.c file): its IR operations, its
+ * builtins and operators, and what it adds to the generated file. */
+typedef struct OpFamily {
+  const char *name;        /* "elementwise" */
+  const OpDef *ops;        /* NULL-name terminated (or NULL) */
+  const BuiltinDef *builtins;
+  /* C before the functions of the generated file: the helpers its
+   * operations' C calls (NULL: none). */
+  void (*preamble)(Emit *e);
+  /* C main needs before the program runs: declarations written before
+   * main; returns a statement main runs after shd_init (NULL: none).
+   * live[i]: function i of the module is emitted. */
+  const char *(*main_setup)(Emit *e, const bool *live);
+} OpFamily;
+
+/* The families, NULL-terminated, in the order of their preambles. */
+const OpFamily *const *op_families(void);
 const OpDef *op_def(int op);                 /* NULL for an unknown opcode */
 const BuiltinDef *op_builtin(const char *name);   /* a function by name, or NULL */
 /* The row of an operator: its syntax, its code (UnOp, BinOp; 0 for @,
@@ -927,8 +974,15 @@ const BuiltinDef *op_operator(OpSyntax syn, int code, TypeKind operand);
 /* The operators of a syntax that take operands of a kind, as a phrase for
  * messages: "+ (concatenation), == and != (comparison)". */
 const char *op_operators_phrase(OpSyntax syn, TypeKind operand);
-/* Every builtin name, for suggestions ("did you mean"); NULL-terminated. */
+/* Every builtin name and form (grad), for suggestions ("did you mean");
+ * NULL-terminated. */
 const char *const *op_builtin_names(void);
+/* The builtins with a BIF_ flag, as a phrase for messages: "zeros, ones
+ * and cast". */
+const char *op_builtins_phrase(unsigned flag);
+/* GRAD_PLAIN for grad, GRAD_WITH_VALUE for value_and_grad (forms that make
+ * a function: grad(f, wrt=0)(x)), 0 for any other name. */
+int op_form(const char *name);
 
 /* ---- op_*.c: what the families offer each other and the stages ------------- */
 
@@ -941,9 +995,10 @@ const char *op_binary_name(int op);
 const char *op_unary_c(int un, DType dt, const char *x);
 void op_unary_helper(FILE *out, int un, DType dt);   /* its static inline helper */
 int op_unary_count(void);                            /* entries of the table */
-/* The helper functions elementwise expressions call, at the top of the
- * generated file. */
-void op_elementwise_preamble(Emit *e);
+/* The all-reduce's seconds on a network (MPI below 32 MiB, a ring above),
+ * for n bytes on each rank; ring false: MPI's algorithms only (the
+ * all-reduce of argmax's (value, index) pairs). */
+double op_allreduce_seconds(const NetCost *c, double n, bool ring, const char **algo);
 
 /* op_contraction.c: @ and einsum (1.4). */
 bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, const Type *annot, Type *out);
@@ -972,16 +1027,10 @@ Value *op_shift_rows(Part *p, Pos pos, int nsrc, Value **srcs, const int64_t *of
  * the flags of its shift; false when neither splits it (a local cut). */
 bool op_shift_plan(const Mesh *m, DimSpec xs, DimSpec ts, int64_t n_out, DimSpec *group, unsigned *flags);
 
-/* The family tables (NULL-name terminated), listed by ops.c. */
-extern const OpDef op_elementwise_ops[], op_unary_ops[], op_contraction_ops[], op_reduction_ops[],
-    op_shape_ops[], op_collective_ops[], op_creation_ops[], op_io_ops[], op_softmax_ops[], op_index_ops[],
-    op_gather_ops[], op_shift_ops[];
-extern const BuiltinDef op_elementwise_builtins[], op_contraction_builtins[], op_reduction_builtins[],
-    op_shape_builtins[], op_collective_builtins[], op_creation_builtins[], op_io_builtins[],
-    op_softmax_builtins[], op_index_builtins[], op_gather_builtins[];
-extern const OpDef op_string_ops[];
-extern const BuiltinDef op_string_builtins[];
-extern BuiltinDef op_unary_builtins[];   /* filled from op_unary.c's table before main */
+/* The families (op_*.c), listed by ops.c. */
+extern const OpFamily op_elementwise_family, op_unary_family, op_contraction_family, op_reduction_family,
+    op_shape_family, op_collective_family, op_creation_family, op_io_family, op_softmax_family, op_index_family,
+    op_gather_family, op_shift_family, op_string_family;
 
 /* ---- lower.c: typed AST to global IR ------------------------------------ */
 

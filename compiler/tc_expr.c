@@ -60,16 +60,13 @@ static const char *suggest(TcCtx *c, const char *name) {
         best = sym->name;
       }
     }
-  static const char *const special[] = {"grad", "value_and_grad", NULL};
-  const char *const *lists[2] = {op_builtin_names(), special};
-  for (int l = 0; l < 2; l++)
-    for (const char *const *b = lists[l]; *b; b++) {
-      int d = edit_distance(name, *b);
-      if (d < bestd && d < (int)strlen(name)) {
-        bestd = d;
-        best = *b;
-      }
+  for (const char *const *b = op_builtin_names(); *b; b++) {
+    int d = edit_distance(name, *b);
+    if (d < bestd && d < (int)strlen(name)) {
+      bestd = d;
+      best = *b;
     }
+  }
   for (int a = 0; a < c->mesh->naxes; a++) {
     int d = edit_distance(name, c->mesh->names[a]);
     if (d < bestd && d < (int)strlen(name)) {
@@ -262,7 +259,7 @@ Type tc_call_user(TcCtx *c, Expr *e, FuncDecl *f, Vec *argv, int first_arg) {
 /* grad(f, wrt=...)(args) and value_and_grad(f, wrt=...)(args). */
 static Type check_grad(TcCtx *c, Expr *e) {
   Expr *g = e->callee;
-  bool with_value = !strcmp(g->callee->str, "value_and_grad");
+  bool with_value = op_form(g->callee->str) == GRAD_WITH_VALUE;
   const char *gname = g->callee->str;
   TcInfo *info = arena_alloc(sizeof *info);
   e->tc = info;
@@ -372,8 +369,7 @@ static Type check_grad(TcCtx *c, Expr *e) {
 
 static Type check_call(TcCtx *c, Expr *e, const Type *annot) {
   Expr *callee = e->callee;
-  if (callee->kind == EX_CALL && callee->callee->kind == EX_NAME &&
-      (!strcmp(callee->callee->str, "grad") || !strcmp(callee->callee->str, "value_and_grad")))
+  if (callee->kind == EX_CALL && callee->callee->kind == EX_NAME && op_form(callee->callee->str))
     return check_grad(c, e);
   if (callee->kind != EX_NAME) {
     diag_error(e->pos, "E_ARG", "only functions can be called");
@@ -392,7 +388,7 @@ static Type check_call(TcCtx *c, Expr *e, const Type *annot) {
     return ty_error();
   }
   const char *sug = suggest(c, callee->str);
-  if (!strcmp(callee->str, "grad") || !strcmp(callee->str, "value_and_grad"))
+  if (op_form(callee->str))
     diag_error(e->pos, "E_ARG", "%s(f, wrt=...) makes a function; call it: %s(f, wrt=0)(args...)", callee->str,
                callee->str);
   else if (sug)
@@ -516,12 +512,13 @@ static Type check(TcCtx *c, Expr *e, const Type *annot) {
     break;
   }
   case EX_LIST:
-    diag_error(e->pos, "E_ARG", "a list [..] is only an argument of reshape or transpose(perm=...)");
+    diag_error(e->pos, "E_ARG", "a list [..] is not a value; it is an argument of %s",
+               op_builtins_phrase(BIF_LIST_ARG));
     t = ty_error();
     break;
   case EX_TYPE:
-    diag_error(e->pos, "E_ARG", "a type is not a value here; types are arguments of zeros, ones, full, iota, "
-                                "normal, uniform, reshard and cast");
+    diag_error(e->pos, "E_ARG", "a type is not a value here; types are arguments of %s",
+               op_builtins_phrase(BIF_TYPE_ARG));
     t = ty_error();
     break;
   case EX_KWARG:
@@ -580,9 +577,9 @@ static bool weak_fits(const Type *t, const Type *annot) {
  * value must be one. */
 static Type check_str_annot(TcCtx *c, Expr *e, const Type *annot, const char *where) {
   /* load and arg read their type from the annotation, and say what a str
-   * annotation means for them; other calls must not see one. */
-  bool reads_annot = e->kind == EX_CALL && e->callee->kind == EX_NAME && tc_is_annotatable(c, e) &&
-                     (!strcmp(e->callee->str, "load") || !strcmp(e->callee->str, "arg"));
+   * annotation means for them (BIF_STR_ANNOT); other calls must not see one. */
+  const BuiltinDef *bi = e->kind == EX_CALL && e->callee->kind == EX_NAME ? op_builtin(e->callee->str) : NULL;
+  bool reads_annot = bi && (bi->flags & BIF_STR_ANNOT) && tc_is_annotatable(c, e);
   Type t = check(c, e, reads_annot ? annot : NULL);
   if (t.kind == TY_ERROR || t.kind == TY_STRING)
     return t;
