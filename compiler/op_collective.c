@@ -21,6 +21,13 @@
 enum { C_PSUM, C_PMAX, C_PMIN, C_PMEAN, C_ALL_GATHER, C_PSUM_SCATTER, C_ALL_TO_ALL, C_PPERMUTE, C_AXIS_INDEX,
        C_PCAST, C_RESHARD };
 
+/* The collectives only manual code writes; the others are the core
+ * vocabulary the reshard planner emits (shdc.h). */
+enum {
+  IR_PPERMUTE = IR_BASE_COLLECTIVE,   /* attr shift */
+  IR_AXIS_INDEX,                      /* group index over axes, i32 */
+};
+
 static bool is_array(const Value *v) { return v->type.rank > 0; }
 
 /* ---- typing ------------------------------------------------------------------------- */

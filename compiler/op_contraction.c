@@ -18,6 +18,8 @@
 
 enum { K_EINSUM };
 
+enum { IR_DOT = IR_BASE_CONTRACTION };   /* dot_general: attr dot */
+
 static bool is_array(const Value *v) { return v->type.rank > 0; }
 static const char *axes_str(RuleCtx *c, AxisSet s) { return ty_axes_str(c->mesh, s); }
 

@@ -15,6 +15,11 @@
 
 enum { CR_ZEROS, CR_ONES, CR_FULL, CR_IOTA, CR_NORMAL, CR_UNIFORM };
 
+enum {
+  IR_IOTA = IR_BASE_CREATION,   /* attr dim: value = global index along dim */
+  IR_RANDOM,                    /* args: seed (i32); attr fn: 0 normal, 1 uniform */
+};
+
 static bool is_array(const Value *v) { return v->type.rank > 0; }
 
 /* ---- typing ------------------------------------------------------------------------- */

@@ -28,6 +28,15 @@
 
 enum { IO_PRINT, IO_SAVE, IO_LOAD, IO_LOAD_DIM, IO_ARG, IO_CLOCK };
 
+enum {
+  IR_PRINT = IR_BASE_IO, /* args: values; str: '\x1f'-separated texts */
+  IR_SAVE,               /* str: path */
+  IR_LOAD,               /* str: path */
+  IR_ARG,                /* str: name; fval/ival default */
+  IR_CLOCK,              /* wall-clock seconds (f64), for timing steps */
+  IR_LOAD_DIM,           /* str: path (or the last arg); dim: which dim; result i32 */
+};
+
 static bool is_array(const Value *v) { return v->type.rank > 0; }
 static const char *str_lit(const char *s) { return emit_str_lit(s, strlen(s)); }
 static bool is_str(const Value *v) { return v->type.kind == TY_STRING; }

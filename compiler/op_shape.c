@@ -19,7 +19,7 @@ enum { S_TRANSPOSE, S_RESHAPE };
 
 /* The data movement of a reshape whose blocks do not stay in place
  * (runtime/reshape_move.c): operand and result have the same states. */
-enum { IR_RESHAPE_MOVE = IR_BASE_SHAPE };
+enum { IR_RESHAPE_MOVE = IR_BASE_SHAPE };   /* IR_TRANSPOSE = IR_BASE_SHAPE + 1 (shdc.h) */
 
 
 /* ---- the rules ---------------------------------------------------------------------- */

@@ -646,19 +646,20 @@ const char *tc_expr_text(const Expr *e);
 
 /* ---- ir.c: the IR (global view before partitioning, SPMD after) --------- */
 
+/* The core opcodes: control and calls, which the stages handle themselves,
+ * and the small vocabulary the stages' builders emit (lower_, ad_, part_,
+ * reshard.c); their OpDefs live in the families like any other. Every
+ * other operation is numbered by its family from the family's base, in its
+ * own file (ops.c registers them): adding one touches only that file. */
 typedef enum {
   IR_CONST,            /* scalar literal: fval/ival */
   IR_FILL,             /* args: scalar; fills the result type */
-  IR_IOTA,             /* attr dim: value = global index along dim */
-  IR_RANDOM,           /* args: seed (i32); attr fn: 0 normal, 1 uniform */
   IR_UNARY,            /* attr fn: UnOp */
   IR_BINARY,           /* attr fn: BinOp; NumPy broadcasting */
   IR_SELECT,           /* args: cond, a, b */
   IR_CAST,             /* dtype conversion to the result dtype */
   IR_BROADCAST,        /* NumPy broadcast_to the result shape */
-  IR_DOT,              /* dot_general: attr dot */
   IR_REDUCE,           /* attr fn: shd redop (RED_); mask: dims */
-  IR_TRANSPOSE,        /* attr perm */
   IR_RESHAPE,          /* result shape from the type */
   IR_RESHARD,          /* global view only: any type to any type */
   IR_PCAST,            /* manual state change, no data movement */
@@ -668,9 +669,7 @@ typedef enum {
   IR_ALL_GATHER,       /* attr dim */
   IR_REDUCE_SCATTER,   /* attr dim, fn */
   IR_ALL_TO_ALL,       /* attr split (dim), concat (dim2) */
-  IR_PPERMUTE,         /* attr shift */
   IR_PERMUTE,          /* SPMD: whole-mesh permutation, tables from types */
-  IR_AXIS_INDEX,       /* group index over axes, i32 */
   IR_SLICE_BLOCK,      /* SPMD: keep block (group index over axes) of dim */
   IR_EMBED_BLOCK,      /* SPMD: zeros except own block of dim */
   IR_ZERO_UNLESS_FIRST,/* SPMD: zeros unless group index over axes is 0 */
@@ -681,25 +680,22 @@ typedef enum {
   IR_IF,               /* args: cond; regions: then, else; results yielded */
   IR_YIELD,
   IR_RETURN,
-  /* io */
-  IR_PRINT,            /* args: values; str: '\x1f'-separated texts */
-  IR_SAVE,             /* str: path */
-  IR_LOAD,             /* str: path */
-  IR_ARG,              /* str: name; fval/ival default */
-  IR_CLOCK,            /* wall-clock seconds (f64), for timing steps */
-  IR_LOAD_DIM,         /* str: path (or the last arg); dim: which dim; result i32 */
   IR_GRAD,             /* global only: callee, wrt mask, with_value */
   IR_TAPE_NEW,         /* args: count (i32); result: a tape of the carry type */
   IR_TAPE_PUSH,        /* args: tape, index, value: keeps a reference */
   IR_TAPE_GET,         /* args: tape, index; result: the value stored there */
   IR__CORE,
-  /* Operations that only their own family file creates and handles number
-   * themselves from their family's base (ops.c registers them). */
+  /* The families' bases, 0x40 opcodes apart; a new family takes the next
+   * free one. */
   IR_BASE_SHAPE = 0x100,
-  IR_BASE_INDEX = 0x200,
-  IR_BASE_REDUCTION = 0x300,
+  IR_BASE_INDEX = 0x200,          /* op_index.c; op_gather.c + 0x40, op_shift.c + 0x60 */
+  IR_BASE_REDUCTION = 0x300,      /* op_reduction.c; op_softmax.c + 0x40 */
   IR_BASE_ELEMENTWISE = 0x400,
   IR_BASE_STRING = 0x500,
+  IR_BASE_CREATION = 0x540,
+  IR_BASE_CONTRACTION = 0x580,
+  IR_BASE_COLLECTIVE = 0x5c0,
+  IR_BASE_IO = 0x600,
   IR__LIMIT = 0x800
 } Opcode;
 
@@ -1011,6 +1007,8 @@ bool rule_cumsum(RuleCtx *c, const Type *x, int dim, Type *out);
 /* op_softmax.c: kind 0 softmax, 1 log_softmax, 2 logsumexp along dim. */
 bool rule_softmax(RuleCtx *c, int kind, const Type *x, int dim, Type *out);
 bool rule_transpose(RuleCtx *c, const Type *x, const int *perm, Type *out);
+/* op_shape.c's transpose (attr perm), which contractions emit too. */
+enum { IR_TRANSPOSE = IR_BASE_SHAPE + 1 };
 bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, const Type *annot, Type *out);
 bool rule_reshard(RuleCtx *c, const Type *x, const Type *target, Type *out);
 
