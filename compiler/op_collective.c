@@ -958,30 +958,67 @@ static void print_ppermute(FILE *out, const Module *mod, const Inst *in) {
 /* ---- the tables --------------------------------------------------------------------- */
 
 #define COLL OPF_COLLECTIVE
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* Collectives and casts move or combine blocks of one array: its dtype and
+ * (but for the gathers, scatters, all-to-alls and block moves of manual
+ * code, whose shapes are local) its shape; the states are the ones chosen.
+ * A pcast moves nothing, so its dims keep their sharding; a ppermute keeps
+ * the whole type; an axis index is an i32. */
+static bool infer_same_shape(const Module *mod, const Inst *in, Type *out) {
+  return in->nargs == 1 && ir_infer_shape(out, &in->args[0]->type);
+}
+
+static bool infer_pcast(const Module *mod, const Inst *in, Type *out) {
+  if (!infer_same_shape(mod, in, out))
+    return false;
+  for (int d = 0; d < out->rank; d++)
+    out->spec[d] = in->args[0]->type.spec[d];
+  return true;
+}
+
+static bool infer_same_rank(const Module *mod, const Inst *in, Type *out) {
+  return in->nargs == 1 && ir_arg_is(in, 0, out->dtype) && in->args[0]->type.rank == out->rank;
+}
+
+static bool infer_ppermute(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || !ir_arg_is(in, 0, -1))
+    return false;
+  *out = in->args[0]->type;
+  return true;
+}
+
+static bool infer_axis_index(const Module *mod, const Inst *in, Type *out) {
+  Type s = ty_scalar(DT_I32);
+  return in->nargs == 0 && ir_infer_shape(out, &s);
+}
+
 static const OpDef ops[] = {
-    {.op = IR_RESHARD, .name = "reshard", .vjp = vjp_reshard, .partition = part_reshard_inst},
+    {.op = IR_RESHARD, .name = "reshard", .vjp = vjp_reshard, .partition = part_reshard_inst, .infer = infer_same_shape},
     {.op = IR_PCAST, .name = "pcast", .flags = OPF_RECOMPUTE, .print = print_pcast, .vjp = vjp_manual, .emit = emit_view,
-     .result = result_view},
+     .result = result_view, .infer = infer_pcast},
     {.op = IR_ALL_REDUCE, .name = "all_reduce", .flags = COLL, .variant = red_variant, .print = print_axes,
      .vjp = vjp_manual, .emit = emit_collective, .result = result_steal, .group_bytes = all_reduce_bytes,
-     .net_seconds = all_reduce_seconds},
+     .net_seconds = all_reduce_seconds, .infer = infer_same_shape},
     {.op = IR_ALL_GATHER, .name = "all_gather", .flags = COLL, .print = print_dim_axes, .vjp = vjp_manual,
-     .emit = emit_collective, .group_bytes = all_gather_bytes, .net_seconds = all_gather_seconds},
+     .emit = emit_collective, .group_bytes = all_gather_bytes, .net_seconds = all_gather_seconds, .infer = infer_same_rank},
     {.op = IR_REDUCE_SCATTER, .name = "reduce_scatter", .flags = COLL, .variant = red_variant,
      .print = print_dim_axes, .vjp = vjp_manual, .emit = emit_collective, .group_bytes = scatter_bytes,
-     .net_seconds = reduce_scatter_seconds},
+     .net_seconds = reduce_scatter_seconds, .infer = infer_same_rank},
     {.op = IR_ALL_TO_ALL, .name = "all_to_all", .flags = COLL, .print = print_all_to_all, .vjp = vjp_manual,
-     .emit = emit_collective, .group_bytes = scatter_bytes, .net_seconds = all_to_all_seconds},
+     .emit = emit_collective, .group_bytes = scatter_bytes, .net_seconds = all_to_all_seconds, .infer = infer_same_rank},
     {.op = IR_PPERMUTE, .name = "ppermute", .flags = COLL, .print = print_ppermute, .vjp = vjp_manual,
-     .emit = emit_collective, .bytes_sent = ppermute_bytes, .net_seconds = exchange_seconds},
+     .emit = emit_collective, .bytes_sent = ppermute_bytes, .net_seconds = exchange_seconds,
+     .infer = infer_ppermute},
     {.op = IR_PERMUTE, .name = "permute", .flags = COLL, .emit = emit_collective, .bytes_sent = permute_bytes,
-     .group_bytes = whole_block_bytes, .net_seconds = exchange_seconds},
-    {.op = IR_AXIS_INDEX, .name = "axis_index", .print = print_axes, .emit = emit_axis_index},
+     .group_bytes = whole_block_bytes, .net_seconds = exchange_seconds, .infer = infer_same_shape},
+    {.op = IR_AXIS_INDEX, .name = "axis_index", .print = print_axes, .emit = emit_axis_index, .infer = infer_axis_index},
     {.op = IR_SLICE_BLOCK, .name = "slice_block", .print = print_dim_axes, .vjp = vjp_manual,
-     .emit = emit_collective},
-    {.op = IR_EMBED_BLOCK, .name = "embed_block", .print = print_dim_axes, .emit = emit_collective},
+     .emit = emit_collective, .infer = infer_same_rank},
+    {.op = IR_EMBED_BLOCK, .name = "embed_block", .print = print_dim_axes, .emit = emit_collective,
+     .infer = infer_same_rank},
     {.op = IR_ZERO_UNLESS_FIRST, .name = "zero_unless_first", .print = print_axes, .emit = emit_collective,
-     .result = result_view_or_alloc},
+     .result = result_view_or_alloc, .infer = infer_same_shape},
     {0},
 };
 

@@ -1002,9 +1002,21 @@ static void print_dot(FILE *out, const Module *mod, const Inst *in) {
   ir_print_ints(out, "rhs_contract", in->dot.rhs_contract, in->dot.ncontract);
 }
 
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* dot_general's shape: batch dims, then lhs's free dims, then rhs's; the
+ * sharding is the out_sharding chosen. */
+static bool infer_dot(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 2 || !ir_arg_is(in, 0, -1) || !ir_arg_is(in, 1, in->args[0]->type.dtype))
+    return false;
+  RuleCtx rc = ir_rule_ctx(mod, in);
+  Type r;
+  return dot_shapes(&rc, &in->args[0]->type, &in->args[1]->type, &in->dot, &r) && ir_infer_shape(out, &r);
+}
+
 static const OpDef ops[] = {
     {.op = IR_DOT, .name = "dot", .flags = OPF_OUT_SHARDING | OPF_TRACE_LINE, .print = print_dot, .vjp = vjp_dot,
-     .partition = part_dot, .emit = emit_dot_inst, .temp_bytes = dot_temp_bytes},
+     .partition = part_dot, .emit = emit_dot_inst, .temp_bytes = dot_temp_bytes, .infer = infer_dot},
     {0},
 };
 

@@ -227,10 +227,27 @@ static void print_random(FILE *out, const Module *mod, const Inst *in) {
   fprintf(out, " %s", in->fn ? "uniform" : "normal");
 }
 
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* fill spreads a scalar of the result's dtype; iota counts along a dim of
+ * the result; random draws floats from an i32 seed. The type itself is
+ * the one the program declared (its out_sharding). */
+static bool infer_fill(const Module *mod, const Inst *in, Type *out) {
+  return in->nargs == 1 && ir_arg_is(in, 0, out->dtype) && in->args[0]->type.rank == 0;
+}
+
+static bool infer_iota(const Module *mod, const Inst *in, Type *out) {
+  return in->nargs == 0 && in->dim >= 0 && in->dim < out->rank && out->dtype != DT_BOOL;
+}
+
+static bool infer_random(const Module *mod, const Inst *in, Type *out) {
+  return in->nargs == 1 && ir_arg_is(in, 0, DT_I32) && in->args[0]->type.rank == 0 && ty_is_float(out->dtype);
+}
+
 static const OpDef ops[] = {
-    {.op = IR_FILL, .name = "fill", .flags = OPF_RECOMPUTE, .vjp = vjp_fill, .partition = part_created, .emit = emit_fill},
-    {.op = IR_IOTA, .name = "iota", .flags = OPF_RECOMPUTE, .print = print_iota, .partition = part_created, .emit = emit_iota},
-    {.op = IR_RANDOM, .name = "random", .flags = OPF_RECOMPUTE, .print = print_random, .partition = part_created, .emit = emit_random},
+    {.op = IR_FILL, .name = "fill", .flags = OPF_RECOMPUTE, .vjp = vjp_fill, .partition = part_created, .emit = emit_fill, .infer = infer_fill},
+    {.op = IR_IOTA, .name = "iota", .flags = OPF_RECOMPUTE, .print = print_iota, .partition = part_created, .emit = emit_iota, .infer = infer_iota},
+    {.op = IR_RANDOM, .name = "random", .flags = OPF_RECOMPUTE, .print = print_random, .partition = part_created, .emit = emit_random, .infer = infer_random},
     {0},
 };
 

@@ -707,6 +707,37 @@ static void vjp_cast(AD *a, Inst *in, Value *g) {
     ad_add_ct(a, in->args[0], g);
 }
 
+/* ---- types from operands ------------------------------------------------------------- */
+
+/* The rule of the operator (1.3), a literal operand weak (D7). */
+static bool infer_elementwise(const Module *mod, const Inst *in, Type *out) {
+  Type ts[3];
+  const Type *tp[3];
+  if (in->nargs != (in->op == IR_SELECT ? 3 : 2))
+    return false;
+  for (int i = 0; i < in->nargs; i++) {
+    ts[i] = in->args[i]->type;
+    ts[i].weak = ir_is_literal(in->args[i]);
+    tp[i] = &ts[i];
+  }
+  RuleCtx rc = ir_rule_ctx(mod, in);
+  if (!rule_elementwise(&rc, in->op == IR_SELECT ? -1 : in->fn, in->nargs, tp, out))
+    return false;
+  out->weak = false;
+  return true;
+}
+
+/* The operand's type in the result's dtype (which is the cast's only
+ * attribute). */
+static bool infer_cast(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || in->args[0]->type.kind != TY_ARRAY)
+    return false;
+  DType dt = out->dtype;
+  *out = in->args[0]->type;
+  out->dtype = dt;
+  return true;
+}
+
 /* ---- partitioning -------------------------------------------------------------------- */
 
 static void part_elementwise(Part *p, Inst *in, Value **args) {
@@ -727,7 +758,6 @@ static const char *binop_names[BIN__COUNT] = {
     [BIN_GE] = "ge", [BIN_EQ] = "eq", [BIN_NE] = "ne", [BIN_AND] = "and", [BIN_OR] = "or",
 };
 
-const char *op_binary_name(int op) { return binop_names[op]; }
 
 static const char *binary_c(int fn, DType dt, const char *a, const char *b) {
   const char *n = ty_dtype_name(dt);
@@ -847,11 +877,11 @@ static const char *binary_variant(const Inst *in) { return binop_names[in->fn]; 
 
 static const OpDef ops[] = {
     {.op = IR_BINARY, .name = "binary", .flags = OPF_ELEMENTWISE, .variant = binary_variant, .vjp = vjp_binary,
-     .partition = part_elementwise, .expr = binary_expr},
+     .partition = part_elementwise, .expr = binary_expr, .infer = infer_elementwise},
     {.op = IR_SELECT, .name = "select", .flags = OPF_ELEMENTWISE, .vjp = vjp_select, .partition = part_elementwise,
-     .expr = select_expr},
+     .expr = select_expr, .infer = infer_elementwise},
     {.op = IR_CAST, .name = "cast", .flags = OPF_ELEMENTWISE, .vjp = vjp_cast, .partition = part_as_result,
-     .expr = cast_expr},
+     .expr = cast_expr, .infer = infer_cast},
     {0},
 };
 

@@ -535,16 +535,44 @@ static void print_texts(FILE *out, const Module *mod, const Inst *in) {
 
 /* ---- the tables --------------------------------------------------------------------- */
 
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* print and save make nothing; load's array and arg's value take the type
+ * declared (load's annotation, arg's default); clock is seconds (f64) and
+ * load_dim a size (i32). A path is a str; a window's starts are i32. */
+static bool infer_output(const Module *mod, const Inst *in, Type *out) { return in->nresults == 0; }
+
+static bool infer_load(const Module *mod, const Inst *in, Type *out) {
+  for (int i = 0; i < in->nargs; i++)
+    if (in->args[i]->type.kind != TY_STRING && !(ir_arg_is(in, i, DT_I32) && in->args[i]->type.rank == 0))
+      return false;
+  return out->kind == TY_ARRAY;
+}
+
+static bool infer_arg(const Module *mod, const Inst *in, Type *out) {
+  return out->kind == TY_STRING || (out->kind == TY_ARRAY && out->rank == 0);
+}
+
+static bool infer_scalar_f64(const Module *mod, const Inst *in, Type *out) {
+  Type s = ty_scalar(DT_F64);
+  return ir_infer_shape(out, &s);
+}
+
+static bool infer_load_dim(const Module *mod, const Inst *in, Type *out) {
+  Type s = ty_scalar(DT_I32);
+  return ir_infer_shape(out, &s);
+}
+
 static const OpDef ops[] = {
     {.op = IR_PRINT, .name = "print", .flags = OPF_EFFECT | OPF_OUTPUT, .print = print_texts, .partition = part_print,
-     .emit = emit_print},
+     .emit = emit_print, .infer = infer_output},
     {.op = IR_SAVE, .name = "save", .flags = OPF_EFFECT | OPF_OUTPUT, .print = print_str, .partition = part_save,
-     .emit = emit_save},
+     .emit = emit_save, .infer = infer_output},
     {.op = IR_LOAD, .name = "load", .flags = OPF_EFFECT | OPF_RECOMPUTE, .print = print_str, .partition = part_created,
-     .emit = emit_load},
-    {.op = IR_LOAD_DIM, .name = "load_dim", .flags = OPF_EFFECT | OPF_RECOMPUTE, .print = print_load_dim, .emit = emit_load_dim},
-    {.op = IR_ARG, .name = "arg", .flags = OPF_RECOMPUTE, .print = print_str, .emit = emit_arg},
-    {.op = IR_CLOCK, .name = "clock", .flags = OPF_EFFECT | OPF_RECOMPUTE, .emit = emit_clock},
+     .emit = emit_load, .infer = infer_load},
+    {.op = IR_LOAD_DIM, .name = "load_dim", .flags = OPF_EFFECT | OPF_RECOMPUTE, .print = print_load_dim, .emit = emit_load_dim, .infer = infer_load_dim},
+    {.op = IR_ARG, .name = "arg", .flags = OPF_RECOMPUTE, .print = print_str, .emit = emit_arg, .infer = infer_arg},
+    {.op = IR_CLOCK, .name = "clock", .flags = OPF_EFFECT | OPF_RECOMPUTE, .emit = emit_clock, .infer = infer_scalar_f64},
     {0},
 };
 

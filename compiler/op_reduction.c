@@ -569,16 +569,48 @@ static void print_dims(FILE *out, const Module *mod, const Inst *in) {
 
 /* ---- the tables --------------------------------------------------------------------- */
 
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* A reduction drops the dims of its mask (the sharding is its
+ * out_sharding); argmax/argmin drop their dim and give i32 indices; a
+ * cumulative sum keeps its operand's type. */
+static bool infer_reduce(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || !ir_arg_is(in, 0, -1))
+    return false;
+  const Type *x = &in->args[0]->type;
+  Type r = *x;
+  r.rank = 0;
+  for (int d = 0; d < x->rank; d++)
+    if (!(in->mask & (1u << d)))
+      r.shape[r.rank++] = x->shape[d];
+  return ir_infer_shape(out, &r);
+}
+
+static bool infer_argreduce(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || !ir_arg_is(in, 0, -1) || in->dim < 0 || in->dim >= in->args[0]->type.rank)
+    return false;
+  Type r = ty_without_dim(&in->args[0]->type, in->dim);
+  r.dtype = DT_I32;
+  return ir_infer_shape(out, &r);
+}
+
+static bool infer_cumsum(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || !ir_arg_is(in, 0, -1))
+    return false;
+  *out = in->args[0]->type;
+  return true;
+}
+
 static const OpDef ops[] = {
     {.op = IR_REDUCE, .name = "reduce", .flags = OPF_OUT_SHARDING, .variant = red_variant, .print = print_dims,
-     .vjp = vjp_reduce, .partition = part_reduce, .emit = emit_reduce, .result = result_reduce},
+     .vjp = vjp_reduce, .partition = part_reduce, .emit = emit_reduce, .result = result_reduce, .infer = infer_reduce},
     {.op = IR_ARGREDUCE, .name = "argreduce", .variant = arg_variant, .print = print_dim,
-     .partition = part_argreduce, .emit = emit_along},
+     .partition = part_argreduce, .emit = emit_along, .infer = infer_argreduce},
     {.op = IR_ARGREDUCE_GROUP, .name = "all_reduce", .flags = OPF_COLLECTIVE, .variant = arg_variant,
      .print = print_dim_axes, .emit = emit_along, .temp_bytes = pair_bytes, .bytes_sent = argreduce_bytes_sent,
-     .net_seconds = argreduce_seconds},
+     .net_seconds = argreduce_seconds, .infer = infer_argreduce},
     {.op = IR_CUMSUM, .name = "cumsum", .variant = cum_variant, .print = print_dim, .vjp = vjp_cumsum,
-     .partition = part_cumsum, .emit = emit_along},
+     .partition = part_cumsum, .emit = emit_along, .infer = infer_cumsum},
     {0},
 };
 

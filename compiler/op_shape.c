@@ -634,15 +634,60 @@ static bool unsqueezed(const Inst *in, const Type *t, Type *out) {
   return true;
 }
 
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* The operand's dims (with their sharding) in perm's order. */
+static bool infer_transpose(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || !ir_arg_is(in, 0, -1))
+    return false;
+  const Type *x = &in->args[0]->type;
+  Type r = *x;
+  unsigned seen = 0;
+  for (int i = 0; i < x->rank; i++) {
+    int p = in->perm[i];
+    if (p < 0 || p >= x->rank || (seen & (1u << p)))
+      return false;
+    seen |= 1u << p;
+    r.shape[i] = x->shape[p];
+    r.spec[i] = x->spec[p];
+  }
+  r.weak = false;
+  *out = r;
+  return true;
+}
+
+/* The same elements in the declared shape. */
+static bool infer_reshape(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || !ir_arg_is(in, 0, -1) || ty_global_count(&in->args[0]->type) != ty_global_count(out))
+    return false;
+  out->dtype = in->args[0]->type.dtype;
+  return true;
+}
+
+/* NumPy's broadcast_to the declared shape. */
+static bool infer_broadcast(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || !ir_arg_is(in, 0, -1))
+    return false;
+  const Type *x = &in->args[0]->type;
+  int off = out->rank - x->rank;
+  if (off < 0)
+    return false;
+  for (int d = 0; d < x->rank; d++)
+    if (x->shape[d] != 1 && x->shape[d] != out->shape[off + d])
+      return false;
+  out->dtype = x->dtype;
+  return true;
+}
+
 static const OpDef ops[] = {
     {.op = IR_TRANSPOSE, .name = "transpose", .print = print_perm, .vjp = vjp_transpose, .partition = part_transpose,
-     .emit = emit_transpose, .result = result_transpose, .operand_for = untransposed},
+     .emit = emit_transpose, .result = result_transpose, .operand_for = untransposed, .infer = infer_transpose},
     {.op = IR_RESHAPE_MOVE, .name = "reshape_move", .flags = OPF_COLLECTIVE, .emit = emit_reshape_move,
-     .bytes_sent = move_bytes_sent, .net_seconds = move_seconds},
+     .bytes_sent = move_bytes_sent, .net_seconds = move_seconds, .infer = infer_reshape},
     {.op = IR_RESHAPE, .name = "reshape", .vjp = vjp_reshape, .partition = part_reshape, .emit = emit_view,
-     .result = result_view, .operand_for = unsqueezed},
+     .result = result_view, .operand_for = unsqueezed, .infer = infer_reshape},
     {.op = IR_BROADCAST, .name = "broadcast", .flags = OPF_ELEMENTWISE | OPF_RECOMPUTE, .vjp = vjp_broadcast,
-     .partition = part_broadcast, .expr = broadcast_expr},
+     .partition = part_broadcast, .expr = broadcast_expr, .infer = infer_broadcast},
     {0},
 };
 

@@ -186,10 +186,17 @@ static void print_shift(FILE *out, const Module *mod, const Inst *in) {
 
 /* ---- the table ---------------------------------------------------------------------------------- */
 
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* Rows of the sources in the declared result: their dtype. */
+static bool infer_shift(const Module *mod, const Inst *in, Type *out) {
+  return in->nargs >= 1 && ir_arg_is(in, 0, out->dtype) && in->args[0]->type.rank == out->rank;
+}
+
 static const OpDef ops[] = {
     {.op = IR_SHIFT, .name = "shift", .flags = OPF_COLLECTIVE, .print = print_shift, .emit = emit_shift,
-     .bytes_sent = shift_bytes, .net_seconds = shift_seconds},
-    {.op = IR_SHIFT_LOCAL, .name = "shift_local", .print = print_shift, .emit = emit_shift},
+     .bytes_sent = shift_bytes, .net_seconds = shift_seconds, .infer = infer_shift},
+    {.op = IR_SHIFT_LOCAL, .name = "shift_local", .print = print_shift, .emit = emit_shift, .infer = infer_shift},
     {0},
 };
 

@@ -217,12 +217,29 @@ static const char *variant_eq(const Inst *in) { return in->fn == BIN_NE ? "ne" :
 
 /* ---- the tables ---------------------------------------------------------------------- */
 
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* A str from str operands, i32 bytes or scalars; comparing two is a bool. */
+static bool infer_str(const Module *mod, const Inst *in, Type *out) {
+  if (in->op == IR_STR_CAT && (in->nargs != 2 || !is_str(&in->args[0]->type) || !is_str(&in->args[1]->type)))
+    return false;
+  if ((in->op == IR_STR_FROM || in->op == IR_STR_CHR) && (in->nargs != 1 || !ir_arg_is(in, 0, -1)))
+    return false;
+  *out = ty_string();
+  return true;
+}
+
+static bool infer_eq(const Module *mod, const Inst *in, Type *out) {
+  Type b = ty_scalar(DT_BOOL);
+  return in->nargs == 2 && is_str(&in->args[0]->type) && is_str(&in->args[1]->type) && ir_infer_shape(out, &b);
+}
+
 static const OpDef ops[] = {
-    {.op = IR_STR_LIT, .name = "str_lit", .print = print_lit, .emit = emit_lit},
-    {.op = IR_STR_CAT, .name = "str_cat", .emit = emit_cat},
-    {.op = IR_STR_FROM, .name = "str_from", .print = print_from, .emit = emit_from},
-    {.op = IR_STR_EQ, .name = "str_cmp", .variant = variant_eq, .emit = emit_eq},
-    {.op = IR_STR_CHR, .name = "str_chr", .emit = emit_chr},
+    {.op = IR_STR_LIT, .name = "str_lit", .print = print_lit, .emit = emit_lit, .infer = infer_str},
+    {.op = IR_STR_CAT, .name = "str_cat", .emit = emit_cat, .infer = infer_str},
+    {.op = IR_STR_FROM, .name = "str_from", .print = print_from, .emit = emit_from, .infer = infer_str},
+    {.op = IR_STR_EQ, .name = "str_cmp", .variant = variant_eq, .emit = emit_eq, .infer = infer_eq},
+    {.op = IR_STR_CHR, .name = "str_chr", .emit = emit_chr, .infer = infer_str},
     {0},
 };
 

@@ -249,6 +249,14 @@ static void vjp_unary(AD *a, Inst *in, Value *g) {
     ad_add_ct(a, in->args[0], r);
 }
 
+/* The rule (1.2) on the operand. */
+static bool infer_unary(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || in->args[0]->type.kind != TY_ARRAY)
+    return false;
+  RuleCtx rc = ir_rule_ctx(mod, in);
+  return rule_unary(&rc, in->fn, &in->args[0]->type, out);
+}
+
 /* The helper function's name, or the inline C of neg and not. */
 const char *op_unary_c(int un, DType dt, const char *x) {
   if (un == UN_NEG && dt == DT_I32)
@@ -285,7 +293,7 @@ static const char *unary_variant(const Inst *in) { return def_of(in->fn)->name; 
 
 static const OpDef ops[] = {
     {.op = IR_UNARY, .name = "unary", .flags = OPF_ELEMENTWISE, .variant = unary_variant, .vjp = vjp_unary,
-     .partition = part_as_result, .expr = unary_expr},
+     .partition = part_as_result, .expr = unary_expr, .infer = infer_unary},
     {0},
 };
 

@@ -815,8 +815,26 @@ typedef struct {
 void ir_call_graph(const Module *mod, int nf, CallGraph *g);
 void ir_call_graph_free(CallGraph *g);
 /* Structural checks between passes: operands defined before use and in
- * scope, region arity, terminators. Aborts with an ICE on failure. */
+ * scope, region arity, terminators; in test and debug builds (SHDC_VERIFY=1
+ * in the environment, as tests/run.py sets it, or shdc compiled with
+ * -DSHDC_VERIFY) also every result's type against its OpDef's infer.
+ * Aborts with an ICE on the first failure. */
 void ir_verify(const Module *mod);
+/* in's result types from its OpDef.infer into out (pre-filled as infer
+ * says); true without one. */
+bool ir_infer(const Module *mod, const Inst *in, Type *out);
+/* For the families' infer: a RuleCtx that reports nothing, its manual axes
+ * those in's operands vary over. */
+RuleCtx ir_rule_ctx(const Module *mod, const Inst *in);
+/* A literal (IR_CONST): a weak operand, adopting its partner's states as
+ * typing-rules D7 says. */
+bool ir_is_literal(const Value *v);
+/* For the families' infer: out takes t's dtype, rank and global shape,
+ * keeping its declared sharding states (an out_sharding); false when t is
+ * not an array. */
+bool ir_infer_shape(Type *out, const Type *t);
+/* Operand k of in is an array (or scalar) of dtype dt (dt < 0: any). */
+bool ir_arg_is(const Inst *in, int k, int dt);
 
 /* ---- ops.c: the operation registry ---------------------------------------- */
 
@@ -899,6 +917,14 @@ typedef struct OpDef {
    * size-1 dims): the type operand 0 needs for the result to have type t,
    * false when there is none; optimize.c folds an out_sharding through it. */
   bool (*operand_for)(const Inst *in, const Type *t, Type *operand);
+  /* The types of in's results from its operands and attributes (JAX's
+   * abstract evaluation), for the IR verifier (ir_verify_types) and for
+   * what autodiff builds (ad_infer). On entry out[k] is result k's declared
+   * type (zeros for an instruction being built); infer overwrites what the
+   * operation determines: dtype and shape, and the sharding states unless
+   * they are an out_sharding the program or a pass chose. False (nothing
+   * reported) when the operands are not valid for it. */
+  bool (*infer)(const Module *mod, const Inst *in, Type *out);
 } OpDef;
 
 enum {                     /* BuiltinDef.flags */
@@ -986,7 +1012,6 @@ int op_form(const char *name);
  * 1.3, 3.4, 3.5). op: a BinOp, or -1 for where(cond, a, b). */
 bool rule_elementwise(RuleCtx *c, int op, int n, const Type *const *ops, Type *out);
 bool rule_unary(RuleCtx *c, int op, const Type *x, Type *out);
-const char *op_binary_name(int op);
 /* The C of unary function un of a dtype at operand x. */
 const char *op_unary_c(int un, DType dt, const char *x);
 void op_unary_helper(FILE *out, int un, DType dt);   /* its static inline helper */
@@ -1075,6 +1100,10 @@ void ad_add_ct(AD *a, Value *primal, Value *ct);
 void ad_add_ct_unbroadcast(AD *a, Value *primal, Value *g);
 Inst *ad_emit(AD *a, int op, int nargs, Value **args, Type t);
 Value *ad_emit1(AD *a, int op, int nargs, Value **args, Type t);
+/* op (attribute fn) on args, its result typed by its OpDef.infer; operands
+ * with pending sums or reduced marks the rules do not combine are used in
+ * their plain form. */
+Value *ad_infer(AD *a, int op, int fn, int nargs, Value **args);
 Value *ad_const(AD *a, DType dt, double x);
 Value *ad_bin(AD *a, int fn, Value *x, Value *y);
 Value *ad_un(AD *a, int fn, Value *x);
