@@ -932,6 +932,7 @@ static double exchange_seconds(const NetCost *c, const Inst *in, const char **al
 /* ---- the IR text ------------------------------------------------------------------- */
 
 static const char *red_variant(const Inst *in) { return ir_red_name(in->fn); }
+static const char *const red_variants[] = {"sum", "max", "min", NULL};
 
 static void print_axes(FILE *out, const Module *mod, const Inst *in) { ir_print_axes(out, mod, in); }
 
@@ -997,12 +998,13 @@ static const OpDef ops[] = {
     {.op = IR_RESHARD, .name = "reshard", .vjp = vjp_reshard, .partition = part_reshard_inst, .infer = infer_same_shape},
     {.op = IR_PCAST, .name = "pcast", .flags = OPF_RECOMPUTE, .print = print_pcast, .vjp = vjp_manual, .emit = emit_view,
      .result = result_view, .infer = infer_pcast},
-    {.op = IR_ALL_REDUCE, .name = "all_reduce", .flags = COLL, .variant = red_variant, .print = print_axes,
+    {.op = IR_ALL_REDUCE, .name = "all_reduce", .flags = COLL, .variant = red_variant, .variants = red_variants, .print = print_axes,
      .vjp = vjp_manual, .emit = emit_collective, .result = result_steal, .group_bytes = all_reduce_bytes,
      .net_seconds = all_reduce_seconds, .infer = infer_same_shape},
     {.op = IR_ALL_GATHER, .name = "all_gather", .flags = COLL, .print = print_dim_axes, .vjp = vjp_manual,
      .emit = emit_collective, .group_bytes = all_gather_bytes, .net_seconds = all_gather_seconds, .infer = infer_same_rank},
     {.op = IR_REDUCE_SCATTER, .name = "reduce_scatter", .flags = COLL, .variant = red_variant,
+     .variants = red_variants,
      .print = print_dim_axes, .vjp = vjp_manual, .emit = emit_collective, .group_bytes = scatter_bytes,
      .net_seconds = reduce_scatter_seconds, .infer = infer_same_rank},
     {.op = IR_ALL_TO_ALL, .name = "all_to_all", .flags = COLL, .print = print_all_to_all, .vjp = vjp_manual,

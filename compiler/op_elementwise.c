@@ -752,6 +752,7 @@ static void part_elementwise(Part *p, Inst *in, Value **args) {
 
 /* ---- C ---------------------------------------------------------------------------------- */
 
+/* NULL-terminated at BIN_MATMUL, which is no IR operation (OpDef.variants). */
 static const char *binop_names[BIN__COUNT] = {
     [BIN_ADD] = "add", [BIN_SUB] = "sub", [BIN_MUL] = "mul", [BIN_DIV] = "div", [BIN_MAX] = "max",
     [BIN_MIN] = "min", [BIN_POW] = "pow", [BIN_MOD] = "mod", [BIN_LT] = "lt", [BIN_LE] = "le", [BIN_GT] = "gt",
@@ -876,7 +877,7 @@ static void preamble(Emit *e) {
 static const char *binary_variant(const Inst *in) { return binop_names[in->fn]; }
 
 static const OpDef ops[] = {
-    {.op = IR_BINARY, .name = "binary", .flags = OPF_ELEMENTWISE, .variant = binary_variant, .vjp = vjp_binary,
+    {.op = IR_BINARY, .name = "binary", .flags = OPF_ELEMENTWISE, .variant = binary_variant, .variants = binop_names, .vjp = vjp_binary,
      .partition = part_elementwise, .expr = binary_expr, .infer = infer_elementwise},
     {.op = IR_SELECT, .name = "select", .flags = OPF_ELEMENTWISE, .vjp = vjp_select, .partition = part_elementwise,
      .expr = select_expr, .infer = infer_elementwise},

@@ -551,6 +551,8 @@ static int64_t argreduce_bytes_sent(const Module *mod, const Inst *in) {
 
 static const char *arg_variant(const Inst *in) { return in->fn == RED_MAX ? "argmax" : "argmin"; }
 static const char *cum_variant(const Inst *in) { return in->fn ? "reverse" : "forward"; }
+static const char *const arg_variants[] = {"argmax", "argmin", NULL};
+static const char *const cum_variants[] = {"forward", "reverse", NULL};
 static void print_dim(FILE *out, const Module *mod, const Inst *in) { fprintf(out, " dim=%d", in->dim); }
 static void print_dim_axes(FILE *out, const Module *mod, const Inst *in) {
   fprintf(out, " dim=%d", in->dim);
@@ -558,6 +560,7 @@ static void print_dim_axes(FILE *out, const Module *mod, const Inst *in) {
 }
 
 static const char *red_variant(const Inst *in) { return ir_red_name(in->fn); }
+static const char *const red_variants[] = {"sum", "max", "min", NULL};
 
 static void print_dims(FILE *out, const Module *mod, const Inst *in) {
   int dims[MAX_RANK], n = 0;
@@ -602,14 +605,14 @@ static bool infer_cumsum(const Module *mod, const Inst *in, Type *out) {
 }
 
 static const OpDef ops[] = {
-    {.op = IR_REDUCE, .name = "reduce", .flags = OPF_OUT_SHARDING, .variant = red_variant, .print = print_dims,
+    {.op = IR_REDUCE, .name = "reduce", .flags = OPF_OUT_SHARDING, .variant = red_variant, .variants = red_variants, .print = print_dims,
      .vjp = vjp_reduce, .partition = part_reduce, .emit = emit_reduce, .result = result_reduce, .infer = infer_reduce},
-    {.op = IR_ARGREDUCE, .name = "argreduce", .variant = arg_variant, .print = print_dim,
+    {.op = IR_ARGREDUCE, .name = "argreduce", .variant = arg_variant, .variants = arg_variants, .print = print_dim,
      .partition = part_argreduce, .emit = emit_along, .infer = infer_argreduce},
-    {.op = IR_ARGREDUCE_GROUP, .name = "all_reduce", .flags = OPF_COLLECTIVE, .variant = arg_variant,
+    {.op = IR_ARGREDUCE_GROUP, .name = "all_reduce", .flags = OPF_COLLECTIVE, .variant = arg_variant, .variants = arg_variants,
      .print = print_dim_axes, .emit = emit_along, .temp_bytes = pair_bytes, .bytes_sent = argreduce_bytes_sent,
      .net_seconds = argreduce_seconds, .infer = infer_argreduce},
-    {.op = IR_CUMSUM, .name = "cumsum", .variant = cum_variant, .print = print_dim, .vjp = vjp_cumsum,
+    {.op = IR_CUMSUM, .name = "cumsum", .variant = cum_variant, .variants = cum_variants, .print = print_dim, .vjp = vjp_cumsum,
      .partition = part_cumsum, .emit = emit_along, .infer = infer_cumsum},
     {0},
 };

@@ -317,6 +317,7 @@ static void emit_softmax(Emit *e, const Inst *in) {
 }
 
 static const char *variant(const Inst *in) { return kind_name(in->fn); }
+static const char *const variants[] = {"softmax", "log_softmax", "logsumexp", NULL};
 
 static void print_dim(FILE *out, const Module *mod, const Inst *in) { fprintf(out, " dim=%d", in->dim); }
 
@@ -339,7 +340,7 @@ static bool infer_softmax(const Module *mod, const Inst *in, Type *out) {
 }
 
 #define SM(op_, name_, vjp_, part_) \
-  {.op = op_, .name = name_, .variant = variant, .print = print_dim, .vjp = vjp_, .partition = part_, \
+  {.op = op_, .name = name_, .variant = variant, .variants = variants, .print = print_dim, .vjp = vjp_, .partition = part_, \
    .emit = emit_softmax, .infer = infer_softmax}
 static const OpDef ops[] = {
     SM(IR_SOFTMAX, "softmax", vjp_softmax, part_softmax),

@@ -214,6 +214,7 @@ static void print_from(FILE *out, const Module *mod, const Inst *in) {
 }
 
 static const char *variant_eq(const Inst *in) { return in->fn == BIN_NE ? "ne" : "eq"; }
+static const char *const eq_variants[] = {"eq", "ne", NULL};
 
 /* ---- the tables ---------------------------------------------------------------------- */
 
@@ -238,7 +239,7 @@ static const OpDef ops[] = {
     {.op = IR_STR_LIT, .name = "str_lit", .print = print_lit, .emit = emit_lit, .infer = infer_str},
     {.op = IR_STR_CAT, .name = "str_cat", .emit = emit_cat, .infer = infer_str},
     {.op = IR_STR_FROM, .name = "str_from", .print = print_from, .emit = emit_from, .infer = infer_str},
-    {.op = IR_STR_EQ, .name = "str_cmp", .variant = variant_eq, .emit = emit_eq, .infer = infer_eq},
+    {.op = IR_STR_EQ, .name = "str_cmp", .variant = variant_eq, .variants = eq_variants, .emit = emit_eq, .infer = infer_eq},
     {.op = IR_STR_CHR, .name = "str_chr", .emit = emit_chr, .infer = infer_str},
     {0},
 };

@@ -290,9 +290,10 @@ void op_unary_helper(FILE *out, int un, DType dt) {
 }
 
 static const char *unary_variant(const Inst *in) { return def_of(in->fn)->name; }
+static const char *unary_names[UN__COUNT + 1];   /* filled with the builtins, before main */
 
 static const OpDef ops[] = {
-    {.op = IR_UNARY, .name = "unary", .flags = OPF_ELEMENTWISE, .variant = unary_variant, .vjp = vjp_unary,
+    {.op = IR_UNARY, .name = "unary", .flags = OPF_ELEMENTWISE, .variant = unary_variant, .variants = unary_names, .vjp = vjp_unary,
      .partition = part_as_result, .expr = unary_expr, .infer = infer_unary},
     {0},
 };
@@ -306,6 +307,7 @@ __attribute__((constructor)) static void register_builtins(void) {
   int k = 0;
   for (int un = 0; un < UN__COUNT; un++) {
     const UnaryDef *u = &unary_defs[un];
+    unary_names[un] = u->name;
     if (u->flags & UF_BUILTIN)
       builtins[k++] = (BuiltinDef){.name = u->name, .code = un, .check = check_unary_fn,
                                             .lower = lower_unary_fn, .fold = fold_unary_fn};

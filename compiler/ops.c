@@ -148,6 +148,30 @@ const char *op_operators_phrase(OpSyntax syn, TypeKind operand) {
   return r;
 }
 
+static const char *const syntax_names[SYN__COUNT] = {"call", "unary", "binary", "matmul", "index", "string"};
+
+bool op_list(FILE *out) {
+  if (!ready)
+    build();
+  fprintf(out, "# shdc list-ops: KIND NAME FAMILY (builtin: SYNTAX; op: VARIANTS or -)\n");
+  for (const OpFamily *const *f = families; *f; f++)
+    for (const BuiltinDef *b = (*f)->builtins; b && b->name; b++)
+      fprintf(out, "builtin\t%s\t%s\t%s\n", b->name, (*f)->name, syntax_names[b->syntax]);
+  for (int i = 0; forms[i]; i++)
+    fprintf(out, "builtin\t%s\tcore\tform\n", forms[i]);
+  for (const OpFamily *const *f = families; *f; f++)
+    for (const OpDef *d = (*f)->ops; d && d->name; d++) {
+      fprintf(out, "op\t%s\t%s\t", d->name, (*f)->name);
+      for (int v = 0; d->variants && d->variants[v]; v++)
+        fprintf(out, "%s%s", v ? "," : "", d->variants[v]);
+      fprintf(out, "%s\n", d->variants ? "" : "-");
+    }
+  for (int op = 0; op < IR__CORE; op++)
+    if (!by_opcode[op] && strcmp(ir_opname(op), "?"))
+      fprintf(out, "op\t%s\tcore\t-\n", ir_opname(op));
+  return fflush(out) == 0 && !ferror(out);
+}
+
 const char *const *op_builtin_names(void) {
   if (!ready)
     build();

@@ -890,6 +890,7 @@ typedef struct OpDef {
    * and the attributes after the operands (both may be NULL). */
   const char *(*variant)(const Inst *in);
   void (*print)(FILE *out, const Module *mod, const Inst *in);
+  const char *const *variants;   /* every variant it may print (NULL-terminated), for shdc list-ops */
   /* Autodiff: adds the cotangents of in's operands, given g, the cotangent
    * of its result (NULL: not differentiable). */
   void (*vjp)(AD *a, Inst *in, Value *g);
@@ -1005,6 +1006,11 @@ const char *op_builtins_phrase(unsigned flag);
 /* GRAD_PLAIN for grad, GRAD_WITH_VALUE for value_and_grad (forms that make
  * a function: grad(f, wrt=0)(x)), 0 for any other name. */
 int op_form(const char *name);
+/* `shdc list-ops` (a developer's command): every builtin, operator and form
+ * and every IR operation with its family and variants, one a line,
+ * tab-separated; tests/tools/test_list_ops.py compares it with the docs
+ * and the editor grammars. False when the write failed. */
+bool op_list(FILE *out);
 
 /* ---- op_*.c: what the families offer each other and the stages ------------- */
 
