@@ -18,6 +18,11 @@
 MAKEFLAGS += --no-builtin-rules
 
 B        ?= build
+# One spelling of the build directory: B given as an absolute path inside
+# the tree (tests/tools/test_install.py runs make so) names the same targets
+# as the relative one, so the header dependencies in the .d files hold for
+# both; mixed, a header change could leave objects stale.
+override B := $(patsubst $(CURDIR)/%,%,$(B))
 # A build directory remembers flags that differ from the defaults (make san
 # writes build/san/config.mk), so `make B=build/san install` or any other
 # target run on it later builds with the same flags, never relinks without.
