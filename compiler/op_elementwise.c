@@ -458,11 +458,16 @@ static Type check_cast(TcCtx *c, Expr *e, const Type *annot) {
 
 /* ---- lowering ---------------------------------------------------------------------- */
 
-static DType operand_dtype(Expr **ops, int n) {
+/* The dtype the operands are computed in: a strong operand's, as weak ones
+ * adopt it (D7). Weak operands only are a constant expression that took a
+ * strong type from an annotation (`-> f64 { return 0.0 - 3.195 }`): it is
+ * computed in that type, not in the literals' f32 (a comparison's or
+ * logic's bool result says nothing of its operands). */
+static DType operand_dtype(Expr **ops, int n, const Type *result) {
   for (int i = 0; i < n; i++)
     if (ops[i] && !ops[i]->ty->weak)
       return ops[i]->ty->dtype;
-  return ops[0]->ty->dtype;
+  return result->dtype != DT_BOOL ? result->dtype : ops[0]->ty->dtype;
 }
 
 static Value *lower_elementwise(Lower *L, Expr *e, int irop, int fn, Expr **ops, int n) {
@@ -474,7 +479,7 @@ static Value *lower_elementwise(Lower *L, Expr *e, int irop, int fn, Expr **ops,
     cases = ops + 1;
     ncases = n - 1;
   }
-  DType dt = operand_dtype(cases, ncases);
+  DType dt = operand_dtype(cases, ncases, e->ty);
   for (int i = 0; i < ncases; i++)
     args[i + (n - ncases)] = lower_as(L, cases[i], dt);
   for (int i = 0; i < n; i++)
