@@ -2,19 +2,25 @@
  *
  * Each family file (op_elementwise.c, op_unary.c, op_contraction.c,
  * op_reduction.c, op_softmax.c, op_shape.c, op_collective.c, op_creation.c,
- * op_io.c, op_index.c, op_gather.c, op_shift.c, op_string.c)
- * defines a table of its builtins (name or operator, typing, lowering,
- * folding) and a table of its IR opcodes (printing, transpose,
- * partitioning, emission). This file only collects them: an opcode maps to
- * its OpDef through a direct index, a builtin name or an operator (its
- * syntax, code and operand kind) through a linear search of a few dozen
- * entries (done once per call site or operator by the typechecker).
+ * op_io.c, op_index.c, op_gather.c, op_shift.c, op_string.c) exports one
+ * OpFamily: a table of its builtins (name or operator, typing, lowering,
+ * folding), a table of its IR operations (types, text, transpose,
+ * partitioning, emission, costs) and what it adds to the generated file.
+ * This file only collects them: an opcode maps to its OpDef through a
+ * direct index, a builtin name or an operator (its syntax, code and
+ * operand kind) through a linear search of a hundred entries (done once
+ * per call site or operator by the typechecker). It also knows the forms
+ * (grad, value_and_grad) and prints the whole registry (shdc list-ops).
+ *
+ * The stages reach the families only through here, and the families reach
+ * the stages only through their builders (tests/tools/test_layering.py).
  *
  * Invariant: every opcode below IR__CORE that appears in the IR has an
  * entry, except the control and call instructions the stages handle
  * themselves (const, call, for, if, yield, return, grad, tapes, copy,
- * retype), and no two entries share an opcode or a builtin name (checked
- * once, at the first lookup).
+ * retype), and no two entries share an opcode, a builtin name or an
+ * operator's (syntax, code, operand kind) (checked once, at the first
+ * lookup).
  */
 #include "shdc.h"
 
@@ -153,7 +159,8 @@ static const char *const syntax_names[SYN__COUNT] = {"call", "unary", "binary", 
 bool op_list(FILE *out) {
   if (!ready)
     build();
-  fprintf(out, "# shdc list-ops: KIND NAME FAMILY (builtin: SYNTAX; op: VARIANTS or -)\n");
+  fprintf(out, "# shdc list-ops: KIND NAME FAMILY, then for a builtin its SYNTAX, for an op its VARIANTS (or -) "
+               "and whether it infers its types\n");
   for (const OpFamily *const *f = families; *f; f++)
     for (const BuiltinDef *b = (*f)->builtins; b && b->name; b++)
       fprintf(out, "builtin\t%s\t%s\t%s\n", b->name, (*f)->name, syntax_names[b->syntax]);
@@ -164,11 +171,11 @@ bool op_list(FILE *out) {
       fprintf(out, "op\t%s\t%s\t", d->name, (*f)->name);
       for (int v = 0; d->variants && d->variants[v]; v++)
         fprintf(out, "%s%s", v ? "," : "", d->variants[v]);
-      fprintf(out, "%s\n", d->variants ? "" : "-");
+      fprintf(out, "%s\t%s\n", d->variants ? "" : "-", d->infer ? "infer" : "no-infer");
     }
   for (int op = 0; op < IR__CORE; op++)
     if (!by_opcode[op] && strcmp(ir_opname(op), "?"))
-      fprintf(out, "op\t%s\tcore\t-\n", ir_opname(op));
+      fprintf(out, "op\t%s\tcore\t-\t-\n", ir_opname(op));
   return fflush(out) == 0 && !ferror(out);
 }
 

@@ -1056,7 +1056,20 @@ Value *op_shift_rows(Part *p, Pos pos, int nsrc, Value **srcs, const int64_t *of
  * the flags of its shift; false when neither splits it (a local cut). */
 bool op_shift_plan(const Mesh *m, DimSpec xs, DimSpec ts, int64_t n_out, DimSpec *group, unsigned *flags);
 
-/* The families (op_*.c), listed by ops.c. */
+/* Adding an operation (docs/architecture.md):
+ *  - a builtin or operator: a BuiltinDef row in its family's table (check,
+ *    lower, fold; .syntax and .operand for an operator; the BIF_ flags that
+ *    apply), typed with the tc_* helpers and lowered with lower_*;
+ *  - an IR operation: an opcode in its family's own enum from the family's
+ *    IR_BASE_, and an OpDef: .infer always, then .vjp, .partition, .emit or
+ *    .expr, and the OPF_ flags and cost hooks that apply;
+ *  - a family: a file op_NAME.c ending in `const OpFamily op_NAME_family`,
+ *    a base in the Opcode enum, its line in ops.c and its extern below;
+ *  - then its docs and highlighting: tests/tools/test_list_ops.py says
+ *    what is missing.
+ * A stage never calls a family (tests/tools/test_layering.py).
+ *
+ * The families (op_*.c), listed by ops.c. */
 extern const OpFamily op_elementwise_family, op_unary_family, op_contraction_family, op_reduction_family,
     op_shape_family, op_collective_family, op_creation_family, op_io_family, op_softmax_family, op_index_family,
     op_gather_family, op_shift_family, op_string_family;

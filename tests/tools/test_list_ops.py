@@ -8,6 +8,7 @@ form) and IR operation with its family; this test checks that
 - each builtin is named in its family's row of docs/architecture.md's table
   of families (operators and literals as written there: `-x`, `+`, `x[i]`);
 - each unary function is in typing-rules.md's rule 1.2;
+- each IR operation of a family has an OpDef.infer (its result types);
 - each IR operation has a row of docs/spmd-ir.md's table, whose list of
   variants (`F: ...`, `K: ...`) is exactly the operation's, and every row
   there is an operation;
@@ -57,7 +58,7 @@ def main():
     if p.returncode:
         print("shdc list-ops: exit %d\n%s" % (p.returncode, p.stderr))
         sys.exit(1)
-    builtins, ops = [], {}
+    builtins, ops, failures = [], {}, []
     for line in p.stdout.split("\n"):
         if not line or line.startswith("#"):
             continue
@@ -66,8 +67,9 @@ def main():
             builtins.append((f[1], f[2], f[3]))
         elif f[0] == "op":
             ops.setdefault(f[1], set()).update(v for v in f[3].split(",") if v != "-")
+            if f[2] != "core" and f[4] != "infer":
+                failures.append("the IR operation %s (%s) has no OpDef.infer" % (f[1], f[2]))
     calls = {n for n, fam, syn in builtins if syn in ("call", "form")}
-    failures = []
     if len(builtins) < 80 or len(ops) < 60 or "exp" not in calls or "dot" not in ops:
         failures.append("shdc list-ops lists too little:\n" + p.stdout)
 
