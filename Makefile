@@ -18,6 +18,11 @@
 MAKEFLAGS += --no-builtin-rules
 
 B        ?= build
+# One spelling of the build directory: B given as an absolute path inside
+# the tree (tests/tools/test_install.py runs make so) names the same targets
+# as the relative one, so the header dependencies in the .d files hold for
+# both; mixed, a header change could leave objects stale.
+override B := $(patsubst $(CURDIR)/%,%,$(B))
 # A build directory remembers flags that differ from the defaults (make san
 # writes build/san/config.mk), so `make B=build/san install` or any other
 # target run on it later builds with the same flags, never relinks without.
@@ -181,6 +186,9 @@ demo: all data
 	tools/demo
 
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -Wno-format-truncation
+# The sanitizer build is the debug build: its shdc also re-infers every IR
+# result's type between passes (SHDC_VERIFY; tests/run.py asks any shdc to).
+SAN_OPT  := -O1 -g -DSHDC_VERIFY
 # Leak checks off: the compiler's arena is freed by exit, and Open MPI leaks
 # at exit. A refused allocation returns NULL (the runtime reports it) rather
 # than aborting. A sanitizer report exits 86 (ASan) or 87 (UBSan).
@@ -188,17 +196,17 @@ SAN_ENV  := ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:exitcode=86 
 
 san:
 	@mkdir -p $(B)/san
-	@printf 'SAN := %s\nOPT := %s\n' '$(SANFLAGS)' '-O1 -g' > $(B)/san/config.mk.tmp
+	@printf 'SAN := %s\nOPT := %s\n' '$(SANFLAGS)' '$(SAN_OPT)' > $(B)/san/config.mk.tmp
 	@if cmp -s $(B)/san/config.mk.tmp $(B)/san/config.mk; then rm -f $(B)/san/config.mk.tmp; \
 	 else mv $(B)/san/config.mk.tmp $(B)/san/config.mk; fi
-	$(MAKE) B=$(B)/san SAN="$(SANFLAGS)" OPT="-O1 -g" all
+	$(MAKE) B=$(B)/san SAN="$(SANFLAGS)" OPT="$(SAN_OPT)" all
 
 # The whole suite through the ASan/UBSan build: shdc, the runtime and its
 # unit tests, and every program the tests build (the sanitizer build of
 # shdc compiles programs with the same flags against build/san/libshdrt.a).
 # The test-only npm tools are the normal build's.
 test-san: san $(B)/stamp-npm
-	$(MAKE) B=$(B)/san SAN="$(SANFLAGS)" OPT="-O1 -g" runtime-tests
+	$(MAKE) B=$(B)/san SAN="$(SANFLAGS)" OPT="$(SAN_OPT)" runtime-tests
 	ln -sfn ../npm $(B)/san/npm
 	$(SAN_ENV) "$$(tools/find-python)" tests/run.py -j $(TESTJOBS) --shdc $(B)/san/shdc --build $(B)/san $(TESTFLAGS)
 

@@ -500,6 +500,14 @@ static bool write_diagnostics(const Options *o) {
 }
 
 static int drv_main(int argc, char **argv) {
+  /* A developer's command, not in the usage: the registry's builtins and
+   * IR operations (ops.c), which a test compares with the docs. */
+  if (argc == 2 && !strcmp(argv[1], "list-ops")) {
+    if (op_list(stdout))
+      return 0;
+    fprintf(stderr, "shdc: error: cannot write the list to stdout: %s\n", strerror(errno));
+    return 2;
+  }
   Options o;
   memset(&o, 0, sizeof o);
   int max_errors = -1;   /* default: 100 printed; all in a JSON or SARIF document */

@@ -636,21 +636,76 @@ static void print_dim(FILE *out, const Module *mod, const Inst *in) { fprintf(ou
 
 /* ---- the tables ---------------------------------------------------------------------------------- */
 
-const OpDef op_gather_ops[] = {
-    {.op = IR_TAKE, .name = "take", .print = print_dim, .vjp = vjp_gather, .partition = part_take, .emit = emit_take},
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* take: x's dims around dim, idx's dims in its place; take_along_axis:
+ * idx's size along dim, the others broadcast; one_hot: idx's dims and the classes (the declared last
+ * dim). A scatter-add makes the declared array (its transpose's operand)
+ * from updates of its dtype. Indices are i32. */
+static bool infer_take(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 2 || !ir_arg_is(in, 0, -1) || !ir_arg_is(in, 1, DT_I32))
+    return false;
+  const Type *x = &in->args[0]->type, *idx = &in->args[1]->type;
+  if (in->dim < 0 || in->dim >= x->rank)
+    return false;
+  Type r = *x;
+  if (in->op == IR_TAKE_ALONG) {   /* the other dims broadcast, as NumPy's */
+    if (idx->rank != x->rank)
+      return false;
+    for (int d = 0; d < idx->rank; d++) {
+      if (d != in->dim && idx->shape[d] != x->shape[d] && idx->shape[d] != 1 && x->shape[d] != 1)
+        return false;
+      r.shape[d] = d == in->dim || x->shape[d] == 1 ? idx->shape[d] : x->shape[d];
+    }
+    return ir_infer_shape(out, &r);
+  }
+  if (x->rank - 1 + idx->rank > MAX_RANK)
+    return false;
+  r.rank = 0;
+  for (int d = 0; d < x->rank; d++)
+    if (d != in->dim)
+      r.shape[r.rank++] = x->shape[d];
+    else
+      for (int k = 0; k < idx->rank; k++)
+        r.shape[r.rank++] = idx->shape[k];
+  return ir_infer_shape(out, &r);
+}
+
+static bool infer_scatter(const Module *mod, const Inst *in, Type *out) {
+  return in->nargs == 2 && ir_arg_is(in, 0, out->dtype) && ir_arg_is(in, 1, DT_I32) && in->dim >= 0 &&
+         in->dim < out->rank;
+}
+
+static bool infer_one_hot(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || !ir_arg_is(in, 0, DT_I32) || in->args[0]->type.rank + 1 > MAX_RANK || out->rank < 1)
+    return false;
+  Type r = in->args[0]->type;
+  r.dtype = out->dtype;
+  r.shape[r.rank++] = out->shape[out->rank - 1];
+  return ir_infer_shape(out, &r);
+}
+
+static const OpDef ops[] = {
+    {.op = IR_TAKE, .name = "take", .print = print_dim, .vjp = vjp_gather, .partition = part_take, .emit = emit_take, .infer = infer_take},
     {.op = IR_TAKE_ALONG, .name = "take_along_axis", .print = print_dim, .vjp = vjp_gather,
-     .partition = part_take_along, .emit = emit_along},
+     .partition = part_take_along, .emit = emit_along, .infer = infer_take},
     {.op = IR_SCATTER_ADD, .name = "scatter_add", .flags = OPF_OUT_SHARDING, .print = print_dim, .vjp = vjp_scatter,
-     .partition = part_scatter, .emit = emit_scatter},
+     .partition = part_scatter, .emit = emit_scatter, .infer = infer_scatter},
     {.op = IR_SCATTER_ALONG, .name = "scatter_add_along", .print = print_dim, .vjp = vjp_scatter,
-     .partition = part_scatter, .emit = emit_along},
-    {.op = IR_ONE_HOT, .name = "one_hot", .partition = part_one_hot, .emit = emit_one_hot},
+     .partition = part_scatter, .emit = emit_along, .infer = infer_scatter},
+    {.op = IR_ONE_HOT, .name = "one_hot", .partition = part_one_hot, .emit = emit_one_hot, .infer = infer_one_hot},
     {0},
 };
 
-const BuiltinDef op_gather_builtins[] = {
+static const BuiltinDef builtins[] = {
     {.name = "take", .code = G_TAKE, .flags = BIF_ANNOT, .check = check_take, .lower = lower_take},
     {.name = "take_along_axis", .code = G_TAKE_ALONG, .flags = BIF_ANNOT, .check = check_take, .lower = lower_take},
     {.name = "one_hot", .code = G_ONE_HOT, .flags = BIF_ANNOT, .check = check_one_hot, .lower = lower_one_hot},
     {0},
+};
+
+const OpFamily op_gather_family = {
+    .name = "gather",
+    .ops = ops,
+    .builtins = builtins,
 };

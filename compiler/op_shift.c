@@ -123,6 +123,14 @@ static int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
  * its block that land, shifted, in another rank's block. With a run-time
  * offset the figure is an upper bound: every row a rank holds may go to
  * another rank (to all others when the result is replicated). */
+/* One exchange with the neighbours that own the rows: a + s b. */
+static double shift_seconds(const NetCost *c, const Inst *in, const char **algo) {
+  if (c->G <= 1)
+    return 0;
+  *algo = "exchange";
+  return c->sent ? c->a + c->sent * c->b : 0;
+}
+
 static int64_t shift_bytes(const Module *mod, const Inst *in) {
   const Mesh *m = &mod->mesh;
   int64_t g = 1;
@@ -178,9 +186,22 @@ static void print_shift(FILE *out, const Module *mod, const Inst *in) {
 
 /* ---- the table ---------------------------------------------------------------------------------- */
 
-const OpDef op_shift_ops[] = {
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* Rows of the sources in the declared result: their dtype. */
+static bool infer_shift(const Module *mod, const Inst *in, Type *out) {
+  return in->nargs >= 1 && ir_arg_is(in, 0, out->dtype) && in->args[0]->type.rank == out->rank;
+}
+
+static const OpDef ops[] = {
     {.op = IR_SHIFT, .name = "shift", .flags = OPF_COLLECTIVE, .print = print_shift, .emit = emit_shift,
-     .bytes_sent = shift_bytes},
-    {.op = IR_SHIFT_LOCAL, .name = "shift_local", .print = print_shift, .emit = emit_shift},
+     .bytes_sent = shift_bytes, .net_seconds = shift_seconds, .infer = infer_shift},
+    {.op = IR_SHIFT_LOCAL, .name = "shift_local", .print = print_shift, .emit = emit_shift, .infer = infer_shift},
     {0},
+};
+
+const OpFamily op_shift_family = {
+    .name = "shift",
+    .ops = ops,
+    .builtins = NULL,
 };

@@ -448,7 +448,7 @@ static bool check_signature(TcCtx *c, FuncDecl *f) {
   /* A function may take a builtin's name (a program written before the
    * builtin existed keeps its meaning): calls then mean the function.
    * grad and value_and_grad are forms, not functions, so not those. */
-  if (!strcmp(name, "grad") || !strcmp(name, "value_and_grad")) {
+  if (op_form(name)) {
     diag_error(f->name.pos, "E_NAME", "'%s' is a builtin form; choose another name", name);
     ok = false;
   }
