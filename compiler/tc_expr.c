@@ -83,6 +83,11 @@ static Type check_name(TcCtx *c, Expr *e) {
     diag_error(e->pos, "E_ARG", "'%s' is a builtin function, not a value; call it: %s(...)", e->str, e->str);
     return ty_error();
   }
+  if (!s && op_form(e->str)) {
+    diag_error(e->pos, "E_ARG", "'%s' makes a function, it is not a value; call it: %s(f, wrt=...)(args...)", e->str,
+               e->str);
+    return ty_error();
+  }
   if (!s) {
     const char *sug = suggest(c, e->str);
     if (sug)
