@@ -18,6 +18,7 @@ pads, concatenates and dynamically slices a sharded dim at X = 2^12 and
 2^14 (and the largest mesh, 2^20, must still be quick), whose cost once grew
 with the square of the devices.
 """
+# SERIAL: it measures the compiler's CPU time, so it runs alone
 import os
 import resource
 import subprocess
