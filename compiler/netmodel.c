@@ -36,6 +36,12 @@
 
 #include "shdc.h"
 
+/* The links a model may describe: anything outside is a typo (a unit
+ * forgotten), and would print estimates of inf or hundreds of digits. */
+#define MIN_BANDWIDTH 1.0
+#define MAX_BANDWIDTH 1e15
+#define MAX_LATENCY 10.0
+
 /* ---- parsing ------------------------------------------------------------------ */
 
 /* 25GB/s, 100Gbit/s, 12.5e9, 800M: bytes per second. */
@@ -50,6 +56,7 @@ static bool parse_bandwidth(const char *s, double *out) {
   case 'M': mul = 1e6; end++; break;
   case 'G': mul = 1e9; end++; break;
   case 'T': mul = 1e12; end++; break;
+  case 'P': mul = 1e15; end++; break;
   default: break;
   }
   if (!strcmp(end, "bit/s") || !strcmp(end, "b/s") || !strcmp(end, "bit"))
@@ -57,7 +64,7 @@ static bool parse_bandwidth(const char *s, double *out) {
   else if (*end && strcmp(end, "B/s") && strcmp(end, "B"))
     return false;
   *out = v * mul;
-  return isfinite(*out);
+  return *out >= MIN_BANDWIDTH && *out <= MAX_BANDWIDTH;
 }
 
 /* 5us, 1.5ms, 2e-6, 800ns: seconds. */
@@ -71,12 +78,12 @@ static bool parse_latency(const char *s, double *out) {
   if (mul < 0)
     return false;
   *out = v * mul;
-  return isfinite(*out);
+  return *out <= MAX_LATENCY;
 }
 
 static const char *spec_error(const char *what, const char *text) {
-  return arena_printf("%s '%s': write bandwidth as 25GB/s, 100Gbit/s or 12.5e9 (bytes/s), latency as 5us, 1ms or "
-                      "2e-6 (s)", what, text);
+  return arena_printf("%s '%s': write bandwidth as 25GB/s, 100Gbit/s or 12.5e9 (bytes/s, from 1B/s to 1PB/s), "
+                      "latency as 5us, 1ms or 2e-6 (s, from 0 to 10s)", what, text);
 }
 
 static const char *parse_pair(NetModel *n, const char *spec) {
@@ -126,13 +133,19 @@ static const char *parse_line(NetModel *n, char *line, const char *path, int lin
 }
 
 static const char *read_net_file(NetModel *n, const char *path) {
-  FILE *f = fopen(path, "r");
+  const char *why;
+  FILE *f = file_open_regular(path, 1 << 20, &why, NULL);   /* a FIFO or /dev/zero is refused, never waited on */
   if (!f)
-    return arena_printf("cannot read the network file %s: %s", path, strerror(errno));
-  char buf[1024];
+    return arena_printf("cannot read the network file %s: %s", path, why);
+  char *buf = NULL;
+  size_t cap = 0;
+  ssize_t len;
   const char *err = NULL;
-  for (int lineno = 1; !err && fgets(buf, sizeof buf, f); lineno++)
-    err = parse_line(n, buf, path, lineno);
+  for (int lineno = 1; !err && (len = getline(&buf, &cap, f)) >= 0; lineno++)
+    err = (size_t)len != strlen(buf) ? arena_printf("%s:%d: a NUL byte; a network file is text", path, lineno)
+          : len > 1024 ? arena_printf("%s:%d: a line of %zd bytes; a link is one short line", path, lineno, len)
+                       : parse_line(n, buf, path, lineno);
+  free(buf);
   if (!err && ferror(f))
     err = arena_printf("cannot read the network file %s", path);
   fclose(f);
@@ -144,9 +157,6 @@ static const char *read_net_file(NetModel *n, const char *path) {
 const char *net_parse(NetModel *n, const char *spec) {
   memset(n, 0, sizeof *n);
   const char *comma = strchr(spec, ',');
-  FILE *probe = comma ? NULL : fopen(spec, "r");
-  if (probe)
-    fclose(probe);
   if (comma && !strchr(comma + 1, ','))
     return parse_pair(n, spec);
   if (!comma)
@@ -233,8 +243,8 @@ static const char *rate_str(double bps) {
 }
 
 const char *net_seconds_str(double s) {
-  return s >= 1 ? arena_printf("%.3f s", s) : s >= 1e-3 ? arena_printf("%.3f ms", s * 1e3)
-                                                         : arena_printf("%.1f us", s * 1e6);
+  return s >= 1e6 ? arena_printf("%.3e s", s) : s >= 1 ? arena_printf("%.3f s", s)
+         : s >= 1e-3 ? arena_printf("%.3f ms", s * 1e3) : arena_printf("%.1f us", s * 1e6);
 }
 
 void net_describe(FILE *out, const NetModel *n, const Mesh *m) {

@@ -187,7 +187,7 @@ static Type check_all_gather(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a,
     }
   }
   Type out = x;
-  out.shape[info->dim] *= axes_size(c, info->axes, info->naxes);
+  out.shape[info->dim] = ty_size_mul(out.shape[info->dim], axes_size(c, info->axes, info->naxes));
   if (info->pcast_to == PCAST_REDUCED) {
     if (!needs_varying(c, e, &x, a))
       return ty_error();
@@ -270,7 +270,7 @@ static Type check_all_to_all(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a,
   }
   Type out = x;
   out.shape[info->dim] /= g;
-  out.shape[info->dim2] *= g;
+  out.shape[info->dim2] = ty_size_mul(out.shape[info->dim2], g);
   out.V |= a;
   return out;
 }

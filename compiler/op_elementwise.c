@@ -395,6 +395,25 @@ static Type check_binary_op(TcCtx *c, Expr *e, const Type *annot) {
   if (!tc_want_array(c, e->lhs, &a, name) | !tc_want_array(c, e->rhs, &b, name))
     return ty_error();
   RuleCtx r = tc_rule(c, e->pos, binop_opname(e->op));
+  /* x ** 2 with an integer literal (or const) exponent is JAX's
+   * integer_pow, a unary op with no rule for reduced operands (typing-rules
+   * 3.5); x ** 2.0 is pow, which keeps R like every binary op. */
+  if (e->op == BIN_POW && b.weak && b.dtype == DT_I32 && b.rank == 0 && !a.weak && a.R) {
+    const char *x = tc_expr_text(e->lhs), *n = tc_expr_text(e->rhs);
+    bool digits = n[n[0] == '-'] != 0 && strspn(n + (n[0] == '-'), "0123456789") == strlen(n + (n[0] == '-'));
+    const char *fl = digits ? arena_printf("%s.0", n) : arena_printf("cast(%s, %s)", n, ty_dtype_name(a.dtype));
+    AxisSet m = a.R & c->manual, g = a.R & ~c->manual;
+    Type plain = a;
+    plain.R &= c->manual;
+    const char *other = g ? arena_printf("reshard(%s, %s)", x, ty_str(c->mesh, &plain))
+                          : arena_printf("pcast(%s, %s, to=varying)", x, ty_axes_arg(c->mesh, m));
+    rule_fail(&r, "E_UR",
+              "power: %s ** %s with an integer exponent is integer_pow, which has no rule for reduced operands "
+              "(typing-rules 3.5), and %s is %s; write %s ** %s (a float exponent keeps it reduced), or change "
+              "the operand first: %s",
+              x, n, x, ty_str(c->mesh, &a), x, fl, other);
+    return ty_error();
+  }
   const Type *ops[2] = {&a, &b};
   Type out;
   return rule_elementwise(&r, e->op, 2, ops, &out) ? out : ty_error();

@@ -16,7 +16,9 @@
  * replicated. An annotation on an indexing expression is its result
  * sharding. Slices, pads, splits and concatenations keep U and R;
  * dynamic_slice keeps R and rejects U; concatenate, stack and
- * dynamic_update_slice need identical shardings ([E_SAME]) and equal U, R.
+ * dynamic_update_slice need identical shardings ([E_SAME]) and equal U, R
+ * (an update of one row into a batch split over devices is resharded by
+ * the program first, as in JAX).
  *
  * Partitioning moves only the rows that change owner, never the whole
  * array: a dim whose size changes and that is sharded over a group of
@@ -485,26 +487,34 @@ static bool same_dtype_shape_rank(TcCtx *c, Expr *at, const Type *x, const Type 
 }
 
 /* Operand and update (or the operands of concatenate, stack): the same dim
- * specs ([E_SAME]), unreduced and reduced axes ([E_UR]). With `window`
- * (dynamic_update_slice) a dim of the update b may also be unsharded: each
- * device writes the part of the window its block holds (one row of a
- * batch split over devices cannot be split like the batch). */
-static bool same_sharding(RuleCtx *c, const Type *a, const Type *b, const char *bname, const char *btext,
-                          bool window) {
+ * specs ([E_SAME]), unreduced and reduced axes ([E_UR]), as JAX requires
+ * (typing-rules 1.10: dynamic_update_slice's operand and update have
+ * identical shardings). The fix reshards the update like the operand when
+ * its sizes allow, else the operand like the update. */
+static bool same_sharding(RuleCtx *c, const Type *a, const Type *b, const char *bname, const char *btext) {
   bool same = true;
   for (int d = 0; d < a->rank && same; d++)
-    same = ty_spec_equal(a->spec[d], b->spec[d]) || (window && b->spec[d].n == 0);
+    same = ty_spec_equal(a->spec[d], b->spec[d]);
   if (!same) {
     Type want = *a;
+    bool fits = true;
     for (int d = 0; d < a->rank; d++) {
       want.shape[d] = b->shape[d];
-      if (window && (b->spec[d].n == 0 || b->shape[d] % parts(c->mesh, a->spec[d]) != 0))
-        want.spec[d].n = 0;
+      fits &= b->shape[d] % parts(c->mesh, a->spec[d]) == 0;
     }
     want.V = b->V;
     want.weak = false;
-    return fail(c, "E_SAME", "%s needs operands sharded alike, but %s and %s differ; reshard the %s: reshard(%s, %s)",
-                c->opname, TS(a), TS(b), bname, btext, TS(&want));
+    if (fits || strcmp(bname, "update"))
+      return fail(c, "E_SAME", "%s needs operands sharded alike, but %s and %s differ; reshard the %s: reshard(%s, %s)",
+                  c->opname, TS(a), TS(b), bname, btext, TS(&want));
+    Type op = *b;
+    for (int d = 0; d < a->rank; d++)
+      op.shape[d] = a->shape[d];
+    op.V = a->V;
+    op.weak = false;
+    return fail(c, "E_SAME", "%s needs the operand and the update sharded alike, but %s and %s differ, and the "
+                "update's sizes cannot be split like the operand; reshard the operand like the update first: "
+                "reshard(x, %s) (and back afterwards)", c->opname, TS(a), TS(b), TS(&op));
   }
   if (a->U != b->U) {
     const Type *u = a->U & ~b->U ? a : b;
@@ -547,7 +557,8 @@ static Type check_dupdate(TcCtx *c, Expr *e, const Type *annot) {
     opp[i] = &ts[i];
   Type eff[MAX_RANK + 2];
   AxisSet V;
-  if (!rule_vma_unify(&r, x.rank + 2, opp, eff, &V) || !same_sharding(&r, &eff[0], &eff[1], "update", tc_expr_text(info->u), true))
+  if (!rule_vma_unify(&r, x.rank + 2, opp, eff, &V) ||
+      !same_sharding(&r, &eff[0], &eff[1], "update", tc_expr_text(info->u)))
     return ty_error();
   Type out = eff[0];
   out.V = V;
@@ -595,7 +606,7 @@ static Type check_pad(TcCtx *c, Expr *e, const Type *annot) {
       diag_error(pr->pos, "E_ARG", "pad: the amounts are at least 0 (to cut, slice: x[lo:hi])");
       return ty_error();
     }
-    size[d] = x.shape[d] + info->start[d] + info->size[d];
+    size[d] = ty_size_add(ty_size_add(x.shape[d], info->start[d]), info->size[d]);
   }
   RuleCtx r = tc_rule(c, e->pos, "pad");
   Type out;
@@ -694,7 +705,7 @@ static bool unify_ops(RuleCtx *r, IndexInfo *info, Type *ts, AxisSet *V, bool st
   if (!stack && !split_divides(r, info, ts))
     return false;
   for (int i = 1; i < n; i++)
-    if (!same_sharding(r, &ts[0], &ts[i], "other operand", tc_expr_text(info->ops[i]), false))
+    if (!same_sharding(r, &ts[0], &ts[i], "other operand", tc_expr_text(info->ops[i])))
       return false;
   return true;
 }

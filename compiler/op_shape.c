@@ -206,13 +206,11 @@ static bool reshape_specs(RuleCtx *c, const Type *x, Type *r) {
 }
 
 bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, const Type *annot, Type *out) {
-  int64_t n = 1;
-  for (int d = 0; d < rank; d++)
-    n *= shape[d];
+  int64_t n = ty_size_product(rank, shape);
   Type r = ty_array(x->dtype, rank, shape);
   if (n != ty_global_count(x))
-    return fail(c, "E_SHAPE", "reshape: %s has %lld elements but the new shape %s has %lld", TS(x),
-                (long long)ty_global_count(x), TS(&r), (long long)n);
+    return fail(c, "E_SHAPE", "reshape: %s has %lld elements but the new shape %s has %s", TS(x),
+                (long long)ty_global_count(x), TS(&r), ty_size_str(n));
   r.U = x->U;
   r.R = x->R;
   r.V = x->V;
@@ -300,10 +298,19 @@ static Type check_reshape(TcCtx *c, Expr *e, const Type *annot) {
       return ty_error();
     }
     info->shape[i] = k;
-    known *= k;
+    known = ty_size_mul(known, k);
   }
   if (infer >= 0) {
     int64_t total = ty_global_count(&x);
+    if (known > total) {
+      if (known == INT64_MAX)
+        diag_error(l->pos, "E_SHAPE", "reshape: the sizes besides -1 multiply past 2^63; %s has %lld elements", TS(&x),
+                   (long long)total);
+      else
+        diag_error(l->pos, "E_SHAPE", "reshape: the sizes besides -1 multiply to %lld, more than the %lld elements "
+                   "of %s", (long long)known, (long long)total, TS(&x));
+      return ty_error();
+    }
     if (total % known) {
       diag_error(l->pos, "E_SHAPE", "reshape: %s has %lld elements, which is not a multiple of %lld", TS(&x),
                  (long long)total, (long long)known);

@@ -6,7 +6,7 @@
  * (partition.c, reshard.c), opt_ (optimize.c), explain_ (explain.c), emit_
  * (emit_c.c), drv_ (main.c, install.c), op_ (ops.c and the operation families
  * op_*.c), diagout_ (diag_json.c), show_ (show.c), net_ (netmodel.c), tsum_
- * (trace_summary.c).
+ * (trace_summary.c), file_ (files.c).
  */
 #ifndef SHDC_H
 #define SHDC_H
@@ -144,6 +144,8 @@ typedef struct {
   int depth;           /* ( and [ nesting: newlines inside them are spaces */
   int last_kind;       /* previous token, for newline-as-terminator */
   bool peeking;        /* scanning ahead: report nothing */
+  const char *peek_at; /* the first token after the last run of newlines, and its kind */
+  int peek_kind;
 } Lexer;
 
 void lex_init(Lexer *lx, const SourceFile *file);
@@ -454,6 +456,16 @@ bool ty_check_wellformed(const Mesh *m, const Type *t, Pos pos, AxisSet manual, 
  * not (reported only if pos.file is set). */
 #define TY_MAX_BYTES ((int64_t)1 << 48)
 bool ty_check_size(const Type *t, Pos pos);
+/* The one checked arithmetic on sizes a program writes (shapes, counts,
+ * pad amounts) before ty_check_size has bounded them: the exact result of
+ * non-negative a, b, or INT64_MAX when it would pass it, which every size
+ * check rejects, so a huge size is never seen small, negative or zero. */
+int64_t ty_size_mul(int64_t a, int64_t b);
+int64_t ty_size_add(int64_t a, int64_t b);
+/* ty_size_mul over shape[0..rank). */
+int64_t ty_size_product(int rank, const int64_t *shape);
+/* "12345", or "more than 2^63" for a saturated size. */
+const char *ty_size_str(int64_t n);
 Type ty_keep_dims(const Type *reduced, const Type *x, unsigned mask);
 Type ty_strip_sharding(const Type *t);   /* same shape/dtype, replicated */
 Type ty_without_dim(const Type *x, int k);
@@ -1325,6 +1337,32 @@ void net_report_steps(FILE *out, const NetModel *net, const Module *mod);
 /* Time per category and collectives per rank of a SHD_TRACE=FILE.json
  * timeline, on stdout; the exit status (0, 1 malformed, 2 unreadable). */
 int tsum_run(const char *path);
+
+/* ---- files.c: what shdc reads and writes -------------------------------- */
+
+#include "../runtime/safefile.h"
+
+/* Opens a regular file for reading (a FIFO, a device, a socket or a
+ * directory is refused without blocking; max > 0 bounds its size); NULL
+ * with *why set. *size gets its size when size is not NULL. */
+FILE *file_open_regular(const char *path, long long max, const char **why, long long *size);
+/* A file written under a private temporary name beside target and renamed
+ * over it (only when target is absent or a regular file). */
+typedef struct {
+  const char *target, *why;
+  shd_temp tmp;
+  FILE *f;
+} FileOut;
+/* NULL with o->why set ("PATH is a FIFO, not a regular file", ...). */
+FILE *file_out_open(FileOut *o, const char *path);
+/* Flushes, closes and renames; NULL, or why not (the temporary is gone). */
+const char *file_out_commit(FileOut *o);
+/* A new private directory (mode 0700) beside `beside` (NULL: in TMPDIR),
+ * and a path inside it; both removed at exit and on SIGINT/SIGTERM/SIGHUP
+ * unless forgotten. NULL when it cannot be made (errno). */
+const char *file_private_dir(const char *beside);
+const char *file_private_path(const char *dir, const char *name);
+void file_forget(const char *path);
 
 /* ---- install.c: version, and where the runtime is ------------------------ */
 

@@ -412,8 +412,8 @@ static bool check_mesh(TcCtx *c, const char *ovr) {
     if (!tc_const_int(c, p->mesh->sizes[a], &size)) {
       ok = false;
     } else if (size < 1 || size > 1 << 20) {
-      diag_error(p->mesh->sizes[a]->pos, "E_MESH", "mesh axis '%s' has size %lld; sizes are at least 1",
-                 m->names[a], (long long)size);
+      diag_error(p->mesh->sizes[a]->pos, "E_MESH", "mesh axis '%s' has size %lld; a mesh axis has 1 to 1048576 (2^20) "
+                 "devices", m->names[a], (long long)size);
       ok = false;
     }
     m->sizes[a] = (int)size;
