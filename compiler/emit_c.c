@@ -706,7 +706,7 @@ static void emit_inst(Emit *e, const Inst *in, const char **yield_to) {
   emit_source_line(e, in);
   /* The timeline (SHD_TRACE=FILE.json) names the line of each GEMM and collective. */
   const OpDef *def = op_def(in->op);
-  if (in->op == IR_DOT || (def && (def->flags & OPF_COLLECTIVE)))
+  if (def && (def->flags & (OPF_TRACE_LINE | OPF_COLLECTIVE)))
     emit_line(e, "shd_trace_line(%d);", in->pos.line);
   switch (in->op) {
   case IR_CONST:
@@ -852,50 +852,27 @@ static bool *reachable(const Module *mod, const Func *mainf) {
   return live;
 }
 
-static void collect_args(const IrBlock *b, Vec *out) {
-  for (int i = 0; i < b->insts.len; i++) {
-    Inst *in = b->insts.data[i];
-    bool seen = false;
-    for (int k = 0; in->op == IR_ARG && k < out->len && !seen; k++)
-      seen = !strcmp(((Inst *)out->data[k])->str, in->str);
-    if (in->op == IR_ARG && !seen)
-      vec_push(out, in);
-    for (int r = 0; r < in->nregions; r++)
-      collect_args(in->regions[r], out);
-  }
-}
-
-/* main: the runtime starts, checks the command line against the table of
- * the program's args (as data: names are escaped literals) and the memory
- * `explain` predicts against the host's, then runs fn main. */
-static void emit_main(FILE *o, const Module *mod, const Func *mainf, const bool *live) {
-  Vec args = {0};
-  for (int i = 0; i < mod->funcs.len; i++)
-    if (live[i])
-      collect_args(((Func *)mod->funcs.data[i])->body, &args);
-  if (args.len) {
-    fprintf(o, "\nstatic const shd_arg_spec shd_args[] = {\n");
-    for (int i = 0; i < args.len; i++) {
-      const Inst *in = args.data[i];
-      DType dt = in->results[0]->type.dtype;
-      const Inst *sdef = in->results[0]->type.kind == TY_STRING ? in->args[0]->def : NULL;   /* its literal */
-      if (sdef)
-        fprintf(o, "  {%s, SHD_I32, 0.0, %s, %lld},\n", emit_str_lit(in->str, strlen(in->str)),
-                emit_str_lit(sdef->str, (size_t)sdef->ival), (long long)sdef->ival);
-      else
-        fprintf(o, "  {%s, %s, %s, NULL, 0},\n", emit_str_lit(in->str, strlen(in->str)), emit_dtconst(dt),
-                emit_flit(DT_F64, dt == DT_I32 ? (double)in->ival : in->fval));
-    }
-    fprintf(o, "};\n");
-  }
+/* main: the runtime starts, runs what the families set up (the table of
+ * the program's args, which checks the command line: op_io.c), checks the
+ * memory `explain` predicts against the host's, then runs fn main. */
+static void emit_main(Emit *e, FILE *o, const Module *mod, const Func *mainf, const bool *live) {
+  const OpFamily *const *fams = op_families();
+  int nf = 0;
+  while (fams[nf])
+    nf++;
+  const char **setup = calloc((size_t)nf + 1, sizeof *setup);
+  for (int i = 0; i < nf; i++)
+    setup[i] = fams[i]->main_setup ? fams[i]->main_setup(e, live) : NULL;
   fprintf(o, "\nint main(int argc, char **argv) {\n");
   fprintf(o, "  shd_init(&argc, &argv, %d, shd_mesh_names, shd_mesh_sizes);\n", mod->mesh.naxes);
-  fprintf(o, "  shd_args_check(%s, %d);\n", args.len ? "shd_args" : "NULL", args.len);
+  for (int i = 0; i < nf; i++)
+    if (setup[i])
+      fprintf(o, "  %s\n", setup[i]);
   fprintf(o, "  shd_check_memory(%lldull);\n", (long long)explain_func_peak(mod, mainf));
   fprintf(o, "  shd_span_begin(SHD_SPAN_CALL, \"main\", %d);\n  %s();\n  shd_span_end();\n", mainf->pos.line,
           fname(mainf));
   fprintf(o, "  shd_finalize();\n  return 0;\n}\n");
-  free(args.data);
+  free(setup);
 }
 
 void emit_module(FILE *out, const Module *mod, const SourceFile *file) {
@@ -929,7 +906,9 @@ void emit_module(FILE *out, const Module *mod, const SourceFile *file) {
   fprintf(o, "#if defined(__x86_64__) && defined(__GNUC__) && !defined(SHD_NO_CLONES)\n"
              "#define SHD_CLONES __attribute__((target_clones(\"default\", \"avx2\", \"avx512f\")))\n"
              "#else\n#define SHD_CLONES\n#endif\n\n");
-  op_elementwise_preamble(&e);
+  for (const OpFamily *const *f = op_families(); *f; f++)
+    if ((*f)->preamble)
+      (*f)->preamble(&e);
   fprintf(o, "\n");
   const Func *mainf = NULL;
   for (int i = 0; i < mod->funcs.len; i++)
@@ -950,7 +929,7 @@ void emit_module(FILE *out, const Module *mod, const SourceFile *file) {
     if (live[i])
       emit_func(&e, mod->funcs.data[i]);
   if (mainf)
-    emit_main(o, mod, mainf, live);
+    emit_main(&e, o, mod, mainf, live);
   free(live);
   free(e.last_use);
   free(e.owned);

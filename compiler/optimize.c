@@ -6,8 +6,8 @@
  *     nowhere else becomes that operation's result type, as if the program
  *     had annotated it (language.md §4): sum-then-slice becomes a
  *     reduce-scatter, gather-then-compute becomes compute-then-reduce; also
- *     through a transpose between them (the product takes the permuted
- *     type). Autodiff produces this pattern for the gradient of a sharded
+ *     through a view between them that only moves dims (OpDef.operand_for:
+ *     a transpose, whose product takes the permuted type). Autodiff produces this pattern for the gradient of a sharded
  *     weight that was gathered in the forward pass.
  *   - chains of reshards collapse into one.
  *
@@ -41,49 +41,11 @@ static bool takes_type(const Inst *def, const Type *t) {
   return true;
 }
 
-/* The operand type of a transpose whose result has type t. */
-static Type untransposed(const Inst *tr, const Type *t) {
-  Type x = *t;
-  for (int i = 0; i < t->rank; i++) {
-    x.shape[tr->perm[i]] = t->shape[i];
-    x.spec[tr->perm[i]] = t->spec[i];
-  }
-  return x;
-}
-
 static bool same_shape(const Type *a, const Type *b) {
   if (a->kind != b->kind || a->dtype != b->dtype || a->rank != b->rank)
     return false;
   for (int d = 0; d < a->rank; d++)
     if (a->shape[d] != b->shape[d])
-      return false;
-  return true;
-}
-
-/* The operand type of a reshape that only inserts or removes size-1 dims
- * (a bias broadcast's shape) whose result has type t: the other dims keep
- * their specs, in order. False for any other reshape. */
-static bool unsqueezed(const Type *x, const Type *t, Type *out) {
-  *out = *x;
-  out->U = t->U;
-  out->R = t->R;
-  out->V = t->V;
-  int j = 0;
-  for (int d = 0; d < x->rank; d++) {
-    out->spec[d].n = 0;
-    if (x->shape[d] == 1)
-      continue;
-    while (j < t->rank && t->shape[j] == 1) {
-      if (t->spec[j].n)
-        return false;
-      j++;
-    }
-    if (j == t->rank || t->shape[j] != x->shape[d])
-      return false;
-    out->spec[d] = t->spec[j++];
-  }
-  for (; j < t->rank; j++)
-    if (t->shape[j] != 1 || t->spec[j].n)
       return false;
   return true;
 }
@@ -101,16 +63,13 @@ static bool fold_to(Value *x, const Type *t, IrBlock *b, const int *uses, int de
   Inst *def = x->def;
   if (!def || def->parent != b || uses[x->id] != 1 || depth > 8 || x->type.V != t->V)
     return false;
+  const OpDef *d = op_def(def->op);
   if (foldable(def)) {
     if (!takes_type(def, t))
       return false;
-  } else if (def->op == IR_TRANSPOSE) {
-    Type inner = untransposed(def, t);
-    if (!fold_to(def->args[0], &inner, b, uses, depth + 1, apply))
-      return false;
-  } else if (def->op == IR_RESHAPE) {
+  } else if (d && d->operand_for) {
     Type inner;
-    if (!unsqueezed(&def->args[0]->type, t, &inner) || !fold_to(def->args[0], &inner, b, uses, depth + 1, apply))
+    if (!d->operand_for(def, t, &inner) || !fold_to(def->args[0], &inner, b, uses, depth + 1, apply))
       return false;
   } else if (def->op == IR_BINARY && (def->fn == BIN_ADD || def->fn == BIN_SUB) && !t->R && t->U &&
              same_shape(&def->args[0]->type, &x->type) && same_shape(&def->args[1]->type, &x->type)) {

@@ -476,8 +476,8 @@ static bool check_mesh(TcCtx *c, const char *ovr) {
     if (!tc_const_int(c, p->mesh->sizes[a], &size)) {
       ok = false;
     } else if (size < 1 || size > 1 << 20) {
-      diag_error(p->mesh->sizes[a]->pos, "E_MESH", "mesh axis '%s' has size %lld; sizes are at least 1",
-                 m->names[a], (long long)size);
+      diag_error(p->mesh->sizes[a]->pos, "E_MESH", "mesh axis '%s' has size %lld; a mesh axis has 1 to 1048576 (2^20) "
+                 "devices", m->names[a], (long long)size);
       ok = false;
     }
     m->sizes[a] = (int)size;
@@ -512,8 +512,8 @@ static bool declare_func(TcCtx *c, FuncDecl *f) {
   char *name = tok_str(f->name);
   /* A function may take a builtin's name (a program written before the
    * builtin existed keeps its meaning): calls then mean the function.
-   * grad and value_and_grad are forms, not functions, so not those. */
-  if (!strcmp(name, "grad") || !strcmp(name, "value_and_grad") || !strcmp(name, "remat")) {
+   * grad, value_and_grad and remat are forms, not functions, so not those. */
+  if (op_form(name)) {
     diag_error(f->name.pos, "E_NAME", "'%s' is a builtin form; choose another name", name);
     ok = false;
   }

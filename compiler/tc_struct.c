@@ -925,7 +925,7 @@ bool tc_struct_op(TcCtx *c, Expr *e, const Type *annot, Type *out) {
       *out = lift_creation(c, e, &t);
       return true;
     }
-    if (!(e->bi->flags & BIF_ELEMENTWISE) && strcmp(e->bi->name, "sum"))
+    if (!(e->bi->flags & (BIF_ELEMENTWISE | BIF_STRUCT_SUM)))
       return false;
   }
   Expr **ops[8];
@@ -954,7 +954,7 @@ bool tc_struct_op(TcCtx *c, Expr *e, const Type *annot, Type *out) {
       return true;
     }
   }
-  if (e->kind == EX_CALL && !strcmp(e->bi->name, "sum")) {
+  if (e->kind == EX_CALL && (e->bi->flags & BIF_STRUCT_SUM)) {
     if (nops != 1) {
       diag_error(e->pos, "E_ARG", "sum takes one struct: sum(p)");
       *out = ty_error();
@@ -980,7 +980,8 @@ static Expr *str_lit(Pos pos, const char *s) {
   return e;
 }
 
-/* A call of a builtin that is not in the table (save's two halves). */
+/* A call of a row that is not in the registry's table (save's two halves,
+ * which the save row hands over). */
 static Expr *call_internal(Pos pos, const BuiltinDef *bi, Expr *a, Expr *b) {
   Expr *e = call2(pos, "save", a, b);
   e->bi = bi;
@@ -992,9 +993,10 @@ static Expr *leaf_file(Pos pos, Expr *dir, const char *path) {
   return add(pos, dir, str_lit(pos, arena_printf("/%s.npy", path)));
 }
 
-Type tc_struct_save(TcCtx *c, Expr *e, Expr *dir, Expr *x) {
+Type tc_struct_save(TcCtx *c, Expr *e, Expr *dir, Expr *x, const BuiltinDef *begin_row,
+                    const BuiltinDef *commit_row) {
   const Type *st = x->ty;
-  Expr *begin = call_internal(e->pos, &op_io_save_begin, leaf_of(dir, -1), NULL);
+  Expr *begin = call_internal(e->pos, begin_row, leaf_of(dir, -1), NULL);
   if (tc_expr(c, begin).kind == TY_ERROR)
     return ty_error();
   Expr *tmp = leaf_of(begin, -1);
@@ -1004,7 +1006,7 @@ Type tc_struct_save(TcCtx *c, Expr *e, Expr *dir, Expr *x) {
     vec_push(&e->leaves, s);
     ok = tc_expr(c, s).kind != TY_ERROR;
   }
-  Expr *commit = call_internal(e->pos, &op_io_save_commit, tmp, leaf_of(dir, -1));
+  Expr *commit = call_internal(e->pos, commit_row, tmp, leaf_of(dir, -1));
   vec_push(&e->leaves, commit);
   ok = ok && tc_expr(c, commit).kind != TY_ERROR;
   return ok ? ty_void() : ty_error();

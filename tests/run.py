@@ -81,9 +81,9 @@ except ImportError:  # the NumPy comparisons need python3-numpy
     np = None
 
 # What every command the runner starts sees on top of the caller's
-# environment; the generated C must stay warning-free under the compiler's
-# own flags.
-BASE_ENV = {"SHD_QUIET": "1", "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+# environment: the generated C must stay warning-free under the compiler's
+# own flags, and shdc re-infers every IR result's type between passes.
+BASE_ENV = {"SHD_QUIET": "1", "OMPI_MCA_btl_vader_single_copy_mechanism": "none", "SHDC_VERIFY": "1",
             "SHDC_CFLAGS": "-Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes "
                            "-Wno-unused-parameter -Wvla",
             "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
