@@ -852,27 +852,32 @@ static bool *reachable(const Module *mod, const Func *mainf) {
   return live;
 }
 
-static void collect_args(const IrBlock *b, Vec *out) {
+/* The args of the program (one per name), and whether it asks
+ * stop_requested(). */
+static void collect_args(const IrBlock *b, Vec *out, bool *stop) {
   for (int i = 0; i < b->insts.len; i++) {
     Inst *in = b->insts.data[i];
+    *stop |= in->op == IR_STOP_REQUESTED;
     bool seen = false;
     for (int k = 0; in->op == IR_ARG && k < out->len && !seen; k++)
       seen = !strcmp(((Inst *)out->data[k])->str, in->str);
     if (in->op == IR_ARG && !seen)
       vec_push(out, in);
     for (int r = 0; r < in->nregions; r++)
-      collect_args(in->regions[r], out);
+      collect_args(in->regions[r], out, stop);
   }
 }
 
 /* main: the runtime starts, checks the command line against the table of
  * the program's args (as data: names are escaped literals) and the memory
- * `explain` predicts against the host's, then runs fn main. */
+ * `explain` predicts against the host's, takes SIGTERM as a request when
+ * the program asks stop_requested(), then runs fn main. */
 static void emit_main(FILE *o, const Module *mod, const Func *mainf, const bool *live) {
   Vec args = {0};
+  bool stop = false;
   for (int i = 0; i < mod->funcs.len; i++)
     if (live[i])
-      collect_args(((Func *)mod->funcs.data[i])->body, &args);
+      collect_args(((Func *)mod->funcs.data[i])->body, &args, &stop);
   if (args.len) {
     fprintf(o, "\nstatic const shd_arg_spec shd_args[] = {\n");
     for (int i = 0; i < args.len; i++) {
@@ -892,6 +897,8 @@ static void emit_main(FILE *o, const Module *mod, const Func *mainf, const bool 
   fprintf(o, "  shd_init(&argc, &argv, %d, shd_mesh_names, shd_mesh_sizes);\n", mod->mesh.naxes);
   fprintf(o, "  shd_args_check(%s, %d);\n", args.len ? "shd_args" : "NULL", args.len);
   fprintf(o, "  shd_check_memory(%lldull);\n", (long long)explain_func_peak(mod, mainf));
+  if (stop)
+    fprintf(o, "  shd_stop_init();\n");
   fprintf(o, "  shd_span_begin(SHD_SPAN_CALL, \"main\", %d);\n  %s();\n  shd_span_end();\n", mainf->pos.line,
           fname(mainf));
   fprintf(o, "  shd_finalize();\n  return 0;\n}\n");

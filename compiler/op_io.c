@@ -1,4 +1,5 @@
-/* op_io.c: the I/O family: print, save, load, load_dim, arg, clock.
+/* op_io.c: the I/O family: print, save, load, load_dim, arg, clock,
+ * stop_requested.
  *
  * print(items...) prints on rank 0 (sharded values are gathered, pending
  * sums reduced: the partitioner reshards each value to replicated); save
@@ -6,7 +7,12 @@
  * pending sums; load reads one, typed by its annotation; load_dim reads the
  * size of one dim of a file's array at run time (to place windows in a file
  * of any length); arg reads --name=value from the program's command line;
- * clock is MPI_Wtime.
+ * clock is MPI_Wtime; stop_requested() tells whether the job was asked to
+ * stop (SIGTERM, as a scheduler sends at its time limit, or SIGUSR1/2),
+ * agreed by every rank (an all-reduce of one int), so that a program can
+ * checkpoint and end its loop on every rank at the same step. The C's main
+ * installs the handlers (shd_stop_init) only when the program calls it:
+ * a program that never asks keeps the default of stopping at once.
  *
  * Program text reaches the generated C only as data: every path, name and
  * print text is written as a C string literal by emit_str_lit, which
@@ -26,7 +32,7 @@
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname
 
-enum { IO_PRINT, IO_SAVE, IO_LOAD, IO_LOAD_DIM, IO_ARG, IO_CLOCK };
+enum { IO_PRINT, IO_SAVE, IO_LOAD, IO_LOAD_DIM, IO_ARG, IO_CLOCK, IO_STOP };
 
 static bool is_array(const Value *v) { return v->type.rank > 0; }
 static const char *str_lit(const char *s) { return emit_str_lit(s, strlen(s)); }
@@ -253,6 +259,21 @@ static Type check_clock(TcCtx *c, Expr *e, const Type *annot) {
   return ty_scalar(DT_F64);
 }
 
+/* Every rank must reach it (it is an all-reduce over the world): not in
+ * manual code, where conditions may vary across devices. */
+static Type check_stop(TcCtx *c, Expr *e, const Type *annot) {
+  if (e->args.len) {
+    diag_error(e->pos, "E_ARG", "stop_requested() takes no arguments");
+    return ty_error();
+  }
+  if (c->manual) {
+    diag_error(e->pos, "E_MANUAL", "stop_requested() is agreed by every device, so it is called in the global view, "
+               "not in a manual function; call it outside and pass the result in");
+    return ty_error();
+  }
+  return ty_scalar(DT_BOOL);
+}
+
 /* ---- lowering ----------------------------------------------------------------------- */
 
 static Value *lower_print(Lower *L, Expr *e) {
@@ -336,6 +357,7 @@ static Value *lower_arg(Lower *L, Expr *e) {
 }
 
 static Value *lower_clock(Lower *L, Expr *e) { return lower_emit1(L, IR_CLOCK, e->pos, 0, NULL, *e->ty); }
+static Value *lower_stop(Lower *L, Expr *e) { return lower_emit1(L, IR_STOP_REQUESTED, e->pos, 0, NULL, *e->ty); }
 
 /* ---- partitioning ------------------------------------------------------------------- */
 
@@ -452,6 +474,9 @@ static void emit_arg(Emit *e, const Inst *in) {
 }
 
 static void emit_clock(Emit *e, const Inst *in) { emit_line(e, "double %s = shd_time();", vname(in->results[0])); }
+static void emit_stop(Emit *e, const Inst *in) {
+  emit_line(e, "bool %s = shd_stop_requested();", vname(in->results[0]));
+}
 
 /* ---- the IR text ------------------------------------------------------------------- */
 
@@ -491,6 +516,7 @@ const OpDef op_io_ops[] = {
     {.op = IR_LOAD_DIM, .name = "load_dim", .flags = OPF_EFFECT, .print = print_load_dim, .emit = emit_load_dim},
     {.op = IR_ARG, .name = "arg", .print = print_str, .emit = emit_arg},
     {.op = IR_CLOCK, .name = "clock", .flags = OPF_EFFECT, .emit = emit_clock},
+    {.op = IR_STOP_REQUESTED, .name = "stop_requested", .flags = OPF_EFFECT, .emit = emit_stop},
     {0},
 };
 
@@ -501,5 +527,6 @@ const BuiltinDef op_io_builtins[] = {
     {.name = "load_dim", .code = IO_LOAD_DIM, .check = check_load_dim, .lower = lower_load_dim},
     {.name = "arg", .code = IO_ARG, .flags = BIF_ANNOT, .check = check_arg, .lower = lower_arg},
     {.name = "clock", .code = IO_CLOCK, .check = check_clock, .lower = lower_clock},
+    {.name = "stop_requested", .code = IO_STOP, .check = check_stop, .lower = lower_stop},
     {0},
 };

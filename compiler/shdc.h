@@ -690,6 +690,7 @@ typedef enum {
   IR_LOAD,             /* str: path */
   IR_ARG,              /* str: name; fval/ival default */
   IR_CLOCK,            /* wall-clock seconds (f64), for timing steps */
+  IR_STOP_REQUESTED,   /* bool, the same on every rank: SIGTERM/SIGUSR1/SIGUSR2 arrived */
   IR_LOAD_DIM,         /* str: path (or the last arg); dim: which dim; result i32 */
   IR_GRAD,             /* global only: callee, wrt mask, with_value */
   IR_TAPE_NEW,         /* args: count (i32); result: a tape of the carry type */
