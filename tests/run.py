@@ -40,7 +40,8 @@ tests/README.md):
 
 Runtime unit tests (tests/runtime/test_*.c, first line `// RANKS: 1 2 4`)
 run under mpirun at each rank count. Test scripts (tests/**/test_*.py) run
-with this Python and `--shdc PATH`; they pass when they exit 0. In
+with this Python and `--shdc PATH`; they pass when they exit 0, and are
+skipped (not passed) when they exit 77, their last line saying why. In
 docs/*.md, a ```shd block whose first line is `// tests/FILE.shd` must be
 an excerpt (consecutive lines) of that test, so the documented examples are
 tested ones.
@@ -65,6 +66,10 @@ except ImportError:  # the NumPy comparisons need python3-numpy
 
 
 class Failure(Exception):
+    pass
+
+
+class Skipped(Exception):
     pass
 
 
@@ -452,6 +457,8 @@ def runtime_test(path, build):
 
 def script_test(path, shdc):
     rc, out, err = run([sys.executable, path, "--shdc", shdc], timeout=600)
+    if rc == 77:   # testlib.skip: the machine cannot run it
+        raise Skipped(re.sub(r"^skipped: ", "", (out.strip().split("\n") or [""])[-1]))
     if rc != 0:
         raise Failure("exit %d\n%s%s" % (rc, out, err))
 
@@ -496,7 +503,7 @@ def main():
         docs = [d for d in docs if any(p in d for p in a.patterns)]
     if np is None:
         print("warning: NumPy is missing, so results are not compared with references (apt-get install python3-numpy)")
-    failed = []
+    failed, skipped = [], []
     start = time.time()
     build = os.path.abspath(a.build)
     kinds = [(rt, lambda t: runtime_test(t, build)), (scripts, lambda t: script_test(t, shdc)),
@@ -508,11 +515,15 @@ def main():
             try:
                 check(t)
                 print("PASS %s (%.1fs)" % (name, time.time() - t0), flush=True)
+            except Skipped as s:
+                print("SKIP %s: %s" % (name, s), flush=True)
+                skipped.append(name)
             except Failure as f:
                 print("FAIL %s\n  %s" % (name, str(f).replace("\n", "\n  ")), flush=True)
                 failed.append(name)
     total = len(tests) + len(rt) + len(scripts) + len(docs)
-    print("\n%d of %d tests passed in %.0fs" % (total - len(failed), total, time.time() - start))
+    print("\n%d of %d tests passed%s in %.0fs" % (total - len(failed) - len(skipped), total,
+                                                 ", %d skipped" % len(skipped) if skipped else "", time.time() - start))
     if failed:
         print("failed:\n  " + "\n  ".join(failed))
         sys.exit(1)
