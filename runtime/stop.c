@@ -11,15 +11,18 @@
  * all-reduces the flags over every rank: each rank gets the same answer at
  * the same call, so the program's branches agree (one rank stopping alone
  * would leave the others waiting in a collective). Once true, the answer
- * stays true without another all-reduce. A second signal ends the process
- * as if the program had not asked: the handler installed before (guard.c's,
- * which removes a save's temporary, then the default action) runs. After a
- * request SIGPIPE is ignored: mpirun, told to stop, closes the ranks'
- * output pipes, and a print into one must fail quietly, not end the rank
- * before its checkpoint.
+ * stays true without another all-reduce. Further signals are the same
+ * request: launchers repeat it (at a Slurm time limit a task gets SIGTERM
+ * from slurmstepd and again from srun, milliseconds apart), and a rank
+ * that died of the second would lose the checkpoint the first asked for.
+ * What ends a rank at once is SIGKILL, which Slurm sends KillWait seconds
+ * after SIGTERM and mpirun odls_base_sigkill_timeout seconds after it, or
+ * SIGINT. After a request SIGPIPE is ignored: mpirun, told to stop, closes
+ * the ranks' output pipes, and a print into one must fail quietly, not end
+ * the rank before its checkpoint.
  *
- * Invariant: the handler only reads and writes the sig_atomic_t flag,
- * calls sigaction and raise (async-signal-safe).
+ * Invariant: the handler only reads and writes the sig_atomic_t flag and
+ * calls sigaction (async-signal-safe).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -30,25 +33,19 @@
 static const int g_stop_signals[] = { SIGTERM, SIGUSR1, SIGUSR2 };
 #define NSTOP ((int)(sizeof g_stop_signals / sizeof *g_stop_signals))
 
-static struct sigaction g_before[NSTOP];
 static volatile sig_atomic_t g_got;   /* the first signal received; 0: none */
 static bool g_agreed;
 
 static void on_stop(int sig)
 {
-    if (!g_got) {
-        g_got = sig;
-        /* A launcher that is stopping may close the ranks' output first:
-         * a print must not end the rank before its checkpoint. */
-        static struct sigaction ignore;
-        ignore.sa_handler = SIG_IGN;
-        sigaction(SIGPIPE, &ignore, NULL);
-        return;
-    }
-    for (int i = 0; i < NSTOP; i++)   /* a second request: as if never asked */
-        if (g_stop_signals[i] == sig)
-            sigaction(sig, &g_before[i], NULL);
-    raise(sig);   /* delivered when this handler returns */
+    if (g_got)
+        return;   /* the same request again */
+    g_got = sig;
+    /* A launcher that is stopping may close the ranks' output first: a
+     * print must not end the rank before its checkpoint. */
+    static struct sigaction ignore;
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ignore, NULL);
 }
 
 void shd_stop_init(void)
@@ -59,8 +56,9 @@ void shd_stop_init(void)
     sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     for (int i = 0; i < NSTOP; i++) {
+        struct sigaction before;
         /* A signal the launcher made us ignore stays ignored. */
-        if (sigaction(g_stop_signals[i], NULL, &g_before[i]) == 0 && g_before[i].sa_handler == SIG_IGN)
+        if (sigaction(g_stop_signals[i], NULL, &before) == 0 && before.sa_handler == SIG_IGN)
             continue;
         sigaction(g_stop_signals[i], &sa, NULL);
     }

@@ -219,3 +219,190 @@ class NetHosts:
         the namespaces is killed when it overstays)."""
         cmd = ["ip", "netns", "exec", self.names[0]] + self.mpirun_args(agent, hostfile) + ["-np", str(np_)] + argv
         return run_bounded(cmd, timeout, cwd=cwd, on_timeout=self.kill_all)
+
+
+# ---- a one-node Slurm cluster ---------------------------------------------------
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Slurm:
+    """munged, slurmctld and slurmd as a one-node cluster whose files (key,
+    socket, configuration, state, spool, logs, pid files) live in a
+    temporary directory of its own (searchable by the munge user), on ports
+    no one listens on; stopped by the pids they wrote, the directory removed.
+    The client commands find it through SLURM_CONF (self.env). Use as a
+    context manager."""
+
+    DAEMONS = ("slurmd", "slurmctld", "munged")
+
+    def __init__(self, cpus):
+        import tempfile
+        self.d, self.cpus = tempfile.mkdtemp(prefix="shd-slurm-"), cpus
+        d = self.d
+        self.pidfiles = {"munged": os.path.join(d, "munge", "munged.pid"), "slurmctld": os.path.join(d, "slurmctld.pid"),
+                         "slurmd": os.path.join(d, "slurmd.pid")}
+        self.conf = os.path.join(d, "slurm.conf")
+        self.env = dict(ENV, SLURM_CONF=self.conf)
+        self.started = []
+
+    def __enter__(self):
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _start(self):
+        import pwd
+        if os.geteuid() != 0:
+            raise Unavailable("a Slurm cluster of its own needs root")
+        for prog in ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol"):
+            if not sh(["sh", "-c", "command -v " + prog], check=False).stdout.strip():
+                raise Unavailable("no %s (apt-get install slurmctld slurmd slurm-client munge)" % prog)
+        try:
+            mu = pwd.getpwnam("munge")
+        except KeyError:
+            raise Unavailable("no munge user (apt-get install munge)")
+        os.chmod(self.d, 0o755)
+        md = os.path.join(self.d, "munge")
+        os.mkdir(md)
+        os.chmod(md, 0o755)   # munged wants its socket's directory searchable by all, writable by none
+        os.chown(md, mu.pw_uid, mu.pw_gid)
+        key = os.path.join(md, "munge.key")
+        with open(key, "wb") as f:
+            f.write(os.urandom(1024))
+        os.chmod(key, 0o400)
+        os.chown(key, mu.pw_uid, mu.pw_gid)
+        self.socket = os.path.join(md, "munge.socket")
+        self._daemon("munged", ["runuser", "-u", "munge", "--", "munged", "--socket=" + self.socket,
+                                "--key-file=" + key, "--pid-file=" + self.pidfiles["munged"],
+                                "--log-file=" + os.path.join(md, "munged.log"), "--seed-file=" + os.path.join(md, "seed")])
+        host = sh(["hostname", "-s"]).stdout.strip()
+        for sub in ("state", "spool"):
+            os.mkdir(os.path.join(self.d, sub))
+        with open(self.conf, "w") as f:
+            f.write(SLURM_CONF.format(d=self.d, host=host, cpus=self.cpus, ctl=free_port(), slurmd=free_port(),
+                                      socket=self.socket))
+        self._daemon("slurmctld", ["slurmctld", "-f", self.conf, "-i"])
+        self._daemon("slurmd", ["slurmd", "-f", self.conf])
+        for _ in range(100):
+            p = sh(["sinfo", "-h", "-o", "%T"], check=False, env=self.env)
+            if p.stdout.strip() == "idle":
+                return
+            time.sleep(0.2)
+        raise Unavailable("the node did not come up: sinfo says %r %s\n%s" % (p.stdout.strip(), p.stderr.strip(),
+                                                                             self.logs()))
+
+    def _daemon(self, name, cmd):
+        p = sh(cmd, check=False, env=self.env)
+        if p.returncode:
+            raise Unavailable("%s did not start: %s %s" % (name, p.stdout.strip(), p.stderr.strip()))
+        self.started.append(name)
+        for _ in range(50):
+            if os.path.exists(self.pidfiles[name]) and open(self.pidfiles[name]).read().strip():
+                return
+            time.sleep(0.1)
+        raise Unavailable("%s wrote no pid file" % name)
+
+    def pid(self, name):
+        try:
+            return int(open(self.pidfiles[name]).read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def logs(self):
+        out = []
+        for f in ("slurmctld.log", "slurmd.log", os.path.join("munge", "munged.log")):
+            try:
+                out.append("---- %s\n%s" % (f, open(os.path.join(self.d, f)).read()[-3000:]))
+            except OSError:
+                pass
+        return "\n".join(out)
+
+    def close(self):
+        """Every daemon started, by the pid it wrote: SIGTERM, then SIGKILL;
+        then the directory."""
+        for name in self.DAEMONS:
+            if name not in self.started:
+                continue
+            pid = self.pid(name)
+            if not pid:
+                continue
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+            for _ in range(50):
+                if not pid_alive(pid):
+                    break
+                time.sleep(0.1)
+            else:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self.started = []
+        import shutil
+        shutil.rmtree(self.d, ignore_errors=True)
+
+    def job_state(self, jobid):
+        p = sh(["scontrol", "show", "job", str(jobid)], check=False, env=self.env)
+        m = re.search(r"JobState=(\S+)", p.stdout)
+        return m.group(1) if m else None
+
+    def wait_job(self, jobid, timeout):
+        """Waits until the job has ended; its state (None when it overstays,
+        and then it is cancelled)."""
+        end = time.time() + timeout
+        while time.time() < end:
+            st = self.job_state(jobid)
+            if st not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", None):
+                return st
+            time.sleep(0.5)
+        sh(["scancel", "--signal=KILL", "--full", str(jobid)], check=False, env=self.env)
+        return None
+
+
+# A cluster of one node: no accounting, no cgroups (linuxproc tracks the
+# processes), root runs the daemons and the jobs, KillWait (the time between
+# SIGTERM and SIGKILL at a time limit) 20 s.
+SLURM_CONF = """ClusterName=shdtest
+SlurmctldHost={host}(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort={ctl}
+SlurmdPort={slurmd}
+AuthType=auth/munge
+AuthInfo=socket={socket}
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd.pid
+SlurmctldLogFile={d}/slurmctld.log
+SlurmdLogFile={d}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/affinity
+MpiDefault=none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+KillWait=20
+MinJobAge=600
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MailProg=/bin/true
+NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
+PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE OverSubscribe=FORCE:4 State=UP
+"""
