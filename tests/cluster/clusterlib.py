@@ -191,14 +191,25 @@ class NetHosts:
             total += int(p.stdout)
         return total
 
-    def write_agent(self, path):
+    def write_agent(self, path, private=None):
         """The rsh agent mpirun starts its daemons with: `AGENT HOST COMMAND`
-        runs COMMAND with `ip netns exec` in the namespace of HOST's address."""
+        runs COMMAND with `ip netns exec` in the namespace of HOST's address.
+        private=(DIR, [SUBDIR...]): the hosts after the first see DIR as an
+        empty file system of their own (a tmpfs, in the mount namespace `ip
+        netns exec` makes) holding only the SUBDIRs: hosts that do not share
+        a file system."""
+        import shlex
         cases = "\n".join("  %s) ns=%s ;;" % (a, ns) for a, ns in zip(self.addrs, self.names))
+        mount = ""
+        if private:
+            d, subs = private
+            made = "".join(" && mkdir -p %s" % shlex.quote(os.path.join(d, x)) for x in subs)
+            mount = ('if [ "$ns" != %s ]; then\n  exec ip netns exec "$ns" /bin/sh -c "mount -t tmpfs shd-private '
+                     '%s%s && $*"\nfi\n' % (self.names[0], shlex.quote(d), made))
         with open(path, "w") as f:
             f.write("#!/bin/sh\n# Written by tests/cluster/clusterlib.py: an rsh for hosts that are network "
                     "namespaces.\nhost=\"$1\"; shift\ncase \"$host\" in\n%s\n  *) echo \"$0: unknown host $host\" "
-                    ">&2; exit 255 ;;\nesac\nexec ip netns exec \"$ns\" /bin/sh -c \"$*\"\n" % cases)
+                    ">&2; exit 255 ;;\nesac\n%sexec ip netns exec \"$ns\" /bin/sh -c \"$*\"\n" % (cases, mount))
         os.chmod(path, 0o755)
         return path
 

@@ -15,6 +15,11 @@ one-device build's within f32 tolerance:
   DP and FSDP MLPs (losses and saved weights), and the bytes the hosts' eth0
   sent are at least the bytes `shdc explain` says the matmul's collectives
   send (so the data did cross the network);
+- two hosts that do not share a file system (the second sees its own
+  empty tmpfs at the run directory): a save stops every rank with the
+  rank that cannot see the file and why, and leaves neither the file nor
+  its temporary; a load (a checkpoint only the first host has) likewise;
+  no run waits for ever in MPI-IO's collective open;
 - four hosts (else two hosts with two ranks each): the matmul on a 2x2
   mesh, and GPT-2 in the 2-D layout (data=2, model=2): six steps, then
   three with a checkpoint written by ranks on different hosts, resumed on
@@ -179,6 +184,30 @@ def gpt2(shdc, cl, d):
           "the uninterrupted run and equal to one device's within f32 tolerance" % len(cl.h.names))
 
 
+def unshared(shdc, h, d):
+    """Hosts without a shared file system: save and load fail clearly."""
+    run = os.path.join(d, "unshared")
+    os.makedirs(os.path.join(run, "ck"))
+    agent = h.write_agent(os.path.join(d, "rsh-unshared"), private=(run, ["ck"]))
+    hostfile = h.write_hostfile(os.path.join(d, "hosts-unshared"), 1)
+    mm = testlib.build(shdc, os.path.join(EX, "matmul.shd"), os.path.join(d, "mm_unshared"), "--mesh", "X=2,Y=1")
+    rc, out, err = h.mpirun(agent, hostfile, 2, [mm], run, timeout=120)
+    left = [f for f in os.listdir(run) if f != "ck"]
+    check(rc not in (None, 0) and re.search(r"shdc: rank 1: save\(\"a\.npy\"\): this rank cannot open "
+                                            r"\.shd-save-\d+-\d+\.tmp, .*\(No such file or directory\): .*must be the same "
+                                            r"on every host", err) and not left,
+          "save without a shared file system: exit %s, left %s\n%s" % (rc, left, err[-3000:]))
+    ck = testlib.build(shdc, os.path.join(EX, "mlp_ckpt.shd"), os.path.join(d, "ckpt_unshared"), "--mesh",
+                       "data=2,model=1")
+    local_run(ck, 2, ["--steps=2", "--save=" + os.path.join(run, "ck")], run)
+    rc, out, err = h.mpirun(agent, hostfile, 2, [ck, "--steps=4", "--resume=" + os.path.join(run, "ck")], run,
+                            timeout=120)
+    check(rc not in (None, 0) and re.search(r"shdc: rank 1: load\(\"%s/step\.npy\"\): this rank cannot read it "
+                                            r"\(No such file or directory\), rank 0 can" % re.escape(run + "/ck"), err),
+          "load without a shared file system: exit %s\n%s" % (rc, err[-3000:]))
+    print("no shared file system: save and load stop every rank, naming the rank and the file; nothing left behind")
+
+
 def main():
     shdc = testlib.shdc_option()
     clusterlib.on_signals()
@@ -202,6 +231,7 @@ def main():
                 matmul(shdc, cl, d, "X=2,Y=1", 2, mm_one)
                 for name in ("mlp_dp", "mlp_fsdp"):
                     mlp(shdc, cl, d, name, 2, *mlps[name])
+                unshared(shdc, h2, d)
         except Unavailable as e:
             testlib.skip("cannot make two hosts of network namespaces: %s" % e)
         try:
