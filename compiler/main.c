@@ -494,8 +494,11 @@ static int run_one(const Options *o, const char *path) {
     emit_module(stdout, c.mod, c.src);
     return 0;
   }
-  if (o->max_memory && (explain_check_memory(c.mod, o->max_memory_bytes, o->max_memory), diag_error_count()))
-    return 1;
+  if (o->max_memory) {   /* an out-of-memory crash found before the job runs */
+    explain_check_memory(c.mod, o->max_memory_bytes, o->max_memory);
+    if (diag_error_count())
+      return 1;
+  }
   return do_build(&c, o);
 }
 
