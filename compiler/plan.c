@@ -3,7 +3,8 @@
  *
  * A layout is an assignment of sizes to the mesh axes of the file whose
  * product is N (axes that --mesh names keep the size given). The driver
- * (main.c) compiles the program for each one through the whole pipeline;
+ * (main.c) compiles the program for each one through the whole pipeline,
+ * in a child process per layout (the compiler never frees its memory);
  * one that does not type-check (a dim not divisible by its axes, a
  * contraction the layout makes ambiguous) is listed with its first error.
  * For the others the estimate is, per rank:
@@ -29,7 +30,10 @@
  * performance.md says why). Per-function costs are summed callees first
  * over the call graph, without recursion.
  */
+#include <errno.h>
 #include <math.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "shdc.h"
 
@@ -251,6 +255,103 @@ static void measure(const Walk *w0, const Module *mod, Row *row) {
   ir_call_graph_free(&g);
 }
 
+/* ---- one layout in a process of its own ------------------------------------------------ */
+
+/* A child compiles and measures one layout and sends the row back as text:
+ * the compiler's memory is never freed (arena.c), and a thousand layouts of
+ * a large program must not add up; an internal error in one layout is then
+ * that layout's verdict, not the end of the plan. Lines: `error TEXT`, or
+ * `row` and the figures, then `fn NAME SECONDS` per function. */
+static void send_row(FILE *f, const Row *r) {
+  if (r->error) {
+    fputs("error ", f);
+    for (const char *c = r->error; *c; c++)
+      fputc(*c == '\n' ? ' ' : *c, f);
+    fputc('\n', f);
+    return;
+  }
+  fprintf(f, "row %.17g %.17g %.17g %.17g %.17g %d %.17g %d %lld %d\n", r->step.dot, r->step.ew, r->step.comm,
+          r->step.bytes, r->step.colls, r->step.approx, r->secs, r->step_line, (long long)r->peak, r->nf);
+  for (int k = 0; k < r->nf; k++)
+    fprintf(f, "fn %s %.17g\n", r->fnames[k], r->fsecs[k]);
+}
+
+static bool read_row(FILE *f, Row *r) {
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  int k = 0, approx = 0;
+  long long peak = 0;
+  bool ok = false;
+  while ((n = getline(&line, &cap, f)) > 0) {
+    if (line[n - 1] == '\n')
+      line[--n] = 0;
+    if (!strncmp(line, "error ", 6)) {
+      r->error = arena_strdup(line + 6);
+      ok = true;
+    } else if (sscanf(line, "row %lf %lf %lf %lf %lf %d %lf %d %lld %d", &r->step.dot, &r->step.ew, &r->step.comm,
+                      &r->step.bytes, &r->step.colls, &approx, &r->secs, &r->step_line, &peak, &r->nf) == 10 &&
+               r->nf >= 0) {
+      r->step.approx = approx;
+      r->peak = peak;
+      r->fnames = arena_alloc(sizeof(char *) * (size_t)(r->nf + 1));
+      r->fsecs = arena_alloc(sizeof(double) * (size_t)(r->nf + 1));
+      ok = true;
+    } else if (!strncmp(line, "fn ", 3) && k < r->nf) {
+      char *sp = strrchr(line + 3, ' ');
+      if (sp) {
+        r->fnames[k] = arena_strndup(line + 3, (size_t)(sp - line - 3));
+        r->fsecs[k++] = strtod(sp + 1, NULL);
+      }
+    }
+  }
+  free(line);
+  return ok && (r->error || k == r->nf);
+}
+
+static void layout(const Walk *w, const PlanArgs *a, Row *r) {
+  int fds[2];
+  fflush(stdout);   /* a child that exits must not write the parent's buffers again */
+  fflush(stderr);
+  pid_t pid = pipe(fds) == 0 ? fork() : -1;
+  if (pid == 0) {
+    close(fds[0]);
+    FILE *f = fdopen(fds[1], "w");
+    const char *err = NULL;
+    const Module *mod = a->compile(a->ctx, r->mesh, &err);
+    if (!mod)
+      r->error = err ? err : "does not compile";
+    else
+      measure(w, mod, r);
+    if (f)
+      send_row(f, r);
+    _exit(f && fclose(f) == 0 ? 0 : 3);
+  }
+  if (pid < 0) {   /* no process to be had: compile it here */
+    const char *err = NULL;
+    const Module *mod = a->compile(a->ctx, r->mesh, &err);
+    if (!mod)
+      r->error = err ? err : "does not compile";
+    else
+      measure(w, mod, r);
+    return;
+  }
+  close(fds[1]);
+  FILE *f = fdopen(fds[0], "r");
+  bool got = f && read_row(f, r);
+  if (f)
+    fclose(f);
+  else
+    close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    ;
+  if (!got || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    r->error = arena_printf("internal compiler error while compiling this layout (%s %d; its message is above)",
+                            WIFSIGNALED(status) ? "signal" : "exit status",
+                            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
 /* ---- every layout --------------------------------------------------------------------- */
 
 typedef struct {
@@ -436,15 +537,8 @@ int plan_run(FILE *out, const PlanArgs *a) {
     return 2;
   }
   Walk w = {NULL, a->net, a->flops, a->ew_flops, {0}, NULL};
-  for (int i = 0; i < p.n; i++) {
-    Row *r = &p.rows[i];
-    const char *err = NULL;
-    const Module *mod = a->compile(a->ctx, r->mesh, &err);
-    if (!mod)
-      r->error = err ? err : "does not compile";
-    else
-      measure(&w, mod, r);
-  }
+  for (int i = 0; i < p.n; i++)
+    layout(&w, a, &p.rows[i]);
   g_sort_plan = &p;
   qsort(p.rows, (size_t)p.n, sizeof(Row), row_order);
   int ok = 0, fit = 0;
