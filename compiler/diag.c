@@ -14,6 +14,9 @@
 
 static int error_count;
 static int max_shown = 100;   /* --max-errors; 0: no limit */
+static const char **capture;  /* diag_capture */
+
+void diag_capture(const char **first) { capture = first; }
 
 int diag_error_count(void) { return error_count; }
 void diag_reset(void) { error_count = 0; }
@@ -107,6 +110,12 @@ static void print_where(Pos pos) {
 
 void diag_verror(Pos pos, const char *code, const char *fmt, va_list ap) {
   error_count++;
+  if (capture) {
+    if (!*capture)
+      *capture = arena_printf("%s:%d:%d: %s%s%s%s", pos.file ? pos.file->name : "shdc", pos.line, pos.col,
+                              arena_vprintf(fmt, ap), code ? " [" : "", code ? code : "", code ? "]" : "");
+    return;
+  }
   if (!shown())
     return;
   if (diagout_recording()) {
@@ -130,7 +139,7 @@ void diag_error(Pos pos, const char *code, const char *fmt, ...) {
 }
 
 void diag_note(Pos pos, const char *fmt, ...) {
-  if (!shown())
+  if (!shown() || capture)
     return;
   va_list ap;
   va_start(ap, fmt);

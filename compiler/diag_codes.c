@@ -109,6 +109,12 @@ static const DiagCode codes[] = {
     {"E_GRAD", "Gradient", "a program that grad cannot differentiate",
      "grad and value_and_grad differentiate scalar functions; a cast whose transpose all-reduces under a varying "
      "condition, or a second derivative through a loop, cannot be differentiated (docs/autodiff.md)."},
+    {"E_MEMORY", "Memory per rank", "more bytes of arrays per rank at the peak than --max-memory allows",
+     "shdc build and check with --max-memory=BYTES simulate the generated code's buffers (as `shdc explain` does) "
+     "and report a program whose peak bytes of live arrays on one rank exceed the limit, at the line of the peak "
+     "with the largest arrays live there. Shard the largest arrays over more devices (a larger mesh, or another "
+     "layout: `shdc plan FILE --devices=N --memory=BYTES` lists the layouts that fit), or keep fewer of them live "
+     "at once."},
 };
 
 int diag_code_count(void) { return (int)(sizeof codes / sizeof *codes); }

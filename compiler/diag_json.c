@@ -410,3 +410,7 @@ bool diagout_write(FILE *out) {
     write_sarif(out);
   return fflush(out) == 0 && !ferror(out);
 }
+
+/* A JSON string literal of s, as the diagnostics write them (shdc plan
+ * --json uses it for file names and error messages). */
+void diag_json_string(FILE *o, const char *s) { json_str(o, s); }

@@ -34,6 +34,8 @@ static const char usage[] =
     "  emit-c FILE            print the generated C\n"
     "  explain FILE           list every collective inserted, with bytes per rank,\n"
     "                         and the peak bytes of live arrays per rank\n"
+    "  plan FILE --devices=N  every layout of the mesh axes over N devices, ranked by\n"
+    "                         estimated step time, with the peak memory per rank\n"
     "  trace-summary RUN.json time per category (gemm, elementwise, communication,\n"
     "                         waiting) and collectives per rank of a SHD_TRACE=RUN.json run\n"
     "\n"
@@ -44,9 +46,16 @@ static const char usage[] =
     "  -O0 ... -O3            C optimisation level of the build (default -O3)\n"
     "  --keep-c               build: keep the generated C next to PROG as PROG.c\n"
     "  --global               emit-ir: print the global-view IR (after autodiff)\n"
-    "  --network=BW,LATENCY   explain: estimate each collective's time on links of this\n"
-    "                         bandwidth and latency (25GB/s,5us), or --network=FILE of\n"
-    "                         per-axis links (AXIS BANDWIDTH LATENCY [LABEL] a line)\n"
+    "  --network=BW,LATENCY   explain, plan: estimate each collective's time on links of\n"
+    "                         this bandwidth and latency (25GB/s,5us), or --network=FILE\n"
+    "                         of per-axis links (AXIS BANDWIDTH LATENCY [LABEL] a line)\n"
+    "  --max-memory=BYTES     build, check: an error where a rank's peak bytes of live\n"
+    "                         arrays exceed BYTES (80GB, 80GiB, 512MiB)\n"
+    "  --devices=N            plan: the number of devices to lay the mesh over\n"
+    "  --memory=BYTES         plan: memory per device; layouts above it do not fit\n"
+    "  --flops=F[,E]          plan: FLOP/s per device of contractions (and of elementwise\n"
+    "                         work, default F), e.g. 100G or 1.5TFLOP/s\n"
+    "  --json                 plan: the layouts as one JSON object\n"
     "  --diagnostics=FORMAT   plain (default), json or sarif: errors as one document on\n"
     "                         stdout (check; check -o FILE writes it to FILE), else stderr\n"
     "  --max-errors=N         print at most N errors (default 100, and all in a json or\n"
@@ -68,6 +77,13 @@ typedef struct {
   DiagFormat diagnostics;
   const char *network;
   NetModel net;
+  const char *max_memory;      /* --max-memory, as written */
+  int64_t max_memory_bytes;
+  int64_t devices;             /* plan */
+  const char *memory;
+  int64_t memory_bytes;
+  double flops, ew_flops;
+  bool json;
 } Options;
 
 __attribute__((noreturn, format(printf, 1, 2))) static void usage_error(const char *fmt, ...) {
@@ -442,12 +458,14 @@ static int run_one(const Options *o, const char *path) {
      * partial manual body are known after partitioning; one under a
      * varying condition is a compile-time error ([E_DIVERGE]). */
     if (ok)
-      ok = middle(&c, c.prog->diverge_in_partial_manual);
+      ok = middle(&c, c.prog->diverge_in_partial_manual || o->max_memory);
+    if (ok && o->max_memory)
+      explain_check_memory(c.mod, o->max_memory_bytes, o->max_memory);
     /* A program (a file with a mesh) must have the main that build needs:
      * check says what build would. */
     if (ok && c.prog->mesh)
       ok = has_main(&c);
-    return ok ? 0 : 1;
+    return ok && !diag_error_count() ? 0 : 1;
   }
   if (!strcmp(cmd, "show")) {
     if (!ok)
@@ -488,7 +506,93 @@ static int run_one(const Options *o, const char *path) {
     emit_module(stdout, c.mod, c.src);
     return 0;
   }
+  if (o->max_memory) {   /* an out-of-memory crash found before the job runs */
+    explain_check_memory(c.mod, o->max_memory_bytes, o->max_memory);
+    if (diag_error_count())
+      return 1;
+  }
   return do_build(&c, o);
+}
+
+/* ---- plan: the pipeline once per layout ------------------------------------------- */
+
+typedef struct {
+  const Options *o;
+  SourceFile *src;
+  const char *path;
+} PlanCtx;
+
+static const Module *plan_compile(void *ctx, const char *mesh, const char **error) {
+  const PlanCtx *p = ctx;
+  Options o = *p->o;
+  o.mesh = mesh;
+  Compilation c;
+  memset(&c, 0, sizeof c);
+  c.src = p->src;
+  diag_reset();
+  *error = NULL;
+  diag_capture(error);
+  bool ok = front(&c, p->path, &o) && middle(&c, true);
+  diag_capture(NULL);
+  return ok && !diag_error_count() ? c.mod : NULL;
+}
+
+/* The axes come from the file's mesh declaration; --mesh fixes some. */
+static int do_plan(const Options *o, const char *path) {
+  SourceFile *src = read_source(path);
+  if (!src)
+    return 2;
+  diag_reset();
+  Program *prog = parse_file(src);
+  if (diag_error_count())
+    return 1;
+  if (!prog->mesh) {
+    Compilation c;
+    memset(&c, 0, sizeof c);
+    c.src = src;
+    front(&c, path, o);   /* the error about the missing mesh */
+    return 1;
+  }
+  check_mesh_names(o->mesh, prog, path);
+  check_define_names(&o->defines, prog, path);
+  PlanArgs a;
+  memset(&a, 0, sizeof a);
+  a.file = path;
+  a.naxes = prog->mesh->naxes;
+  for (int i = 0; i < a.naxes; i++) {
+    a.names[i] = tok_str(prog->mesh->names[i]);
+    for (const char *m = o->mesh; m && *m;) {   /* syntax and names were checked */
+      const char *eq = strchr(m, '=');
+      if ((size_t)(eq - m) == strlen(a.names[i]) && !strncmp(m, a.names[i], (size_t)(eq - m)))
+        a.fixed[i] = atoi(eq + 1);
+      m = strchr(eq, ',') ? strchr(eq, ',') + 1 : eq + strlen(eq);
+    }
+  }
+  a.devices = o->devices;
+  a.memory = o->memory_bytes;
+  a.memory_text = o->memory;
+  NetModel def;
+  a.network_text = o->network;
+  if (!o->network)
+    net_parse(&def, "25GB/s,5us");
+  a.net = o->network ? &o->net : &def;
+  Mesh names;
+  memset(&names, 0, sizeof names);
+  names.naxes = a.naxes;
+  for (int i = 0; i < a.naxes; i++)
+    names.names[i] = a.names[i];
+  const char *err = net_check_mesh(a.net, &names);
+  if (err)
+    usage_error("--network: %s", err);
+  a.flops = o->flops > 0 ? o->flops : 1e12;
+  a.ew_flops = o->ew_flops > 0 ? o->ew_flops : a.flops;
+  PlanCtx ctx = {o, src, path};
+  a.compile = plan_compile;
+  a.ctx = &ctx;
+  a.json = o->json;
+  int rc = plan_run(stdout, &a);
+  diag_reset();
+  return rc;
 }
 
 /* The document goes to stdout for check (its only output), or to the file
@@ -590,6 +694,35 @@ static int drv_main(int argc, char **argv) {
       const char *err = net_parse(&o.net, o.network);
       if (err)
         usage_error("--network: %s", err);
+    } else if (!strncmp(a, "--max-memory=", 13) || !strncmp(a, "--memory=", 9)) {
+      bool max = a[2] == 'm' && a[3] == 'a';
+      const char *v = strchr(a, '=') + 1;
+      int64_t bytes;
+      if (!plan_parse_bytes(v, &bytes))
+        usage_error("%.*s expects a number of bytes, e.g. 80GB, 80GiB, 512MiB or 1.5e9, not '%s'",
+                    (int)(strchr(a, '=') - a), a, v);
+      if (max) {
+        o.max_memory = v;
+        o.max_memory_bytes = bytes;
+      } else {
+        o.memory = v;
+        o.memory_bytes = bytes;
+      }
+    } else if (!strcmp(a, "--json")) {
+      o.json = true;
+    } else if (!strncmp(a, "--devices=", 10)) {
+      char *end;
+      long long n = strtoll(a + 10, &end, 10);
+      if (!a[10] || *end || n < 1 || n > 1 << 20)
+        usage_error("--devices expects a count from 1 to 1048576, not '%s'", a + 10);
+      o.devices = n;
+    } else if (!strncmp(a, "--flops=", 8)) {
+      char *f = arena_strdup(a + 8), *comma = strchr(f, ',');
+      if (comma)
+        *comma = 0;
+      if (!plan_parse_flops(f, &o.flops) || (comma && !plan_parse_flops(comma + 1, &o.ew_flops)))
+        usage_error("--flops expects FLOP/s per device, e.g. 100G, 1.5TFLOP/s or 5e10, and optionally a second "
+                    "rate for elementwise work (--flops=100G,20G), not '%s'", a + 8);
     } else if (!strncmp(a, "--diagnostics=", 14)) {
       const char *f = a + 14;
       if (!strcmp(f, "plain"))
@@ -612,7 +745,8 @@ static int drv_main(int argc, char **argv) {
     fputs(usage, stderr);
     return 2;
   }
-  static const char *cmds[] = {"check", "types", "build", "emit-ir", "emit-c", "explain", "show", "trace-summary"};
+  static const char *cmds[] = {"check", "types", "build", "emit-ir", "emit-c", "explain", "show", "trace-summary",
+                               "plan"};
   bool known = false;
   for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
     known |= !strcmp(o.cmd, cmds[i]);
@@ -622,8 +756,18 @@ static int drv_main(int argc, char **argv) {
     usage_error("%s needs a FILE", o.cmd);
   if (o.files.len > 1 && strcmp(o.cmd, "check") && strcmp(o.cmd, "show"))
     usage_error("%s takes one FILE", o.cmd);
-  if (o.network && strcmp(o.cmd, "explain"))
-    usage_error("--network is an option of explain");
+  if (o.network && strcmp(o.cmd, "explain") && strcmp(o.cmd, "plan"))
+    usage_error("--network is an option of explain and plan");
+  if (o.max_memory && strcmp(o.cmd, "build") && strcmp(o.cmd, "check"))
+    usage_error("--max-memory is an option of build and check (plan takes --memory)");
+  if ((o.devices || o.memory || o.flops > 0 || o.json) && strcmp(o.cmd, "plan"))
+    usage_error("%s is an option of plan",
+                o.devices ? "--devices" : o.memory ? "--memory" : o.flops > 0 ? "--flops" : "--json");
+  if (!strcmp(o.cmd, "plan")) {
+    if (!o.devices)
+      usage_error("plan needs --devices=N, the number of devices to lay the mesh over");
+    return do_plan(&o, o.files.data[0]);
+  }
   if (!strcmp(o.cmd, "trace-summary"))
     return tsum_run(o.files.data[0]);
   if (!strcmp(o.cmd, "show"))

@@ -1,4 +1,5 @@
-/* op_io.c: the I/O family: print, save, load, load_dim, arg, clock.
+/* op_io.c: the I/O family: print, save, load, load_dim, arg, clock,
+ * stop_requested.
  *
  * print(items...) prints on rank 0 (sharded values are gathered, pending
  * sums reduced: the partitioner reshards each value to replicated); save
@@ -6,7 +7,12 @@
  * pending sums; load reads one, typed by its annotation; load_dim reads the
  * size of one dim of a file's array at run time (to place windows in a file
  * of any length); arg reads --name=value from the program's command line;
- * clock is MPI_Wtime.
+ * clock is MPI_Wtime; stop_requested() tells whether the job was asked to
+ * stop (SIGTERM, as a scheduler sends at its time limit, or SIGUSR1/2),
+ * agreed by every rank (an all-reduce of one int), so that a program can
+ * checkpoint and end its loop on every rank at the same step. The C's main
+ * installs the handlers (shd_stop_init) only when the program calls it:
+ * a program that never asks keeps the default of stopping at once.
  *
  * Program text reaches the generated C only as data: every path, name and
  * print text is written as a C string literal by emit_str_lit, which
@@ -26,7 +32,7 @@
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname
 
-enum { IO_PRINT, IO_SAVE, IO_LOAD, IO_LOAD_DIM, IO_ARG, IO_CLOCK };
+enum { IO_PRINT, IO_SAVE, IO_LOAD, IO_LOAD_DIM, IO_ARG, IO_CLOCK, IO_STOP };
 
 enum {
   IR_PRINT = IR_BASE_IO, /* args: values; str: '\x1f'-separated texts */
@@ -35,6 +41,7 @@ enum {
   IR_ARG,                /* str: name; fval/ival default */
   IR_CLOCK,              /* wall-clock seconds (f64), for timing steps */
   IR_LOAD_DIM,           /* str: path (or the last arg); dim: which dim; result i32 */
+  IR_STOP_REQUESTED,     /* bool, the same on every rank: SIGTERM/SIGUSR1/SIGUSR2 arrived */
 };
 
 static bool is_array(const Value *v) { return v->type.rank > 0; }
@@ -262,6 +269,21 @@ static Type check_clock(TcCtx *c, Expr *e, const Type *annot) {
   return ty_scalar(DT_F64);
 }
 
+/* Every rank must reach it (it is an all-reduce over the world): not in
+ * manual code, where conditions may vary across devices. */
+static Type check_stop(TcCtx *c, Expr *e, const Type *annot) {
+  if (e->args.len) {
+    diag_error(e->pos, "E_ARG", "stop_requested() takes no arguments");
+    return ty_error();
+  }
+  if (c->manual) {
+    diag_error(e->pos, "E_MANUAL", "stop_requested() is agreed by every device, so it is called in the global view, "
+               "not in a manual function; call it outside and pass the result in");
+    return ty_error();
+  }
+  return ty_scalar(DT_BOOL);
+}
+
 /* ---- lowering ----------------------------------------------------------------------- */
 
 static Value *lower_print(Lower *L, Expr *e) {
@@ -345,6 +367,7 @@ static Value *lower_arg(Lower *L, Expr *e) {
 }
 
 static Value *lower_clock(Lower *L, Expr *e) { return lower_emit1(L, IR_CLOCK, e->pos, 0, NULL, *e->ty); }
+static Value *lower_stop(Lower *L, Expr *e) { return lower_emit1(L, IR_STOP_REQUESTED, e->pos, 0, NULL, *e->ty); }
 
 /* ---- partitioning ------------------------------------------------------------------- */
 
@@ -461,32 +484,38 @@ static void emit_arg(Emit *e, const Inst *in) {
 }
 
 static void emit_clock(Emit *e, const Inst *in) { emit_line(e, "double %s = shd_time();", vname(in->results[0])); }
+static void emit_stop(Emit *e, const Inst *in) {
+  emit_line(e, "bool %s = shd_stop_requested();", vname(in->results[0]));
+}
 
 /* ---- main's table of the program's args ------------------------------------------------- */
 
-static void collect_args(const IrBlock *b, Vec *out) {
+static void collect_args(const IrBlock *b, Vec *out, bool *stop) {
   for (int i = 0; i < b->insts.len; i++) {
     Inst *in = b->insts.data[i];
+    *stop |= in->op == IR_STOP_REQUESTED;
     bool seen = false;
     for (int k = 0; in->op == IR_ARG && k < out->len && !seen; k++)
       seen = !strcmp(((Inst *)out->data[k])->str, in->str);
     if (in->op == IR_ARG && !seen)
       vec_push(out, in);
     for (int r = 0; r < in->nregions; r++)
-      collect_args(in->regions[r], out);
+      collect_args(in->regions[r], out, stop);
   }
 }
 
 /* Every arg of the functions main reaches, once each, as a table of data
  * (names are escaped literals) that the runtime checks the command line
- * against before the program runs. */
+ * against before the program runs; and, when the program asks
+ * stop_requested(), SIGTERM/SIGUSR1/SIGUSR2 taken as a request to stop. */
 static const char *args_setup(Emit *e, const bool *live) {
   const Module *mod = emit_module_of(e);
   FILE *o = emit_out(e);
   Vec args = {0};
+  bool stop = false;
   for (int i = 0; i < mod->funcs.len; i++)
     if (live[i])
-      collect_args(((Func *)mod->funcs.data[i])->body, &args);
+      collect_args(((Func *)mod->funcs.data[i])->body, &args, &stop);
   if (args.len) {
     fprintf(o, "\nstatic const shd_arg_spec shd_args[] = {\n");
     for (int i = 0; i < args.len; i++) {
@@ -502,7 +531,8 @@ static const char *args_setup(Emit *e, const bool *live) {
     }
     fprintf(o, "};\n");
   }
-  const char *r = arena_printf("shd_args_check(%s, %d);", args.len ? "shd_args" : "NULL", args.len);
+  const char *r = arena_printf("shd_args_check(%s, %d);%s", args.len ? "shd_args" : "NULL", args.len,
+                               stop ? "\n  shd_stop_init();" : "");
   free(args.data);
   return r;
 }
@@ -563,6 +593,12 @@ static bool infer_load_dim(const Module *mod, const Inst *in, Type *out) {
   return ir_infer_shape(out, &s);
 }
 
+/* The same on every rank: a bool scalar. */
+static bool infer_stop(const Module *mod, const Inst *in, Type *out) {
+  Type s = ty_scalar(DT_BOOL);
+  return in->nargs == 0 && ir_infer_shape(out, &s);
+}
+
 static const OpDef ops[] = {
     {.op = IR_PRINT, .name = "print", .flags = OPF_EFFECT | OPF_OUTPUT, .print = print_texts, .partition = part_print,
      .emit = emit_print, .infer = infer_output},
@@ -573,6 +609,7 @@ static const OpDef ops[] = {
     {.op = IR_LOAD_DIM, .name = "load_dim", .flags = OPF_EFFECT | OPF_RECOMPUTE, .print = print_load_dim, .emit = emit_load_dim, .infer = infer_load_dim},
     {.op = IR_ARG, .name = "arg", .flags = OPF_RECOMPUTE, .print = print_str, .emit = emit_arg, .infer = infer_arg},
     {.op = IR_CLOCK, .name = "clock", .flags = OPF_EFFECT | OPF_RECOMPUTE, .emit = emit_clock, .infer = infer_scalar_f64},
+    {.op = IR_STOP_REQUESTED, .name = "stop_requested", .flags = OPF_EFFECT, .emit = emit_stop, .infer = infer_stop},
     {0},
 };
 
@@ -583,6 +620,7 @@ static const BuiltinDef builtins[] = {
     {.name = "load_dim", .code = IO_LOAD_DIM, .check = check_load_dim, .lower = lower_load_dim},
     {.name = "arg", .code = IO_ARG, .flags = BIF_ANNOT | BIF_STR_ANNOT, .check = check_arg, .lower = lower_arg},
     {.name = "clock", .code = IO_CLOCK, .check = check_clock, .lower = lower_clock},
+    {.name = "stop_requested", .code = IO_STOP, .check = check_stop, .lower = lower_stop},
     {0},
 };
 

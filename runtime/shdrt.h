@@ -68,6 +68,16 @@ void shd_fatal(const char *fmt, ...);
 
 double shd_time(void);   /* seconds, MPI_Wtime */
 
+/* ---- stop.c ------------------------------------------------------------- */
+
+/* For programs that call stop_requested(): from shd_stop_init on, the first
+ * SIGTERM, SIGUSR1 or SIGUSR2 a rank receives is a request to stop, not the
+ * end of the process (a second one ends it as before). shd_stop_requested
+ * is collective over every rank and returns the same answer on each: true
+ * once any rank has received one. */
+void shd_stop_init(void);
+bool shd_stop_requested(void);
+
 /* ---- guard.c ------------------------------------------------------------ */
 
 /* Collective, at start-up: when peak_bytes (shdc explain's peak for one
