@@ -852,16 +852,18 @@ static bool *reachable(const Module *mod, const Func *mainf) {
   return live;
 }
 
-static void collect_args(const IrBlock *b, Vec *out) {
+/* The program's args (the first of each name) and whether it calls metrics. */
+static void collect_args(const IrBlock *b, Vec *out, bool *metrics) {
   for (int i = 0; i < b->insts.len; i++) {
     Inst *in = b->insts.data[i];
+    *metrics |= in->op == IR_METRICS;
     bool seen = false;
     for (int k = 0; in->op == IR_ARG && k < out->len && !seen; k++)
       seen = !strcmp(((Inst *)out->data[k])->str, in->str);
     if (in->op == IR_ARG && !seen)
       vec_push(out, in);
     for (int r = 0; r < in->nregions; r++)
-      collect_args(in->regions[r], out);
+      collect_args(in->regions[r], out, metrics);
   }
 }
 
@@ -870,26 +872,30 @@ static void collect_args(const IrBlock *b, Vec *out) {
  * `explain` predicts against the host's, then runs fn main. */
 static void emit_main(FILE *o, const Module *mod, const Func *mainf, const bool *live) {
   Vec args = {0};
+  bool metrics = false;
   for (int i = 0; i < mod->funcs.len; i++)
     if (live[i])
-      collect_args(((Func *)mod->funcs.data[i])->body, &args);
+      collect_args(((Func *)mod->funcs.data[i])->body, &args, &metrics);
   if (args.len) {
     fprintf(o, "\nstatic const shd_arg_spec shd_args[] = {\n");
     for (int i = 0; i < args.len; i++) {
       const Inst *in = args.data[i];
       DType dt = in->results[0]->type.dtype;
       const Inst *sdef = in->results[0]->type.kind == TY_STRING ? in->args[0]->def : NULL;   /* its literal */
+      const char *help = in->str + strlen(in->str) + 1;
       if (sdef)
-        fprintf(o, "  {%s, SHD_I32, 0.0, %s, %lld},\n", emit_str_lit(in->str, strlen(in->str)),
-                emit_str_lit(sdef->str, (size_t)sdef->ival), (long long)sdef->ival);
+        fprintf(o, "  {%s, SHD_I32, 0.0, %s, %lld, %s},\n", emit_str_lit(in->str, strlen(in->str)),
+                emit_str_lit(sdef->str, (size_t)sdef->ival), (long long)sdef->ival, emit_str_lit(help, strlen(help)));
       else
-        fprintf(o, "  {%s, %s, %s, NULL, 0},\n", emit_str_lit(in->str, strlen(in->str)), emit_dtconst(dt),
-                emit_flit(DT_F64, dt == DT_I32 ? (double)in->ival : in->fval));
+        fprintf(o, "  {%s, %s, %s, NULL, 0, %s},\n", emit_str_lit(in->str, strlen(in->str)), emit_dtconst(dt),
+                emit_flit(DT_F64, dt == DT_I32 ? (double)in->ival : in->fval), emit_str_lit(help, strlen(help)));
     }
     fprintf(o, "};\n");
   }
   fprintf(o, "\nint main(int argc, char **argv) {\n");
   fprintf(o, "  shd_init(&argc, &argv, %d, shd_mesh_names, shd_mesh_sizes);\n", mod->mesh.naxes);
+  if (metrics)
+    fprintf(o, "  shd_metrics_enable();\n");
   fprintf(o, "  shd_args_check(%s, %d);\n", args.len ? "shd_args" : "NULL", args.len);
   fprintf(o, "  shd_check_memory(%lldull);\n", (long long)explain_func_peak(mod, mainf));
   fprintf(o, "  shd_span_begin(SHD_SPAN_CALL, \"main\", %d);\n  %s();\n  shd_span_end();\n", mainf->pos.line,

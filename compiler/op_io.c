@@ -1,12 +1,15 @@
-/* op_io.c: the I/O family: print, save, load, load_dim, arg, clock.
+/* op_io.c: the I/O family: print, metrics, save, load, load_dim, arg, clock.
  *
  * print(items...) prints on rank 0 (sharded values are gathered, pending
- * sums reduced: the partitioner reshards each value to replicated); save
+ * sums reduced: the partitioner reshards each value to replicated);
+ * metrics(key=value, ...) appends one JSON object to the file of the
+ * program's --metrics=FILE flag, on rank 0 (its scalars replicated as
+ * print's; runtime/metrics.c writes valid JSON whatever they hold); save
  * writes the global array as .npy, each rank its own block, after reducing
  * pending sums; load reads one, typed by its annotation; load_dim reads the
  * size of one dim of a file's array at run time (to place windows in a file
- * of any length); arg reads --name=value from the program's command line;
- * clock is MPI_Wtime.
+ * of any length); arg reads --name=value (or --name value) from the program's command line,
+ * with a help text for --help; clock is MPI_Wtime.
  *
  * Program text reaches the generated C only as data: every path, name and
  * print text is written as a C string literal by emit_str_lit, which
@@ -26,7 +29,7 @@
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname
 
-enum { IO_PRINT, IO_SAVE, IO_LOAD, IO_LOAD_DIM, IO_ARG, IO_CLOCK };
+enum { IO_PRINT, IO_SAVE, IO_LOAD, IO_LOAD_DIM, IO_ARG, IO_CLOCK, IO_METRICS };
 
 static bool is_array(const Value *v) { return v->type.rank > 0; }
 static const char *str_lit(const char *s) { return emit_str_lit(s, strlen(s)); }
@@ -67,16 +70,21 @@ static const char *path_c(const Inst *in, const char *what) {
   return arena_printf("shd_str_path(&%s, \"%s\", %d)", vname(p), what, in->pos.line);
 }
 
-/* .npy I/O is collective over the whole mesh and works on global arrays: a
- * manual body (per-device, maybe under a varying branch) has neither. */
+/* .npy I/O is collective over the whole mesh and works on global arrays,
+ * and a metrics line is the program's: a manual body (per-device, maybe
+ * under a varying branch) has neither. */
 static bool global_view_only(TcCtx *c, Expr *e) {
   if (!c->manual)
     return true;
-  diag_error(e->pos, "E_MANUAL",
-             "%s reads or writes a .npy file with every device taking part, so it is only available in the "
-             "global view; %s",
-             tc_callee(e), e->bi->code == IO_SAVE ? "return the value from the manual function and save it there"
-                                                  : "read it in the global view and pass it as an argument");
+  if (e->bi->code == IO_METRICS)
+    diag_error(e->pos, "E_MANUAL", "metrics writes one line for the whole program from rank 0, so it is only "
+               "available in the global view; return the value from the manual function and report it there");
+  else
+    diag_error(e->pos, "E_MANUAL",
+               "%s reads or writes a .npy file with every device taking part, so it is only available in the "
+               "global view; %s",
+               tc_callee(e), e->bi->code == IO_SAVE ? "return the value from the manual function and save it there"
+                                                    : "read it in the global view and pass it as an argument");
   return false;
 }
 
@@ -98,6 +106,51 @@ static Type check_print(TcCtx *c, Expr *e, const Type *annot) {
       tc_want_array(c, a, &t, "print");
   }
   return ty_void();
+}
+
+/* metrics(key=value, ...): keyword arguments only, each key once, each
+ * value a str or a scalar that is the same on every device (a pending sum
+ * is reduced, as print does). */
+static Type check_metrics(TcCtx *c, Expr *e, const Type *annot) {
+  if (!global_view_only(c, e))
+    return ty_error();
+  if (!e->args.len) {
+    diag_error(e->pos, "E_ARG", "metrics needs at least one key=value, e.g. metrics(step=step, loss=l)");
+    return ty_error();
+  }
+  bool ok = true;
+  for (int i = 0; i < e->args.len; i++) {
+    Expr *a = e->args.data[i];
+    if (a->kind != EX_KWARG) {
+      diag_error(a->pos, "E_ARG", "metrics takes key=value arguments, each value named by its key: "
+                 "metrics(step=step, loss=l), not metrics(%s)", tc_expr_text(a));
+      ok = false;
+      continue;
+    }
+    for (int k = 0; k < i; k++) {
+      Expr *b = e->args.data[k];
+      if (b->kind == EX_KWARG && !strcmp(b->str, a->str)) {
+        diag_error(a->pos, "E_ARG", "metrics: the key %s is given twice; each key appears once in a line",
+                   a->str);
+        ok = false;
+      }
+    }
+    Type t = tc_expr(c, a->lhs);
+    if (t.kind == TY_ERROR || t.kind == TY_STRING) {
+      ok &= t.kind != TY_ERROR;
+      continue;
+    }
+    if (!tc_want_array(c, a->lhs, &t, "metrics")) {
+      ok = false;
+      continue;
+    }
+    if (t.rank) {
+      diag_error(a->lhs->pos, "E_SHAPE", "metrics: %s=%s is the array %s; a metric is one scalar per line, e.g. "
+                 "%s=mean(%s)", a->str, tc_expr_text(a->lhs), TS(&t), a->str, tc_expr_text(a->lhs));
+      ok = false;
+    }
+  }
+  return ok ? ty_void() : ty_error();
 }
 
 static Type check_save(TcCtx *c, Expr *e, const Type *annot) {
@@ -191,6 +244,7 @@ static bool arg_name_ok(Expr *s) {
   const char *why = !s->str[0] ? "is empty"
                     : strchr(s->str, '=') ? "contains '=', which ends the name on the command line"
                     : !strcmp(s->str, "help") ? "is reserved: --help lists the program's arguments"
+                    : !strcmp(s->str, "metrics") ? "is reserved: --metrics=FILE is where metrics() writes"
                     : NULL;
   if (why)
     diag_error(s->pos, "E_ARG", "arg: the name %s %s; use letters, digits, '_' or '-', e.g. arg(\"steps\", 10)",
@@ -198,12 +252,29 @@ static bool arg_name_ok(Expr *s) {
   return !why;
 }
 
+/* help="...": one line of printable text for --help. */
+static bool arg_help_ok(TcCtx *c, Expr *h) {
+  if (!h)
+    return true;
+  if (!tc_string_arg(c, h, "arg's help"))
+    return false;
+  for (const unsigned char *p = (const unsigned char *)h->str; *p; p++)
+    if (*p < 32 || *p == 127) {
+      diag_error(h->pos, "E_ARG", "arg: the help text holds a control character (byte %d); --help prints it on "
+                 "one line of plain text", *p);
+      return false;
+    }
+  return true;
+}
+
 static Type check_arg(TcCtx *c, Expr *e, const Type *annot) {
   TcInfo *info = tc_info(e);
   Expr *pos[2], *kw[1];
-  int n = tc_call_args(c, e, pos, 2, 2, kw, NULL, 0, "arg(\"name\", default)");
-  if (n < 0 || !tc_string_arg(c, pos[0], "arg") || !arg_name_ok(pos[0]))
+  const char *kwn[1] = {"help"};
+  int n = tc_call_args(c, e, pos, 2, 2, kw, kwn, 1, "arg(\"name\", default) or arg(\"name\", default, help=\"...\")");
+  if (n < 0 || !tc_string_arg(c, pos[0], "arg") || !arg_name_ok(pos[0]) || !arg_help_ok(c, kw[0]))
     return ty_error();
+  info->y = kw[0];
   Type d = tc_expr(c, pos[1]);
   if (d.kind == TY_ERROR)
     return d;
@@ -279,6 +350,25 @@ static Value *lower_print(Lower *L, Expr *e) {
   return NULL;
 }
 
+/* IR_METRICS: one operand per key, the keys in Inst.str one after another,
+ * each NUL-terminated (Inst.niv of them). */
+static Value *lower_metrics(Lower *L, Expr *e) {
+  int n = e->args.len;
+  Value **args = arena_alloc(sizeof(Value *) * (size_t)n);
+  Str keys = {0};
+  for (int i = 0; i < n; i++) {
+    Expr *a = e->args.data[i];
+    str_printf(&keys, "%s", a->str);
+    str_putc(&keys, '\0');
+    args[i] = a->lhs->ty->kind == TY_STRING ? lower_expr(L, a->lhs) : lower_as(L, a->lhs, a->lhs->ty->dtype);
+  }
+  Inst *in = lower_emit0(L, IR_METRICS, e->pos, n, args);
+  in->str = arena_strndup(keys.buf, keys.len);
+  in->niv = n;
+  free(keys.buf);
+  return NULL;
+}
+
 static Value *lower_save(Lower *L, Expr *e) {
   TcInfo *info = e->tc;
   Expr *path = e->args.data[0];
@@ -320,16 +410,27 @@ static Value *lower_load_dim(Lower *L, Expr *e) {
   return in->results[0];
 }
 
+/* IR_ARG's Inst.str: the name, NUL, the help text ("" when none). */
+static const char *arg_name_help(Expr *e) {
+  TcInfo *info = e->tc;
+  const char *name = ((Expr *)e->args.data[0])->str, *help = info->y ? info->y->str : "";
+  size_t n = strlen(name), h = strlen(help);
+  char *s = arena_alloc(n + h + 2);
+  memcpy(s, name, n + 1);
+  memcpy(s + n + 1, help, h + 1);
+  return s;
+}
+
 static Value *lower_arg(Lower *L, Expr *e) {
   TcInfo *info = e->tc;
   if (e->ty->kind == TY_STRING) {
     Value *def = lower_expr(L, info->value);
     Inst *in = lower_emit(L, IR_ARG, e->pos, 1, &def, *e->ty);
-    in->str = ((Expr *)e->args.data[0])->str;
+    in->str = arg_name_help(e);
     return in->results[0];
   }
   Inst *in = lower_emit(L, IR_ARG, e->pos, 0, NULL, *e->ty);
-  in->str = ((Expr *)e->args.data[0])->str;
+  in->str = arg_name_help(e);
   in->fval = lower_fold(L, info->value);
   in->ival = (int64_t)in->fval;
   return in->results[0];
@@ -387,6 +488,28 @@ static void emit_print(Emit *e, const Inst *in) {
       emit_line(e, "shd_print_scalar((double)%s, %s);", vname(v), emit_dtconst(v->type.dtype));
   }
   emit_line(e, "shd_print_end();");
+  emit_indent(e, -2);
+  emit_line(e, "}");
+}
+
+static void emit_metrics(Emit *e, const Inst *in) {
+  emit_line(e, "if (shd_world_rank() == 0 && shd_metrics_on()) {");
+  emit_indent(e, 2);
+  emit_line(e, "shd_metrics_begin();");
+  const char *key = in->str;
+  for (int k = 0; k < in->nargs; k++, key += strlen(key) + 1) {
+    const Value *v = in->args[k];
+    if (is_str(v))
+      emit_line(e, "shd_metrics_str(%s, &%s);", str_lit(key), vname(v));
+    else if (v->type.dtype == DT_I32)
+      emit_line(e, "shd_metrics_i32(%s, %s);", str_lit(key), vname(v));
+    else if (v->type.dtype == DT_BOOL)
+      emit_line(e, "shd_metrics_bool(%s, %s);", str_lit(key), vname(v));
+    else
+      emit_line(e, "shd_metrics_float(%s, (double)%s, %s);", str_lit(key), vname(v),
+                v->type.dtype == DT_F32 ? "true" : "false");
+  }
+  emit_line(e, "shd_metrics_end(%d);", in->pos.line);
   emit_indent(e, -2);
   emit_line(e, "}");
 }
@@ -461,6 +584,21 @@ static void print_str(FILE *out, const Module *mod, const Inst *in) {
     fprintf(out, " %s", str_lit(in->str));
 }
 
+static void print_arg(FILE *out, const Module *mod, const Inst *in) {
+  print_str(out, mod, in);
+  const char *help = in->str + strlen(in->str) + 1;
+  if (*help)
+    fprintf(out, " help=%s", str_lit(help));
+}
+
+static void print_keys(FILE *out, const Module *mod, const Inst *in) {
+  fputs(" keys=[", out);
+  const char *key = in->str;
+  for (int k = 0; k < in->niv; k++, key += strlen(key) + 1)
+    fprintf(out, "%s%s", k ? "," : "", str_lit(key));
+  fputc(']', out);
+}
+
 static void print_load_dim(FILE *out, const Module *mod, const Inst *in) {
   print_str(out, mod, in);
   fprintf(out, " dim=%d", in->dim);
@@ -489,7 +627,9 @@ const OpDef op_io_ops[] = {
     {.op = IR_LOAD, .name = "load", .flags = OPF_EFFECT, .print = print_str, .partition = part_created,
      .emit = emit_load},
     {.op = IR_LOAD_DIM, .name = "load_dim", .flags = OPF_EFFECT, .print = print_load_dim, .emit = emit_load_dim},
-    {.op = IR_ARG, .name = "arg", .print = print_str, .emit = emit_arg},
+    {.op = IR_ARG, .name = "arg", .print = print_arg, .emit = emit_arg},
+    {.op = IR_METRICS, .name = "metrics", .flags = OPF_EFFECT, .print = print_keys, .partition = part_print,
+     .emit = emit_metrics},
     {.op = IR_CLOCK, .name = "clock", .flags = OPF_EFFECT, .emit = emit_clock},
     {0},
 };
@@ -501,5 +641,6 @@ const BuiltinDef op_io_builtins[] = {
     {.name = "load_dim", .code = IO_LOAD_DIM, .check = check_load_dim, .lower = lower_load_dim},
     {.name = "arg", .code = IO_ARG, .flags = BIF_ANNOT, .check = check_arg, .lower = lower_arg},
     {.name = "clock", .code = IO_CLOCK, .check = check_clock, .lower = lower_clock},
+    {.name = "metrics", .code = IO_METRICS, .check = check_metrics, .lower = lower_metrics},
     {0},
 };

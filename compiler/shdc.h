@@ -685,9 +685,10 @@ typedef enum {
   IR_PRINT,            /* args: values; str: '\x1f'-separated texts */
   IR_SAVE,             /* str: path */
   IR_LOAD,             /* str: path */
-  IR_ARG,              /* str: name; fval/ival default */
+  IR_ARG,              /* str: name, NUL, help text; fval/ival default */
   IR_CLOCK,            /* wall-clock seconds (f64), for timing steps */
   IR_LOAD_DIM,         /* str: path (or the last arg); dim: which dim; result i32 */
+  IR_METRICS,          /* args: values; str: their keys, each NUL-terminated (niv) */
   IR_GRAD,             /* global only: callee, wrt mask, with_value */
   IR_TAPE_NEW,         /* args: count (i32); result: a tape of the carry type */
   IR_TAPE_PUSH,        /* args: tape, index, value: keeps a reference */

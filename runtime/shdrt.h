@@ -15,7 +15,7 @@
  * their coordinates on all axes outside the group.
  *
  * Errors: every runtime failure goes through shd_fatal, which prints
- * "shdc: rank R: MESSAGE" to stderr and calls MPI_Abort, so no rank is ever
+ * "PROG: rank R: MESSAGE" (PROG: the program's name) to stderr and calls MPI_Abort, so no rank is ever
  * left waiting in a collective.
  */
 #ifndef SHDRT_H
@@ -30,7 +30,7 @@
 /* The ABI version: bumped whenever a declaration below changes meaning.
  * Generated C checks it (#error on a mismatch), and `shdc --version`
  * prints the one its compiler emits for. */
-#define SHD_ABI_VERSION 1
+#define SHD_ABI_VERSION 2
 
 #define SHD_MAX_AXES 8
 #define SHD_MAX_RANK 8
@@ -303,23 +303,26 @@ void shd_print_end(void);             /* newline and fflush */
 
 /* ---- args.c: the program's command line -------------------------------- */
 
-/* One arg("NAME", default) of the program: its name, the dtype of its
- * value and the default; a str argument has sdef, its default of sdef_len
- * bytes, instead (and dtype is unused). */
+/* One arg("NAME", default, help="...") of the program: its name, the
+ * dtype of its value and the default; a str argument has sdef, its default
+ * of sdef_len bytes, instead (and dtype is unused); help is "" or the text
+ * --help shows. */
 typedef struct {
     const char *name;
     shd_dtype dtype;
     double def;
     const char *sdef;
     int64_t sdef_len;
+    const char *help;
 } shd_arg_spec;
 
 /* Collective, called by main right after shd_init with every arg the
  * program reads (specs may be NULL when n is 0). --help (or -h) prints them
- * with their types and defaults on rank 0 and every rank exits with status
- * 0; an unknown or malformed flag, a bare word, or a value that does not
- * parse or does not fit its type is reported by rank 0 as `shdc: rank 0:
- * argument ...`, and every rank exits with status 1. */
+ * with their types, help and defaults on rank 0 and every rank exits with
+ * status 0; an unknown or malformed flag, a bare word, or a value that does
+ * not parse or does not fit its type is reported by rank 0 as `PROG: rank
+ * 0: argument ...`, and every rank exits with status 1. A value follows
+ * '=' or is the next word (a bool's only after '='). */
 void shd_args_check(const shd_arg_spec *specs, int n);
 
 /* --name=value from the command line (the last one when repeated), else
@@ -327,6 +330,31 @@ void shd_args_check(const shd_arg_spec *specs, int n);
 int32_t shd_arg_i32(const char *name, int32_t def);
 double shd_arg_f64(const char *name, double def);
 bool shd_arg_bool(const char *name, bool def);
+
+/* ---- metrics.c: metrics(key=value, ...), one JSON object a line ---------- */
+
+/* Called by main before shd_args_check when the program calls metrics():
+ * --metrics=FILE is then one of its flags, and shd_args_check opens FILE
+ * for appending on rank 0 before any computation. */
+void shd_metrics_enable(void);
+/* Rank 0: whether --metrics=FILE was given (else a metrics() call does
+ * nothing). */
+bool shd_metrics_on(void);
+/* Rank 0, one line: begin, one call per key in order, end. The line is a
+ * JSON object of the keys in order: i32 and bool as JSON numbers and
+ * booleans, floats as the shortest decimal that reads back as the same
+ * f32 (f32 true) or f64, NaN and the infinities as the strings "NaN",
+ * "Infinity" and "-Infinity" (JSON has no such numbers), str values as
+ * JSON strings (bytes that are not UTF-8 become U+FFFD). end appends the
+ * line and its newline to FILE with one write; a write that fails stops
+ * every rank naming FILE, the source line and the cause. */
+void shd_metrics_begin(void);
+void shd_metrics_i32(const char *key, int32_t v);
+void shd_metrics_float(const char *key, double v, bool f32);
+void shd_metrics_bool(const char *key, bool v);
+struct shd_str;
+void shd_metrics_str(const char *key, const struct shd_str *v);
+void shd_metrics_end(int line);
 
 /* ---- str.c: run-time strings (the language's str) -------------------------- */
 
@@ -337,7 +365,7 @@ bool shd_arg_bool(const char *name, bool def);
  * source line. A str is the same on every rank (the language allows no
  * varying or sharded strings), so every rank stops alike. */
 #define SHD_STR_MAX 4096
-typedef struct {
+typedef struct shd_str {
     int32_t len;
     char s[SHD_STR_MAX];
 } shd_str;
@@ -350,6 +378,10 @@ void shd_str_i32(shd_str *out, int32_t x, int width, int line);
 void shd_str_chr(shd_str *out, int32_t x, int line);
 /* Shortest text that reads back as the same f32 (f32 true) or f64. */
 void shd_str_f64(shd_str *out, double x, bool f32);
+/* Fixed-point with `digits` digits after the point (0 to 20), as C's %.*f
+ * and Python's f"{x:.3f}": 2.3114 -> "2.311"; NaN and the infinities as
+ * "nan", "inf", "-inf". */
+void shd_str_fixed(shd_str *out, double x, int digits, int line);
 void shd_str_bool(shd_str *out, bool x);
 bool shd_str_eq(const shd_str *a, const shd_str *b);
 /* The string as a file path: stops every rank when it holds a NUL byte

@@ -53,6 +53,7 @@ EXPECT = [
     (20, "\\t", 0, "constant.character.escape.shd", "shdEscape"),
     (20, "\\\"", 0, "constant.character.escape.shd", "shdEscape"),
     (25, "1.5e3", 0, "constant.numeric.float.shd", "shdFloat"),
+    (26, "metrics", 0, "support.function.builtin.shd", "shdBuiltin"),
 ]
 
 
