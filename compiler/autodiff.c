@@ -427,7 +427,8 @@ static void leave_frame(AD *a, CloneStack *st) {
 static void clone_one(AD *a, CloneStack *st, const Inst *in) {
   grow(a);
   a->pos = in->pos;
-  if (st->recompute && (in->op == IR_PRINT || in->op == IR_SAVE || in->op == IR_METRICS))
+  if (st->recompute && (in->op == IR_PRINT || in->op == IR_SAVE || in->op == IR_METRICS || in->op == IR_MANIFEST ||
+                        in->op == IR_MKDIR || in->op == IR_KEEP_LAST))
     return;
   if (st->recompute && in->op == IR_TAPE_PUSH && in->parent == st->own_loop_body)
     return;

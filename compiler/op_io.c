@@ -1,10 +1,16 @@
-/* op_io.c: the I/O family: print, metrics, save, load, load_dim, arg, clock.
+/* op_io.c: the I/O family: print, metrics, save, load, load_dim, arg, clock,
+ * and the directories of a long run: mkdir, keep_last, manifest.
  *
  * print(items...) prints on rank 0 (sharded values are gathered, pending
  * sums reduced: the partitioner reshards each value to replicated);
  * metrics(key=value, ...) appends one JSON object to the file of the
  * program's --metrics=FILE flag, on rank 0 (its scalars replicated as
- * print's; runtime/metrics.c writes valid JSON whatever they hold); save
+ * print's; runtime/metrics.c writes valid JSON whatever they hold);
+ * manifest(PATH, key=value, ...) writes one JSON file recording the run
+ * (program, shdc, mesh, consts, args) and the keys; mkdir(PATH) creates a
+ * directory (and parents) and checks it is writable; keep_last(DIR,
+ * PREFIX, N) removes all but the last N entries of DIR named PREFIX...
+ * (runtime/fs.c); all three are collective, rank 0 acting; save
  * writes the global array as .npy, each rank its own block, after reducing
  * pending sums; load reads one, typed by its annotation; load_dim reads the
  * size of one dim of a file's array at run time (to place windows in a file
@@ -29,7 +35,7 @@
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname
 
-enum { IO_PRINT, IO_SAVE, IO_LOAD, IO_LOAD_DIM, IO_ARG, IO_CLOCK, IO_METRICS };
+enum { IO_PRINT, IO_SAVE, IO_LOAD, IO_LOAD_DIM, IO_ARG, IO_CLOCK, IO_METRICS, IO_MANIFEST, IO_MKDIR, IO_KEEP_LAST };
 
 static bool is_array(const Value *v) { return v->type.rank > 0; }
 static const char *str_lit(const char *s) { return emit_str_lit(s, strlen(s)); }
@@ -76,9 +82,12 @@ static const char *path_c(const Inst *in, const char *what) {
 static bool global_view_only(TcCtx *c, Expr *e) {
   if (!c->manual)
     return true;
-  if (e->bi->code == IO_METRICS)
-    diag_error(e->pos, "E_MANUAL", "metrics writes one line for the whole program from rank 0, so it is only "
-               "available in the global view; return the value from the manual function and report it there");
+  if (e->bi->code == IO_METRICS || e->bi->code == IO_MANIFEST)
+    diag_error(e->pos, "E_MANUAL", "%s writes for the whole program from rank 0, so it is only available in the "
+               "global view; return the value from the manual function and report it there", tc_callee(e));
+  else if (e->bi->code == IO_MKDIR || e->bi->code == IO_KEEP_LAST)
+    diag_error(e->pos, "E_MANUAL", "%s changes the file system for the whole program, with every device taking "
+               "part, so it is only available in the global view; call it there", tc_callee(e));
   else
     diag_error(e->pos, "E_MANUAL",
                "%s reads or writes a .npy file with every device taking part, so it is only available in the "
@@ -108,9 +117,54 @@ static Type check_print(TcCtx *c, Expr *e, const Type *annot) {
   return ty_void();
 }
 
-/* metrics(key=value, ...): keyword arguments only, each key once, each
- * value a str or a scalar that is the same on every device (a pending sum
- * is reduced, as print does). */
+/* The key=value arguments from..len of a metrics or manifest call: each
+ * key once (and none of `reserved`), each value a str or a scalar that is
+ * the same on every device (a pending sum is reduced, as print does). */
+static bool check_keyed(TcCtx *c, Expr *e, int from, const char *const *reserved) {
+  const char *what = tc_callee(e);
+  bool ok = true;
+  for (int i = from; i < e->args.len; i++) {
+    Expr *a = e->args.data[i];
+    if (a->kind != EX_KWARG) {
+      diag_error(a->pos, "E_ARG", "%s takes key=value arguments, each value named by its key: %s, not %s(%s%s)",
+                 what, from ? "manifest(path, step=step)" : "metrics(step=step, loss=l)", what,
+                 from ? "path, " : "", tc_expr_text(a));
+      ok = false;
+      continue;
+    }
+    for (int k = from; k < i; k++) {
+      Expr *b = e->args.data[k];
+      if (b->kind == EX_KWARG && !strcmp(b->str, a->str)) {
+        diag_error(a->pos, "E_ARG", "%s: the key %s is given twice; each key appears once", what, a->str);
+        ok = false;
+      }
+    }
+    for (int k = 0; reserved && reserved[k]; k++)
+      if (!strcmp(reserved[k], a->str)) {
+        diag_error(a->pos, "E_ARG", "%s: the key %s is the manifest's own (program, shdc, ranks, mesh, config, "
+                   "args); choose another name, e.g. my_%s", what, a->str, a->str);
+        ok = false;
+      }
+    Type t = tc_expr(c, a->lhs);
+    if (t.kind == TY_ERROR || t.kind == TY_STRING) {
+      ok &= t.kind != TY_ERROR;
+      continue;
+    }
+    if (!tc_want_array(c, a->lhs, &t, what)) {
+      ok = false;
+      continue;
+    }
+    if (t.rank) {
+      diag_error(a->lhs->pos, "E_SHAPE", "%s: %s=%s is the array %s; %s, e.g. %s=mean(%s)", what, a->str,
+                 tc_expr_text(a->lhs), TS(&t), from ? "a manifest value is one scalar" : "a metric is one scalar per line",
+                 a->str, tc_expr_text(a->lhs));
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+/* metrics(key=value, ...): keyword arguments only. */
 static Type check_metrics(TcCtx *c, Expr *e, const Type *annot) {
   if (!global_view_only(c, e))
     return ty_error();
@@ -118,39 +172,97 @@ static Type check_metrics(TcCtx *c, Expr *e, const Type *annot) {
     diag_error(e->pos, "E_ARG", "metrics needs at least one key=value, e.g. metrics(step=step, loss=l)");
     return ty_error();
   }
-  bool ok = true;
-  for (int i = 0; i < e->args.len; i++) {
-    Expr *a = e->args.data[i];
-    if (a->kind != EX_KWARG) {
-      diag_error(a->pos, "E_ARG", "metrics takes key=value arguments, each value named by its key: "
-                 "metrics(step=step, loss=l), not metrics(%s)", tc_expr_text(a));
-      ok = false;
+  return check_keyed(c, e, 0, NULL) ? ty_void() : ty_error();
+}
+
+/* A str value (literal or expression), not a path. */
+static bool check_str_value(TcCtx *c, Expr *a, const char *what) {
+  Type t = tc_expr(c, a);
+  if (t.kind == TY_ERROR)
+    return false;
+  if (t.kind != TY_STRING) {
+    diag_error(a->pos, "E_ARG", "%s must be a str, not %s", what, t.kind == TY_ARRAY ? TS(&t) : "this value");
+    return false;
+  }
+  return true;
+}
+
+/* A str path (literal or expression) as the first argument. */
+static bool check_path_first(TcCtx *c, Expr *e, const char *usage) {
+  if (!e->args.len || ((Expr *)e->args.data[0])->kind == EX_KWARG) {
+    diag_error(e->pos, "E_ARG", "%s needs a path first: %s", tc_callee(e), usage);
+    return false;
+  }
+  Expr *p = e->args.data[0];
+  if (p->kind == EX_STRING && !p->str[0]) {
+    diag_error(p->pos, "E_ARG", "%s: the path is empty; write e.g. %s", tc_callee(e), usage);
+    return false;
+  }
+  if (p->kind == EX_STRING)
+    return tc_string_arg(c, p, tc_callee(e));
+  return check_path(c, p, tc_callee(e));
+}
+
+/* manifest(PATH, key=value, ...). The program's consts (their values
+ * after -D) go with the call, as name=literal keywords of a list in
+ * TcInfo.value, for the manifest's "config". */
+static Type check_manifest(TcCtx *c, Expr *e, const Type *annot) {
+  static const char *const reserved[] = {"program", "shdc", "ranks", "mesh", "config", "args", NULL};
+  if (!global_view_only(c, e) || !check_path_first(c, e, "manifest(dir + \"/manifest.json\", step=step)"))
+    return ty_error();
+  if (!check_keyed(c, e, 1, reserved))
+    return ty_error();
+  Expr *config = ast_expr(EX_LIST, e->pos);
+  for (int i = 0; i < c->prog->consts.len; i++) {
+    const ConstDecl *cd = c->prog->consts.data[i];
+    if (!cd->sym)
       continue;
-    }
-    for (int k = 0; k < i; k++) {
-      Expr *b = e->args.data[k];
-      if (b->kind == EX_KWARG && !strcmp(b->str, a->str)) {
-        diag_error(a->pos, "E_ARG", "metrics: the key %s is given twice; each key appears once in a line",
-                   a->str);
-        ok = false;
-      }
-    }
-    Type t = tc_expr(c, a->lhs);
-    if (t.kind == TY_ERROR || t.kind == TY_STRING) {
-      ok &= t.kind != TY_ERROR;
-      continue;
-    }
-    if (!tc_want_array(c, a->lhs, &t, "metrics")) {
-      ok = false;
-      continue;
-    }
-    if (t.rank) {
-      diag_error(a->lhs->pos, "E_SHAPE", "metrics: %s=%s is the array %s; a metric is one scalar per line, e.g. "
-                 "%s=mean(%s)", a->str, tc_expr_text(a->lhs), TS(&t), a->str, tc_expr_text(a->lhs));
-      ok = false;
+    Expr *v = ast_expr(cd->sym->is_float_const ? EX_FLOAT : EX_INT, e->pos);
+    v->ival = cd->sym->ival;
+    v->fval = cd->sym->fval;
+    Expr *kv = ast_expr(EX_KWARG, e->pos);
+    kv->str = (char *)cd->sym->name;
+    kv->lhs = v;
+    vec_push(&config->args, kv);
+  }
+  tc_info(e)->value = config;
+  return ty_void();
+}
+
+/* mkdir(PATH). */
+static Type check_mkdir(TcCtx *c, Expr *e, const Type *annot) {
+  Expr *pos[1], *kw[1];
+  if (!global_view_only(c, e) || tc_call_args(c, e, pos, 1, 1, kw, NULL, 0, "mkdir(dir)") < 0 ||
+      !check_path_first(c, e, "mkdir(\"ckpt\")"))
+    return ty_error();
+  return ty_void();
+}
+
+/* keep_last(DIR, PREFIX, N). */
+static Type check_keep_last(TcCtx *c, Expr *e, const Type *annot) {
+  Expr *pos[3], *kw[1];
+  const char *usage = "keep_last(dir, \"step_\", 3)";
+  if (!global_view_only(c, e) || tc_call_args(c, e, pos, 3, 3, kw, NULL, 0, usage) < 0 ||
+      !check_path_first(c, e, usage) || !check_str_value(c, pos[1], "keep_last's prefix") ||
+      !tc_scalar_value(c, pos[2], DT_I32, "keep_last's count", false))
+    return ty_error();
+  Expr *p = pos[1];
+  if (p->kind == EX_STRING && (!p->str[0] || strchr(p->str, '/'))) {
+    diag_error(p->pos, "E_ARG", "keep_last: the prefix %s %s; it names the entries of the directory to keep or "
+               "remove, e.g. %s", str_lit(p->str), p->str[0] ? "holds '/'" : "is empty (it would match every entry)",
+               usage);
+    return ty_error();
+  }
+  if (pos[2]->ty->weak) {
+    int64_t n;
+    if (!tc_const_int(c, pos[2], &n))
+      return ty_error();
+    if (n < 1) {
+      diag_error(pos[2]->pos, "E_ARG", "keep_last keeps %lld entries; keep at least 1 (the newest)", (long long)n);
+      return ty_error();
     }
   }
-  return ok ? ty_void() : ty_error();
+  return ty_void();
 }
 
 static Type check_save(TcCtx *c, Expr *e, const Type *annot) {
@@ -369,6 +481,59 @@ static Value *lower_metrics(Lower *L, Expr *e) {
   return NULL;
 }
 
+/* IR_MANIFEST: the path, then one operand per key (keys as IR_METRICS, in
+ * Inst.str); after the keys Inst.str holds each const's name, and Inst.iv
+ * its value (Inst.dim of them; a float const's as the bits of a double,
+ * flagged in Inst.mask's bit k for const k < 32, else rounded). */
+static Value *lower_manifest(Lower *L, Expr *e) {
+  int n = e->args.len;
+  Value **args = arena_alloc(sizeof(Value *) * (size_t)n);
+  Str keys = {0};
+  Expr *config = ((TcInfo *)e->tc)->value;
+  args[0] = lower_expr(L, e->args.data[0]);
+  for (int i = 1; i < n; i++) {
+    Expr *a = e->args.data[i];
+    str_printf(&keys, "%s", a->str);
+    str_putc(&keys, '\0');
+    args[i] = a->lhs->ty->kind == TY_STRING ? lower_expr(L, a->lhs) : lower_as(L, a->lhs, a->lhs->ty->dtype);
+  }
+  int nc = config->args.len;
+  int64_t *vals = arena_alloc(sizeof(int64_t) * (size_t)(nc + 1));
+  unsigned floats = 0;
+  for (int i = 0; i < nc; i++) {
+    Expr *kv = config->args.data[i];
+    str_printf(&keys, "%s", kv->str);
+    str_putc(&keys, '\0');
+    if (kv->lhs->kind == EX_FLOAT && i < 32) {
+      floats |= 1u << i;
+      memcpy(&vals[i], &kv->lhs->fval, sizeof(double));
+    } else {
+      vals[i] = kv->lhs->kind == EX_FLOAT ? (int64_t)kv->lhs->fval : kv->lhs->ival;
+    }
+  }
+  Inst *in = lower_emit0(L, IR_MANIFEST, e->pos, n, args);
+  in->str = keys.len ? arena_strndup(keys.buf, keys.len) : "";
+  in->niv = n - 1;
+  in->iv = vals;
+  in->dim = nc;
+  in->mask = floats;
+  free(keys.buf);
+  return NULL;
+}
+
+static Value *lower_mkdir(Lower *L, Expr *e) {
+  Value *p = lower_expr(L, e->args.data[0]);
+  lower_emit0(L, IR_MKDIR, e->pos, 1, &p);
+  return NULL;
+}
+
+static Value *lower_keep_last(Lower *L, Expr *e) {
+  Value *args[3] = {lower_expr(L, e->args.data[0]), lower_expr(L, e->args.data[1]),
+                    lower_as(L, e->args.data[2], DT_I32)};
+  lower_emit0(L, IR_KEEP_LAST, e->pos, 3, args);
+  return NULL;
+}
+
 static Value *lower_save(Lower *L, Expr *e) {
   TcInfo *info = e->tc;
   Expr *path = e->args.data[0];
@@ -492,26 +657,72 @@ static void emit_print(Emit *e, const Inst *in) {
   emit_line(e, "}");
 }
 
+/* The shd_json_* calls of the keyed operands first..nargs-1 (keys in
+ * Inst.str). */
+static void emit_json_values(Emit *e, const Inst *in, int first) {
+  const char *key = in->str;
+  for (int k = first; k < in->nargs; k++, key += strlen(key) + 1) {
+    const Value *v = in->args[k];
+    if (is_str(v))
+      emit_line(e, "shd_json_str(%s, &%s);", str_lit(key), vname(v));
+    else if (v->type.dtype == DT_I32)
+      emit_line(e, "shd_json_i32(%s, %s);", str_lit(key), vname(v));
+    else if (v->type.dtype == DT_BOOL)
+      emit_line(e, "shd_json_bool(%s, %s);", str_lit(key), vname(v));
+    else
+      emit_line(e, "shd_json_float(%s, (double)%s, %s);", str_lit(key), vname(v),
+                v->type.dtype == DT_F32 ? "true" : "false");
+  }
+}
+
 static void emit_metrics(Emit *e, const Inst *in) {
   emit_line(e, "if (shd_world_rank() == 0 && shd_metrics_on()) {");
   emit_indent(e, 2);
   emit_line(e, "shd_metrics_begin();");
-  const char *key = in->str;
-  for (int k = 0; k < in->nargs; k++, key += strlen(key) + 1) {
-    const Value *v = in->args[k];
-    if (is_str(v))
-      emit_line(e, "shd_metrics_str(%s, &%s);", str_lit(key), vname(v));
-    else if (v->type.dtype == DT_I32)
-      emit_line(e, "shd_metrics_i32(%s, %s);", str_lit(key), vname(v));
-    else if (v->type.dtype == DT_BOOL)
-      emit_line(e, "shd_metrics_bool(%s, %s);", str_lit(key), vname(v));
-    else
-      emit_line(e, "shd_metrics_float(%s, (double)%s, %s);", str_lit(key), vname(v),
-                v->type.dtype == DT_F32 ? "true" : "false");
-  }
+  emit_json_values(e, in, 0);
   emit_line(e, "shd_metrics_end(%d);", in->pos.line);
   emit_indent(e, -2);
   emit_line(e, "}");
+}
+
+/* manifest(PATH, ...): operand 0 is the path; the consts after the keys
+ * (lower_manifest) become a table of the call. */
+static void emit_manifest(Emit *e, const Inst *in) {
+  const char *name = in->str;
+  for (int k = 0; k < in->niv; k++)
+    name += strlen(name) + 1;
+  Str table = {0};
+  for (int k = 0; k < in->dim; k++, name += strlen(name) + 1) {
+    double v;
+    bool is_float = k < 32 && (in->mask >> k & 1);
+    if (is_float)
+      memcpy(&v, &in->iv[k], sizeof v);
+    str_printf(&table, "{%s, %s, %s}, ", str_lit(name), is_float ? emit_flit(DT_F64, v) : arena_printf("%lld.0",
+               (long long)in->iv[k]), is_float ? "false" : "true");
+  }
+  emit_line(e, "{");
+  emit_indent(e, 2);
+  emit_line(e, "static const shd_const consts[] = {%s{NULL, 0.0, false}};", table.len ? str_cstr(&table) : "");
+  emit_line(e, "shd_manifest_begin(%s, consts, %d);", str_lit(drv_version_full()), in->dim);
+  free(table.buf);
+  emit_line(e, "if (shd_world_rank() == 0) {");
+  emit_indent(e, 2);
+  emit_json_values(e, in, 1);
+  emit_indent(e, -2);
+  emit_line(e, "}");
+  emit_line(e, "shd_manifest_end(shd_str_path(&%s, \"manifest\", %d), %d);", vname(in->args[0]), in->pos.line,
+            in->pos.line);
+  emit_indent(e, -2);
+  emit_line(e, "}");
+}
+
+static void emit_mkdir(Emit *e, const Inst *in) {
+  emit_line(e, "shd_mkdir(shd_str_path(&%s, \"mkdir\", %d), %d);", vname(in->args[0]), in->pos.line, in->pos.line);
+}
+
+static void emit_keep_last(Emit *e, const Inst *in) {
+  emit_line(e, "shd_keep_last(shd_str_path(&%s, \"keep_last\", %d), %s.s, %s, %d);", vname(in->args[0]),
+            in->pos.line, vname(in->args[1]), vname(in->args[2]), in->pos.line);
 }
 
 static void emit_load(Emit *e, const Inst *in) {
@@ -630,6 +841,10 @@ const OpDef op_io_ops[] = {
     {.op = IR_ARG, .name = "arg", .print = print_arg, .emit = emit_arg},
     {.op = IR_METRICS, .name = "metrics", .flags = OPF_EFFECT, .print = print_keys, .partition = part_print,
      .emit = emit_metrics},
+    {.op = IR_MANIFEST, .name = "manifest", .flags = OPF_EFFECT, .print = print_keys, .partition = part_print,
+     .emit = emit_manifest},
+    {.op = IR_MKDIR, .name = "mkdir", .flags = OPF_EFFECT, .emit = emit_mkdir},
+    {.op = IR_KEEP_LAST, .name = "keep_last", .flags = OPF_EFFECT, .partition = part_print, .emit = emit_keep_last},
     {.op = IR_CLOCK, .name = "clock", .flags = OPF_EFFECT, .emit = emit_clock},
     {0},
 };
@@ -642,5 +857,8 @@ const BuiltinDef op_io_builtins[] = {
     {.name = "arg", .code = IO_ARG, .flags = BIF_ANNOT, .check = check_arg, .lower = lower_arg},
     {.name = "clock", .code = IO_CLOCK, .check = check_clock, .lower = lower_clock},
     {.name = "metrics", .code = IO_METRICS, .check = check_metrics, .lower = lower_metrics},
+    {.name = "manifest", .code = IO_MANIFEST, .check = check_manifest, .lower = lower_manifest},
+    {.name = "mkdir", .code = IO_MKDIR, .check = check_mkdir, .lower = lower_mkdir},
+    {.name = "keep_last", .code = IO_KEEP_LAST, .check = check_keep_last, .lower = lower_keep_last},
     {0},
 };

@@ -96,6 +96,9 @@ __attribute__((format(printf, 2, 3))) void diag_note(Pos pos, const char *fmt, .
 const char *diag_line_text(const SourceFile *f, int line, size_t *len);
 int diag_error_count(void);
 void diag_reset(void);
+/* Ends the last plain diagnostic (its explain-error hint, after its notes):
+ * call when a file's diagnostics are done, before other output. */
+void diag_finish(void);
 /* At most n errors are printed (0: all); the rest are counted only. */
 void diag_set_max_errors(int n);
 int diag_errors_not_shown(void);
@@ -689,6 +692,9 @@ typedef enum {
   IR_CLOCK,            /* wall-clock seconds (f64), for timing steps */
   IR_LOAD_DIM,         /* str: path (or the last arg); dim: which dim; result i32 */
   IR_METRICS,          /* args: values; str: their keys, each NUL-terminated (niv) */
+  IR_MANIFEST,         /* args: path, values; str: the keys as IR_METRICS */
+  IR_MKDIR,            /* args: path */
+  IR_KEEP_LAST,        /* args: dir, prefix, count */
   IR_GRAD,             /* global only: callee, wrt mask, with_value */
   IR_TAPE_NEW,         /* args: count (i32); result: a tape of the carry type */
   IR_TAPE_PUSH,        /* args: tape, index, value: keeps a reference */
@@ -1179,6 +1185,8 @@ typedef struct {
   const char *name;        /* a short title */
   const char *summary;     /* one line */
   const char *help;        /* what the rule is and the usual fix */
+  const char *example;     /* a program with this error (and no other) */
+  const char *fixed;       /* the same program, fixed: it checks clean */
 } DiagCode;
 int diag_code_count(void);
 const DiagCode *diag_code_at(int i);
@@ -1229,9 +1237,20 @@ int tsum_run(const char *path);
 void drv_print_version(FILE *out);
 int drv_abi_version(void);
 const char *drv_version(void);
+/* "shdc VERSION (git REVISION)": what a manifest records. */
+const char *drv_version_full(void);
 /* The documentation beside this shdc (the installed man page, or docs/cli.md
  * of its source tree) as an absolute path, or NULL. */
 const char *drv_doc_path(void);
+/* The directory of the pages of docs/ beside this shdc (installed in
+ * PREFIX/share/doc/shdc, or docs/ of its source tree), absolute, or NULL. */
+const char *drv_docs_dir(void);
+/* main.c: `shdc check` of a program held in memory (named `name` in the
+ * diagnostics), in a child process: its exit status (0, 1 or 2), and the
+ * plain diagnostics it printed in *out (malloc'd). */
+int drv_check_text(const char *name, const char *text, char **out);
+/* explain_error.c: `shdc explain-error [CODE | --all]`; the exit status. */
+int drv_explain_error(const char *code, bool all);
 typedef struct {
   char inc[4300];      /* the -I directory holding shdrt.h */
   char lib[4300];      /* libshdrt.a */

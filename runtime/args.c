@@ -257,8 +257,31 @@ static void print_help(const char *prog, const shd_arg_spec *specs, int n)
     fflush(stdout);
 }
 
+static const shd_arg_spec *g_specs;   /* the table shd_args_check read */
+static int g_nspecs;
+
+void shd_args_describe(void)
+{
+    for (int i = 0; i < g_nspecs; i++) {
+        const shd_arg_spec *s = &g_specs[i];
+        if (s->sdef) {
+            shd_str v;
+            shd_arg_str(&v, s->name, s->sdef, s->sdef_len);
+            shd_json_str(s->name, &v);
+        } else if (s->dtype == SHD_BOOL) {
+            shd_json_bool(s->name, shd_arg_bool(s->name, s->def != 0));
+        } else if (s->dtype == SHD_I32) {
+            shd_json_i32(s->name, shd_arg_i32(s->name, (int32_t)s->def));
+        } else {
+            shd_json_float(s->name, shd_arg_f64(s->name, s->def), s->dtype == SHD_F32);
+        }
+    }
+}
+
 void shd_args_check(const shd_arg_spec *specs, int n)
 {
+    g_specs = specs;
+    g_nspecs = n;
     int argc;
     char **argv;
     shd_saved_args(&argc, &argv);

@@ -1,4 +1,6 @@
-/* metrics.c: metrics(key=value, ...) as JSON Lines, for plots and dashboards.
+/* metrics.c: what a run reports as JSON: metrics(key=value, ...) as JSON
+ * Lines, for plots and dashboards, and manifest(PATH, key=value, ...), the
+ * record a checkpoint keeps of the run that wrote it.
  *
  * A program that calls metrics() accepts --metrics=FILE (args.c). Rank 0
  * opens FILE for appending when the command line is checked, before any
@@ -18,7 +20,18 @@
  * the source line of the call and the cause: a metrics file is never left
  * short without a word.
  *
- * Invariant: only rank 0 writes; the other ranks never open the file.
+ * A manifest is one JSON object written to PATH through a temporary beside
+ * it, renamed into place once complete: the program's name, the shdc that
+ * built it, the mesh, its integer consts (after -D), the value of every
+ * arg() as this run has it, then the keys of the call. Rank 0 writes it;
+ * every rank takes part in the verdict (shd_agree), so a manifest that
+ * cannot be written stops every rank at that statement.
+ *
+ * Both build their object with the same writer (shd_json_*), which only
+ * rank 0 fills; objects nest (shd_json_open/close) for the manifest's
+ * parts.
+ *
+ * Invariant: only rank 0 writes; the other ranks never open the files.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,14 +43,20 @@
 
 #include "shdrt_internal.h"
 
+#define MAX_NEST 8
+
 static struct {
     bool wanted;             /* the program calls metrics() */
     int fd;                  /* rank 0, with --metrics: the file; else -1 */
     char path[4096];
-    char *buf;               /* the line being built */
+    char *buf;               /* the object being built */
     size_t len, cap;
-    int nkeys;
+    int nkeys[MAX_NEST];     /* keys so far in each open object */
+    int depth;
+    bool pretty;             /* a manifest: one key a line, indented */
 } g_m = { .fd = -1 };
+
+
 
 void shd_metrics_enable(void) { g_m.wanted = true; }
 bool shd_metrics_wanted(void) { return g_m.wanted; }
@@ -143,20 +162,52 @@ static void json_string(const char *s, size_t n)
 
 static void key(const char *k)
 {
-    if (g_m.nkeys++)
-        put(", ", 2);
+    if (g_m.nkeys[g_m.depth]++)
+        put(",", 1);
+    if (g_m.pretty) {
+        put("\n", 1);
+        for (int i = 0; i <= g_m.depth; i++)
+            put("  ", 2);
+    } else if (g_m.nkeys[g_m.depth] > 1) {
+        put(" ", 1);
+    }
     json_string(k, strlen(k));
     put(": ", 2);
 }
 
-void shd_metrics_begin(void)
+static void begin(bool pretty)
 {
     g_m.len = 0;
-    g_m.nkeys = 0;
+    g_m.depth = 0;
+    g_m.nkeys[0] = 0;
+    g_m.pretty = pretty;
     put("{", 1);
 }
 
-void shd_metrics_i32(const char *k, int32_t v)
+void shd_json_open(const char *k)
+{
+    if (g_m.depth + 1 >= MAX_NEST)
+        shd_fatal("metrics: objects nest more than %d deep", MAX_NEST);
+    key(k);
+    put("{", 1);
+    g_m.nkeys[++g_m.depth] = 0;
+}
+
+void shd_json_close(void)
+{
+    if (g_m.pretty && g_m.nkeys[g_m.depth]) {
+        put("\n", 1);
+        for (int i = 0; i < g_m.depth; i++)
+            put("  ", 2);
+    }
+    put("}", 1);
+    if (g_m.depth)
+        g_m.depth--;
+}
+
+void shd_metrics_begin(void) { begin(false); }
+
+void shd_json_i32(const char *k, int32_t v)
 {
     char t[16];
     key(k);
@@ -164,7 +215,7 @@ void shd_metrics_i32(const char *k, int32_t v)
     puts_(t);
 }
 
-void shd_metrics_float(const char *k, double v, bool f32)
+void shd_json_float(const char *k, double v, bool f32)
 {
     key(k);
     if (isnan(v)) {
@@ -180,16 +231,22 @@ void shd_metrics_float(const char *k, double v, bool f32)
     put(t.s, (size_t)t.len);
 }
 
-void shd_metrics_bool(const char *k, bool v)
+void shd_json_bool(const char *k, bool v)
 {
     key(k);
     puts_(v ? "true" : "false");
 }
 
-void shd_metrics_str(const char *k, const struct shd_str *v)
+void shd_json_str(const char *k, const struct shd_str *v)
 {
     key(k);
     json_string(v->s, (size_t)v->len);
+}
+
+void shd_json_text(const char *k, const char *v)
+{
+    key(k);
+    json_string(v, strlen(v));
 }
 
 void shd_metrics_end(int line)
@@ -203,4 +260,91 @@ void shd_metrics_end(int line)
             shd_fatal("line %d: metrics: cannot write to %s: %s", line, g_m.path, n < 0 ? strerror(errno) : "no space");
         done += (size_t)n;
     }
+}
+
+/* ---- manifest ---------------------------------------------------------------- */
+
+void shd_manifest_begin(const char *shdc, const shd_const *consts, int n)
+{
+    begin(true);
+    if (shd_world_rank() != 0)
+        return;
+    shd_json_text("program", shd_program_name());
+    shd_json_text("shdc", shdc);
+    shd_json_i32("ranks", shd_world_size());
+    int naxes, sizes[SHD_MAX_AXES];
+    shd_mesh_shape(&naxes, sizes);
+    shd_json_open("mesh");
+    for (int a = 0; a < naxes; a++)
+        shd_json_i32(shd_axis_name(a), sizes[a]);
+    shd_json_close();
+    shd_json_open("config");
+    for (int i = 0; i < n; i++) {
+        if (consts[i].integer) {
+            char t[32];
+            key(consts[i].name);
+            snprintf(t, sizeof t, "%.0f", consts[i].value);
+            puts_(t);
+        } else {
+            shd_json_float(consts[i].name, consts[i].value, false);
+        }
+    }
+    shd_json_close();
+    shd_json_open("args");
+    shd_args_describe();
+    shd_json_close();
+}
+
+/* Rank 0 writes PATH.tmp-PID, then renames it over PATH; the temporary is
+ * removed if the run stops in between (guard.c). */
+static const char *write_manifest(const char *path)
+{
+    static char why[4400];
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return "the path is too long";
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (fd < 0) {
+        snprintf(why, sizeof why, "cannot create %s: %s", tmp, strerror(errno));
+        return why;
+    }
+    shd_guard_temp(tmp);
+    const char *err = NULL;
+    for (size_t done = 0; done < g_m.len && !err;) {
+        ssize_t n = write(fd, g_m.buf + done, g_m.len - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            err = n < 0 ? strerror(errno) : "no space";
+        else
+            done += (size_t)n;
+    }
+    if (!err && fsync(fd) != 0)
+        err = strerror(errno);
+    if (close(fd) != 0 && !err)
+        err = strerror(errno);
+    if (!err && rename(tmp, path) != 0)
+        err = strerror(errno);
+    if (err) {
+        unlink(tmp);
+        shd_guard_temp(NULL);
+        snprintf(why, sizeof why, "cannot write %s: %s", path, err);
+        return why;
+    }
+    shd_guard_temp(NULL);
+    return NULL;
+}
+
+void shd_manifest_end(const char *path, int line)
+{
+    const char *why = NULL;
+    char msg[4600];
+    if (shd_world_rank() == 0) {
+        shd_json_close();
+        put("\n", 1);
+        why = write_manifest(path);
+        if (why)
+            snprintf(msg, sizeof msg, "line %d: manifest: %s", line, why);
+    }
+    shd_agree(why ? msg : NULL);
 }

@@ -30,6 +30,14 @@ void shd_mesh_check_size(void);
  * appending stops every rank with the cause. */
 bool shd_metrics_wanted(void);
 void shd_metrics_open(const char *path);
+/* metrics.c: JSON nesting and a plain C string value, for the manifest
+ * (rank 0). */
+void shd_json_open(const char *key);
+void shd_json_close(void);
+void shd_json_text(const char *key, const char *v);
+/* args.c: every arg of the program with its value in this run, as keys of
+ * the open JSON object (rank 0). */
+void shd_args_describe(void);
 
 /* collectives.c: reads SHD_RS/SHD_AR on rank 0 and broadcasts the choice so
  * that every rank runs the same algorithm; releases scratch at the end. */

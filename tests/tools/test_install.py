@@ -12,6 +12,7 @@
   variable the compiler and runtime read, and the exit statuses;
 - shdrt.pc names its directories through ${prefix}: pkg-config
   --define-prefix gives the moved tree's directories after a move;
+- SARIF rules link the installed errors.md (helpUri), also after a move;
 - the docs are installed under share/doc/shdc, and every relative link of
   every installed page resolves there (no link leaves the docs);
 - DESTDIR stages the files under DESTDIR/PREFIX with PREFIX in shdrt.pc;
@@ -55,6 +56,12 @@ def clean_env():
 
 def use_installed(prefix, tmp, failures, what):
     shdc = os.path.join(prefix, "bin", "shdc")
+    p = subprocess.run([shdc, "check", "--diagnostics=sarif", os.path.join(ROOT, "tests", "tools", "diag_example.shd")],
+                       capture_output=True, text=True)
+    want = "file://" + os.path.join(prefix, "share", "doc", "shdc", "errors.md") + "#e_"
+    uris = re.findall(r'"helpUri": "([^"]+)"', p.stdout)
+    if not uris or not all(u.startswith(want) for u in uris):
+        failures.append("%s: SARIF helpUri %s, expected the installed errors.md (%s...)" % (what, uris[:2], want))
     p = subprocess.run([shdc, "--version"], capture_output=True, text=True)
     if p.returncode or not re.match(r"shdc \d+\.\d+\.\d+ \(git \S+\)\nruntime ABI \d+\n$", p.stdout):
         failures.append("%s: shdc --version: %d %r" % (what, p.returncode, p.stdout))

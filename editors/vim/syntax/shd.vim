@@ -32,7 +32,7 @@ syn keyword shdBuiltin exp log sin cos tanh sqrt abs relu sigmoid erf rsqrt squa
 syn keyword shdBuiltin maximum minimum where sum mean max min cumsum argmax argmin softmax log_softmax logsumexp
 syn keyword shdBuiltin transpose reshape einsum cast reshard zeros ones full iota normal uniform one_hot
 syn keyword shdBuiltin take take_along_axis dynamic_slice dynamic_update_slice concatenate stack split pad
-syn keyword shdBuiltin print metrics save load load_dim arg clock grad value_and_grad
+syn keyword shdBuiltin print metrics manifest mkdir keep_last save load load_dim arg clock grad value_and_grad
 " Collectives: only inside manual functions.
 syn keyword shdCollective psum pmax pmin pmean all_gather psum_scatter all_to_all ppermute axis_index pcast
 
