@@ -112,8 +112,10 @@ $(B)/gen/version.h: FORCE
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
 $(B)/compiler/install.o: $(B)/gen/version.h
 
+# shdc lsp parses JSON-RPC with jansson (tools/deps/build).
+JANSSON_LIBS = $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson)
 $(B)/shdc: $(COMPILER_OBJ)
-	$(CC) $(SAN) -o $@ $^ -lm
+	$(CC) $(SAN) -o $@ $^ $(JANSSON_LIBS) -lm
 
 # ---- runtime --------------------------------------------------------------
 $(B)/runtime/%.o: runtime/%.c runtime/shdrt.h | $(B)/stamp-deps
@@ -139,7 +141,7 @@ $(B)/include/shdrt.h: runtime/shdrt.h
 # shdrt.pc names its directories through ${prefix} for the same reason
 # (pkg-config --define-prefix). The docs go to DOCDIR with their links.
 DOCS      := README.md $(wildcard docs/*.md)
-VSCODE    := package.json language-configuration.json syntaxes/shd.tmLanguage.json
+VSCODE    := package.json language-configuration.json extension.js syntaxes/shd.tmLanguage.json
 VSCODEDIR := $(DATADIR)/shdc/editors/vscode
 INSTALLED := $(BINDIR)/shdc $(LIBDIR)/libshdrt.a $(INCLUDEDIR)/shdrt.h $(MANDIR)/man1/shdc.1 \
              $(LIBDIR)/pkgconfig/shdrt.pc $(VIMDIR)/syntax/shd.vim $(VIMDIR)/ftdetect/shd.vim \

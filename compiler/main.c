@@ -38,7 +38,8 @@ static const char usage[] =
     "                         waiting) and collectives per rank of a SHD_TRACE=RUN.json run\n"
     "  explain-error [CODE]   what an error code means: the rule, a program with the\n"
     "                         error, its message and the fix (no CODE: list them; --all)\n"
-
+    "  lsp                    a Language Server Protocol server on stdin/stdout (editors:\n"
+    "                         diagnostics and fixes, hover types, definitions, symbols)\n"
     "\n"
     "options:\n"
     "  --mesh AXIS=N,...      override mesh axis sizes (e.g. --mesh data=2,model=1)\n"
@@ -483,6 +484,27 @@ int drv_check_text(const char *name, const char *text, char **out) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* For the language server (lsp_query.c): the front end on src, and with
+ * full check's later stages too, the diagnostics going where diagout
+ * records them. The program (NULL only if it could not be parsed at all)
+ * and whether it was typechecked (no syntax errors); *mesh its mesh. */
+Program *drv_analyze(SourceFile *src, Mesh *mesh, bool full, bool *typed) {
+  Compilation c;
+  memset(&c, 0, sizeof c);
+  c.src = src;
+  diag_reset();
+  c.prog = parse_file(src);
+  diagout_program(c.prog);
+  *typed = c.prog && !diag_error_count();
+  if (*typed) {
+    Vec none = {0};
+    if (tc_program(c.prog, &c.mesh, NULL, &none) && full)
+      middle(&c, c.prog->diverge_in_partial_manual);
+  }
+  *mesh = c.mesh;
+  return c.prog;
+}
+
 static int run_source(const Options *o, SourceFile *src, const char *path) {
   Compilation c;
   memset(&c, 0, sizeof c);
@@ -652,6 +674,11 @@ static int drv_main(int argc, char **argv) {
     return 2;
   }
   static const char *cmds[] = {"check", "types", "build", "emit-ir", "emit-c", "explain", "show", "trace-summary"};
+  if (!strcmp(o.cmd, "lsp")) {
+    if (o.files.len)
+      usage_error("lsp takes no FILE: it talks the Language Server Protocol on stdin and stdout");
+    return lsp_main();
+  }
   bool known = false;
   for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
     known |= !strcmp(o.cmd, cmds[i]);

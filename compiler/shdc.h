@@ -1249,6 +1249,12 @@ const char *drv_docs_dir(void);
  * diagnostics), in a child process: its exit status (0, 1 or 2), and the
  * plain diagnostics it printed in *out (malloc'd). */
 int drv_check_text(const char *name, const char *text, char **out);
+/* main.c, for the language server: the front end on src (and with full,
+ * check's later stages); whether it typechecked (no syntax errors) in
+ * *typed; the program, NULL only when nothing parsed. */
+Program *drv_analyze(SourceFile *src, Mesh *mesh, bool full, bool *typed);
+/* lsp.c: `shdc lsp`, the server's loop; the exit status. */
+int lsp_main(void);
 /* explain_error.c: `shdc explain-error [CODE | --all]`; the exit status. */
 int drv_explain_error(const char *code, bool all);
 typedef struct {

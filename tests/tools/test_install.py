@@ -35,7 +35,8 @@ FILES = ["bin/shdc", "lib/libshdrt.a", "include/shdrt.h", "share/man/man1/shdc.1
          "share/vim/vimfiles/syntax/shd.vim", "share/vim/vimfiles/ftdetect/shd.vim",
          "share/nvim/site/syntax/shd.vim", "share/nvim/site/ftdetect/shd.vim",
          "share/shdc/editors/vscode/package.json", "share/shdc/editors/vscode/language-configuration.json",
-         "share/shdc/editors/vscode/syntaxes/shd.tmLanguage.json", "share/doc/shdc/README.md"] + \
+         "share/shdc/editors/vscode/syntaxes/shd.tmLanguage.json", "share/shdc/editors/vscode/extension.js",
+         "share/doc/shdc/README.md"] + \
         ["share/doc/shdc/" + f for f in sorted(os.listdir(os.path.join(ROOT, "docs"))) if f.endswith(".md")]
 
 
