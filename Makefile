@@ -193,9 +193,11 @@ $(B)/stamp-npm: tools/npm/package.json tools/npm/package-lock.json tools/install
 	@touch $@
 
 # `make test` runs the suite with the normal build, then again with the
-# sanitizer build (test-san); `make test SKIP_SAN=1` only the first.
+# sanitizer build (test-san); `make test SKIP_SAN=1` only the first. Tests
+# run TESTJOBS at a time (one per core; tests marked SERIAL run alone).
+TESTJOBS ?= $(shell nproc 2>/dev/null || echo 1)
 test: all $(B)/stamp-deps-demo $(B)/stamp-deps-test runtime-tests san $(B)/stamp-npm
-	"$$(tools/find-python)" tests/run.py --shdc $(B)/shdc --build $(B) $(TESTFLAGS)
+	"$$(tools/find-python)" tests/run.py -j $(TESTJOBS) --shdc $(B)/shdc --build $(B) $(TESTFLAGS)
 	$(if $(SKIP_SAN),,$(MAKE) test-san)
 
 demo: all $(B)/stamp-deps-demo data
@@ -221,7 +223,7 @@ san:
 test-san: san $(B)/stamp-deps-test $(B)/stamp-npm
 	$(MAKE) B=$(B)/san SAN="$(SANFLAGS)" OPT="-O1 -g" runtime-tests
 	ln -sfn ../npm $(B)/san/npm
-	$(SAN_ENV) "$$(tools/find-python)" tests/run.py --shdc $(B)/san/shdc --build $(B)/san $(TESTFLAGS)
+	$(SAN_ENV) "$$(tools/find-python)" tests/run.py -j $(TESTJOBS) --shdc $(B)/san/shdc --build $(B)/san $(TESTFLAGS)
 
 # Through the sanitizer build: every test program truncated and mutated
 # (shdc must answer each with diagnostics, never crash or hang), then

@@ -8,6 +8,7 @@ Each generated program must get its answer (exit 0, or 1 with the expected
 diagnostic) within a time far above what it takes (well under a second
 each here, before this work: minutes, gigabytes or a stack overflow).
 """
+# SERIAL: it bounds the compiler's time on huge programs, so it runs alone
 import argparse
 import os
 import re
