@@ -473,11 +473,19 @@ static const Occ *occ_at(const Index *ix, int line, int col) {
 /* ---- hover --------------------------------------------------------------------- */
 
 /* A type for a person: its canonical form and, for an array, what one
- * device holds. The place to describe a type's parts (a struct's fields)
- * once the language has them. */
-static void type_markdown(Str *s, const Ctx *c, const Type *t) {
+ * device holds (inside a manual function the types are already the
+ * per-device ones). The place to describe a type's parts (a struct's
+ * fields) once the language has them. */
+static void type_markdown(Str *s, const Ctx *c, const Type *t, const FuncDecl *fn) {
   if (!t || t->kind == TY_ERROR)
     return;
+  if (fn && fn->manual) {
+    str_printf(s, "\n\nInside `manual(");
+    for (int k = 0; k < fn->nmanual; k++)
+      str_printf(s, "%s%.*s", k ? ", " : "", fn->manual_axes[k].len, fn->manual_axes[k].start);
+    str_printf(s, ") fn %.*s`: the type one device sees", fn->name.len, fn->name.start);
+    return;
+  }
   if (t->kind == TY_ARRAY && t->rank > 0) {
     bool sharded = ty_dim_axes(t) != 0;
     str_printf(s, "\n\n%s: every device holds `%s` (%lld bytes)%s",
@@ -552,7 +560,7 @@ static void const_markdown(Str *s, const ConstDecl *cd) {
     str_printf(s, "```shd\nconst %s = %lld\n```", sym->name, (long long)sym->ival);
 }
 
-static void symbol_markdown(Str *s, const Ctx *c, const Index *ix, const Symbol *sym) {
+static void symbol_markdown(Str *s, const Ctx *c, const Index *ix, const Symbol *sym, const FuncDecl *fn) {
   if (sym->kind == SYM_FUNC && sym->fn) {
     signature(s, c, sym->fn);
     return;
@@ -570,7 +578,7 @@ static void symbol_markdown(Str *s, const Ctx *c, const Index *ix, const Symbol 
   int k = ptrmap_get(&ix->sym_kind, sym);
   const char *what = k == OC_PARAM ? "parameter" : sym->mutable_ ? "var" : "let";
   str_printf(s, "```shd\n%s %s: %s\n```", k == OC_PARAM ? "param" : what, sym->name, type_text(c, &sym->type));
-  type_markdown(s, c, &sym->type);
+  type_markdown(s, c, &sym->type, fn);
 }
 
 static json_t *hover(Ctx *c, int line, int col) {
@@ -588,7 +596,7 @@ static json_t *hover(Ctx *c, int line, int col) {
   case OC_BIND:
   case OC_NAME:
     if (o->sym)
-      symbol_markdown(&s, c, &ix, o->sym);
+      symbol_markdown(&s, c, &ix, o->sym, o->fn);
     else if (o->e && o->e->kind == EX_NAME && func_named(c, o->e->str))
       signature(&s, c, func_named(c, o->e->str));
     break;
@@ -609,14 +617,14 @@ static json_t *hover(Ctx *c, int line, int col) {
       str_printf(&s, "```shd\n%.*s(...) -> %s\n```\n%s", e->callee->tok.len, e->callee->tok.start,
                  type_text(c, e->ty), e->bi ? "builtin (docs/language.md)" : "");
     }
-    type_markdown(&s, c, e->ty);
+    type_markdown(&s, c, e->ty, o->fn);
     break;
   }
   case OC_EXPR:
     if (!o->e->ty)
       break;
     str_printf(&s, "```shd\n%s\n```", type_text(c, o->e->ty));
-    type_markdown(&s, c, o->e->ty);
+    type_markdown(&s, c, o->e->ty, o->fn);
     break;
   }
   if (!s.len)
