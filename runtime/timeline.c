@@ -462,6 +462,7 @@ void shd_timeline_write(void)
         shd_fatal("cannot rename %s to %s: %s", g_tl.tmp, g_tl.path, strerror(errno));
     shd_guard_temp(NULL);
     if (total)
-        fprintf(stderr, "shdc trace: %llu events were dropped (over SHD_TRACE_MAX_EVENTS=%zu per rank)\n",
-                (unsigned long long)total, g_tl.max);
+        fprintf(stderr, "%s: trace: %llu events were dropped (over SHD_TRACE_MAX_EVENTS=%zu per rank; "
+                "SHD_TRACE_STEPS=A:B traces a window of steps)\n", shd_program_name(), (unsigned long long)total,
+                g_tl.max);
 }
