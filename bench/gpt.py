@@ -64,10 +64,14 @@ def shdc_run(cfg, n, steps, d):
     mesh = "data=%d,model=1" % n
     src = os.path.join(ROOT, "dsl-examples", "gpt2.shd")
     sh([os.path.join(B, "shdc"), "build", src, "--mesh", mesh, "-o", exe] + defs)
-    args = [exe, "--steps=%d" % steps, "--timing=true", "--data=", "--val="]
+    metrics = os.path.join(d, "metrics_%d.jsonl" % n)
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    args = [exe, "--steps=%d" % steps, "--data=", "--val=", "--metrics=" + metrics]
     # /usr/bin/time reports each rank's peak resident set (KiB).
     out = mpirun(n, ["/usr/bin/time", "-f", "maxrss_kib %M"] + args, {"SHD_TRACE": "1"})
-    ms = median_ms([float(x) for x in re.findall(r"^step \d+ loss \S+ ms (\S+)", out, re.M)])
+    with open(metrics) as f:
+        ms = median_ms([m["ms"] for m in map(json.loads, f) if "ms" in m])
     rss = max(int(x) for x in re.findall(r"maxrss_kib (\d+)", out)) / 1024
     peak = max(int(x) for x in re.findall(r"rank \d+: peak_bytes=(\d+)", out)) / 2**20
     ex = sh([os.path.join(B, "shdc"), "explain", src, "--mesh", mesh] + defs)

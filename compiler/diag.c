@@ -4,7 +4,13 @@
  *     source line
  *     ^
  *
- * Every stage reports through diag_error and keeps going where it can; the
+ * Each plain diagnostic ends, after its notes, with the line
+ *
+ *     = help: shdc explain-error E_CODE (the rule, an example, the fix)
+ *
+ * written when the next diagnostic starts or when the file is done
+ * (diag_finish). Every stage reports through diag_error and keeps going
+ * where it can; the
  * driver stops between stages when the count is non-zero. Messages are lower
  * case, print types in DSL syntax and end with a fix where one exists.
  * With --diagnostics=json or sarif they are recorded instead (diag_json.c)
@@ -99,6 +105,18 @@ static void print_source_line(Pos pos) {
   free(caret);
 }
 
+/* The code whose explain-error hint is still to be written: the last line
+ * of its diagnostic comes after the notes that follow it. */
+static const char *hint_code;
+
+static void flush_hint(void) {
+  if (hint_code)
+    fprintf(stderr, "  = help: shdc explain-error %s (the rule, an example, the fix)\n", hint_code);
+  hint_code = NULL;
+}
+
+void diag_finish(void) { flush_hint(); }
+
 static void print_where(Pos pos) {
   if (pos.file && pos.line > 0)
     fprintf(stderr, "%s:%d:%d: ", pos.file->name, pos.line, pos.col);
@@ -122,6 +140,7 @@ void diag_verror(Pos pos, const char *code, const char *fmt, va_list ap) {
     diagout_add(pos, code, arena_vprintf(fmt, ap), false);
     return;
   }
+  flush_hint();
   print_where(pos);
   fputs("error: ", stderr);
   vfprintf(stderr, fmt, ap);
@@ -129,6 +148,7 @@ void diag_verror(Pos pos, const char *code, const char *fmt, va_list ap) {
     fprintf(stderr, " [%s]", code);
   fputc('\n', stderr);
   print_source_line(pos);
+  hint_code = code && diag_code_index(code) >= 0 ? code : NULL;
 }
 
 void diag_error(Pos pos, const char *code, const char *fmt, ...) {
@@ -159,6 +179,7 @@ void diag_note(Pos pos, const char *fmt, ...) {
 void diag_ice(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
+  flush_hint();
   fputs("shdc: internal compiler error: ", stderr);
   vfprintf(stderr, fmt, ap);
   fputs("\n(this is a bug in shdc; please report it with the input file)\n", stderr);

@@ -38,6 +38,10 @@ static const char usage[] =
     "                         estimated step time, with the peak memory per rank\n"
     "  trace-summary RUN.json time per category (gemm, elementwise, communication,\n"
     "                         waiting) and collectives per rank of a SHD_TRACE=RUN.json run\n"
+    "  explain-error [CODE]   what an error code means: the rule, a program with the\n"
+    "                         error, its message and the fix (no CODE: list them; --all)\n"
+    "  lsp                    a Language Server Protocol server on stdin/stdout (editors:\n"
+    "                         diagnostics and fixes, hover types, definitions, symbols)\n"
     "\n"
     "options:\n"
     "  --mesh AXIS=N,...      override mesh axis sizes (e.g. --mesh data=2,model=1)\n"
@@ -63,7 +67,8 @@ static const char usage[] =
     "  --help                 this text\n"
     "  --version              the version, git revision and runtime ABI\n"
     "\n"
-    "exit status: 0 clean, 1 errors in the program, 2 usage, I/O or toolchain trouble\n";
+    "exit status: 0 clean, 1 errors in the program, 2 usage, I/O or toolchain trouble\n"
+    "each error ends with its code, e.g. [E_CONTRACT]: shdc explain-error E_CONTRACT explains it\n";
 
 typedef struct {
   const char *cmd;
@@ -89,6 +94,7 @@ typedef struct {
 __attribute__((noreturn, format(printf, 1, 2))) static void usage_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
+  diag_finish();
   fputs("shdc: error: ", stderr);
   vfprintf(stderr, fmt, ap);
   fputs("\n(run shdc --help for usage)\n", stderr);
@@ -99,6 +105,7 @@ __attribute__((noreturn, format(printf, 1, 2))) static void usage_error(const ch
 __attribute__((noreturn, format(printf, 1, 2))) static void io_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
+  diag_finish();
   fputs("shdc: error: ", stderr);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
@@ -442,13 +449,92 @@ static bool has_main(Compilation *c) {
   return false;
 }
 
+static int run_source(const Options *o, SourceFile *src, const char *path);
+
 static int run_one(const Options *o, const char *path) {
+  diag_reset();
+  SourceFile *src = read_source(path);
+  if (!src)
+    return 2;
+  return run_source(o, src, path);
+}
+
+/* `shdc check` of text in a child process, its stderr (the diagnostics)
+ * collected through a pipe: the compiler's state (diagnostics, the arena)
+ * stays the parent's own, and an internal error in the child is its exit
+ * status 2, not the end of the caller. */
+int drv_check_text(const char *name, const char *text, const char *max_memory, char **out) {
+  int fds[2];
+  *out = NULL;
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    io_error("pipe: %s", strerror(errno));
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0)
+    io_error("fork: %s", strerror(errno));
+  if (pid == 0) {
+    close(fds[0]);
+    dup2(fds[1], 2);
+    SourceFile *sf = arena_alloc(sizeof *sf);
+    sf->name = name;
+    sf->text = text;
+    sf->len = strlen(text);
+    Options o;
+    memset(&o, 0, sizeof o);
+    o.cmd = "check";
+    if (max_memory && plan_parse_bytes(max_memory, &o.max_memory_bytes))
+      o.max_memory = max_memory;
+    diag_reset();
+    diagout_start(DIAG_PLAIN);
+    int rc = run_source(&o, sf, name);
+    diag_finish();
+    fflush(stderr);
+    _exit(rc);
+  }
+  close(fds[1]);
+  Str s = {0};
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    str_printf(&s, "%.*s", (int)n, buf);
+  }
+  close(fds[0]);
+  int status;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    ;
+  *out = s.buf ? s.buf : strdup("");
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* For the language server (lsp_query.c): the front end on src, and with
+ * full check's later stages too, the diagnostics going where diagout
+ * records them. The program (NULL only if it could not be parsed at all)
+ * and whether it was typechecked (no syntax errors); *mesh its mesh. */
+Program *drv_analyze(SourceFile *src, Mesh *mesh, bool full, bool *typed) {
   Compilation c;
   memset(&c, 0, sizeof c);
+  c.src = src;
   diag_reset();
-  c.src = read_source(path);
-  if (!c.src)
-    return 2;
+  c.prog = parse_file(src);
+  diagout_program(c.prog);
+  *typed = c.prog && !diag_error_count();
+  if (*typed) {
+    Vec none = {0};
+    if (tc_program(c.prog, &c.mesh, NULL, &none) && full)
+      middle(&c, c.prog->diverge_in_partial_manual);
+  }
+  *mesh = c.mesh;
+  return c.prog;
+}
+
+static int run_source(const Options *o, SourceFile *src, const char *path) {
+  Compilation c;
+  memset(&c, 0, sizeof c);
+  c.src = src;
   bool ok = front(&c, path, o);
   const char *cmd = o->cmd;
   if (!strcmp(cmd, "check")) {
@@ -642,6 +728,17 @@ static int drv_main(int argc, char **argv) {
   }
   Options o;
   memset(&o, 0, sizeof o);
+  if (argc >= 2 && !strcmp(argv[1], "explain-error")) {
+    if (argc > 3)
+      usage_error("explain-error takes one CODE (or --all), e.g. shdc explain-error E_CONTRACT");
+    bool all = argc == 3 && !strcmp(argv[2], "--all");
+    if (argc == 3 && !all && argv[2][0] == '-')
+      usage_error("unknown option '%s' of explain-error (its only option is --all)", argv[2]);
+    int rc = drv_explain_error(argc == 3 && !all ? argv[2] : NULL, all);
+    if (fflush(stdout) != 0 || ferror(stdout))
+      io_error("cannot write the output: %s", strerror(errno));
+    return rc;
+  }
   int max_errors = -1;   /* default: 100 printed; all in a JSON or SARIF document */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -747,6 +844,11 @@ static int drv_main(int argc, char **argv) {
   }
   static const char *cmds[] = {"check", "types", "build", "emit-ir", "emit-c", "explain", "show", "trace-summary",
                                "plan"};
+  if (!strcmp(o.cmd, "lsp")) {
+    if (o.files.len)
+      usage_error("lsp takes no FILE: it talks the Language Server Protocol on stdin and stdout");
+    return lsp_main();
+  }
   bool known = false;
   for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
     known |= !strcmp(o.cmd, cmds[i]);
@@ -770,8 +872,11 @@ static int drv_main(int argc, char **argv) {
   }
   if (!strcmp(o.cmd, "trace-summary"))
     return tsum_run(o.files.data[0]);
-  if (!strcmp(o.cmd, "show"))
-    return run_one(&o, o.files.data[0]);
+  if (!strcmp(o.cmd, "show")) {
+    int r = run_one(&o, o.files.data[0]);
+    diag_finish();
+    return r;
+  }
   if (o.out && !strcmp(o.cmd, "check") && o.diagnostics == DIAG_PLAIN)
     usage_error("check -o FILE writes a diagnostics document: add --diagnostics=json or --diagnostics=sarif");
   if (o.out && (!strcmp(o.cmd, "build") || !strcmp(o.cmd, "check")))
@@ -790,6 +895,7 @@ static int drv_main(int argc, char **argv) {
   int rc = 0;
   for (int i = 0; i < o.files.len; i++) {
     int r = run_one(&o, o.files.data[i]);
+    diag_finish();
     int hidden = diag_errors_not_shown();
     if (hidden)
       fprintf(stderr, "shdc: %s: %d more error%s not shown (--max-errors=%d; --max-errors=0 shows all)\n",

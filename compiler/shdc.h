@@ -99,6 +99,9 @@ void diag_capture(const char **first);
 const char *diag_line_text(const SourceFile *f, int line, size_t *len);
 int diag_error_count(void);
 void diag_reset(void);
+/* Ends the last plain diagnostic (its explain-error hint, after its notes):
+ * call when a file's diagnostics are done, before other output. */
+void diag_finish(void);
 /* At most n errors are printed (0: all); the rest are counted only. */
 void diag_set_max_errors(int n);
 int diag_errors_not_shown(void);
@@ -1314,6 +1317,9 @@ typedef struct {
   const char *name;        /* a short title */
   const char *summary;     /* one line */
   const char *help;        /* what the rule is and the usual fix */
+  const char *example;     /* a program with this error (and no other) */
+  const char *fixed;       /* the same program, fixed: it checks clean */
+  const char *max_memory;  /* both are checked with --max-memory=THIS (E_MEMORY), or NULL */
 } DiagCode;
 int diag_code_count(void);
 const DiagCode *diag_code_at(int i);
@@ -1419,9 +1425,26 @@ void file_forget(const char *path);
 void drv_print_version(FILE *out);
 int drv_abi_version(void);
 const char *drv_version(void);
+/* "shdc VERSION (git REVISION)": what a manifest records. */
+const char *drv_version_full(void);
 /* The documentation beside this shdc (the installed man page, or docs/cli.md
  * of its source tree) as an absolute path, or NULL. */
 const char *drv_doc_path(void);
+/* The directory of the pages of docs/ beside this shdc (installed in
+ * PREFIX/share/doc/shdc, or docs/ of its source tree), absolute, or NULL. */
+const char *drv_docs_dir(void);
+/* main.c: `shdc check` of a program held in memory (named `name` in the
+ * diagnostics), in a child process: its exit status (0, 1 or 2), and the
+ * plain diagnostics it printed in *out (malloc'd). */
+int drv_check_text(const char *name, const char *text, const char *max_memory, char **out);
+/* main.c, for the language server: the front end on src (and with full,
+ * check's later stages); whether it typechecked (no syntax errors) in
+ * *typed; the program, NULL only when nothing parsed. */
+Program *drv_analyze(SourceFile *src, Mesh *mesh, bool full, bool *typed);
+/* lsp.c: `shdc lsp`, the server's loop; the exit status. */
+int lsp_main(void);
+/* explain_error.c: `shdc explain-error [CODE | --all]`; the exit status. */
+int drv_explain_error(const char *code, bool all);
 typedef struct {
   char inc[4300];      /* the -I directory holding shdrt.h */
   char lib[4300];      /* libshdrt.a */

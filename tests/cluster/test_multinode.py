@@ -193,17 +193,17 @@ def unshared(shdc, h, d):
     mm = testlib.build(shdc, os.path.join(EX, "matmul.shd"), os.path.join(d, "mm_unshared"), "--mesh", "X=2,Y=1")
     rc, out, err = h.mpirun(agent, hostfile, 2, [mm], run, timeout=120)
     left = [f for f in os.listdir(run) if f != "ck"]
-    check(rc not in (None, 0) and re.search(r"shdc: rank 1: save\(\"a\.npy\"\): this rank cannot open "
+    check(rc not in (None, 0) and re.search(r"^mm_unshared: rank 1: save\(\"a\.npy\"\): this rank cannot open "
                                             r"\.shd-save-[0-9a-f]+\.tmp, .*\(No such file or directory\): .*must be the same "
-                                            r"on every host", err) and not left,
+                                            r"on every host", err, re.M) and not left,
           "save without a shared file system: exit %s, left %s\n%s" % (rc, left, err[-3000:]))
     ck = testlib.build(shdc, os.path.join(EX, "mlp_ckpt.shd"), os.path.join(d, "ckpt_unshared"), "--mesh",
                        "data=2,model=1")
     local_run(ck, 2, ["--steps=2", "--save=" + os.path.join(run, "ck")], run)
     rc, out, err = h.mpirun(agent, hostfile, 2, [ck, "--steps=4", "--resume=" + os.path.join(run, "ck")], run,
                             timeout=120)
-    check(rc not in (None, 0) and re.search(r"shdc: rank 1: load\(\"%s/step\.npy\"\): this rank cannot read it "
-                                            r"\(No such file or directory\), rank 0 can" % re.escape(run + "/ck"), err),
+    check(rc not in (None, 0) and re.search(r"^ckpt_unshared: rank 1: load\(\"%s/step\.npy\"\): this rank cannot read it "
+                                            r"\(No such file or directory\), rank 0 can" % re.escape(run + "/ck"), err, re.M),
           "load without a shared file system: exit %s\n%s" % (rc, err[-3000:]))
     print("no shared file system: save and load stop every rank, naming the rank and the file; nothing left behind")
 

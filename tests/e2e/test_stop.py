@@ -130,7 +130,7 @@ def stop_run(exe, d, name, send, mpirun=()):
         return None, ck
     k = int(m[0])
     check(max(losses(out)) == k, "%s: a step after the stop ran:\n%s" % (name, out[-1000:]))
-    check("shdc: rank 0: stop requested (" in err, "%s: no message on rank 0:\n%s" % (name, err))
+    check(": rank 0: stop requested (" in err, "%s: no message on rank 0:\n%s" % (name, err))
     step = np.load(os.path.join(ck, "step.npy"))
     check(step.dtype == np.int32 and int(step) == k + 1, "%s: step.npy holds %r" % (name, step))
     check(sorted(os.listdir(ck)) == ["step.npy", "w1.npy", "w2.npy"], "%s: the checkpoint holds %s"

@@ -43,10 +43,10 @@ def main():
             ck = os.path.join(d, "ck_" + tag)
             os.makedirs(ck)
             out = gptlib.run(exe, gptlib.ranks(mesh), ["--init=" + init, "--batches=" + batches, "--save=" + ck,
-                                                      "--save-every=%d" % STEPS] + ARGS, cwd=d).stdout
+                                                      "--save-every=%d" % STEPS] + ARGS, cwd=d)
             gptlib.compare("gpt2.shd at %s against PyTorch" % tag, gptlib.losses(out), want)
             for name in gptlib.ref_torch.NAMES:
-                got = np.load(os.path.join(ck, "%s_%06d.npy" % (name, STEPS)))
+                got = np.load(os.path.join(ck, "step_%06d" % STEPS, name + ".npy"))
                 ref = np.load(os.path.join(ref_dir, name + ".npy"))
                 if name == "qkvb":
                     # The key bias adds the same score to every key of a

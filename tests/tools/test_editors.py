@@ -53,6 +53,10 @@ EXPECT = [
     (20, "\\t", 0, "constant.character.escape.shd", "shdEscape"),
     (20, "\\\"", 0, "constant.character.escape.shd", "shdEscape"),
     (25, "1.5e3", 0, "constant.numeric.float.shd", "shdFloat"),
+    (26, "metrics", 0, "support.function.builtin.shd", "shdBuiltin"),
+    (27, "mkdir", 0, "support.function.builtin.shd", "shdBuiltin"),
+    (28, "keep_last", 0, "support.function.builtin.shd", "shdBuiltin"),
+    (29, "manifest", 0, "support.function.builtin.shd", "shdBuiltin"),
 ]
 
 
