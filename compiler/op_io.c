@@ -372,13 +372,17 @@ static Type check_load_dim(TcCtx *c, Expr *e, const Type *annot) {
   return ty_scalar(DT_I32);
 }
 
+/* The runtime's own flags of a program: --help, and --metrics=FILE of one
+ * that calls metrics(). */
+static const char *const runtime_flags[] = {"help", "metrics"};
+
 /* The program reads --NAME=VALUE: a name must be something a command line
- * can spell that way (and --help is the program's own). */
+ * can spell that way (and not one of the runtime's own flags). */
 static bool arg_name_ok(Expr *s) {
   const char *why = !s->str[0] ? "is empty"
                     : strchr(s->str, '=') ? "contains '=', which ends the name on the command line"
-                    : !strcmp(s->str, "help") ? "is reserved: --help lists the program's arguments"
-                    : !strcmp(s->str, "metrics") ? "is reserved: --metrics=FILE is where metrics() writes"
+                    : !strcmp(s->str, runtime_flags[0]) ? "is reserved: --help lists the program's arguments"
+                    : !strcmp(s->str, runtime_flags[1]) ? "is reserved: --metrics=FILE is where metrics() writes"
                     : NULL;
   if (why)
     diag_error(s->pos, "E_ARG", "arg: the name %s %s; use letters, digits, '_' or '-', e.g. arg(\"steps\", 10)",

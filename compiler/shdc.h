@@ -4,7 +4,7 @@
  * parse_ (parse.c), ast_ (ast.c), ty_ (types.c), rule_ (rules.c), tc_
  * (typecheck*.c), ir_ (ir.c), lower_ (lower.c), ad_ (autodiff.c), part_
  * (partition.c, reshard.c), opt_ (optimize.c), explain_ (explain.c), emit_
- * (emit_c.c), drv_ (main.c, install.c), op_ (ops.c and the operation families
+ * (emit_c.c), drv_ (driver.c, main.c, install.c), op_ (ops.c and the operation families
  * op_*.c), diagout_ (diag_json.c), show_ (show.c), net_ (netmodel.c), tsum_
  * (trace_summary.c), file_ (files.c).
  */
