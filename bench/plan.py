@@ -114,6 +114,31 @@ def step_ms(exe, n, steps, d):
     return statistics.median(ms[1:])
 
 
+def fit_inverse_rates(A, y):
+    """Seconds per contraction FLOP and per elementwise operation, both >= 0, least squares.
+
+    Two unknowns: the least-squares fit of both, of contractions alone and of
+    elementwise work alone, the best of those whose coefficients are positive
+    (non-negative least squares by enumeration). A rate the data do not
+    determine (coefficient 0) is 1e15/s: that kind of work costs nothing."""
+    best = None
+    for cols in ([0, 1], [0], [1]):
+        x = np.linalg.lstsq(A[:, cols], y, rcond=None)[0]
+        if (x <= 0).any():
+            continue
+        inv = np.zeros(2)
+        inv[cols] = x
+        r = float(np.linalg.norm(A @ inv - y))
+        if best is None or r < best[0]:
+            best = (r, inv)
+    inv = best[1]
+    for i, what in enumerate(("contractions", "elementwise work")):
+        if inv[i] == 0:
+            print("note: the one-device steps do not determine the rate of %s (a positive fit needs it free)" % what)
+            inv[i] = 1e-15
+    return inv
+
+
 def kendall(a, b):
     """Kendall's tau between two orders of the same items."""
     pa, pb = {x: i for i, x in enumerate(a)}, {x: i for i, x in enumerate(b)}
@@ -215,11 +240,11 @@ def main():
                 exe = exe_for(name, cfg, l1["mesh"], cd)
                 t = statistics.median(step_ms(exe, 1, a.steps, cd) for _ in range(a.repeat))
                 rows.append((l1["contraction_flops"], l1["elementwise_flops"], t / 1e3))
+                print("one device, %s: %.4g contraction FLOPs, %.4g elementwise operations, %.1f ms/step" %
+                      (name, rows[-1][0], rows[-1][1], t), flush=True)
             A = np.array([[r[0], r[1]] for r in rows])
             y = np.array([r[2] for r in rows])
-            inv = np.linalg.lstsq(A, y, rcond=None)[0]
-            if inv[1] <= 0:   # elementwise work too small to fit: contractions alone
-                inv = [float(np.dot(A[:, 0], y) / np.dot(A[:, 0], A[:, 0])), 1e-15]
+            inv = fit_inverse_rates(A, y)
             F, E = 1 / inv[0], 1 / inv[1]
             flops = "%.6g,%.6g" % (F, E)
             print("fitted on one device: contractions %.2f GFLOP/s, elementwise work %.3f G/s (--flops=%s)" %
