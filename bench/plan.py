@@ -6,7 +6,7 @@ For each configuration of dsl-examples/gpt2.shd (-D sizes):
 1. the one-device build trains --steps steps; the median step (the steps
    after the first) and plan's FLOP counts of that configuration on one
    device give one equation T = dot/F + ew/E; the machine's two rates, F
-   for contractions and E for elementwise work, are the least-squares fit
+   for contractions and E for elementwise work, are the non-negative least-squares fit
    over the configurations (so the one-device estimates are fitted, and
    every multi-rank estimate is a prediction);
 2. tools/calibrate-network measures the link (or --network FILE);
