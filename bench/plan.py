@@ -117,15 +117,18 @@ def step_ms(exe, n, steps, d):
 def fit_inverse_rates(A, y):
     """Seconds per contraction FLOP and per elementwise operation, both >= 0, least squares.
 
-    Two unknowns: the least-squares fit of both, of contractions alone and of
-    elementwise work alone, the best of those whose coefficients are positive
-    (non-negative least squares by enumeration). A rate the data do not
-    determine (coefficient 0) is 1e15/s: that kind of work costs nothing."""
+    Two unknowns: the least-squares fit of both if both come out positive
+    (then nothing fits better), else the better of contractions alone and
+    elementwise work alone (non-negative least squares by enumeration). A
+    rate the data do not determine (coefficient 0) is 1e15/s: that kind of
+    work costs nothing."""
     best = None
     for cols in ([0, 1], [0], [1]):
         x = np.linalg.lstsq(A[:, cols], y, rcond=None)[0]
         if (x <= 0).any():
             continue
+        if len(cols) == 2:
+            return x
         inv = np.zeros(2)
         inv[cols] = x
         r = float(np.linalg.norm(A @ inv - y))
