@@ -6,7 +6,7 @@ For each configuration of dsl-examples/gpt2.shd (-D sizes):
 1. the one-device build trains --steps steps; the median step (the steps
    after the first) and plan's FLOP counts of that configuration on one
    device give one equation T = dot/F + ew/E; the machine's two rates, F
-   for contractions and E for elementwise work, are the least-squares fit
+   for contractions and E for elementwise work, are the non-negative least-squares fit
    over the configurations (so the one-device estimates are fitted, and
    every multi-rank estimate is a prediction);
 2. tools/calibrate-network measures the link (or --network FILE);
@@ -23,15 +23,30 @@ The load average before and after is printed too: other jobs on the
 machine change the measured times, not the estimates.
 
     bench/plan.py [--ranks 1 2 4 8] [--steps 6] [--repeat 3] [--configs a b c] [--network FILE]
+                  [--flops F,E] [--bind-to core]
 
 With fewer cores than ranks the ranks share cores and the measured times
 are scheduling as much as computing: the model assumes a core per rank.
+
+To measure on a machine that has MPI and OpenBLAS at run time but cannot
+build (no compiler, headers or shdc build there), split the work:
+
+    bench/plan.py --build-only DIR [--ranks ...] [--configs ...]   # here
+    bench/plan.py --run-from DIR --bind-to core [--ranks ...]      # there
+
+--build-only builds every layout that type-checks at 1 and each of
+--ranks ranks, tools/calibrate-network's program, and copies shdc and
+gpt2.shd into DIR with a manifest (plan.json); it runs nothing. --run-from
+takes everything from DIR (shdc plan runs there: it needs no compiler) and
+does steps 1-3 above. --flops F,E skips step 1's fit and uses the given
+rates.
 """
 import argparse
 import itertools
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -49,6 +64,7 @@ CONFIGS = {
     # the demo model (make demo): in between
     "demo": dict(V=256, T=64, L=4, NH=4, C=128, B=16),
 }
+MPIRUN = ["mpirun", "--oversubscribe", "--bind-to", "none"]   # --bind-to changes the last item
 ENV = dict(os.environ, SHD_QUIET="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_btl_vader_single_copy_mechanism="none", OPENBLAS_NUM_THREADS="1")
 
@@ -67,8 +83,8 @@ def sh(cmd, **kw):
     return p.stdout
 
 
-def plan(shdc, cfg, n, flops, network):
-    out = sh([shdc, "plan", GPT2, "--devices=%d" % n, "--json", "--flops=" + flops, "--network=" + network] +
+def plan(shdc, cfg, n, flops, network, src=GPT2):
+    out = sh([shdc, "plan", src, "--devices=%d" % n, "--json", "--flops=" + flops, "--network=" + network] +
              defs(cfg))
     return [l for l in json.loads(out)["layouts"] if l["type_checks"]]
 
@@ -77,8 +93,12 @@ def mesh_arg(m):
     return ",".join("%s=%d" % kv for kv in m.items())
 
 
+def exe_name(mesh):
+    return "gpt_" + mesh_arg(mesh).replace(",", "_").replace("=", "")
+
+
 def build(shdc, cfg, mesh, d):
-    exe = os.path.join(d, "gpt_" + mesh_arg(mesh).replace(",", "_").replace("=", ""))
+    exe = os.path.join(d, exe_name(mesh))
     if not os.path.exists(exe):
         sh([shdc, "build", GPT2, "--mesh", mesh_arg(mesh), "-o", exe] + defs(cfg))
     return exe
@@ -86,12 +106,40 @@ def build(shdc, cfg, mesh, d):
 
 def step_ms(exe, n, steps, d):
     """Median ms of the steps after the first."""
-    out = sh(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(n), exe, "--steps=%d" % steps,
-              "--timing=true", "--data=", "--val="], cwd=d, timeout=1800)
+    out = sh(MPIRUN + ["-np", str(n), exe, "--steps=%d" % steps,
+                       "--timing=true", "--data=", "--val="], cwd=d, timeout=1800)
     ms = [float(x) for x in re.findall(r"^step \d+ loss \S+ ms (\S+)", out, re.M)]
     if len(ms) != steps:
         sys.exit("%s: %d steps timed in\n%s" % (exe, len(ms), out))
     return statistics.median(ms[1:])
+
+
+def fit_inverse_rates(A, y):
+    """Seconds per contraction FLOP and per elementwise operation, both >= 0, least squares.
+
+    Two unknowns: the least-squares fit of both if both come out positive
+    (then nothing fits better), else the better of contractions alone and
+    elementwise work alone (non-negative least squares by enumeration). A
+    rate the data do not determine (coefficient 0) is 1e15/s: that kind of
+    work costs nothing."""
+    best = None
+    for cols in ([0, 1], [0], [1]):
+        x = np.linalg.lstsq(A[:, cols], y, rcond=None)[0]
+        if (x <= 0).any():
+            continue
+        if len(cols) == 2:
+            return x
+        inv = np.zeros(2)
+        inv[cols] = x
+        r = float(np.linalg.norm(A @ inv - y))
+        if best is None or r < best[0]:
+            best = (r, inv)
+    inv = best[1]
+    for i, what in enumerate(("contractions", "elementwise work")):
+        if inv[i] == 0:
+            print("note: the one-device steps do not determine the rate of %s (a positive fit needs it free)" % what)
+            inv[i] = 1e-15
+    return inv
 
 
 def kendall(a, b):
@@ -109,6 +157,30 @@ def loadavg():
         return f.read().split()[0]
 
 
+def build_only(a, shdc):
+    """Builds every binary --run-from needs into a.build_only; runs nothing."""
+    d = os.path.abspath(a.build_only)
+    os.makedirs(d, exist_ok=True)
+    shutil.copy2(shdc, os.path.join(d, "shdc"))
+    shutil.copy2(GPT2, os.path.join(d, "gpt2.shd"))
+    sh([os.environ.get("MPICC", "mpicc"), "-std=c11", "-O2", "-o", os.path.join(d, "netcal"),
+        os.path.join(ROOT, "bench", "netcal.c")])
+    man = dict(shdc="shdc", gpt2="gpt2.shd", netcal="netcal", configs={})
+    for name in a.configs:
+        cfg = CONFIGS[name]
+        cd = os.path.join(d, name)
+        os.makedirs(cd, exist_ok=True)
+        exes = {}
+        for n in sorted(set([1] + a.ranks)):   # the layouts that type-check do not depend on the rates
+            for l in plan(shdc, cfg, n, "1G", "10GB/s,1us"):
+                exes[mesh_arg(l["mesh"])] = os.path.relpath(build(shdc, cfg, l["mesh"], cd), d)
+                print("built %s %s" % (name, mesh_arg(l["mesh"])), flush=True)
+        man["configs"][name] = dict(defs=cfg, exes=exes)
+    with open(os.path.join(d, "plan.json"), "w") as f:
+        json.dump(man, f, indent=1)
+    print("manifest: %s" % os.path.join(d, "plan.json"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
@@ -117,36 +189,69 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS))
     ap.add_argument("--network", help="a network file (default: tools/calibrate-network's measurement)")
+    ap.add_argument("--flops", help="F,E: the rates of contractions and elementwise work (default: fitted)")
+    ap.add_argument("--bind-to", default="none", help="mpirun's --bind-to (core: a core per rank)")
+    ap.add_argument("--build-only", metavar="DIR", help="build every binary into DIR with a manifest; run nothing")
+    ap.add_argument("--run-from", metavar="DIR", help="run the binaries of a --build-only DIR")
     a = ap.parse_args()
-    shdc = os.path.abspath(a.shdc)
+    MPIRUN[-1] = a.bind_to
+    shdc, src = os.path.abspath(a.shdc), GPT2
+    if a.build_only:
+        return build_only(a, shdc)
+    man = None
+    if a.run_from:
+        rd = os.path.abspath(a.run_from)
+        with open(os.path.join(rd, "plan.json")) as f:
+            man = json.load(f)
+        shdc, src = os.path.join(rd, man["shdc"]), os.path.join(rd, man["gpt2"])
+        missing = [c for c in a.configs if c not in man["configs"]]
+        if missing:
+            sys.exit("%s: no binaries for %s (build them with --build-only)" % (rd, " ".join(missing)))
+
+    def exe_for(name, cfg, mesh, cd):
+        if man is None:
+            return build(shdc, cfg, mesh, cd)
+        rel = man["configs"][name]["exes"].get(mesh_arg(mesh))
+        if rel is None:
+            sys.exit("%s: no binary for %s %s (build it with --build-only)" % (a.run_from, name, mesh_arg(mesh)))
+        return os.path.join(rd, rel)
+
     print("load average before: %s (%d CPUs)" % (loadavg(), os.cpu_count()), flush=True)
     with tempfile.TemporaryDirectory() as d:
         network = a.network
         if not network:
             network = os.path.join(d, "here.net")
+            if man is None:
+                text = sh([os.path.join(ROOT, "tools", "calibrate-network")])
+            else:
+                text = sh(MPIRUN + ["-np", "2", os.path.join(rd, man["netcal"])])
             with open(network, "w") as f:
-                f.write(sh([os.path.join(ROOT, "tools", "calibrate-network")]))
+                f.write(text)
         print("network: %s" % " ".join(l.strip() for l in open(network) if not l.startswith("#")), flush=True)
-        # 1. One device per configuration: the rates.
-        rows, one = [], {}
         for name in a.configs:
-            cfg = CONFIGS[name]
-            cd = os.path.join(d, name)
-            os.makedirs(cd)
-            l1 = plan(shdc, cfg, 1, "1G", network)[0]
-            exe = build(shdc, cfg, l1["mesh"], cd)
-            t = statistics.median(step_ms(exe, 1, a.steps, cd) for _ in range(a.repeat))
-            one[name] = t
-            rows.append((l1["contraction_flops"], l1["elementwise_flops"], t / 1e3))
-        A = np.array([[r[0], r[1]] for r in rows])
-        y = np.array([r[2] for r in rows])
-        inv = np.linalg.lstsq(A, y, rcond=None)[0]
-        if inv[1] <= 0:   # elementwise work too small to fit: contractions alone
-            inv = [float(np.dot(A[:, 0], y) / np.dot(A[:, 0], A[:, 0])), 1e-15]
-        F, E = 1 / inv[0], 1 / inv[1]
-        flops = "%.6g,%.6g" % (F, E)
-        print("fitted on one device: contractions %.2f GFLOP/s, elementwise work %.3f G/s (--flops=%s)" %
-              (F / 1e9, E / 1e9, flops), flush=True)
+            os.makedirs(os.path.join(d, name))
+        if a.flops:
+            flops = a.flops
+            print("given rates: --flops=%s" % flops, flush=True)
+        else:
+            # 1. One device per configuration: the rates.
+            rows = []
+            for name in a.configs:
+                cfg = CONFIGS[name]
+                cd = os.path.join(d, name)
+                l1 = plan(shdc, cfg, 1, "1G", network, src)[0]
+                exe = exe_for(name, cfg, l1["mesh"], cd)
+                t = statistics.median(step_ms(exe, 1, a.steps, cd) for _ in range(a.repeat))
+                rows.append((l1["contraction_flops"], l1["elementwise_flops"], t / 1e3))
+                print("one device, %s: %.4g contraction FLOPs, %.4g elementwise operations, %.1f ms/step" %
+                      (name, rows[-1][0], rows[-1][1], t), flush=True)
+            A = np.array([[r[0], r[1]] for r in rows])
+            y = np.array([r[2] for r in rows])
+            inv = fit_inverse_rates(A, y)
+            F, E = 1 / inv[0], 1 / inv[1]
+            flops = "%.6g,%.6g" % (F, E)
+            print("fitted on one device: contractions %.2f GFLOP/s, elementwise work %.3f G/s (--flops=%s)" %
+                  (F / 1e9, E / 1e9, flops), flush=True)
         print("\n| model | ranks | layout | estimated ms/step | measured ms/step | place (est, meas) |"
               " fastest agrees | Kendall tau |")
         print("|---|---|---|---|---|---|---|---|")
@@ -154,8 +259,8 @@ def main():
             cfg = CONFIGS[name]
             cd = os.path.join(d, name)
             for n in a.ranks:
-                layouts = plan(shdc, cfg, n, flops, network)
-                exes = [build(shdc, cfg, l["mesh"], cd) for l in layouts]
+                layouts = plan(shdc, cfg, n, flops, network, src)
+                exes = [exe_for(name, cfg, l["mesh"], cd) for l in layouts]
                 runs = {i: [] for i in range(len(layouts))}
                 for _ in range(a.repeat):   # interleaved
                     for i, exe in enumerate(exes):
