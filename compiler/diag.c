@@ -4,7 +4,13 @@
  *     source line
  *     ^
  *
- * Every stage reports through diag_error and keeps going where it can; the
+ * Each plain diagnostic ends, after its notes, with the line
+ *
+ *     = help: shdc explain-error E_CODE (the rule, an example, the fix)
+ *
+ * written when the next diagnostic starts or when the file is done
+ * (diag_finish). Every stage reports through diag_error and keeps going
+ * where it can; the
  * driver stops between stages when the count is non-zero. Messages are lower
  * case, print types in DSL syntax and end with a fix where one exists.
  * With --diagnostics=json or sarif they are recorded instead (diag_json.c)
@@ -17,6 +23,9 @@ static const char *last_code;
 
 const char *diag_last_code(void) { return last_code; }
 static int max_shown = 100;   /* --max-errors; 0: no limit */
+static const char **capture;  /* diag_capture */
+
+void diag_capture(const char **first) { capture = first; }
 
 int diag_error_count(void) { return error_count; }
 void diag_reset(void) { error_count = 0; }
@@ -99,6 +108,18 @@ static void print_source_line(Pos pos) {
   free(caret);
 }
 
+/* The code whose explain-error hint is still to be written: the last line
+ * of its diagnostic comes after the notes that follow it. */
+static const char *hint_code;
+
+static void flush_hint(void) {
+  if (hint_code)
+    fprintf(stderr, "  = help: shdc explain-error %s (the rule, an example, the fix)\n", hint_code);
+  hint_code = NULL;
+}
+
+void diag_finish(void) { flush_hint(); }
+
 static void print_where(Pos pos) {
   if (pos.file && pos.line > 0)
     fprintf(stderr, "%s:%d:%d: ", pos.file->name, pos.line, pos.col);
@@ -179,17 +200,24 @@ static const char *with_field(const char *msg) {
 void diag_verror(Pos pos, const char *code, const char *fmt, va_list ap) {
   error_count++;
   last_code = code;
-  if (!shown())
-    return;
   const char *msg = with_field(arena_vprintf(fmt, ap));
   if (redirect.on && pos.file) {
     msg = arena_printf("%s, %s%sline %d: %s", redirect.callee, pos.file != redirect.at.file ? pos.file->name : "",
                        pos.file != redirect.at.file ? " " : "", pos.line, msg);
     pos = redirect.at;
   }
+  if (capture) {
+    if (!*capture)
+      *capture = arena_printf("%s:%d:%d: %s%s%s%s", pos.file ? pos.file->name : "shdc", pos.line, pos.col, msg,
+                              code ? " [" : "", code ? code : "", code ? "]" : "");
+    return;
+  }
+  if (!shown())
+    return;
   if (diagout_recording()) {
     diagout_add(pos, code, msg, false);
   } else {
+    flush_hint();
     print_where(pos);
     fputs("error: ", stderr);
     fputs(msg, stderr);
@@ -197,6 +225,7 @@ void diag_verror(Pos pos, const char *code, const char *fmt, va_list ap) {
       fprintf(stderr, " [%s]", code);
     fputc('\n', stderr);
     print_source_line(pos);
+    hint_code = code && diag_code_index(code) >= 0 ? code : NULL;
   }
   for (int i = ncontext - 1; i >= 0; i--)
     diag_note(context_notes[i].pos, "%s", context_notes[i].text);
@@ -210,7 +239,7 @@ void diag_error(Pos pos, const char *code, const char *fmt, ...) {
 }
 
 void diag_note(Pos pos, const char *fmt, ...) {
-  if (!shown())
+  if (!shown() || capture)
     return;
   va_list ap;
   va_start(ap, fmt);
@@ -230,6 +259,7 @@ void diag_note(Pos pos, const char *fmt, ...) {
 void diag_ice(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
+  flush_hint();
   fputs("shdc: internal compiler error: ", stderr);
   vfprintf(stderr, fmt, ap);
   fputs("\n(this is a bug in shdc; please report it with the input file)\n", stderr);

@@ -201,7 +201,7 @@ static void write_json(FILE *o) {
 
 /* SARIF locations name files by URI: relative names against %SRCROOT% (the
  * working directory, given in originalUriBaseIds), absolute ones as file:. */
-static void uri_str(FILE *o, const char *path) {
+static void uri_frag(FILE *o, const char *path, const char *fragment) {
   Str s = {0};
   if (path[0] == '/')
     str_printf(&s, "file://");
@@ -211,9 +211,13 @@ static void uri_str(FILE *o, const char *path) {
     else
       str_printf(&s, "%%%02X", *p);
   }
+  if (fragment)
+    str_printf(&s, "#%s", fragment);
   json_str(o, str_cstr(&s));
   free(s.buf);
 }
+
+static void uri_str(FILE *o, const char *path) { uri_frag(o, path, NULL); }
 
 /* SARIF columns count Unicode code points (run.columnKind), as json_str
  * writes the line: a valid sequence is one, so is each U+FFFD. */
@@ -322,7 +326,10 @@ static void sarif_result(FILE *o, Vec *files, const Diagnostic *d) {
   fputs("}", o);
 }
 
+/* Each rule's helpUri: its section of errors.md in the docs beside this
+ * shdc (installed, or the source tree's docs/). */
 static void sarif_rules(FILE *o) {
+  const char *docs = drv_docs_dir();
   fputs("          \"rules\": [", o);
   for (int i = 0; i < diag_code_count(); i++) {
     const DiagCode *c = diag_code_at(i);
@@ -345,8 +352,19 @@ static void sarif_rules(FILE *o) {
     fputs("}, \"fullDescription\": {\"text\": ", o);
     json_str(o, c->help);
     fputs("}, \"help\": {\"text\": ", o);
-    json_str(o, c->help);
-    fputs("}, \"defaultConfiguration\": {\"level\": \"error\"}}", o);
+    json_str(o, arena_printf("%s (shdc explain-error %s shows an example and its fix.)", c->help, c->code));
+    fputs("}, ", o);
+    if (docs) {
+      char id[32];
+      size_t k = 0;
+      for (; c->code[k] && k + 1 < sizeof id; k++)
+        id[k] = (char)(c->code[k] >= 'A' && c->code[k] <= 'Z' ? c->code[k] + 32 : c->code[k]);
+      id[k] = 0;
+      fputs("\"helpUri\": ", o);
+      uri_frag(o, arena_printf("%s/errors.md", docs), id);
+      fputs(", ", o);
+    }
+    fputs("\"defaultConfiguration\": {\"level\": \"error\"}}", o);
   }
   fputs("]", o);
 }
@@ -410,3 +428,7 @@ bool diagout_write(FILE *out) {
     write_sarif(out);
   return fflush(out) == 0 && !ferror(out);
 }
+
+/* A JSON string literal of s, as the diagnostics write them (shdc plan
+ * --json uses it for file names and error messages). */
+void diag_json_string(FILE *o, const char *s) { json_str(o, s); }

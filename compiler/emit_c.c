@@ -39,6 +39,7 @@ struct Emit {
   int *fuse_uses, *fuse_site, *fuse_depth;   /* plan_fusion's by-id scratch, cleared per block */
   const Inst *cur;     /* the instruction being emitted, and its index */
   int cur_idx;
+  const IrBlock *main_body;   /* a loop directly in it is a training loop: a trace span per step */
 };
 
 /* The values of a block released after each of its instructions, in
@@ -583,6 +584,9 @@ static void emit_for(Emit *e, const Inst *in) {
   emit_line(e, "for (int32_t %s = %s; %s < %s; %s++) {", vname(body->args[0]), vname(in->args[0]), vname(body->args[0]),
        vname(in->args[1]), vname(body->args[0]));
   e->indent += 2;
+  bool step = in->parent && in->parent == e->main_body;
+  if (step)
+    emit_line(e, "shd_step_begin(%s, %d);", vname(body->args[0]), in->pos.line);
   const char **next = arena_alloc(sizeof(char *) * (size_t)(nc + 1));
   for (int k = 0; k < nc; k++) {
     const Value *c = body->args[k + 1];
@@ -595,6 +599,8 @@ static void emit_for(Emit *e, const Inst *in) {
       emit_line(e, "shd_release(%s);", vname(c));
     emit_line(e, "%s = %s;", vname(c), next[k]);
   }
+  if (step)
+    emit_line(e, "shd_step_end();");
   e->indent -= 2;
   emit_line(e, "}");
   for (int k = 0; k < nc; k++)
@@ -915,6 +921,7 @@ void emit_module(FILE *out, const Module *mod, const SourceFile *file) {
     if (((Func *)mod->funcs.data[i])->is_main)
       mainf = mod->funcs.data[i];
   /* Only what main reaches (everything when there is no main). */
+  e.main_body = mainf ? mainf->body : NULL;
   bool *live = reachable(mod, mainf);
   for (int i = 0; i < mod->funcs.len; i++)
     ir_count_uses(((Func *)mod->funcs.data[i])->body, e.uses);

@@ -109,6 +109,39 @@ typedef struct {
   int64_t *res_bytes;
 } Summary;
 
+/* Where a function's peak is, for --max-memory's message: the instruction,
+ * the largest arrays live then (each with its buffer while the snapshot is
+ * current, -1 for an instruction's temporaries), and the call whose callee
+ * holds the rest of the peak. */
+#define SITE_KEEP 16
+
+typedef struct {
+  const Value *v;      /* NULL: the temporaries of tmp_of */
+  const Inst *tmp_of;
+  const Func *fn;
+  int buf;
+  int count;           /* arrays of this value (a loop's carry and its next) */
+  int64_t bytes;
+} SiteArray;
+
+typedef struct {
+  SiteArray a[SITE_KEEP];
+  int n;
+  const Inst *at;
+  const Inst *call;
+} Site;
+
+/* A level of live bytes to take a snapshot at, the first time it is
+ * reached: the function's peak, and each loop body's own peak (a loop's
+ * second iteration is not simulated, so the body's arrays at its peak are
+ * taken in the first). */
+typedef struct {
+  int64_t target;
+  bool hit;
+  int first_fresh;     /* buffers from here on are the body's */
+  Site site;
+} Watch;
+
 typedef struct {
   const Module *mod;
   int64_t *bytes;      /* by buffer */
@@ -125,6 +158,23 @@ typedef struct {
    * bytes it took on (pushes[2i], pushes[2i+1]). */
   int64_t *pushes;
   int npushes, cappushes;
+  /* For the peak's site (explain_peak_site): the value of each buffer, the
+   * function and instruction being simulated, the temporaries it holds,
+   * and while a call or a loop's second iteration adds its extra bytes,
+   * the call or the body's watch. A first pass (track 1) records each
+   * loop body's extra bytes (loop_extra, by the for's index in loop_map),
+   * the second (track 2) takes the snapshots. */
+  const Value **val;
+  const Func *fn;
+  const Inst *cur, *bump_call;
+  const Watch *bump_body;
+  int64_t cur_temp;
+  int track;
+  Watch *watch[64];
+  int nwatch;
+  PtrMap loop_map;
+  int64_t *loop_extra;
+  int nloops;
 } Sim;
 
 /* Byte sums are checked: an overflow is an error at the instruction. */
@@ -137,26 +187,33 @@ static void add_live(Sim *s, int64_t bytes, Pos pos) {
   }
 }
 
+static void site_snapshot(Sim *s, Watch *w);
+
 static void bump(Sim *s) {
   if (s->live > s->peak)
     s->peak = s->live;
+  for (int i = 0; i < s->nwatch; i++)
+    if (!s->watch[i]->hit && s->live >= s->watch[i]->target)
+      site_snapshot(s, s->watch[i]);
 }
 
-static int buf_entry(Sim *s, int64_t bytes) {
+static int buf_entry(Sim *s, int64_t bytes, const Value *v) {
   if (s->nbufs == s->capbufs) {
     s->capbufs = s->capbufs ? s->capbufs * 2 : 256;
     s->bytes = realloc(s->bytes, sizeof(int64_t) * (size_t)s->capbufs);
     s->refs = realloc(s->refs, sizeof(int) * (size_t)s->capbufs);
-    if (!s->bytes || !s->refs)
+    s->val = realloc(s->val, sizeof(Value *) * (size_t)s->capbufs);
+    if (!s->bytes || !s->refs || !s->val)
       diag_ice("out of memory");
   }
   s->bytes[s->nbufs] = bytes;
   s->refs[s->nbufs] = 1;
+  s->val[s->nbufs] = v;
   return s->nbufs++;
 }
 
-static int buf_new(Sim *s, int64_t bytes, Pos pos) {
-  int b = buf_entry(s, bytes);
+static int buf_new(Sim *s, int64_t bytes, Pos pos, const Value *v) {
+  int b = buf_entry(s, bytes, v);
   add_live(s, bytes, pos);
   bump(s);
   return b;
@@ -178,7 +235,9 @@ static void sim_call(Sim *s, const Inst *in) {
   const Summary *sm = &s->sums[ptrmap_get(&s->func_index, in->callee)];
   int64_t at = s->live;
   add_live(s, sm->extra, in->pos);
+  s->bump_call = in;
   bump(s);
+  s->bump_call = NULL;
   s->live = at;
   add_live(s, sm->net, in->pos);
   for (int k = 0; k < in->nresults; k++) {
@@ -193,19 +252,19 @@ static void sim_call(Sim *s, const Inst *in) {
       if (b >= 0)
         buf_retain(s, b);
       else
-        b = buf_entry(s, sm->res_bytes[k]);   /* its bytes are in net */
+        b = buf_entry(s, sm->res_bytes[k], in->results[k]);   /* its bytes are in net */
     }
     s->buf_of[in->results[k]->id] = b;
   }
 }
 
-/* The iterations a for runs, when its bounds are constants; otherwise the
- * two the simulation follows. */
+/* The iterations a for runs, when its bounds are known at compile time;
+ * otherwise the two the simulation follows. */
 static int64_t trip_count(const Inst *in) {
-  const Inst *lo = in->args[0]->def, *hi = in->args[1]->def;
-  if (!lo || !hi || lo->op != IR_CONST || hi->op != IR_CONST)
+  int64_t lo, hi;
+  if (!ir_const_int(in->args[0], &lo) || !ir_const_int(in->args[1], &hi))
     return 2;
-  double n = hi->fval - lo->fval;
+  double n = (double)hi - (double)lo;
   return n < 0 ? 0 : n > 1e15 ? (int64_t)1e15 : (int64_t)n;
 }
 
@@ -252,15 +311,34 @@ static void sim_for(Sim *s, const Inst *in) {
   for (int k = 0; k < nc; k++) {
     carry[k] = in->args[k + 2]->type.rank ? s->buf_of[in->args[k + 2]->id] : -1;
     buf_retain(s, carry[k]);
-    proxy[k] = carry[k] >= 0 ? buf_entry(s, 0) : -1;
+    proxy[k] = carry[k] >= 0 ? buf_entry(s, 0, body->args[k + 1]) : -1;
     s->buf_of[body->args[k + 1]->id] = proxy[k];
   }
   s->buf_of[body->args[0]->id] = -1;
   int first_fresh = s->nbufs, push0 = s->npushes;
   int64_t live0 = s->live, peak0 = s->peak;
   s->peak = s->live;
+  int loop = s->track ? ptrmap_get(&s->loop_map, in) : -1;
+  Watch body_watch = {0};
+  if (s->track == 2 && loop >= 0 && s->nwatch < 64) {
+    body_watch.target = live0 + s->loop_extra[loop];
+    body_watch.first_fresh = first_fresh;
+    s->watch[s->nwatch++] = &body_watch;
+  }
   sim_block(s, body, next);
+  if (s->track == 2 && loop >= 0 && s->nwatch && s->watch[s->nwatch - 1] == &body_watch)
+    s->nwatch--;
   int64_t extra = s->peak - live0, net = s->live - live0;
+  if (s->track == 1) {
+    if (loop < 0) {
+      loop = s->nloops++;
+      ptrmap_put(&s->loop_map, in, loop);
+      s->loop_extra = realloc(s->loop_extra, sizeof(int64_t) * (size_t)s->nloops);
+      if (!s->loop_extra)
+        diag_ice("out of memory");
+    }
+    s->loop_extra[loop] = extra;
+  }
   s->peak = s->peak > peak0 ? s->peak : peak0;
   for (int k = 0; k < nc; k++) {
     kind[k] = next[k] < 0 ? YIELD_NONE : next[k] >= first_fresh ? YIELD_FRESH : YIELD_OUTER;
@@ -280,7 +358,9 @@ static void sim_for(Sim *s, const Inst *in) {
   tape_iterations(s, in, push0);
   int64_t start2 = s->live;
   add_live(s, extra, in->pos);
+  s->bump_body = body_watch.hit ? &body_watch : NULL;
   bump(s);
+  s->bump_body = NULL;
   s->live = start2;
   add_live(s, net, in->pos);
   for (int k = 0; k < nc; k++) {
@@ -290,7 +370,7 @@ static void sim_for(Sim *s, const Inst *in) {
         if (kind[j] == YIELD_FRESH && next[j] == next[k])
           second[k] = second[j];
       if (second[k] < 0) {
-        second[k] = buf_entry(s, s->bytes[next[k]]);
+        second[k] = buf_entry(s, s->bytes[next[k]], in->results[k]);
         continue;
       }
     }
@@ -347,7 +427,7 @@ static void sim_results(Sim *s, const Inst *in, int idx) {
     case EMIT_VIEW_OR_ALLOC:
     case EMIT_STEAL_OR_ALLOC:
     case EMIT_ALLOC:
-      s->buf_of[r->id] = buf_new(s, local_bytes(s->mod, &r->type), in->pos);
+      s->buf_of[r->id] = buf_new(s, local_bytes(s->mod, &r->type), in->pos, r);
       break;
     }
   }
@@ -385,7 +465,7 @@ static void sim_tape_push(Sim *s, const Inst *in) {
 
 static void sim_inst(Sim *s, const Inst *in, int i, int *yield_bufs) {
   switch (in->op) {
-  case IR_TAPE_NEW: s->buf_of[in->results[0]->id] = buf_entry(s, 0); break;
+  case IR_TAPE_NEW: s->buf_of[in->results[0]->id] = buf_entry(s, 0, in->results[0]); break;
   case IR_TAPE_PUSH: sim_tape_push(s, in); break;
   case IR_CALL: sim_call(s, in); break;
   case IR_FOR: sim_for(s, in); break;
@@ -403,7 +483,9 @@ static void sim_inst(Sim *s, const Inst *in, int i, int *yield_bufs) {
     sim_results(s, in, i);
     int64_t after = s->live;
     add_live(s, tmp, in->pos);
+    s->cur_temp = tmp;
     bump(s);
+    s->cur_temp = 0;
     s->live = after;   /* the instruction frees its temporaries again */
   }
   }
@@ -429,6 +511,7 @@ static void sim_block(Sim *s, const IrBlock *b, int *yield_bufs) {
     }
   }
   for (int i = 0; i < n; i++) {
+    s->cur = b->insts.data[i];
     sim_inst(s, b->insts.data[i], i, yield_bufs);
     for (int v = dying[i]; v >= 0; v = s->dead_next[v])
       buf_release(s, s->buf_of[v]);
@@ -439,12 +522,14 @@ static void sim_block(Sim *s, const IrBlock *b, int *yield_bufs) {
 static void summarise(Sim *s, const Func *f, Summary *sm) {
   s->nbufs = s->npushes = 0;
   s->live = s->peak = 0;
+  s->fn = f;
+  s->cur = NULL;
   /* Parameters are the caller's buffers: counted, never released here. */
   int np = f->body->nargs;
   int *param_of = calloc((size_t)np + 1, sizeof(int));
   for (int i = 0; i < np; i++) {
     const Value *p = f->body->args[i];
-    s->buf_of[p->id] = p->type.rank ? buf_new(s, local_bytes(s->mod, &p->type), f->pos) : -1;
+    s->buf_of[p->id] = p->type.rank ? buf_new(s, local_bytes(s->mod, &p->type), f->pos, p) : -1;
     buf_retain(s, s->buf_of[p->id]);
     if (s->buf_of[p->id] >= 0)
       param_of[s->buf_of[p->id]] = i;
@@ -489,6 +574,18 @@ static Sim *sim_module(const Module *mod) {
   if (cache.mod == mod)
     return &cache;
   Sim *s = &cache;
+  /* Another module (shdc plan compiles one per layout): let the last go. */
+  free(s->bytes);
+  free(s->refs);
+  free(s->val);
+  free(s->buf_of);
+  free(s->last_use);
+  free(s->dead_next);
+  free(s->sums);
+  free(s->pushes);
+  free(s->loop_extra);
+  ptrmap_free(&s->func_index);
+  ptrmap_free(&s->loop_map);
   memset(s, 0, sizeof *s);
   s->mod = mod;
   size_t nv = (size_t)mod->next_value + 1;
@@ -497,6 +594,170 @@ static Sim *sim_module(const Module *mod) {
   s->dead_next = calloc(nv, sizeof(int));
   summarise_all(s);
   return s;
+}
+
+/* ---- where the peak is (--max-memory) --------------------------------------------------- */
+
+/* Keeps the SITE_KEEP largest, by bytes; two arrays of one value (a carry
+ * and its next iteration's) are one entry. */
+static void site_add(Site *st, SiteArray e) {
+  if (e.bytes <= 0)
+    return;
+  for (int i = 0; e.v && i < st->n; i++)
+    if (st->a[i].v == e.v && st->a[i].fn == e.fn) {
+      e.bytes += st->a[i].bytes;
+      e.count += st->a[i].count;
+      memmove(&st->a[i], &st->a[i + 1], sizeof(SiteArray) * (size_t)(st->n - i - 1));
+      st->n--;
+      break;
+    }
+  int p = st->n;
+  while (p > 0 && st->a[p - 1].bytes < e.bytes)
+    p--;
+  if (p >= SITE_KEEP)
+    return;
+  int last = st->n < SITE_KEEP ? st->n++ : SITE_KEEP - 1;
+  memmove(&st->a[p + 1], &st->a[p], sizeof(SiteArray) * (size_t)(last - p));
+  st->a[p] = e;
+}
+
+/* The live buffers now; at a loop's second iteration, with the body's own
+ * arrays at its peak (the first iteration's snapshot), at a call, the call
+ * (its callee's arrays are found by simulating it in turn). */
+static void site_snapshot(Sim *s, Watch *w) {
+  Site *st = &w->site;
+  w->hit = true;
+  memset(st, 0, sizeof *st);
+  st->at = s->cur;
+  st->call = s->bump_call;
+  for (int b = 0; b < s->nbufs; b++)
+    if (s->refs[b] > 0)
+      site_add(st, (SiteArray){s->val[b], NULL, s->fn, b, 1, s->bytes[b]});
+  site_add(st, (SiteArray){NULL, s->cur, s->fn, -1, 1, s->cur_temp});
+  const Watch *bw = s->bump_body;
+  if (bw) {
+    for (int i = 0; i < bw->site.n; i++)
+      if (bw->site.a[i].buf < 0 || bw->site.a[i].buf >= bw->first_fresh)
+        site_add(st, bw->site.a[i]);
+    st->at = bw->site.at;
+    st->call = bw->site.call;
+  }
+}
+
+/* f's peak, simulated twice: the first pass learns each loop body's extra
+ * bytes, the second takes the snapshots when the live bytes first reach
+ * the peak (and each body's). Linear in f, like the first simulation. */
+static Site func_site(Sim *s, const Func *f) {
+  Summary tmp;
+  ptrmap_free(&s->loop_map);
+  s->loop_map = (PtrMap){0};
+  s->nloops = 0;
+  s->track = 1;
+  summarise(s, f, &tmp);
+  Watch w = {0};
+  w.target = tmp.peak;
+  s->watch[0] = &w;
+  s->nwatch = 1;
+  s->track = 2;
+  summarise(s, f, &tmp);
+  s->nwatch = 0;
+  s->track = 0;
+  return w.site;
+}
+
+static const char *bytes_str(int64_t b) {
+  static const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = (double)b;
+  int u = 0;
+  while (v >= 1024 && u < 6) {
+    v /= 1024;
+    u++;
+  }
+  return u ? arena_printf("%.1f %s", v, unit[u]) : arena_printf("%lld bytes", (long long)b);
+}
+
+/* "w2 f32[2048,2048] (line 39, main): 16.0 MiB". */
+static const char *site_array_str(const Mesh *m, const SiteArray *e) {
+  const char *n = e->count > 1 ? arena_printf("%d arrays, ", e->count) : "";
+  if (!e->v)
+    return arena_printf("the temporaries of %s (line %d, %s): %s", ir_opname(e->tmp_of->op), e->tmp_of->pos.line,
+                        e->fn->name, bytes_str(e->bytes));
+  const Inst *d = e->v->def;
+  if (e->v->type.kind == TY_TAPE)
+    return arena_printf("the tape of the loop at line %d, the residuals it keeps for the gradient (%s): %s%s",
+                        d ? d->pos.line : e->fn->pos.line, e->fn->name, n, bytes_str(e->bytes));
+  const char *name = e->v->name ? e->v->name : d ? arena_printf("a %s result", ir_opname(d->op)) : "a parameter";
+  return arena_printf("%s %s (line %d, %s): %s%s", name, ty_str(m, &e->v->type), d ? d->pos.line : e->fn->pos.line,
+                      e->fn->name, n, bytes_str(e->bytes));
+}
+
+/* One error at the peak of f: its bytes, the functions down to the one
+ * the peak is in, the largest arrays live then (notes at their
+ * definitions). */
+static void report_peak(Sim *s, const Func *f, int64_t peak, int64_t limit, const char *limit_text) {
+  const Mesh *m = &s->mod->mesh;
+  Site site = func_site(s, f), all = {0};
+  for (int i = 0; i < site.n; i++)
+    site_add(&all, site.a[i]);
+  const Inst *at = site.at, *call = site.call;
+  const Func *inner = f;
+  Str chain = {0};
+  for (int depth = 0; call && call->callee && depth < 10000; depth++) {
+    const Func *g = call->callee;
+    str_printf(&chain, "%s%s (called from %s at line %d)", depth ? ", in " : ", in ", g->name, inner->name,
+               call->pos.line);
+    Site cs = func_site(s, g);
+    for (int i = 0; i < cs.n; i++) {
+      const Value *v = cs.a[i].v;
+      if (!(v && !v->def && v->arg_of == g->body))   /* g's parameters are its caller's arrays */
+        site_add(&all, cs.a[i]);
+    }
+    at = cs.at ? cs.at : call;
+    call = cs.call;
+    inner = g;
+  }
+  Str mesh = {0}, list = {0};
+  for (int a = 0; a < m->naxes; a++)
+    str_printf(&mesh, "%s%s=%d", a ? "," : "", m->names[a], m->sizes[a]);
+  int shown = all.n < 5 ? all.n : 5;
+  for (int i = 0; i < shown; i++)
+    str_printf(&list, "%s%s", i ? "; " : "", site_array_str(m, &all.a[i]));
+  Pos pos = at ? at->pos : f->pos;
+  diag_error(pos, "E_MEMORY",
+             "fn %s needs %lld bytes (%s) of arrays per rank at its peak with --mesh %s, above --max-memory=%s "
+             "(%lld bytes); the peak is at line %d%s; the largest arrays live then: %s; shard them over more "
+             "devices (a larger mesh, or another layout: `shdc plan`), or keep fewer of them live at once",
+             f->name, (long long)peak, bytes_str(peak), mesh.len ? str_cstr(&mesh) : "(none)", limit_text,
+             (long long)limit, pos.line, chain.len ? str_cstr(&chain) : "", shown ? str_cstr(&list) : "(none)");
+  for (int i = 0; i < shown && i < 3; i++)
+    if (all.a[i].v && all.a[i].v->def)
+      diag_note(all.a[i].v->def->pos, "%s, %s per rank at the peak, is defined here",
+                all.a[i].v->type.kind == TY_TAPE ? "the tape of this loop"
+                : all.a[i].v->name ? all.a[i].v->name : arena_printf("this %s result", ir_opname(all.a[i].v->def->op)),
+                bytes_str(all.a[i].bytes));
+  free(chain.buf);
+  free(mesh.buf);
+  free(list.buf);
+}
+
+int64_t explain_check_memory(const Module *mod, int64_t limit, const char *limit_text) {
+  Sim *s = sim_module(mod);
+  const Func *mainf = NULL;
+  for (int i = 0; i < mod->funcs.len; i++)
+    if (((const Func *)mod->funcs.data[i])->is_main)
+      mainf = mod->funcs.data[i];
+  int64_t worst = 0;
+  for (int i = 0; i < mod->funcs.len; i++) {
+    const Func *f = mod->funcs.data[i];
+    if (mainf && f != mainf)
+      continue;
+    int64_t peak = s->sums[ptrmap_get(&s->func_index, f)].peak;
+    if (peak > worst)
+      worst = peak;
+    if (peak > limit)
+      report_peak(s, f, peak, limit, limit_text);
+  }
+  return worst;
 }
 
 int64_t explain_func_peak(const Module *mod, const Func *f) {

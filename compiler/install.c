@@ -29,6 +29,8 @@ int drv_abi_version(void) { return SHDC_ABI_VERSION; }
 
 const char *drv_version(void) { return SHDC_VERSION; }
 
+const char *drv_version_full(void) { return "shdc " SHDC_VERSION " (git " SHDC_GIT_REVISION ")"; }
+
 static bool exe_dir(char *out, size_t n) {
   ssize_t len = readlink("/proc/self/exe", out, n - 1);
   if (len <= 0)
@@ -49,6 +51,24 @@ const char *drv_doc_path(void) {
   for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
     char *p = realpath(arena_printf("%s/%s", dir, rel[i]), NULL);
     if (p && access(p, R_OK) == 0) {
+      const char *r = arena_strdup(p);
+      free(p);
+      return r;
+    }
+    free(p);
+  }
+  return NULL;
+}
+
+const char *drv_docs_dir(void) {
+  char dir[4096];
+  if (!exe_dir(dir, sizeof dir))
+    return NULL;
+  /* installed (make install: DOCDIR); build/shdc in the source tree; build/san/shdc */
+  static const char *rel[] = {"../share/doc/shdc", "../docs", "../../docs"};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
+    char *p = realpath(arena_printf("%s/%s", dir, rel[i]), NULL);
+    if (p && access(arena_printf("%s/errors.md", p), R_OK) == 0) {
       const char *r = arena_strdup(p);
       free(p);
       return r;

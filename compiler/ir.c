@@ -573,3 +573,25 @@ void ir_verify(const Module *mod) {
   }
   free(v.defined);
 }
+
+/* An integer scalar known at compile time: a constant, or a sum,
+ * difference or product of such (autodiff's reverse loop runs over
+ * hi - lo). Recursion follows the bound's expression, whose depth the
+ * parser bounds. */
+bool ir_const_int(const Value *v, int64_t *out) {
+  const Inst *d = v->def;
+  if (!d || v->type.kind != TY_ARRAY || v->type.rank)
+    return false;
+  if (d->op == IR_CONST) {
+    if (!(d->fval >= -9e15 && d->fval <= 9e15))
+      return false;
+    *out = (int64_t)d->fval;
+    return d->fval == (double)*out;
+  }
+  int64_t a, b;
+  if (d->op != IR_BINARY || d->nargs != 2 || (d->fn != BIN_ADD && d->fn != BIN_SUB && d->fn != BIN_MUL) ||
+      !ir_const_int(d->args[0], &a) || !ir_const_int(d->args[1], &b))
+    return false;
+  return !(d->fn == BIN_ADD ? __builtin_add_overflow(a, b, out)
+           : d->fn == BIN_SUB ? __builtin_sub_overflow(a, b, out) : __builtin_mul_overflow(a, b, out));
+}

@@ -272,10 +272,10 @@ typedef struct {
 } Step;
 
 static bool const_trips(const Inst *loop, double *trips) {
-  const Inst *lo = loop->args[0]->def, *hi = loop->args[1]->def;
-  if (!lo || !hi || lo->op != IR_CONST || hi->op != IR_CONST)
+  int64_t lo, hi;
+  if (!ir_const_int(loop->args[0], &lo) || !ir_const_int(loop->args[1], &hi))
     return false;
-  *trips = hi->fval - lo->fval > 0 ? hi->fval - lo->fval : 0;
+  *trips = hi > lo ? (double)hi - (double)lo : 0;
   return true;
 }
 

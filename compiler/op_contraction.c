@@ -1014,9 +1014,19 @@ static bool infer_dot(const Module *mod, const Inst *in, Type *out) {
   return dot_shapes(&rc, &in->args[0]->type, &in->args[1]->type, &in->dot, &r) && ir_infer_shape(out, &r);
 }
 
+/* 2 M N K for each rank's block: the result's local elements times the
+ * local length of the contracted dims. */
+static void work_dot(const Module *mod, const Inst *in, double *dot, double *ew) {
+  double k = 1;
+  for (int i = 0; i < in->dot.ncontract; i++)
+    k *= (double)ty_local_dim(&mod->mesh, &in->args[0]->type, in->dot.lhs_contract[i]);
+  *dot += 2 * (double)ty_local_count(&mod->mesh, &in->results[0]->type) * k;
+}
+
 static const OpDef ops[] = {
     {.op = IR_DOT, .name = "dot", .flags = OPF_OUT_SHARDING | OPF_TRACE_LINE, .print = print_dot, .vjp = vjp_dot,
-     .partition = part_dot, .emit = emit_dot_inst, .temp_bytes = dot_temp_bytes, .infer = infer_dot},
+     .partition = part_dot, .emit = emit_dot_inst, .temp_bytes = dot_temp_bytes, .infer = infer_dot,
+     .work = work_dot},
     {0},
 };
 

@@ -1,12 +1,29 @@
-/* op_io.c: the I/O family: print, save, load, load_dim, arg, clock, exists.
+/* op_io.c: the I/O family: print, metrics, save, load, load_dim, arg, clock,
+ * exists, stop_requested, and the directories of a long run: mkdir,
+ * keep_last, manifest.
  *
  * print(items...) prints on rank 0 (sharded values are gathered, pending
- * sums reduced: the partitioner reshards each value to replicated); save
+ * sums reduced: the partitioner reshards each value to replicated);
+ * metrics(key=value, ...) appends one JSON object to the file of the
+ * program's --metrics=FILE flag, on rank 0 (its scalars replicated as
+ * print's; runtime/metrics.c writes valid JSON whatever they hold);
+ * manifest(PATH, key=value, ...) writes one JSON file recording the run
+ * (program, shdc, mesh, consts, args) and the keys; mkdir(PATH) creates a
+ * directory (and parents) and checks it is writable; keep_last(DIR,
+ * PREFIX, N) removes all but the last N entries of DIR named PREFIX...
+ * (runtime/fs.c); all three are collective, rank 0 acting; save
  * writes the global array as .npy, each rank its own block, after reducing
  * pending sums; load reads one, typed by its annotation; load_dim reads the
  * size of one dim of a file's array at run time (to place windows in a file
- * of any length); arg reads --name=value from the program's command line;
- * clock is MPI_Wtime; exists(PATH) asks rank 0 whether PATH exists.
+ * of any length); arg reads --name=value (or --name value) from the
+ * program's command line, with a help text for --help; clock is MPI_Wtime;
+ * stop_requested() tells whether the job was asked to stop (SIGTERM, as a
+ * scheduler sends at its time limit, or SIGUSR1/2), agreed by every rank
+ * (an all-reduce of one int), so that a program can checkpoint and end its
+ * loop on every rank at the same step. The C's main installs the handlers
+ * (shd_stop_init) only when the program calls it: a program that never
+ * asks keeps the default of stopping at once. exists(PATH) asks rank 0
+ * whether PATH exists.
  *
  * A struct is saved to a directory, one .npy per leaf, replaced as a whole
  * (language.md §9.5): tc_struct.c gives save(DIR, p) one save per leaf into
@@ -32,18 +49,24 @@
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname
 
-enum { IO_PRINT, IO_SAVE, IO_LOAD, IO_LOAD_DIM, IO_ARG, IO_CLOCK, IO_EXISTS };
+enum { IO_PRINT, IO_SAVE, IO_LOAD, IO_LOAD_DIM, IO_ARG, IO_CLOCK, IO_EXISTS, IO_STOP, IO_METRICS, IO_MANIFEST,
+       IO_MKDIR, IO_KEEP_LAST };
 
 enum {
   IR_PRINT = IR_BASE_IO, /* args: values; str: '\x1f'-separated texts */
   IR_SAVE,               /* str: path */
   IR_LOAD,               /* str: path */
-  IR_ARG,                /* str: name; fval/ival default */
+  IR_ARG,                /* str: name, NUL, help text; fval/ival default */
   IR_CLOCK,              /* wall-clock seconds (f64), for timing steps */
   IR_LOAD_DIM,           /* str: path (or the last arg); dim: which dim; result i32 */
   IR_SAVE_BEGIN,         /* args: DIR (str); result: a fresh directory beside it (str) */
   IR_SAVE_COMMIT,        /* args: the fresh directory, DIR: swapped into DIR's place */
   IR_EXISTS,             /* str: path (or the arg); result bool */
+  IR_STOP_REQUESTED,     /* bool, the same on every rank: SIGTERM/SIGUSR1/SIGUSR2 arrived */
+  IR_METRICS,            /* args: values; str: their keys, each NUL-terminated (niv) */
+  IR_MANIFEST,           /* args: path, values; str: the keys as IR_METRICS */
+  IR_MKDIR,              /* args: path */
+  IR_KEEP_LAST,          /* args: dir, prefix, count */
 };
 
 static bool is_array(const Value *v) { return v->type.rank > 0; }
@@ -85,16 +108,24 @@ static const char *path_c(const Inst *in, const char *what) {
   return arena_printf("shd_str_path(&%s, \"%s\", %d)", vname(p), what, in->pos.line);
 }
 
-/* .npy I/O is collective over the whole mesh and works on global arrays: a
- * manual body (per-device, maybe under a varying branch) has neither. */
+/* .npy I/O is collective over the whole mesh and works on global arrays,
+ * and a metrics line is the program's: a manual body (per-device, maybe
+ * under a varying branch) has neither. */
 static bool global_view_only(TcCtx *c, Expr *e) {
   if (!c->manual)
     return true;
-  diag_error(e->pos, "E_MANUAL",
-             "%s reads or writes a .npy file with every device taking part, so it is only available in the "
-             "global view; %s",
-             tc_callee(e), e->bi->code == IO_SAVE ? "return the value from the manual function and save it there"
-                                                  : "read it in the global view and pass it as an argument");
+  if (e->bi->code == IO_METRICS || e->bi->code == IO_MANIFEST)
+    diag_error(e->pos, "E_MANUAL", "%s writes for the whole program from rank 0, so it is only available in the "
+               "global view; return the value from the manual function and report it there", tc_callee(e));
+  else if (e->bi->code == IO_MKDIR || e->bi->code == IO_KEEP_LAST)
+    diag_error(e->pos, "E_MANUAL", "%s changes the file system for the whole program, with every device taking "
+               "part, so it is only available in the global view; call it there", tc_callee(e));
+  else
+    diag_error(e->pos, "E_MANUAL",
+               "%s reads or writes a .npy file with every device taking part, so it is only available in the "
+               "global view; %s",
+               tc_callee(e), e->bi->code == IO_SAVE ? "return the value from the manual function and save it there"
+                                                    : "read it in the global view and pass it as an argument");
   return false;
 }
 
@@ -121,6 +152,154 @@ static Type check_print(TcCtx *c, Expr *e, const Type *annot) {
 /* The two halves of a struct save (below): rows of no table, which save's
  * check hands to tc_struct_save for the calls it builds. */
 static const BuiltinDef save_begin_row, save_commit_row;
+
+/* The key=value arguments from..len of a metrics or manifest call: each
+ * key once (and none of `reserved`), each value a str or a scalar that is
+ * the same on every device (a pending sum is reduced, as print does). */
+static bool check_keyed(TcCtx *c, Expr *e, int from, const char *const *reserved) {
+  const char *what = tc_callee(e);
+  bool ok = true;
+  for (int i = from; i < e->args.len; i++) {
+    Expr *a = e->args.data[i];
+    if (a->kind != EX_KWARG) {
+      diag_error(a->pos, "E_ARG", "%s takes key=value arguments, each value named by its key: %s, not %s(%s%s)",
+                 what, from ? "manifest(path, step=step)" : "metrics(step=step, loss=l)", what,
+                 from ? "path, " : "", tc_expr_text(a));
+      ok = false;
+      continue;
+    }
+    for (int k = from; k < i; k++) {
+      Expr *b = e->args.data[k];
+      if (b->kind == EX_KWARG && !strcmp(b->str, a->str)) {
+        diag_error(a->pos, "E_ARG", "%s: the key %s is given twice; each key appears once", what, a->str);
+        ok = false;
+      }
+    }
+    for (int k = 0; reserved && reserved[k]; k++)
+      if (!strcmp(reserved[k], a->str)) {
+        diag_error(a->pos, "E_ARG", "%s: the key %s is the manifest's own (program, shdc, ranks, mesh, config, "
+                   "args); choose another name, e.g. my_%s", what, a->str, a->str);
+        ok = false;
+      }
+    Type t = tc_expr(c, a->lhs);
+    if (t.kind == TY_ERROR || t.kind == TY_STRING) {
+      ok &= t.kind != TY_ERROR;
+      continue;
+    }
+    if (!tc_want_array(c, a->lhs, &t, what)) {
+      ok = false;
+      continue;
+    }
+    if (t.rank) {
+      diag_error(a->lhs->pos, "E_SHAPE", "%s: %s=%s is the array %s; %s, e.g. %s=mean(%s)", what, a->str,
+                 tc_expr_text(a->lhs), TS(&t), from ? "a manifest value is one scalar" : "a metric is one scalar per line",
+                 a->str, tc_expr_text(a->lhs));
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+/* metrics(key=value, ...): keyword arguments only. */
+static Type check_metrics(TcCtx *c, Expr *e, const Type *annot) {
+  if (!global_view_only(c, e))
+    return ty_error();
+  if (!e->args.len) {
+    diag_error(e->pos, "E_ARG", "metrics needs at least one key=value, e.g. metrics(step=step, loss=l)");
+    return ty_error();
+  }
+  return check_keyed(c, e, 0, NULL) ? ty_void() : ty_error();
+}
+
+/* A str value (literal or expression), not a path. */
+static bool check_str_value(TcCtx *c, Expr *a, const char *what) {
+  Type t = tc_expr(c, a);
+  if (t.kind == TY_ERROR)
+    return false;
+  if (t.kind != TY_STRING) {
+    diag_error(a->pos, "E_ARG", "%s must be a str, not %s", what, t.kind == TY_ARRAY ? TS(&t) : "this value");
+    return false;
+  }
+  return true;
+}
+
+/* A str path (literal or expression) as the first argument. */
+static bool check_path_first(TcCtx *c, Expr *e, const char *usage) {
+  if (!e->args.len || ((Expr *)e->args.data[0])->kind == EX_KWARG) {
+    diag_error(e->pos, "E_ARG", "%s needs a path first: %s", tc_callee(e), usage);
+    return false;
+  }
+  Expr *p = e->args.data[0];
+  if (p->kind == EX_STRING && !p->str[0]) {
+    diag_error(p->pos, "E_ARG", "%s: the path is empty; write e.g. %s", tc_callee(e), usage);
+    return false;
+  }
+  if (p->kind == EX_STRING)
+    return tc_string_arg(c, p, tc_callee(e));
+  return check_path(c, p, tc_callee(e));
+}
+
+/* manifest(PATH, key=value, ...). The program's consts (their values
+ * after -D) go with the call, as name=literal keywords of a list in
+ * TcInfo.value, for the manifest's "config". */
+static Type check_manifest(TcCtx *c, Expr *e, const Type *annot) {
+  static const char *const reserved[] = {"program", "shdc", "ranks", "mesh", "config", "args", NULL};
+  if (!global_view_only(c, e) || !check_path_first(c, e, "manifest(dir + \"/manifest.json\", step=step)"))
+    return ty_error();
+  if (!check_keyed(c, e, 1, reserved))
+    return ty_error();
+  Expr *config = ast_expr(EX_LIST, e->pos);
+  for (int i = 0; i < c->prog->consts.len; i++) {
+    const ConstDecl *cd = c->prog->consts.data[i];
+    if (!cd->sym)
+      continue;
+    Expr *v = ast_expr(cd->sym->is_float_const ? EX_FLOAT : EX_INT, e->pos);
+    v->ival = cd->sym->ival;
+    v->fval = cd->sym->fval;
+    Expr *kv = ast_expr(EX_KWARG, e->pos);
+    kv->str = (char *)cd->sym->name;
+    kv->lhs = v;
+    vec_push(&config->args, kv);
+  }
+  tc_info(e)->value = config;
+  return ty_void();
+}
+
+/* mkdir(PATH). */
+static Type check_mkdir(TcCtx *c, Expr *e, const Type *annot) {
+  Expr *pos[1], *kw[1];
+  if (!global_view_only(c, e) || tc_call_args(c, e, pos, 1, 1, kw, NULL, 0, "mkdir(dir)") < 0 ||
+      !check_path_first(c, e, "mkdir(\"ckpt\")"))
+    return ty_error();
+  return ty_void();
+}
+
+/* keep_last(DIR, PREFIX, N). */
+static Type check_keep_last(TcCtx *c, Expr *e, const Type *annot) {
+  Expr *pos[3], *kw[1];
+  const char *usage = "keep_last(dir, \"step_\", 3)";
+  if (!global_view_only(c, e) || tc_call_args(c, e, pos, 3, 3, kw, NULL, 0, usage) < 0 ||
+      !check_path_first(c, e, usage) || !check_str_value(c, pos[1], "keep_last's prefix") ||
+      !tc_scalar_value(c, pos[2], DT_I32, "keep_last's count", false))
+    return ty_error();
+  Expr *p = pos[1];
+  if (p->kind == EX_STRING && (!p->str[0] || strchr(p->str, '/'))) {
+    diag_error(p->pos, "E_ARG", "keep_last: the prefix %s %s; it names the entries of the directory to keep or "
+               "remove, e.g. %s", str_lit(p->str), p->str[0] ? "holds '/'" : "is empty (it would match every entry)",
+               usage);
+    return ty_error();
+  }
+  if (pos[2]->ty->weak) {
+    int64_t n;
+    if (!tc_const_int(c, pos[2], &n))
+      return ty_error();
+    if (n < 1) {
+      diag_error(pos[2]->pos, "E_ARG", "keep_last keeps %lld entries; keep at least 1 (the newest)", (long long)n);
+      return ty_error();
+    }
+  }
+  return ty_void();
+}
 
 static Type check_save(TcCtx *c, Expr *e, const Type *annot) {
   TcInfo *info = tc_info(e);
@@ -234,12 +413,17 @@ static Type check_load_dim(TcCtx *c, Expr *e, const Type *annot) {
   return ty_scalar(DT_I32);
 }
 
+/* The runtime's own flags of a program: --help, and --metrics=FILE of one
+ * that calls metrics(). */
+static const char *const runtime_flags[] = {"help", "metrics"};
+
 /* The program reads --NAME=VALUE: a name must be something a command line
- * can spell that way (and --help is the program's own). */
+ * can spell that way (and not one of the runtime's own flags). */
 static bool arg_name_ok(Expr *s) {
   const char *why = !s->str[0] ? "is empty"
                     : strchr(s->str, '=') ? "contains '=', which ends the name on the command line"
-                    : !strcmp(s->str, "help") ? "is reserved: --help lists the program's arguments"
+                    : !strcmp(s->str, runtime_flags[0]) ? "is reserved: --help lists the program's arguments"
+                    : !strcmp(s->str, runtime_flags[1]) ? "is reserved: --metrics=FILE is where metrics() writes"
                     : NULL;
   if (why)
     diag_error(s->pos, "E_ARG", "arg: the name %s %s; use letters, digits, '_' or '-', e.g. arg(\"steps\", 10)",
@@ -247,12 +431,29 @@ static bool arg_name_ok(Expr *s) {
   return !why;
 }
 
+/* help="...": one line of printable text for --help. */
+static bool arg_help_ok(TcCtx *c, Expr *h) {
+  if (!h)
+    return true;
+  if (!tc_string_arg(c, h, "arg's help"))
+    return false;
+  for (const unsigned char *p = (const unsigned char *)h->str; *p; p++)
+    if (*p < 32 || *p == 127) {
+      diag_error(h->pos, "E_ARG", "arg: the help text holds a control character (byte %d); --help prints it on "
+                 "one line of plain text", *p);
+      return false;
+    }
+  return true;
+}
+
 static Type check_arg(TcCtx *c, Expr *e, const Type *annot) {
   TcInfo *info = tc_info(e);
   Expr *pos[2], *kw[1];
-  int n = tc_call_args(c, e, pos, 2, 2, kw, NULL, 0, "arg(\"name\", default)");
-  if (n < 0 || !tc_string_arg(c, pos[0], "arg") || !arg_name_ok(pos[0]))
+  const char *kwn[1] = {"help"};
+  int n = tc_call_args(c, e, pos, 2, 2, kw, kwn, 1, "arg(\"name\", default) or arg(\"name\", default, help=\"...\")");
+  if (n < 0 || !tc_string_arg(c, pos[0], "arg") || !arg_name_ok(pos[0]) || !arg_help_ok(c, kw[0]))
     return ty_error();
+  info->y = kw[0];
   Type d = tc_expr(c, pos[1]);
   if (d.kind == TY_ERROR)
     return d;
@@ -302,6 +503,21 @@ static Type check_clock(TcCtx *c, Expr *e, const Type *annot) {
   return ty_scalar(DT_F64);
 }
 
+/* Every rank must reach it (it is an all-reduce over the world): not in
+ * manual code, where conditions may vary across devices. */
+static Type check_stop(TcCtx *c, Expr *e, const Type *annot) {
+  if (e->args.len) {
+    diag_error(e->pos, "E_ARG", "stop_requested() takes no arguments");
+    return ty_error();
+  }
+  if (c->manual) {
+    diag_error(e->pos, "E_MANUAL", "stop_requested() is agreed by every device, so it is called in the global view, "
+               "not in a manual function; call it outside and pass the result in");
+    return ty_error();
+  }
+  return ty_scalar(DT_BOOL);
+}
+
 /* ---- lowering ----------------------------------------------------------------------- */
 
 static Value *lower_print(Lower *L, Expr *e) {
@@ -325,6 +541,78 @@ static Value *lower_print(Lower *L, Expr *e) {
   in->niv = n;
   in->str = texts.len ? arena_strndup(texts.buf, texts.len) : "";
   free(texts.buf);
+  return NULL;
+}
+
+/* IR_METRICS: one operand per key, the keys in Inst.str one after another,
+ * each NUL-terminated (Inst.niv of them). */
+static Value *lower_metrics(Lower *L, Expr *e) {
+  int n = e->args.len;
+  Value **args = arena_alloc(sizeof(Value *) * (size_t)n);
+  Str keys = {0};
+  for (int i = 0; i < n; i++) {
+    Expr *a = e->args.data[i];
+    str_printf(&keys, "%s", a->str);
+    str_putc(&keys, '\0');
+    args[i] = a->lhs->ty->kind == TY_STRING ? lower_expr(L, a->lhs) : lower_as(L, a->lhs, a->lhs->ty->dtype);
+  }
+  Inst *in = lower_emit0(L, IR_METRICS, e->pos, n, args);
+  in->str = arena_strndup(keys.buf, keys.len);
+  in->niv = n;
+  free(keys.buf);
+  return NULL;
+}
+
+/* IR_MANIFEST: the path, then one operand per key (keys as IR_METRICS, in
+ * Inst.str); after the keys Inst.str holds each const's name, and Inst.iv
+ * its value (Inst.dim of them; a float const's as the bits of a double,
+ * flagged in Inst.mask's bit k for const k < 32, else rounded). */
+static Value *lower_manifest(Lower *L, Expr *e) {
+  int n = e->args.len;
+  Value **args = arena_alloc(sizeof(Value *) * (size_t)n);
+  Str keys = {0};
+  Expr *config = ((TcInfo *)e->tc)->value;
+  args[0] = lower_expr(L, e->args.data[0]);
+  for (int i = 1; i < n; i++) {
+    Expr *a = e->args.data[i];
+    str_printf(&keys, "%s", a->str);
+    str_putc(&keys, '\0');
+    args[i] = a->lhs->ty->kind == TY_STRING ? lower_expr(L, a->lhs) : lower_as(L, a->lhs, a->lhs->ty->dtype);
+  }
+  int nc = config->args.len;
+  int64_t *vals = arena_alloc(sizeof(int64_t) * (size_t)(nc + 1));
+  unsigned floats = 0;
+  for (int i = 0; i < nc; i++) {
+    Expr *kv = config->args.data[i];
+    str_printf(&keys, "%s", kv->str);
+    str_putc(&keys, '\0');
+    if (kv->lhs->kind == EX_FLOAT && i < 32) {
+      floats |= 1u << i;
+      memcpy(&vals[i], &kv->lhs->fval, sizeof(double));
+    } else {
+      vals[i] = kv->lhs->kind == EX_FLOAT ? (int64_t)kv->lhs->fval : kv->lhs->ival;
+    }
+  }
+  Inst *in = lower_emit0(L, IR_MANIFEST, e->pos, n, args);
+  in->str = keys.len ? arena_strndup(keys.buf, keys.len) : "";
+  in->niv = n - 1;
+  in->iv = vals;
+  in->dim = nc;
+  in->mask = floats;
+  free(keys.buf);
+  return NULL;
+}
+
+static Value *lower_mkdir(Lower *L, Expr *e) {
+  Value *p = lower_expr(L, e->args.data[0]);
+  lower_emit0(L, IR_MKDIR, e->pos, 1, &p);
+  return NULL;
+}
+
+static Value *lower_keep_last(Lower *L, Expr *e) {
+  Value *args[3] = {lower_expr(L, e->args.data[0]), lower_expr(L, e->args.data[1]),
+                    lower_as(L, e->args.data[2], DT_I32)};
+  lower_emit0(L, IR_KEEP_LAST, e->pos, 3, args);
   return NULL;
 }
 
@@ -369,22 +657,34 @@ static Value *lower_load_dim(Lower *L, Expr *e) {
   return in->results[0];
 }
 
+/* IR_ARG's Inst.str: the name, NUL, the help text ("" when none). */
+static const char *arg_name_help(Expr *e) {
+  TcInfo *info = e->tc;
+  const char *name = ((Expr *)e->args.data[0])->str, *help = info->y ? info->y->str : "";
+  size_t n = strlen(name), h = strlen(help);
+  char *s = arena_alloc(n + h + 2);
+  memcpy(s, name, n + 1);
+  memcpy(s + n + 1, help, h + 1);
+  return s;
+}
+
 static Value *lower_arg(Lower *L, Expr *e) {
   TcInfo *info = e->tc;
   if (e->ty->kind == TY_STRING) {
     Value *def = lower_expr(L, info->value);
     Inst *in = lower_emit(L, IR_ARG, e->pos, 1, &def, *e->ty);
-    in->str = ((Expr *)e->args.data[0])->str;
+    in->str = arg_name_help(e);
     return in->results[0];
   }
   Inst *in = lower_emit(L, IR_ARG, e->pos, 0, NULL, *e->ty);
-  in->str = ((Expr *)e->args.data[0])->str;
+  in->str = arg_name_help(e);
   in->fval = lower_fold(L, info->value);
   in->ival = (int64_t)in->fval;
   return in->results[0];
 }
 
 static Value *lower_clock(Lower *L, Expr *e) { return lower_emit1(L, IR_CLOCK, e->pos, 0, NULL, *e->ty); }
+static Value *lower_stop(Lower *L, Expr *e) { return lower_emit1(L, IR_STOP_REQUESTED, e->pos, 0, NULL, *e->ty); }
 
 static Value *lower_exists(Lower *L, Expr *e) {
   Expr *path = e->args.data[0];
@@ -460,6 +760,74 @@ static void emit_print(Emit *e, const Inst *in) {
   emit_line(e, "}");
 }
 
+/* The shd_json_* calls of the keyed operands first..nargs-1 (keys in
+ * Inst.str). */
+static void emit_json_values(Emit *e, const Inst *in, int first) {
+  const char *key = in->str;
+  for (int k = first; k < in->nargs; k++, key += strlen(key) + 1) {
+    const Value *v = in->args[k];
+    if (is_str(v))
+      emit_line(e, "shd_json_str(%s, &%s);", str_lit(key), vname(v));
+    else if (v->type.dtype == DT_I32)
+      emit_line(e, "shd_json_i32(%s, %s);", str_lit(key), vname(v));
+    else if (v->type.dtype == DT_BOOL)
+      emit_line(e, "shd_json_bool(%s, %s);", str_lit(key), vname(v));
+    else
+      emit_line(e, "shd_json_float(%s, (double)%s, %s);", str_lit(key), vname(v),
+                v->type.dtype == DT_F32 ? "true" : "false");
+  }
+}
+
+static void emit_metrics(Emit *e, const Inst *in) {
+  emit_line(e, "if (shd_world_rank() == 0 && shd_metrics_on()) {");
+  emit_indent(e, 2);
+  emit_line(e, "shd_metrics_begin();");
+  emit_json_values(e, in, 0);
+  emit_line(e, "shd_metrics_end(%d);", in->pos.line);
+  emit_indent(e, -2);
+  emit_line(e, "}");
+}
+
+/* manifest(PATH, ...): operand 0 is the path; the consts after the keys
+ * (lower_manifest) become a table of the call. */
+static void emit_manifest(Emit *e, const Inst *in) {
+  const char *name = in->str;
+  for (int k = 0; k < in->niv; k++)
+    name += strlen(name) + 1;
+  Str table = {0};
+  for (int k = 0; k < in->dim; k++, name += strlen(name) + 1) {
+    double v;
+    bool is_float = k < 32 && (in->mask >> k & 1);
+    if (is_float)
+      memcpy(&v, &in->iv[k], sizeof v);
+    str_printf(&table, "{%s, %s, %s}, ", str_lit(name), is_float ? emit_flit(DT_F64, v) : arena_printf("%lld.0",
+               (long long)in->iv[k]), is_float ? "false" : "true");
+  }
+  emit_line(e, "{");
+  emit_indent(e, 2);
+  emit_line(e, "static const shd_const consts[] = {%s{NULL, 0.0, false}};", table.len ? str_cstr(&table) : "");
+  emit_line(e, "shd_manifest_begin(%s, consts, %d);", str_lit(drv_version_full()), in->dim);
+  free(table.buf);
+  emit_line(e, "if (shd_world_rank() == 0) {");
+  emit_indent(e, 2);
+  emit_json_values(e, in, 1);
+  emit_indent(e, -2);
+  emit_line(e, "}");
+  emit_line(e, "shd_manifest_end(shd_str_path(&%s, \"manifest\", %d), %d);", vname(in->args[0]), in->pos.line,
+            in->pos.line);
+  emit_indent(e, -2);
+  emit_line(e, "}");
+}
+
+static void emit_mkdir(Emit *e, const Inst *in) {
+  emit_line(e, "shd_mkdir(shd_str_path(&%s, \"mkdir\", %d), %d);", vname(in->args[0]), in->pos.line, in->pos.line);
+}
+
+static void emit_keep_last(Emit *e, const Inst *in) {
+  emit_line(e, "shd_keep_last(shd_str_path(&%s, \"keep_last\", %d), %s.s, %s, %d);", vname(in->args[0]),
+            in->pos.line, vname(in->args[1]), vname(in->args[2]), in->pos.line);
+}
+
 static void emit_load(Emit *e, const Inst *in) {
   const Value *r = in->results[0];
   const Type *t = &r->type;
@@ -521,6 +889,9 @@ static void emit_arg(Emit *e, const Inst *in) {
 }
 
 static void emit_clock(Emit *e, const Inst *in) { emit_line(e, "double %s = shd_time();", vname(in->results[0])); }
+static void emit_stop(Emit *e, const Inst *in) {
+  emit_line(e, "bool %s = shd_stop_requested();", vname(in->results[0]));
+}
 
 static void emit_exists(Emit *e, const Inst *in) {
   emit_line(e, "bool %s = shd_exists(%s);", vname(in->results[0]), path_c(in, "exists"));
@@ -537,46 +908,60 @@ static void emit_save_commit(Emit *e, const Inst *in) {
 
 /* ---- main's table of the program's args ------------------------------------------------- */
 
-static void collect_args(const IrBlock *b, Vec *out) {
+/* What main sets up: the program's args (the first of each name), and
+ * whether it asks stop_requested() or writes metrics. */
+typedef struct {
+  Vec args;
+  bool stop, metrics;
+} MainUses;
+
+static void collect_uses(const IrBlock *b, MainUses *u) {
   for (int i = 0; i < b->insts.len; i++) {
     Inst *in = b->insts.data[i];
+    u->stop |= in->op == IR_STOP_REQUESTED;
+    u->metrics |= in->op == IR_METRICS;
     bool seen = false;
-    for (int k = 0; in->op == IR_ARG && k < out->len && !seen; k++)
-      seen = !strcmp(((Inst *)out->data[k])->str, in->str);
+    for (int k = 0; in->op == IR_ARG && k < u->args.len && !seen; k++)
+      seen = !strcmp(((Inst *)u->args.data[k])->str, in->str);
     if (in->op == IR_ARG && !seen)
-      vec_push(out, in);
+      vec_push(&u->args, in);
     for (int r = 0; r < in->nregions; r++)
-      collect_args(in->regions[r], out);
+      collect_uses(in->regions[r], u);
   }
 }
 
 /* Every arg of the functions main reaches, once each, as a table of data
- * (names are escaped literals) that the runtime checks the command line
- * against before the program runs. */
+ * (names and help texts are escaped literals) that the runtime checks the
+ * command line against before the program runs; the metrics file opened
+ * before the first step when the program writes metrics; and, when the
+ * program asks stop_requested(), SIGTERM/SIGUSR1/SIGUSR2 taken as a
+ * request to stop. */
 static const char *args_setup(Emit *e, const bool *live) {
   const Module *mod = emit_module_of(e);
   FILE *o = emit_out(e);
-  Vec args = {0};
+  MainUses u = {0};
   for (int i = 0; i < mod->funcs.len; i++)
     if (live[i])
-      collect_args(((Func *)mod->funcs.data[i])->body, &args);
-  if (args.len) {
+      collect_uses(((Func *)mod->funcs.data[i])->body, &u);
+  if (u.args.len) {
     fprintf(o, "\nstatic const shd_arg_spec shd_args[] = {\n");
-    for (int i = 0; i < args.len; i++) {
-      const Inst *in = args.data[i];
+    for (int i = 0; i < u.args.len; i++) {
+      const Inst *in = u.args.data[i];
       DType dt = in->results[0]->type.dtype;
       const Inst *sdef = in->results[0]->type.kind == TY_STRING ? in->args[0]->def : NULL;   /* its literal */
+      const char *help = in->str + strlen(in->str) + 1;
       if (sdef)
-        fprintf(o, "  {%s, SHD_I32, 0.0, %s, %lld},\n", emit_str_lit(in->str, strlen(in->str)),
-                emit_str_lit(sdef->str, (size_t)sdef->ival), (long long)sdef->ival);
+        fprintf(o, "  {%s, SHD_I32, 0.0, %s, %lld, %s},\n", emit_str_lit(in->str, strlen(in->str)),
+                emit_str_lit(sdef->str, (size_t)sdef->ival), (long long)sdef->ival, emit_str_lit(help, strlen(help)));
       else
-        fprintf(o, "  {%s, %s, %s, NULL, 0},\n", emit_str_lit(in->str, strlen(in->str)), emit_dtconst(dt),
-                emit_flit(DT_F64, dt == DT_I32 ? (double)in->ival : in->fval));
+        fprintf(o, "  {%s, %s, %s, NULL, 0, %s},\n", emit_str_lit(in->str, strlen(in->str)), emit_dtconst(dt),
+                emit_flit(DT_F64, dt == DT_I32 ? (double)in->ival : in->fval), emit_str_lit(help, strlen(help)));
     }
     fprintf(o, "};\n");
   }
-  const char *r = arena_printf("shd_args_check(%s, %d);", args.len ? "shd_args" : "NULL", args.len);
-  free(args.data);
+  const char *r = arena_printf("%sshd_args_check(%s, %d);%s", u.metrics ? "shd_metrics_enable();\n  " : "",
+                               u.args.len ? "shd_args" : "NULL", u.args.len, u.stop ? "\n  shd_stop_init();" : "");
+  free(u.args.data);
   return r;
 }
 
@@ -586,6 +971,21 @@ static const char *args_setup(Emit *e, const bool *live) {
 static void print_str(FILE *out, const Module *mod, const Inst *in) {
   if (in->str)
     fprintf(out, " %s", str_lit(in->str));
+}
+
+static void print_arg(FILE *out, const Module *mod, const Inst *in) {
+  print_str(out, mod, in);
+  const char *help = in->str + strlen(in->str) + 1;
+  if (*help)
+    fprintf(out, " help=%s", str_lit(help));
+}
+
+static void print_keys(FILE *out, const Module *mod, const Inst *in) {
+  fputs(" keys=[", out);
+  const char *key = in->str;
+  for (int k = 0; k < in->niv; k++, key += strlen(key) + 1)
+    fprintf(out, "%s%s", k ? "," : "", str_lit(key));
+  fputc(']', out);
 }
 
 static void print_load_dim(FILE *out, const Module *mod, const Inst *in) {
@@ -610,7 +1010,7 @@ static void print_texts(FILE *out, const Module *mod, const Inst *in) {
 
 /* ---- types from operands ---------------------------------------------------------- */
 
-/* print and save make nothing; load's array and arg's value take the type
+/* print, save, metrics, manifest, mkdir and keep_last make nothing; load's array and arg's value take the type
  * declared (load's annotation, arg's default); clock is seconds (f64) and
  * load_dim a size (i32). A path is a str; a window's starts are i32. */
 static bool infer_output(const Module *mod, const Inst *in, Type *out) { return in->nresults == 0; }
@@ -650,6 +1050,12 @@ static bool infer_exists(const Module *mod, const Inst *in, Type *out) {
   return (in->nargs == 0 || in->args[0]->type.kind == TY_STRING) && ir_infer_shape(out, &s);
 }
 
+/* The same on every rank: a bool scalar. */
+static bool infer_stop(const Module *mod, const Inst *in, Type *out) {
+  Type s = ty_scalar(DT_BOOL);
+  return in->nargs == 0 && ir_infer_shape(out, &s);
+}
+
 static const OpDef ops[] = {
     {.op = IR_PRINT, .name = "print", .flags = OPF_EFFECT | OPF_OUTPUT, .print = print_texts, .partition = part_print,
      .emit = emit_print, .infer = infer_output},
@@ -664,8 +1070,16 @@ static const OpDef ops[] = {
     {.op = IR_LOAD, .name = "load", .flags = OPF_EFFECT | OPF_RECOMPUTE, .print = print_str, .partition = part_created,
      .emit = emit_load, .infer = infer_load},
     {.op = IR_LOAD_DIM, .name = "load_dim", .flags = OPF_EFFECT | OPF_RECOMPUTE, .print = print_load_dim, .emit = emit_load_dim, .infer = infer_load_dim},
-    {.op = IR_ARG, .name = "arg", .flags = OPF_RECOMPUTE, .print = print_str, .emit = emit_arg, .infer = infer_arg},
+    {.op = IR_ARG, .name = "arg", .flags = OPF_RECOMPUTE, .print = print_arg, .emit = emit_arg, .infer = infer_arg},
+    {.op = IR_METRICS, .name = "metrics", .flags = OPF_EFFECT | OPF_OUTPUT, .print = print_keys, .partition = part_print,
+     .emit = emit_metrics, .infer = infer_output},
+    {.op = IR_MANIFEST, .name = "manifest", .flags = OPF_EFFECT | OPF_OUTPUT, .print = print_keys,
+     .partition = part_print, .emit = emit_manifest, .infer = infer_output},
+    {.op = IR_MKDIR, .name = "mkdir", .flags = OPF_EFFECT | OPF_OUTPUT, .emit = emit_mkdir, .infer = infer_output},
+    {.op = IR_KEEP_LAST, .name = "keep_last", .flags = OPF_EFFECT | OPF_OUTPUT, .partition = part_print,
+     .emit = emit_keep_last, .infer = infer_output},
     {.op = IR_CLOCK, .name = "clock", .flags = OPF_EFFECT | OPF_RECOMPUTE, .emit = emit_clock, .infer = infer_scalar_f64},
+    {.op = IR_STOP_REQUESTED, .name = "stop_requested", .flags = OPF_EFFECT, .emit = emit_stop, .infer = infer_stop},
     {0},
 };
 
@@ -681,6 +1095,11 @@ static const BuiltinDef builtins[] = {
     {.name = "arg", .code = IO_ARG, .flags = BIF_ANNOT | BIF_STR_ANNOT, .check = check_arg, .lower = lower_arg},
     {.name = "clock", .code = IO_CLOCK, .check = check_clock, .lower = lower_clock},
     {.name = "exists", .code = IO_EXISTS, .check = check_exists, .lower = lower_exists},
+    {.name = "stop_requested", .code = IO_STOP, .check = check_stop, .lower = lower_stop},
+    {.name = "metrics", .code = IO_METRICS, .check = check_metrics, .lower = lower_metrics},
+    {.name = "manifest", .code = IO_MANIFEST, .check = check_manifest, .lower = lower_manifest},
+    {.name = "mkdir", .code = IO_MKDIR, .check = check_mkdir, .lower = lower_mkdir},
+    {.name = "keep_last", .code = IO_KEEP_LAST, .check = check_keep_last, .lower = lower_keep_last},
     {0},
 };
 

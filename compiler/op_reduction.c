@@ -606,14 +606,14 @@ static bool infer_cumsum(const Module *mod, const Inst *in, Type *out) {
 
 static const OpDef ops[] = {
     {.op = IR_REDUCE, .name = "reduce", .flags = OPF_OUT_SHARDING, .variant = red_variant, .variants = red_variants, .print = print_dims,
-     .vjp = vjp_reduce, .partition = part_reduce, .emit = emit_reduce, .result = result_reduce, .infer = infer_reduce},
+     .vjp = vjp_reduce, .partition = part_reduce, .emit = emit_reduce, .result = result_reduce, .infer = infer_reduce, .work = op_work_reads},
     {.op = IR_ARGREDUCE, .name = "argreduce", .variant = arg_variant, .variants = arg_variants, .print = print_dim,
-     .partition = part_argreduce, .emit = emit_along, .infer = infer_argreduce},
+     .partition = part_argreduce, .emit = emit_along, .infer = infer_argreduce, .work = op_work_reads},
     {.op = IR_ARGREDUCE_GROUP, .name = "all_reduce", .flags = OPF_COLLECTIVE, .variant = arg_variant, .variants = arg_variants,
      .print = print_dim_axes, .emit = emit_along, .temp_bytes = pair_bytes, .bytes_sent = argreduce_bytes_sent,
      .net_seconds = argreduce_seconds, .infer = infer_argreduce},
     {.op = IR_CUMSUM, .name = "cumsum", .variant = cum_variant, .variants = cum_variants, .print = print_dim, .vjp = vjp_cumsum,
-     .partition = part_cumsum, .emit = emit_along, .infer = infer_cumsum},
+     .partition = part_cumsum, .emit = emit_along, .infer = infer_cumsum, .work = op_work_reads},
     {0},
 };
 

@@ -341,7 +341,7 @@ static bool infer_softmax(const Module *mod, const Inst *in, Type *out) {
 
 #define SM(op_, name_, vjp_, part_) \
   {.op = op_, .name = name_, .variant = variant, .variants = variants, .print = print_dim, .vjp = vjp_, .partition = part_, \
-   .emit = emit_softmax, .infer = infer_softmax}
+   .emit = emit_softmax, .infer = infer_softmax, .work = op_work_reads}
 static const OpDef ops[] = {
     SM(IR_SOFTMAX, "softmax", vjp_softmax, part_softmax),
     SM(IR_SOFTMAX_GRAD, "softmax_grad", vjp_softmax_grad, part_softmax_grad),

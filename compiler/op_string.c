@@ -4,7 +4,8 @@
  * Operations: literals "...", concatenation a + b, chr(i) (the one-byte
  * string of byte i, to print generated text), conversion str(x) of a
  * scalar (i32 zero-padded with width=k, f32/f64 the shortest text that reads
- * back, bool true/false, a str itself), comparison a == b and a != b (a
+ * back, or with digits=k fixed-point with k decimals, bool true/false, a
+ * str itself), comparison a == b and a != b (a
  * bool), and, in the I/O family, arg("name", "default"), save(PATH, x),
  * load(PATH) and print with str values.
  *
@@ -58,17 +59,23 @@ static Type check_binary(TcCtx *c, Expr *e, const Type *annot) {
 }
 
 /* str(x): x a str or a replicated (or invariant) scalar; width=k pads an
- * integer with zeros to k digits. */
+ * integer with zeros to k digits; digits=k writes a float with k digits
+ * after the point (Inst.dim: the width; Inst.dim2: digits + 1, 0 for the
+ * shortest text). */
 static Type check_str(TcCtx *c, Expr *e, const Type *annot) {
   TcInfo *info = tc_info(e);
-  Expr *pos[1], *kw[1];
-  const char *kwn[1] = {"width"};
-  if (tc_call_args(c, e, pos, 1, 1, kw, kwn, 1, "str(x) or str(step, width=6)") < 0)
+  Expr *pos[1], *kw[2];
+  const char *kwn[2] = {"width", "digits"};
+  if (tc_call_args(c, e, pos, 1, 1, kw, kwn, 2, "str(x), str(step, width=6) or str(loss, digits=3)") < 0)
     return ty_error();
   Type x = tc_expr(c, pos[0]);
   if (x.kind == TY_ERROR)
     return x;
   info->x = pos[0];
+  if (kw[0] && kw[1]) {
+    diag_error(kw[1]->pos, "E_ARG", "str: width= pads integers and digits= rounds floats; give one of them");
+    return ty_error();
+  }
   if (kw[0]) {
     int64_t w;
     if (!tc_const_int(c, kw[0], &w))
@@ -79,11 +86,32 @@ static Type check_str(TcCtx *c, Expr *e, const Type *annot) {
       return ty_error();
     }
     if (!(x.kind == TY_ARRAY && x.dtype == DT_I32)) {
-      diag_error(kw[0]->pos, "E_ARG", "str: width= pads integers with zeros, and %s is %s; leave width= out",
-                 tc_expr_text(pos[0]), x.kind == TY_ARRAY ? TS(&x) : "a str");
+      diag_error(kw[0]->pos, "E_ARG", "str: width= pads integers with zeros, and %s is %s; leave width= out%s",
+                 tc_expr_text(pos[0]), x.kind == TY_ARRAY ? TS(&x) : "a str",
+                 x.kind == TY_ARRAY && ty_is_float(x.dtype) ? ", or round it with digits=" : "");
       return ty_error();
     }
     info->dim = (int)w;
+  }
+  if (kw[1]) {
+    int64_t d;
+    if (!tc_const_int(c, kw[1], &d))
+      return ty_error();
+    if (d < 0 || d > 20) {
+      diag_error(kw[1]->pos, "E_ARG", "str: digits=%lld is out of range; a float is written with 0 to 20 digits "
+                 "after the point", (long long)d);
+      return ty_error();
+    }
+    if (!(x.kind == TY_ARRAY && ty_is_float(x.dtype))) {
+      diag_error(kw[1]->pos, "E_ARG", "str: digits= rounds floats, and %s is %s; %s",
+                 tc_expr_text(pos[0]), x.kind == TY_ARRAY ? TS(&x) : "a str",
+                 x.kind == TY_ARRAY && x.dtype == DT_I32
+                     ? arena_printf("leave digits= out, or convert it first: str(cast(%s, f64), digits=%d)",
+                                    tc_expr_text(pos[0]), (int)d)
+                     : "leave digits= out");
+      return ty_error();
+    }
+    info->dim2 = (int)d + 1;
   }
   if (is_str(&x))
     return ty_string();
@@ -157,6 +185,7 @@ static Value *lower_str(Lower *L, Expr *e) {
   Value *x = lower_as(L, info->x, info->dtype);
   Inst *in = lower_emit(L, IR_STR_FROM, e->pos, 1, &x, ty_string());
   in->dim = info->dim;
+  in->dim2 = info->dim2;
   return in->results[0];
 }
 
@@ -186,7 +215,10 @@ static void emit_from(Emit *e, const Inst *in) {
     emit_line(e, "shd_str_bool(&%s, %s);", r, vname(x));
     break;
   default:
-    emit_line(e, "shd_str_f64(&%s, (double)%s, %s);", r, vname(x), x->type.dtype == DT_F32 ? "true" : "false");
+    if (in->dim2)
+      emit_line(e, "shd_str_fixed(&%s, (double)%s, %d, %d);", r, vname(x), in->dim2 - 1, in->pos.line);
+    else
+      emit_line(e, "shd_str_f64(&%s, (double)%s, %s);", r, vname(x), x->type.dtype == DT_F32 ? "true" : "false");
     break;
   }
 }
@@ -211,6 +243,8 @@ static void print_lit(FILE *out, const Module *mod, const Inst *in) {
 static void print_from(FILE *out, const Module *mod, const Inst *in) {
   if (in->dim)
     fprintf(out, " width=%d", in->dim);
+  if (in->dim2)
+    fprintf(out, " digits=%d", in->dim2 - 1);
 }
 
 static const char *variant_eq(const Inst *in) { return in->fn == BIN_NE ? "ne" : "eq"; }

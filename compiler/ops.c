@@ -105,6 +105,11 @@ const char *op_builtins_phrase(unsigned flag) {
   return r;
 }
 
+void op_work_reads(const Module *mod, const Inst *in, double *dot, double *ew) {
+  if (in->nargs && in->args[0]->type.kind == TY_ARRAY)
+    *ew += (double)ty_local_count(&mod->mesh, &in->args[0]->type);
+}
+
 const OpDef *op_def(int op) {
   if (!ready)
     build();

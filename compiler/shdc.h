@@ -4,7 +4,7 @@
  * parse_ (parse.c), ast_ (ast.c), ty_ (types.c), rule_ (rules.c), tc_
  * (typecheck*.c), ir_ (ir.c), lower_ (lower.c), ad_ (autodiff.c), part_
  * (partition.c, reshard.c), opt_ (optimize.c), explain_ (explain.c), emit_
- * (emit_c.c), drv_ (main.c, install.c), op_ (ops.c and the operation families
+ * (emit_c.c), drv_ (driver.c, main.c, install.c), op_ (ops.c and the operation families
  * op_*.c), diagout_ (diag_json.c), show_ (show.c), net_ (netmodel.c), tsum_
  * (trace_summary.c), file_ (files.c).
  */
@@ -106,11 +106,17 @@ bool diag_push_redirect(Pos at, const char *callee);
 void diag_pop_redirect(void);
 /* A note attached to the previous error: "FILE:LINE:COL: note: ...". */
 __attribute__((format(printf, 2, 3))) void diag_note(Pos pos, const char *fmt, ...);
+/* While set, the first error's text (FILE:LINE:COL: MESSAGE [CODE]) is
+ * stored in *first and nothing is printed (shdc plan tries layouts). */
+void diag_capture(const char **first);
 /* The text of a line (1-based) of f, without its newline. */
 const char *diag_line_text(const SourceFile *f, int line, size_t *len);
 int diag_error_count(void);
 const char *diag_last_code(void);   /* the code of the error reported last (NULL: none) */
 void diag_reset(void);
+/* Ends the last plain diagnostic (its explain-error hint, after its notes):
+ * call when a file's diagnostics are done, before other output. */
+void diag_finish(void);
 /* At most n errors are printed (0: all); the rest are counted only. */
 void diag_set_max_errors(int n);
 int diag_errors_not_shown(void);
@@ -1027,6 +1033,9 @@ bool ir_is_literal(const Value *v);
 bool ir_infer_shape(Type *out, const Type *t);
 /* Operand k of in is an array (or scalar) of dtype dt (dt < 0: any). */
 bool ir_arg_is(const Inst *in, int k, int dt);
+/* An integer scalar known at compile time (a constant, or +, -, * of such):
+ * a loop's trip count. */
+bool ir_const_int(const Value *v, int64_t *out);
 
 /* ---- ops.c: the operation registry ---------------------------------------- */
 
@@ -1118,6 +1127,11 @@ typedef struct OpDef {
    * they are an out_sharding the program or a pass chose. False (nothing
    * reported) when the operands are not valid for it. */
   bool (*infer)(const Module *mod, const Inst *in, Type *out);
+  /* The work of one rank's block, for shdc plan's compute estimate (plan.c):
+   * adds a contraction's FLOPs to *dot (they run at the sgemm rate) and any
+   * other operation's element operations to *ew. NULL: an OPF_ELEMENTWISE
+   * operation adds its result's elements to *ew, any other nothing. */
+  void (*work)(const Module *mod, const Inst *in, double *dot, double *ew);
 } OpDef;
 
 enum {                     /* BuiltinDef.flags */
@@ -1186,7 +1200,10 @@ typedef struct OpFamily {
 
 /* The families, NULL-terminated, in the order of their preambles. */
 const OpFamily *const *op_families(void);
-const OpDef *op_def(int op);                 /* NULL for an unknown opcode */
+const OpDef *op_def(int op);
+/* OpDef.work for an operation that reads operand 0 once (reductions, scans,
+ * row kernels): its local elements, added to *ew. */
+void op_work_reads(const Module *mod, const Inst *in, double *dot, double *ew);                 /* NULL for an unknown opcode */
 const BuiltinDef *op_builtin(const char *name);   /* a function by name, or NULL */
 /* The row of an operator: its syntax, its code (UnOp, BinOp; 0 for @,
  * indexing and literals) and the kind of its operands; NULL when no row
@@ -1393,6 +1410,11 @@ void explain_module(FILE *out, const Module *mod, const SourceFile *file, const 
 /* Peak bytes of live arrays on one rank while f runs (its parameters
  * counted): for main, the program's peak. */
 int64_t explain_func_peak(const Module *mod, const Func *f);
+/* --max-memory: an [E_MEMORY] error where main's peak (every function's,
+ * without a main) exceeds limit bytes (limit_text as the user wrote it),
+ * naming the function, the peak and the largest arrays live then. Returns
+ * the largest peak checked. */
+int64_t explain_check_memory(const Module *mod, int64_t limit, const char *limit_text);
 /* Bytes one rank sends for a collective instruction (same formulas as the
  * runtime's trace). */
 int64_t explain_bytes_sent(const Module *mod, const Inst *in);
@@ -1454,6 +1476,8 @@ void diagout_tool_error(const char *message);
 /* Writes the document (a JSON array, or one SARIF 2.1.0 log); false when
  * the write failed. */
 bool diagout_write(FILE *out);
+/* s as a JSON string literal (UTF-8 kept, invalid bytes as U+FFFD). */
+void diag_json_string(FILE *o, const char *s);
 
 /* A pending fix, resolved to a source range when the document is written. */
 typedef enum { FIX_RANGE, FIX_WRAP_EXPR, FIX_WRAP_OPERAND, FIX_ANNOTATE, FIX_KEYWORD } FixKind;
@@ -1480,6 +1504,9 @@ typedef struct {
   const char *name;        /* a short title */
   const char *summary;     /* one line */
   const char *help;        /* what the rule is and the usual fix */
+  const char *example;     /* a program with this error (and no other) */
+  const char *fixed;       /* the same program, fixed: it checks clean */
+  const char *max_memory;  /* both are checked with --max-memory=THIS (E_MEMORY), or NULL */
 } DiagCode;
 int diag_code_count(void);
 const DiagCode *diag_code_at(int i);
@@ -1519,6 +1546,35 @@ void net_describe(FILE *out, const NetModel *n, const Mesh *m);
 /* For each loop of main: collectives, bytes and seconds of one iteration. */
 void net_report_steps(FILE *out, const NetModel *net, const Module *mod);
 
+/* ---- plan.c: shdc plan FILE --devices=N ---------------------------------- */
+
+/* 80GB, 80GiB, 512MiB, 1.5e9 (bytes); 100G, 1.5TFLOP/s, 5e10 (FLOP/s). */
+bool plan_parse_bytes(const char *s, int64_t *out);
+bool plan_parse_flops(const char *s, double *out);
+#define PLAN_MAX_LAYOUTS 1024
+#define PLAN_FN_COLUMNS 4
+/* Compiles the file for mesh "AXIS=N,...": its SPMD module, or NULL with
+ * *error the first error's text. */
+typedef const Module *(*PlanCompile)(void *ctx, const char *mesh, const char **error);
+typedef struct {
+  const char *file;
+  int naxes;
+  const char *names[MAX_AXES];
+  int fixed[MAX_AXES];      /* --mesh: the size of an axis; 0: to choose */
+  int64_t devices;
+  int64_t memory;           /* --memory: bytes per device; 0: no limit */
+  const char *memory_text;
+  const NetModel *net;
+  const char *network_text;
+  double flops, ew_flops;   /* contractions, elementwise work: FLOP/s per device */
+  PlanCompile compile;
+  void *ctx;
+  bool json;                /* --json: one JSON object instead of the tables */
+} PlanArgs;
+/* The table of layouts on out; 0 when one type-checks and fits, 1 when
+ * none does, 2 on a usage error. */
+int plan_run(FILE *out, const PlanArgs *a);
+
 /* ---- trace_summary.c: shdc trace-summary RUN.json ------------------------ */
 
 /* Time per category and collectives per rank of a SHD_TRACE=FILE.json
@@ -1556,9 +1612,26 @@ void file_forget(const char *path);
 void drv_print_version(FILE *out);
 int drv_abi_version(void);
 const char *drv_version(void);
+/* "shdc VERSION (git REVISION)": what a manifest records. */
+const char *drv_version_full(void);
 /* The documentation beside this shdc (the installed man page, or docs/cli.md
  * of its source tree) as an absolute path, or NULL. */
 const char *drv_doc_path(void);
+/* The directory of the pages of docs/ beside this shdc (installed in
+ * PREFIX/share/doc/shdc, or docs/ of its source tree), absolute, or NULL. */
+const char *drv_docs_dir(void);
+/* main.c: `shdc check` of a program held in memory (named `name` in the
+ * diagnostics), in a child process: its exit status (0, 1 or 2), and the
+ * plain diagnostics it printed in *out (malloc'd). */
+int drv_check_text(const char *name, const char *text, const char *max_memory, char **out);
+/* main.c, for the language server: the front end on src (and with full,
+ * check's later stages); whether it typechecked (no syntax errors) in
+ * *typed; the program, NULL only when nothing parsed. */
+Program *drv_analyze(SourceFile *src, Mesh *mesh, bool full, bool *typed);
+/* lsp.c: `shdc lsp`, the server's loop; the exit status. */
+int lsp_main(void);
+/* explain_error.c: `shdc explain-error [CODE | --all]`; the exit status. */
+int drv_explain_error(const char *code, bool all);
 typedef struct {
   char inc[4300];      /* the -I directory holding shdrt.h */
   char lib[4300];      /* libshdrt.a */

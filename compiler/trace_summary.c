@@ -6,7 +6,10 @@
  * communication (a collective's span less its wait), waiting (at the
  * barrier before a collective), other runtime compute (reductions,
  * transposes) and the rest (untraced code: creation, I/O, small ops); then
- * each collective kind's count and bytes sent per rank.
+ * each collective kind's count and bytes sent per rank. A trace of some
+ * steps only (SHD_TRACE_STEPS) is summarised over the steps it recorded,
+ * not over main. Ranks are the processes, numbered from otherData's
+ * "first_pid" (1; 0 in traces of older programs).
  *
  * The file is read as a stream: one event at a time is parsed into a small
  * tree (a bump allocator reset after each event), so a long run's trace
@@ -221,6 +224,8 @@ static const char *const cat_names[] = {"gemm", "elementwise", "communication", 
 typedef struct {
   bool seen;
   double main_us, first, last;   /* main's span; the earliest and latest times */
+  double step_us;                /* the step spans (iterations of main's loops) */
+  int64_t nsteps;
   double cat_us[CAT__COUNT];
   int64_t count[MAX_KINDS], bytes[MAX_KINDS];
 } RankSum;
@@ -231,6 +236,8 @@ typedef struct {
   const char *kinds[MAX_KINDS];
   int nkinds;
   const char *mesh;
+  const char *steps;             /* otherData's window: "all" or "A:B" */
+  int first_pid;
   int64_t events;
 } Summary;
 
@@ -261,7 +268,7 @@ static void add_event(Summary *s, Reader *r, const JVal *e) {
     bad(r, "an event without \"ph\" or \"pid\"");
   if (strcmp(ph, "X"))
     return;
-  RankSum *rs = rank_of(s, r, (int)get_num(e, "pid"));
+  RankSum *rs = rank_of(s, r, (int)get_num(e, "pid") - s->first_pid);
   double ts = get_num(e, "ts"), dur = get_num(e, "dur");
   if (!rs->seen || ts < rs->first)
     rs->first = ts;
@@ -273,6 +280,8 @@ static void add_event(Summary *s, Reader *r, const JVal *e) {
     return;
   if (!strcmp(cat, "function") && name && !strcmp(name, "main"))
     rs->main_us += dur;
+  else if (!strcmp(cat, "step"))
+    rs->step_us += dur, rs->nsteps++;
   else if (!strcmp(cat, "gemm"))
     rs->cat_us[CAT_GEMM] += dur;
   else if (!strcmp(cat, "elementwise"))
@@ -329,9 +338,13 @@ static void read_trace(Summary *s, Reader *r) {
       events = true;
     } else {
       JVal *v = read_value(r, 1);
-      const char *mesh = get_str(v, "mesh");
+      const char *mesh = get_str(v, "mesh"), *steps = get_str(v, "steps");
       if (!strcmp(key, "otherData") && mesh)
         s->mesh = arena_strdup(mesh);
+      if (!strcmp(key, "otherData") && steps && strcmp(steps, "all"))
+        s->steps = arena_strdup(steps);
+      if (!strcmp(key, "otherData") && get(v, "first_pid"))
+        s->first_pid = (int)get_num(v, "first_pid");
     }
     skip_ws(r);
     if (r->c != ',')
@@ -350,13 +363,19 @@ static void read_trace(Summary *s, Reader *r) {
 static void print_summary(FILE *o, const Summary *s, const char *path) {
   fprintf(o, "%s: %d rank%s%s%s, %lld spans\n", path, s->nranks, s->nranks == 1 ? "" : "s",
           s->mesh ? ", mesh " : "", s->mesh ? s->mesh : "", (long long)s->events);
-  fprintf(o, "\ntime per rank in ms (share of main):\n%-5s %10s", "rank", "main");
+  /* A window of steps is summarised over its steps: main was recorded
+   * only around them. */
+  if (s->steps)
+    fprintf(o, "\ntime per rank in ms over the traced steps (SHD_TRACE_STEPS=%s; share of them):\n%-5s %10s",
+            s->steps, "rank", "steps");
+  else
+    fprintf(o, "\ntime per rank in ms (share of main):\n%-5s %10s", "rank", "main");
   for (int c = 0; c < CAT__COUNT; c++)
     fprintf(o, " %19s", cat_names[c]);
   fprintf(o, " %19s\n", "rest");
   for (int i = 0; i < s->nranks; i++) {
     const RankSum *rs = &s->ranks[i];
-    double total = rs->main_us > 0 ? rs->main_us : rs->last - rs->first, known = 0;
+    double total = s->steps ? rs->step_us : rs->main_us > 0 ? rs->main_us : rs->last - rs->first, known = 0;
     fprintf(o, "%-5d %10.3f", i, total / 1000);
     for (int c = 0; c < CAT__COUNT; c++) {
       double v = rs->cat_us[c] > 0 ? rs->cat_us[c] : 0;
@@ -366,6 +385,9 @@ static void print_summary(FILE *o, const Summary *s, const char *path) {
     double rest = total - known > 0 ? total - known : 0;
     fprintf(o, " %12.3f %5.1f%%\n", rest / 1000, total > 0 ? 100 * rest / total : 0);
   }
+  if (s->nranks && s->ranks[0].nsteps)
+    fprintf(o, "\nsteps (iterations of main's loops): %lld on rank 0, %.3f ms each on average\n",
+            (long long)s->ranks[0].nsteps, s->ranks[0].step_us / 1000 / (double)s->ranks[0].nsteps);
   if (!s->nkinds)
     return;
   fprintf(o, "\ncollectives per rank (count, bytes sent):\n%-5s", "rank");

@@ -1,17 +1,20 @@
-/* args.c: the program's command line, `--NAME=VALUE` for each arg("NAME",
- * default) of the program.
+/* args.c: the program's command line, `--NAME=VALUE` or `--NAME VALUE`
+ * for each arg("NAME", default, help="...") of the program.
  *
  * The generated main hands shd_args_check the table of every arg the
- * program reads (name, dtype, default) right after shd_init. Before any
- * computation it checks the whole command line: `--help` (or -h) prints
- * the arguments with their types and defaults and ends the run with status
- * 0; an unknown or malformed flag, a bare word, a value that does not parse
- * or does not fit the argument's type (1e99 for an f32, 2^31 for an i32,
- * inf or nan for a float)
- * is an error naming the flag, and every rank exits with status 1 after
- * MPI_Finalize (no MPI_Abort, whose banner would bury the message). The
- * later lookups (shd_arg_i32, ...) read values that were checked; the last
- * of a repeated flag wins.
+ * program reads (name, dtype, default, help) right after shd_init. Before
+ * any computation it checks the whole command line: `--help` (or -h)
+ * prints the arguments with their types, help and defaults and ends the run
+ * with status 0; an unknown or malformed flag, a bare word, a value that
+ * does not parse or does not fit the argument's type (1e99 for an f32, 2^31
+ * for an i32, inf or nan for a float) is an error naming the flag, and every rank exits with status
+ * 1 after MPI_Finalize (no MPI_Abort, whose banner would bury the message).
+ * A flag's value follows '=' or is the next word (a bool's only after '=':
+ * a bare `--flag` is true). `--metrics=FILE` is the runtime's own flag of a
+ * program that calls metrics() (metrics.c opens FILE here, before any
+ * step). The later lookups (shd_arg_i32, ...) read the values that were
+ * checked; the last of a repeated flag wins. Messages begin with the
+ * program's name.
  *
  * Invariant: every rank sees the same argv and decides alike, and the
  * verdict is agreed on collectively anyway, so no rank is ever left waiting
@@ -39,14 +42,36 @@ static const char *shown(const char *s, char *buf, size_t cap)
     return buf;
 }
 
-/* The value of the last --name=value, "" for a bare --name, else NULL. */
+/* The command line as shd_args_check read it: each flag's name and value
+ * ("" for a bare bool flag), in order. */
+typedef struct {
+    const char *name;
+    size_t len;
+    const char *value;
+} parsed_flag;
+
+static struct {
+    parsed_flag *flags;
+    int n;
+    bool checked;            /* shd_args_check ran: flags is the whole truth */
+} g_cl;
+
+/* The value of the last --name=value or --name value, "" for a bare
+ * --name, else NULL. Without shd_args_check (hand-written C) the words are
+ * read as --name=value and --name only. */
 static const char *find_arg(const char *name)
 {
+    size_t n = strlen(name);
+    const char *found = NULL;
+    if (g_cl.checked) {
+        for (int i = 0; i < g_cl.n; i++)
+            if (g_cl.flags[i].len == n && memcmp(g_cl.flags[i].name, name, n) == 0)
+                found = g_cl.flags[i].value;
+        return found;
+    }
     int argc;
     char **argv;
     shd_saved_args(&argc, &argv);
-    size_t n = strlen(name);
-    const char *found = NULL;
     for (int i = 1; i < argc && argv && argv[i]; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0 || strncmp(a + 2, name, n) != 0)
@@ -114,11 +139,18 @@ static const char *value_problem(const char *v, shd_dtype dt)
 
 /* ---- the whole command line --------------------------------------------------- */
 
+/* The runtime's own flags, known to every program that uses them. */
+static const shd_arg_spec metrics_spec = {
+    "metrics", SHD_I32, 0.0, "", 0,
+    "append one JSON object per line for each metrics() call to FILE (rank 0, flushed each line)"};
+
 static const shd_arg_spec *lookup(const shd_arg_spec *specs, int n, const char *a, size_t len)
 {
     for (int i = 0; i < n; i++)
         if (strlen(specs[i].name) == len && memcmp(specs[i].name, a, len) == 0)
             return &specs[i];
+    if (shd_metrics_wanted() && len == 7 && memcmp(a, "metrics", 7) == 0)
+        return &metrics_spec;
     return NULL;
 }
 
@@ -130,6 +162,8 @@ static void list_names(char *buf, size_t cap, const shd_arg_spec *specs, int n)
         char nm[256];
         at += (size_t)snprintf(buf + at, cap - at, "%s--%s", i ? ", " : "", shown(specs[i].name, nm, sizeof nm));
     }
+    if (shd_metrics_wanted() && at + 1 < cap)
+        snprintf(buf + at, cap - at, "%s--metrics", n ? ", " : "");
 }
 
 __attribute__((format(printf, 2, 3)))
@@ -141,12 +175,26 @@ static void problem(char *msg, const char *fmt, ...)
     va_end(ap);
 }
 
-/* The first problem of one command-line word, into msg. */
-static void check_word(const char *a, const shd_arg_spec *specs, int n, char *msg)
+static const char *type_word(const shd_arg_spec *s)
+{
+    return s == &metrics_spec ? "FILE" : s->sdef ? "str" : shd_dtype_name(s->dtype);
+}
+
+/* Reads the flag at argv[*i] (and its value, when it is the next word)
+ * into *out; the first problem into msg. after_bool: the word before was a
+ * bare bool flag (to explain a stray "false"). */
+static void read_flag(char **argv, int argc, int *i, const shd_arg_spec *specs, int n, parsed_flag *out,
+                      bool after_bool, char *msg)
 {
     char nm[512], names[2048];
+    const char *a = argv[*i];
     if (strncmp(a, "--", 2) != 0 || a[2] == 0 || a[2] == '=') {
-        problem(msg, "unexpected argument '%s': arguments are written --NAME=VALUE (see --help)", shown(a, nm, sizeof nm));
+        if (after_bool && (parse_bool(a) >= 0))
+            problem(msg, "unexpected argument '%s': a bool flag takes its value after '=': --%s=%s",
+                    shown(a, nm, sizeof nm), argv[*i - 1] + 2, nm);
+        else
+            problem(msg, "unexpected argument '%s': arguments are written --NAME=VALUE or --NAME VALUE (see --help)",
+                    shown(a, nm, sizeof nm));
         return;
     }
     const char *eq = strchr(a + 2, '=');
@@ -155,56 +203,121 @@ static void check_word(const char *a, const shd_arg_spec *specs, int n, char *ms
     if (!s) {
         list_names(names, sizeof names, specs, n);
         problem(msg, "unknown argument '%s'; %s%s (see --help)", shown(a, nm, sizeof nm),
-                n ? "this program takes " : "this program takes no arguments", names);
+                n || shd_metrics_wanted() ? "this program takes " : "this program takes no arguments", names);
         return;
     }
-    const char *why = s->sdef ? str_problem(eq ? eq + 1 : "") : value_problem(eq ? eq + 1 : "", s->dtype);
-    if (!eq && (s->sdef || s->dtype != SHD_BOOL))
-        problem(msg, "argument --%s needs a value: --%s=%s", shown(s->name, nm, sizeof nm), nm,
-                s->sdef ? "str" : shd_dtype_name(s->dtype));
-    else if (*why)
-        problem(msg, "argument %s: %s", shown(a, nm, sizeof nm), why);
+    out->name = a + 2;
+    out->len = len;
+    bool str = s->sdef != NULL;
+    if (eq) {
+        out->value = eq + 1;
+    } else if (!str && s->dtype == SHD_BOOL) {
+        out->value = "";
+    } else if (*i + 1 < argc && argv[*i + 1] && strncmp(argv[*i + 1], "--", 2) != 0) {
+        out->value = argv[++*i];
+    } else {
+        problem(msg, "argument --%s needs a value: --%s=%s or --%s %s", shown(s->name, nm, sizeof nm), nm,
+                type_word(s), nm, type_word(s));
+        return;
+    }
+    const char *why = str ? str_problem(out->value) : value_problem(out->value, s->dtype);
+    if (*why) {
+        if (eq)
+            problem(msg, "argument %s: %s", shown(a, nm, sizeof nm), why);
+        else
+            problem(msg, "argument --%s %s: %s", shown(s->name, nm, sizeof nm), out->value, why);
+    }
 }
 
 static void print_help(const char *prog, const shd_arg_spec *specs, int n)
 {
     const char *slash = prog ? strrchr(prog, '/') : NULL;
-    printf("usage: mpirun -np N %s%s\n", slash ? slash + 1 : prog ? prog : "PROGRAM", n ? " [--NAME=VALUE ...]" : "");
-    printf(n ? "\narguments:\n" : "\nthis program takes no arguments\n");
-    for (int i = 0; i < n; i++) {
-        char nm[512], def[64];
-        if (specs[i].dtype == SHD_BOOL)
-            snprintf(def, sizeof def, "%s", specs[i].def != 0 ? "true" : "false");
-        else if (specs[i].sdef)
-            snprintf(def, sizeof def, "\"%.40s\"", shown(specs[i].sdef, nm, sizeof nm));
+    int all = n + (shd_metrics_wanted() ? 1 : 0);
+    printf("usage: mpirun -np N %s%s\n", slash ? slash + 1 : prog ? prog : "PROGRAM",
+           all ? " [--NAME=VALUE | --NAME VALUE ...]" : "");
+    printf(all ? "\narguments:\n" : "\nthis program takes no arguments\n");
+    int width = 0;
+    char flag[600], nm[512];
+    for (int i = 0; i < all; i++) {
+        const shd_arg_spec *s = i < n ? &specs[i] : &metrics_spec;
+        int w = snprintf(flag, sizeof flag, "--%s=%s", shown(s->name, nm, sizeof nm), type_word(s));
+        width = w > width && w < 40 ? w : width;
+    }
+    for (int i = 0; i < all; i++) {
+        const shd_arg_spec *s = i < n ? &specs[i] : &metrics_spec;
+        char def[128], help[1024];
+        if (s == &metrics_spec)
+            snprintf(def, sizeof def, "none");
+        else if (s->dtype == SHD_BOOL && !s->sdef)
+            snprintf(def, sizeof def, "%s", s->def != 0 ? "true" : "false");
+        else if (s->sdef)
+            snprintf(def, sizeof def, "\"%.80s\"", shown(s->sdef, nm, sizeof nm));
         else
-            snprintf(def, sizeof def, "%.9g", specs[i].def);
-        printf("  --%s=%s  (default %s)\n", shown(specs[i].name, nm, sizeof nm),
-               specs[i].sdef ? "str" : shd_dtype_name(specs[i].dtype), def);
+            snprintf(def, sizeof def, "%.9g", s->def);
+        snprintf(flag, sizeof flag, "--%s=%s", shown(s->name, nm, sizeof nm), type_word(s));
+        snprintf(help, sizeof help, "%s", s->help ? s->help : "");   /* printable: the compiler checks */
+        printf("  %-*s  %s%s(default %s)\n", width, flag, help, *help ? " " : "", def);
     }
     fflush(stdout);
 }
 
+static const shd_arg_spec *g_specs;   /* the table shd_args_check read */
+static int g_nspecs;
+
+void shd_args_describe(void)
+{
+    for (int i = 0; i < g_nspecs; i++) {
+        const shd_arg_spec *s = &g_specs[i];
+        if (s->sdef) {
+            shd_str v;
+            shd_arg_str(&v, s->name, s->sdef, s->sdef_len);
+            shd_json_str(s->name, &v);
+        } else if (s->dtype == SHD_BOOL) {
+            shd_json_bool(s->name, shd_arg_bool(s->name, s->def != 0));
+        } else if (s->dtype == SHD_I32) {
+            shd_json_i32(s->name, shd_arg_i32(s->name, (int32_t)s->def));
+        } else {
+            shd_json_float(s->name, shd_arg_f64(s->name, s->def), s->dtype == SHD_F32);
+        }
+    }
+}
+
 void shd_args_check(const shd_arg_spec *specs, int n)
 {
+    g_specs = specs;
+    g_nspecs = n;
     int argc;
     char **argv;
     shd_saved_args(&argc, &argv);
     char msg[MSG_LEN] = "";
     int help = 0;
+    g_cl.flags = calloc((size_t)(argc > 0 ? argc : 1), sizeof *g_cl.flags);
+    if (!g_cl.flags)
+        shd_fatal("out of memory reading the command line");
+    bool after_bool = false;
     for (int i = 1; i < argc && argv && argv[i] && !msg[0]; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             help = 1;
-        else
-            check_word(argv[i], specs, n, msg);
+            continue;
+        }
+        parsed_flag f = {0};
+        int at = i;
+        read_flag(argv, argc, &i, specs, n, &f, after_bool, msg);
+        after_bool = !msg[0] && f.name && !strchr(argv[at], '=') && i == at && f.value && *f.value == 0;
+        if (f.name && !msg[0])
+            g_cl.flags[g_cl.n++] = f;
     }
+    g_cl.checked = true;
     int verdict = msg[0] ? 2 : help, all = verdict;
     MPI_Allreduce(&verdict, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (all == 0)
+    if (all == 0) {
+        shd_mesh_check_size();
+        shd_metrics_open(find_arg("metrics"));
         return;
+    }
     if (shd_world_rank() == 0) {
         if (all == 2)
-            fprintf(stderr, "shdc: rank 0: %s\n", msg[0] ? msg : "bad arguments on another rank");
+            fprintf(stderr, "%s: rank 0: %s\n", shd_program_name(), msg[0] ? msg : "bad arguments on another rank");
         else
             print_help(argv ? argv[0] : NULL, specs, n);
         fflush(stderr);

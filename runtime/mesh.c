@@ -14,6 +14,7 @@
  * OPENBLAS_CORETYPE set, because Debian's OpenBLAS picks slow generic kernels
  * on CPUs newer than itself and reads the variable only when it is loaded.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,11 +43,12 @@ static struct {
     char names[SHD_MAX_AXES][64];
     int coords[SHD_MAX_AXES];
     int rank, size;
+    long product;            /* the ranks the mesh needs */
     int argc;
     char **argv;
     group_entry *groups;
     int ngroups, cap_groups;
-} g_mesh = { .size = 1 };
+} g_mesh = { .size = 1, .product = 1 };
 
 /* ---- small shared helpers --------------------------------------------- */
 
@@ -156,9 +158,9 @@ static void openblas_note(void)
     if (g_mesh.rank != 0 || !old || !now || (quiet && strcmp(quiet, "1") == 0))
         return;
     fprintf(stderr,
-            "shdc: note: OpenBLAS chose its generic '%s' kernels on this CPU; "
+            "%s: note: OpenBLAS chose its generic '%s' kernels on this CPU; "
             "running with OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE to "
-            "choose yourself, SHD_QUIET=1 to hide this note)\n", old, now);
+            "choose yourself, SHD_QUIET=1 to hide this note)\n", shd_program_name(), old, now);
     fflush(stderr);
 }
 
@@ -203,17 +205,18 @@ static void size_mismatch(long product)
         if (at < sizeof desc)
             snprintf(desc + at, sizeof desc - at, "}");
         fprintf(stderr,
-                "shdc: error: this program was built for mesh %s (%ld ranks) "
+                "%s: error: this program was built for mesh %s (%ld ranks) "
                 "but was started with %d ranks; run it with mpirun -np %ld, or "
                 "rebuild with shdc build --mesh ...\n",
-                desc, product, g_mesh.size, product);
+                shd_program_name(), desc, product, g_mesh.size, product);
         fflush(stderr);
     }
     MPI_Finalize();
     exit(1);
 }
 
-/* `prog --help` answers at any rank count (shd_args_check prints it). */
+/* `prog --help` answers at any rank count (shd_args_check prints it, and
+ * checks the count when the command line turns out to ask for no help). */
 static bool wants_help(void)
 {
     for (int i = 1; i < g_mesh.argc && g_mesh.argv && g_mesh.argv[i]; i++)
@@ -245,6 +248,7 @@ void shd_init(int *argc, char ***argv, int naxes, const char *const *names,
                  names && names[a] ? names[a] : "?");
         product *= sizes[a];
     }
+    g_mesh.product = product;
     if (product != g_mesh.size && !wants_help())
         size_mismatch(product);
     int r = g_mesh.rank;
@@ -269,6 +273,19 @@ void shd_finalize(void)
     shd_coll_fini();
     shd_alloc_fini();
     MPI_Finalize();
+}
+
+void shd_mesh_check_size(void)
+{
+    if (g_mesh.product != g_mesh.size)
+        size_mismatch(g_mesh.product);
+}
+
+/* Messages name the program (argv[0] without its directory), not shdc. */
+const char *shd_program_name(void)
+{
+    return program_invocation_short_name && *program_invocation_short_name ? program_invocation_short_name
+                                                                           : "shdrt";
 }
 
 void shd_saved_args(int *argc, char ***argv)
@@ -396,7 +413,7 @@ void shd_fatal(const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     shd_guard_cleanup();
-    fprintf(stderr, "shdc: rank %d: %s\n", g_mesh.rank, msg);
+    fprintf(stderr, "%s: rank %d: %s\n", shd_program_name(), g_mesh.rank, msg);
     fflush(stderr);
     fflush(stdout);
     int up = 0, down = 0;

@@ -30,7 +30,11 @@
  * rank through shd_agree with `save("PATH"): CAUSE`, and the temporary is
  * removed on that path and on the signals guard.c catches. The header is
  * validated once, on rank 0, and the verdict is shared, so a bad file
- * produces one message rather than one per rank.
+ * produces one message rather than one per rank. Before the collective
+ * MPI_File_open every rank checks that it sees the file (visible): on hosts
+ * that do not share the file system, MPI-IO's open fails on some ranks only
+ * and the others wait in it for ever, so the rank that cannot see it says
+ * so and every rank stops instead.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -349,6 +353,20 @@ static void save_check_mpi(save_job *j, int rc, const char *what)
         save_fail(j, "%s: %s", what, mpi_error(rc, err));
 }
 
+/* 0 when this rank may open path for mode (access(2)), else the errno. A
+ * file just created on another host can take a moment to appear (NFS
+ * caches a directory's entries): up to two seconds. */
+static int visible(const char *path, int mode)
+{
+    for (int i = 0;; i++) {
+        if (access(path, mode) == 0)
+            return 0;
+        if (errno != ENOENT || i == 40)
+            return errno;
+        usleep(50000);
+    }
+}
+
 /* Rank 0 creates the temporary beside PATH (safefile.c: a private random
  * name, O_EXCL|O_NOFOLLOW, so the rename stays in one file system and
  * nothing planted at a name is followed or overwritten), with POSIX calls,
@@ -403,6 +421,12 @@ static void save_create(save_job *j)
     snprintf(j->t.path, sizeof j->t.path, "%s", made.path);
     j->t.dev = (dev_t)made.dev;
     j->t.ino = (ino_t)made.ino;
+    int err = shd_world_rank() == 0 ? 0 : visible(j->t.path, W_OK);
+    if (err)
+        save_fail(j, "this rank cannot open %s, the temporary file rank 0 created beside it (%s): every rank writes "
+                  "its block into the one file, so the directory must be the same on every host (a file system they "
+                  "all share: NFS, Lustre, GPFS, ...)", j->t.path, strerror(err));
+    shd_agree(j->msg[0] ? j->msg : NULL);
 }
 
 static void save_header(save_job *j, MPI_File fh, const char *header, size_t hlen)
@@ -718,6 +742,12 @@ static bool fits(const char *path, const npy_file *nf, shd_dtype dt, int rank, c
 static MPI_File open_checked(const char *path, const int64_t *id, int line)
 {
     char msg[MSG_LEN] = "", err[MPI_MAX_ERROR_STRING];
+    int e = shd_world_rank() == 0 ? 0 : visible(path, R_OK);
+    if (e)
+        msgf(msg, "load(\"%s\"): this rank cannot read it (%s), rank 0 can: every rank reads its block from the file, "
+             "so it must be at this path on every host (a file system they all share, or the same copy on each)", path,
+             strerror(e));
+    shd_agree(e ? msg : NULL);
     MPI_File fh = MPI_FILE_NULL;
     int rc = MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY, MPI_INFO_NULL, &fh);
     struct stat st = { 0 };

@@ -15,7 +15,7 @@
  * their coordinates on all axes outside the group.
  *
  * Errors: every runtime failure goes through shd_fatal, which prints
- * "shdc: rank R: MESSAGE" to stderr and calls MPI_Abort, so no rank is ever
+ * "PROG: rank R: MESSAGE" (PROG: the program's name) to stderr and calls MPI_Abort, so no rank is ever
  * left waiting in a collective.
  */
 #ifndef SHDRT_H
@@ -30,7 +30,7 @@
 /* The ABI version: bumped whenever a declaration below changes meaning.
  * Generated C checks it (#error on a mismatch), and `shdc --version`
  * prints the one its compiler emits for. */
-#define SHD_ABI_VERSION 1
+#define SHD_ABI_VERSION 2
 
 #define SHD_MAX_AXES 8
 #define SHD_MAX_RANK 8
@@ -67,6 +67,16 @@ __attribute__((noreturn, format(printf, 1, 2)))
 void shd_fatal(const char *fmt, ...);
 
 double shd_time(void);   /* seconds, MPI_Wtime */
+
+/* ---- stop.c ------------------------------------------------------------- */
+
+/* For programs that call stop_requested(): from shd_stop_init on, the first
+ * SIGTERM, SIGUSR1 or SIGUSR2 a rank receives is a request to stop, not the
+ * end of the process (a second one ends it as before). shd_stop_requested
+ * is collective over every rank and returns the same answer on each: true
+ * once any rank has received one. */
+void shd_stop_init(void);
+bool shd_stop_requested(void);
 
 /* ---- guard.c ------------------------------------------------------------ */
 
@@ -303,23 +313,26 @@ void shd_print_end(void);             /* newline and fflush */
 
 /* ---- args.c: the program's command line -------------------------------- */
 
-/* One arg("NAME", default) of the program: its name, the dtype of its
- * value and the default; a str argument has sdef, its default of sdef_len
- * bytes, instead (and dtype is unused). */
+/* One arg("NAME", default, help="...") of the program: its name, the
+ * dtype of its value and the default; a str argument has sdef, its default
+ * of sdef_len bytes, instead (and dtype is unused); help is "" or the text
+ * --help shows. */
 typedef struct {
     const char *name;
     shd_dtype dtype;
     double def;
     const char *sdef;
     int64_t sdef_len;
+    const char *help;
 } shd_arg_spec;
 
 /* Collective, called by main right after shd_init with every arg the
  * program reads (specs may be NULL when n is 0). --help (or -h) prints them
- * with their types and defaults on rank 0 and every rank exits with status
- * 0; an unknown or malformed flag, a bare word, or a value that does not
- * parse or does not fit its type is reported by rank 0 as `shdc: rank 0:
- * argument ...`, and every rank exits with status 1. */
+ * with their types, help and defaults on rank 0 and every rank exits with
+ * status 0; an unknown or malformed flag, a bare word, or a value that does
+ * not parse or does not fit its type is reported by rank 0 as `PROG: rank
+ * 0: argument ...`, and every rank exits with status 1. A value follows
+ * '=' or is the next word (a bool's only after '='). */
 void shd_args_check(const shd_arg_spec *specs, int n);
 
 /* --name=value from the command line (the last one when repeated), else
@@ -327,6 +340,58 @@ void shd_args_check(const shd_arg_spec *specs, int n);
 int32_t shd_arg_i32(const char *name, int32_t def);
 double shd_arg_f64(const char *name, double def);
 bool shd_arg_bool(const char *name, bool def);
+
+/* ---- metrics.c: metrics(key=value, ...) and manifest(PATH, key=value, ...) -- */
+
+/* Called by main before shd_args_check when the program calls metrics():
+ * --metrics=FILE is then one of its flags, and shd_args_check opens FILE
+ * for appending on rank 0 before any computation. */
+void shd_metrics_enable(void);
+/* Rank 0: whether --metrics=FILE was given (else a metrics() call does
+ * nothing). */
+bool shd_metrics_on(void);
+/* The values of one JSON object, in order (rank 0 only): i32 and bool as
+ * JSON numbers and booleans, floats as the shortest decimal that reads
+ * back as the same f32 (f32 true) or f64, NaN and the infinities as the
+ * strings "NaN", "Infinity" and "-Infinity" (JSON has no such numbers),
+ * str values as JSON strings (bytes that are not UTF-8 become U+FFFD). */
+struct shd_str;
+void shd_json_i32(const char *key, int32_t v);
+void shd_json_float(const char *key, double v, bool f32);
+void shd_json_bool(const char *key, bool v);
+void shd_json_str(const char *key, const struct shd_str *v);
+/* Rank 0, one metrics line: begin, the values, end. end appends the object
+ * and a newline to FILE with one write; a write that fails stops every rank
+ * naming FILE, the source line and the cause. */
+void shd_metrics_begin(void);
+void shd_metrics_end(int line);
+
+/* A const of the program (its value after -D) for a manifest. */
+typedef struct {
+    const char *name;
+    double value;
+    bool integer;
+} shd_const;
+/* Collective: begin (rank 0 starts the object with "program", "shdc" (the
+ * compiler that built the program), "ranks", "mesh", "config": the n
+ * consts, "args": every arg's value in this run), the values of the call
+ * (rank 0), end: rank 0 writes the object to PATH through a temporary
+ * renamed into place; a failure stops every rank with the path, the line
+ * and the cause. */
+void shd_manifest_begin(const char *shdc, const shd_const *consts, int n);
+void shd_manifest_end(const char *path, int line);
+
+/* ---- fs.c: directories of a long run ----------------------------------------- */
+
+/* Collective: creates the directory path and its missing parents and
+ * checks that a file can be created in it (rank 0); otherwise every rank
+ * stops naming the path, the line and the cause. */
+void shd_mkdir(const char *path, int line);
+/* Collective: removes (rank 0), among the entries of dir whose names
+ * start with prefix, all but the keep that sort last by name; symbolic
+ * links are removed, never followed. A prefix that is empty or holds '/',
+ * keep < 1, or a removal that fails stops every rank. */
+void shd_keep_last(const char *dir, const char *prefix, int32_t keep, int line);
 
 /* ---- str.c: run-time strings (the language's str) -------------------------- */
 
@@ -337,7 +402,7 @@ bool shd_arg_bool(const char *name, bool def);
  * source line. A str is the same on every rank (the language allows no
  * varying or sharded strings), so every rank stops alike. */
 #define SHD_STR_MAX 4096
-typedef struct {
+typedef struct shd_str {
     int32_t len;
     char s[SHD_STR_MAX];
 } shd_str;
@@ -350,6 +415,10 @@ void shd_str_i32(shd_str *out, int32_t x, int width, int line);
 void shd_str_chr(shd_str *out, int32_t x, int line);
 /* Shortest text that reads back as the same f32 (f32 true) or f64. */
 void shd_str_f64(shd_str *out, double x, bool f32);
+/* Fixed-point with `digits` digits after the point (0 to 20), as C's %.*f
+ * and Python's f"{x:.3f}": 2.3114 -> "2.311"; NaN and the infinities as
+ * "nan", "inf", "-inf". */
+void shd_str_fixed(shd_str *out, double x, int digits, int line);
 void shd_str_bool(shd_str *out, bool x);
 bool shd_str_eq(const shd_str *a, const shd_str *b);
 /* The string as a file path: stops every rank when it holds a NUL byte
@@ -434,12 +503,14 @@ void shd_cumsum(const void *x, void *y, shd_dtype dt, bool reverse,
 /* ---- timeline.c: SHD_TRACE=FILE.json, a Chrome trace-event timeline ------
  *
  * Generated code marks spans: each function call (with the call's source
- * line) and each elementwise pass; the runtime adds GEMMs, collectives with
+ * line), each elementwise pass and each iteration of a loop at the top of
+ * main (a step); the runtime adds GEMMs, collectives with
  * their waits, and a live-bytes counter. Spans nest: every shd_span_begin
  * has its shd_span_end. Off (SHD_TRACE unset, 0 or 1) they cost one test of
  * shd_timeline_on. shd_trace_line gives the source line of the next GEMM or
  * collective. */
-enum { SHD_SPAN_CALL, SHD_SPAN_ELEMENTWISE, SHD_SPAN_GEMM, SHD_SPAN_COLLECTIVE, SHD_SPAN_WAIT, SHD_SPAN_COMPUTE };
+enum { SHD_SPAN_CALL, SHD_SPAN_ELEMENTWISE, SHD_SPAN_GEMM, SHD_SPAN_COLLECTIVE, SHD_SPAN_WAIT, SHD_SPAN_COMPUTE,
+       SHD_SPAN_STEP };
 extern bool shd_timeline_on;
 void shd_span_begin_slow(int kind, const char *name, int line);
 void shd_span_end_slow(void);
@@ -454,6 +525,21 @@ static inline void shd_span_end(void)
         shd_span_end_slow();
 }
 void shd_trace_line(int line);
+/* One iteration of a loop at the top of main (a training step): a "step"
+ * span with the loop variable's value; SHD_TRACE_STEPS=A:B records only
+ * the steps A <= step < B (timeline.c). */
+void shd_step_begin_slow(int32_t step, int line);
+void shd_step_end_slow(void);
+static inline void shd_step_begin(int32_t step, int line)
+{
+    if (shd_timeline_on)
+        shd_step_begin_slow(step, line);
+}
+static inline void shd_step_end(void)
+{
+    if (shd_timeline_on)
+        shd_step_end_slow();
+}
 
 /* ---- k_index.c: slices, pads, gathers and scatters (local) ------------- */
 

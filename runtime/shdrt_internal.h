@@ -17,6 +17,27 @@ MPI_Comm shd_group_comm(const int *axes, int n);
 void shd_mesh_shape(int *naxes, int *sizes);
 /* mesh.c: argc/argv as seen by shd_init (for io.c's arguments). */
 void shd_saved_args(int *argc, char ***argv);
+/* mesh.c: the program's name (argv[0] without its directory), which every
+ * run-time message starts with. */
+const char *shd_program_name(void);
+/* mesh.c: the rank count against the mesh's size, when shd_init left it to
+ * the command-line check (a --help answers at any count). */
+void shd_mesh_check_size(void);
+
+/* metrics.c: whether the program calls metrics() (shd_metrics_enable, so
+ * --metrics=FILE is a flag of the program); opening FILE on rank 0 (NULL:
+ * no file), collective, before any step: a FILE that cannot be opened for
+ * appending stops every rank with the cause. */
+bool shd_metrics_wanted(void);
+void shd_metrics_open(const char *path);
+/* metrics.c: JSON nesting and a plain C string value, for the manifest
+ * (rank 0). */
+void shd_json_open(const char *key);
+void shd_json_close(void);
+void shd_json_text(const char *key, const char *v);
+/* args.c: every arg of the program with its value in this run, as keys of
+ * the open JSON object (rank 0). */
+void shd_args_describe(void);
 
 /* collectives.c: reads SHD_RS/SHD_AR on rank 0 and broadcasts the choice so
  * that every rank runs the same algorithm; releases scratch at the end. */

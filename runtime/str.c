@@ -81,6 +81,16 @@ void shd_str_f64(shd_str *out, double x, bool f32)
     out->len = n;
 }
 
+void shd_str_fixed(shd_str *out, double x, int digits, int line)
+{
+    if (digits < 0 || digits > 20)
+        shd_fatal("line %d: str(x, digits=%d): digits must be 0 to 20", line, digits);
+    /* %f of 1e308 is 309 digits and the point and 20 more: it fits. */
+    out->len = isnan(x) ? snprintf(out->s, SHD_STR_MAX, "nan")
+               : isinf(x) ? snprintf(out->s, SHD_STR_MAX, x < 0 ? "-inf" : "inf")
+                          : snprintf(out->s, SHD_STR_MAX, "%.*f", digits, x);
+}
+
 void shd_str_bool(shd_str *out, bool x)
 {
     shd_str_lit(out, x ? "true" : "false", x ? 4 : 5);

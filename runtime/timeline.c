@@ -15,6 +15,18 @@
  * imbalance from communication (and costs one barrier per collective, only
  * when tracing to a file).
  *
+ * Steps: each iteration of a loop at the top of main (a training step) is
+ * a "step" span with the loop variable's value (shd_step_begin/end). With
+ * SHD_TRACE_STEPS=A:B (or A: or :B or N) only the steps A <= step < B are
+ * recorded, with what runs inside them and the spans that enclose them
+ * (main, the function of the loop); nothing else is kept, and collectives
+ * outside the window skip their barrier, so a long run can be traced for a
+ * few steps at the cost of those steps.
+ *
+ * Processes and threads are numbered from 1 (pid = rank + 1, tid 1: the
+ * trace viewers treat 0 as "no process"); otherData says so ("first_pid")
+ * and names the window ("steps").
+ *
  * At shd_finalize each rank formats its events as JSON text and rank 0
  * writes them, rank by rank, into FILE: through a temporary in a private
  * random name beside it (safefile.c), renamed over FILE at the end and
@@ -50,13 +62,15 @@ typedef struct {
     const char *name;        /* static: generated code's literals, runtime names */
     int kind;                /* SHD_SPAN_* */
     int line;
-    int64_t a, b, c;         /* gemm: M N K; collective: bytes; counter: value */
+    int64_t a, b, c;         /* gemm: M N K; collective: bytes; counter: value; step: the step */
     char axes[24];
 } tl_event;
 
 typedef struct {
     tl_event ev;
     int64_t begin;
+    bool in_window;          /* recording when it began */
+    uint64_t windows;        /* g_tl.windows when it began */
 } tl_open;
 
 static struct {
@@ -69,11 +83,17 @@ static struct {
     FILE *out;               /* rank 0, while writing */
     char path[4096];
     shd_temp tmp;            /* rank 0, while writing */
+    bool windowed;           /* SHD_TRACE_STEPS given */
+    int64_t lo, hi;          /* its steps: lo <= step < hi */
+    char window[64];         /* as given, for otherData */
+    bool in_window;          /* recording now: always, or inside a step of the window */
+    uint64_t windows;        /* how many steps of the window have begun */
 } g_tl;
 
 static const char *const kind_names[] = {
     [SHD_SPAN_CALL] = "function", [SHD_SPAN_ELEMENTWISE] = "elementwise", [SHD_SPAN_GEMM] = "gemm",
     [SHD_SPAN_COLLECTIVE] = "communication", [SHD_SPAN_WAIT] = "wait", [SHD_SPAN_COMPUTE] = "compute",
+    [SHD_SPAN_STEP] = "step",
 };
 
 static int64_t now_ns(void)
@@ -114,6 +134,32 @@ static const char *trace_problem(const char *path, char *buf, size_t cap)
     return "";
 }
 
+/* SHD_TRACE_STEPS: "A:B", "A:", ":B" or "N" (the one step N); false when
+ * it is none of them. */
+static bool parse_window(const char *v)
+{
+    char *end;
+    const char *colon = strchr(v, ':');
+    g_tl.lo = INT64_MIN;
+    g_tl.hi = INT64_MAX;
+    if (!colon) {
+        g_tl.lo = strtoll(v, &end, 10);
+        g_tl.hi = g_tl.lo + 1;
+        return *v && !*end;
+    }
+    if (colon != v) {
+        g_tl.lo = strtoll(v, &end, 10);
+        if (end != colon)
+            return false;
+    }
+    if (colon[1]) {
+        g_tl.hi = strtoll(colon + 1, &end, 10);
+        if (*end)
+            return false;
+    }
+    return g_tl.lo < g_tl.hi;
+}
+
 void shd_timeline_init(void)
 {
     /* Rank 0 decides, so ranks that see different environments agree. */
@@ -136,6 +182,27 @@ void shd_timeline_init(void)
         return;
     const char *max = getenv("SHD_TRACE_MAX_EVENTS");
     g_tl.max = max && atol(max) > 0 ? (size_t)atol(max) : (size_t)4 << 20;
+    /* The window, as rank 0 reads it, so that every rank records alike. */
+    char window[64] = "";
+    int bad = 0;
+    if (shd_world_rank() == 0) {
+        const char *w = getenv("SHD_TRACE_STEPS");
+        if (w && *w) {
+            snprintf(window, sizeof window, "%s", w);
+            bad = strlen(w) >= sizeof window || !parse_window(w);
+        }
+    }
+    MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (bad)
+        shd_fatal("SHD_TRACE_STEPS=%s: expected the steps to trace as A:B (A <= step < B), A:, :B or N",
+                  getenv("SHD_TRACE_STEPS"));
+    MPI_Bcast(window, sizeof window, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (*window) {
+        parse_window(window);
+        snprintf(g_tl.window, sizeof g_tl.window, "%s", window);
+        g_tl.windowed = true;
+    }
+    g_tl.in_window = !g_tl.windowed;
     shd_timeline_on = true;
     MPI_Barrier(MPI_COMM_WORLD);
     g_tl.t0 = now_ns();
@@ -176,6 +243,8 @@ void shd_span_begin_slow(int kind, const char *name, int line)
     o->ev.kind = kind;
     o->ev.name = name;
     o->ev.line = line ? line : g_tl.line;
+    o->in_window = g_tl.in_window;
+    o->windows = g_tl.windows;
     o->begin = now_ns();
 }
 
@@ -190,7 +259,27 @@ void shd_span_end_slow(void)
     tl_open *o = &g_tl.stack[--g_tl.depth];
     o->ev.start = o->begin - g_tl.t0;
     o->ev.dur = now_ns() - o->begin;
-    record(&o->ev);
+    /* Kept when recording was on at any moment of it: at its start, at its
+     * end, or in a step of the window that began inside it. */
+    if (o->in_window || g_tl.in_window || o->windows != g_tl.windows)
+        record(&o->ev);
+}
+
+void shd_step_begin_slow(int32_t step, int line)
+{
+    if (g_tl.windowed) {
+        g_tl.in_window = step >= g_tl.lo && step < g_tl.hi;
+        g_tl.windows += g_tl.in_window;
+    }
+    shd_span_begin_slow(SHD_SPAN_STEP, "step", line);
+    if (!g_tl.overflow && g_tl.depth)
+        g_tl.stack[g_tl.depth - 1].ev.a = step;
+}
+
+void shd_step_end_slow(void)
+{
+    shd_span_end_slow();
+    g_tl.in_window = !g_tl.windowed;
 }
 
 void shd_span_args(int64_t a, int64_t b, int64_t c)
@@ -228,7 +317,7 @@ void shd_timeline_begin_collective(const int *axes, int naxes, MPI_Comm comm)
         if (!axes)
             snprintf(e->axes, sizeof e->axes, "mesh");
     }
-    if (comm != MPI_COMM_NULL) {
+    if (comm != MPI_COMM_NULL && g_tl.in_window) {   /* every rank is in or out of the window alike */
         shd_span_begin_slow(SHD_SPAN_WAIT, "wait", 0);
         MPI_Barrier(comm);
         shd_span_end_slow();
@@ -237,7 +326,7 @@ void shd_timeline_begin_collective(const int *axes, int naxes, MPI_Comm comm)
 
 void shd_timeline_counter(size_t live_bytes)
 {
-    if (!shd_timeline_on)
+    if (!shd_timeline_on || !g_tl.in_window)
         return;
     tl_event e = {now_ns() - g_tl.t0, -1, "live array bytes", 0, 0, (int64_t)live_bytes, 0, 0, ""};
     record(&e);
@@ -282,7 +371,7 @@ static void put_time(text *t, const char *key, int64_t ns)
 
 static void format_event(text *t, const tl_event *e, int rank)
 {
-    put(t, ",\n{\"pid\":%d,\"tid\":0,", rank);
+    put(t, ",\n{\"pid\":%d,\"tid\":1,", rank + 1);
     if (e->dur < 0) {
         put(t, "\"ph\":\"C\",\"name\":\"%s\",", e->name);
         put_time(t, "ts", e->start);
@@ -298,18 +387,20 @@ static void format_event(text *t, const tl_event *e, int rank)
         put(t, ",\"M\":%lld,\"N\":%lld,\"K\":%lld", (long long)e->a, (long long)e->b, (long long)e->c);
     if (e->kind == SHD_SPAN_COLLECTIVE)
         put(t, ",\"kind\":\"%s\",\"axes\":\"%s\",\"bytes\":%lld", e->name, e->axes, (long long)e->a);
+    if (e->kind == SHD_SPAN_STEP)
+        put(t, ",\"step\":%lld", (long long)e->a);
     put(t, "}}");
 }
 
 static text format_rank(int rank)
 {
     text t = {0};
-    put(&t, ",\n{\"pid\":%d,\"tid\":0,\"ph\":\"M\",\"name\":\"process_name\",\"args\":{\"name\":\"rank %d\"}}", rank,
-        rank);
-    put(&t, ",\n{\"pid\":%d,\"tid\":0,\"ph\":\"M\",\"name\":\"process_sort_index\",\"args\":{\"sort_index\":%d}}",
-        rank, rank);
-    put(&t, ",\n{\"pid\":%d,\"tid\":0,\"ph\":\"M\",\"name\":\"thread_name\",\"args\":{\"name\":\"rank %d\"}}", rank,
-        rank);
+    put(&t, ",\n{\"pid\":%d,\"tid\":1,\"ph\":\"M\",\"name\":\"process_name\",\"args\":{\"name\":\"rank %d\"}}",
+        rank + 1, rank);
+    put(&t, ",\n{\"pid\":%d,\"tid\":1,\"ph\":\"M\",\"name\":\"process_sort_index\",\"args\":{\"sort_index\":%d}}",
+        rank + 1, rank);
+    put(&t, ",\n{\"pid\":%d,\"tid\":1,\"ph\":\"M\",\"name\":\"thread_name\",\"args\":{\"name\":\"rank %d\"}}",
+        rank + 1, rank);
     for (size_t i = 0; i < g_tl.n; i++)
         format_event(&t, &g_tl.events[i], rank);
     return t;
@@ -374,8 +465,8 @@ void shd_timeline_write(void)
         shd_fatal("cannot write the trace %s: cannot create %s: %s", g_tl.path, g_tl.tmp.path, strerror(errno));
     text head = {0};
     put(&head, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"shdc runtime\",\"ranks\":%d,"
-               "\"mesh\":\"%s\",\"dropped_events\":%llu},\n\"traceEvents\":[",
-        shd_world_size(), shd_mesh_desc(), (unsigned long long)total);
+               "\"mesh\":\"%s\",\"first_pid\":1,\"steps\":\"%s\",\"dropped_events\":%llu},\n\"traceEvents\":[",
+        shd_world_size(), shd_mesh_desc(), g_tl.windowed ? g_tl.window : "all", (unsigned long long)total);
     write_or_die(head.buf, head.len);
     free(head.buf);
     write_or_die(t.buf + 1, t.len - 1);   /* rank 0 starts the list: no comma */
@@ -393,6 +484,7 @@ void shd_timeline_write(void)
         shd_fatal("cannot write the trace: %s %s", g_tl.path, why);
     shd_guard_temp(NULL);
     if (total)
-        fprintf(stderr, "shdc trace: %llu events were dropped (over SHD_TRACE_MAX_EVENTS=%zu per rank)\n",
-                (unsigned long long)total, g_tl.max);
+        fprintf(stderr, "%s: trace: %llu events were dropped (over SHD_TRACE_MAX_EVENTS=%zu per rank; "
+                "SHD_TRACE_STEPS=A:B traces a window of steps)\n", shd_program_name(), (unsigned long long)total,
+                g_tl.max);
 }

@@ -46,7 +46,8 @@ directive whose value is malformed (that test fails; the others run).
 
 Runtime unit tests (tests/runtime/test_*.c, first line `// RANKS: 1 2 4`)
 run under mpirun at each rank count. Test scripts (tests/**/test_*.py) run
-with this Python and `--shdc PATH`; they pass when they exit 0. A script or
+with this Python and `--shdc PATH`; they pass when they exit 0, and are
+skipped (not passed) when they exit 77, their last line saying why. A script or
 runtime test with a line `# SERIAL: reason` (`// SERIAL: reason`) runs alone.
 In docs/*.md, a ```shd block whose first line is `// tests/FILE.shd` must be
 an excerpt (consecutive lines) of that test, so the documented examples are
@@ -98,6 +99,10 @@ class Failure(Exception):
     def __init__(self, msg, cmds=()):
         super().__init__(msg)
         self.cmds = [c for c in cmds if c]
+
+
+class Skipped(Exception):
+    """A test script the machine cannot run (testlib.skip: exit 77)."""
 
 
 def mpirun_cmd(np_):
@@ -686,6 +691,8 @@ def runtime_test(path, build):
 
 def script_test(path, shdc):
     res = run([sys.executable, path, "--shdc", shdc], timeout=600)
+    if res.rc == 77:
+        raise Skipped(re.sub(r"^skipped: ", "", (res.out.strip().split("\n") or [""])[-1]))
     if res.rc != 0:
         raise Failure("exit %d\n%s%s" % (res.rc, res.out, res.err), [res.shell])
 
@@ -725,16 +732,18 @@ class Job:
 class Runner:
     def __init__(self, jobs, keep, times):
         self.jobs, self.keep, self.times = jobs, keep, times
-        self.failed, self.took = [], {}
+        self.failed, self.skipped, self.took = [], [], {}
         self.lock = threading.Lock()
 
     def one(self, job):
         """Runs a job and prints its PASS or FAIL block in one piece."""
         t0 = time.time()
-        ctx, lines, ok = {}, [], False
+        ctx, lines, ok, skip = {}, [], False, None
         try:
             job.check(job.path, ctx)
             ok = True
+        except Skipped as s:
+            ok, skip = True, str(s)
         except Failure as f:
             lines.append("  " + str(f).replace("\n", "\n  "))
             if f.cmds:
@@ -751,7 +760,10 @@ class Runner:
         dt = time.time() - t0
         with self.lock:
             self.took[job.name] = dt
-            if ok:
+            if skip is not None:
+                self.skipped.append(job.name)
+                print("SKIP %s: %s" % (job.name, skip), flush=True)
+            elif ok:
                 print("PASS %s (%.1fs)%s" % (job.name, dt, "\n" + "\n".join(lines) if lines else ""), flush=True)
             else:
                 self.failed.append(job.name)
@@ -863,8 +875,9 @@ def main():
     if not a.patterns:
         times = {k: v for k, v in times.items() if k in r.took}
     save_times(times_path, times)
-    print("\n%d of %d tests passed in %.0fs (-j %d)" % (len(jobs) - len(r.failed), len(jobs), time.time() - start,
-                                                      a.jobs))
+    print("\n%d of %d tests passed%s in %.0fs (-j %d)" % (len(jobs) - len(r.failed) - len(r.skipped), len(jobs),
+                                                        ", %d skipped" % len(r.skipped) if r.skipped else "",
+                                                        time.time() - start, a.jobs))
     if r.failed:
         print("failed:\n  " + "\n  ".join(sorted(r.failed)))
         sys.exit(1)

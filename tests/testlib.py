@@ -48,3 +48,12 @@ def error_programs():
             if "// ERROR:" in f.read():
                 out.append(os.path.relpath(p, ROOT))
     return out
+
+
+SKIP = 77   # the exit status of a test script the machine cannot run (tests/README.md)
+
+
+def skip(reason):
+    """Ends the test as skipped, never passed: one line says why."""
+    print("skipped: " + reason.strip().replace("\n", " "), flush=True)
+    sys.exit(SKIP)

@@ -119,7 +119,7 @@ def odd_targets(exe, d, failures):
     os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
     for name, what in (("link.npy", "a symbolic link"), ("fifo.npy", "a FIFO"), ("null.npy", "a device")):
         p = run(MPIRUN + [exe, "--out=" + name], work)
-        want = r'^shdc: rank 0: save\("%s"\): %s is %s, not a regular file' % (re.escape(name), re.escape(name), what)
+        want = r'^\S+: rank 0: save\("%s"\): %s is %s, not a regular file' % (re.escape(name), re.escape(name), what)
         if p.returncode == 0 or not re.search(want, p.stderr, re.M):
             failures.append("save to %s: exit %d, expected /%s/:\n%s" % (what, p.returncode, want, p.stderr))
     with open(victim, "rb") as f:
@@ -166,7 +166,7 @@ def traces(exe, d, failures):
     for name, what in (("null", "a device"), ("fifo", "a FIFO"), ("dir", "a directory"), ("link", "a symbolic link")):
         path = os.path.join(work, name)
         p = run(MPIRUN + [exe, "--out=ran.npy"], work, {"SHD_TRACE": path}, timeout=60)
-        want = r"^shdc: rank 0: SHD_TRACE=%s: %s is %s, not a regular file" % (re.escape(path), re.escape(path), what)
+        want = r"^\S+: rank 0: SHD_TRACE=%s: %s is %s, not a regular file" % (re.escape(path), re.escape(path), what)
         if p.returncode == 0 or not re.search(want, p.stderr, re.M) or os.path.exists(os.path.join(work, "ran.npy")):
             failures.append("SHD_TRACE=%s: exit %d, expected /%s/ before the run:\n%s" % (
                 what, p.returncode, want, p.stderr[-1500:]))

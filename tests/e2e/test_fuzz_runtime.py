@@ -13,7 +13,7 @@ Each program loads it and saves what it read. The verdict:
 - exit 0: the saved array must equal what NumPy's np.load reads from the
   file (bools as NumPy's truth values), so a file NumPy cannot read must
   not load;
-- otherwise a clean error: `shdc: rank R: ... load("PATH"): ...` on stderr,
+- otherwise a clean error: `PROG: rank R: ... load("PATH"): ...` on stderr,
   never a signal, a sanitizer report (exit 86, 87), MPI's own abort
   without a message, or a hang; and no temporary left in the directory.
 
@@ -46,7 +46,7 @@ except ImportError:
     np = None
 
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np"]
-CLEAN = re.compile(r"^shdc: rank \d+: (line \d+: )?load\(\"[^\"]*\"\): ", re.M)
+CLEAN = re.compile(r"^\S+: rank \d+: (line \d+: )?load\(\"[^\"]*\"\): ", re.M)
 
 # name -> (the load's type, the dtype and shape of the valid file, window start or None)
 PROGRAMS = {

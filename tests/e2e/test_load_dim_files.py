@@ -53,7 +53,7 @@ def main():
             if err is None:
                 if p.returncode or not re.search(r"^n 7$", p.stdout, re.M):
                     failures.append("%s: exit %d, expected 'n 7':\n%s%s" % (path, p.returncode, p.stdout, p.stderr))
-            elif p.returncode == 0 or not re.search(r"^shdc: rank 0: line 3: " + err, p.stderr, re.M):
+            elif p.returncode == 0 or not re.search(r"^dim: rank 0: line 3: " + err, p.stderr, re.M):
                 failures.append("%s: exit %d, expected /%s/:\n%s" % (path, p.returncode, err, p.stderr))
     if failures:
         sys.exit("\n".join(failures))

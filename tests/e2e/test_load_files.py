@@ -149,7 +149,7 @@ def main():
                 if read_npy(os.path.join(d, "v.npy")) != [2000 + j for j in range(8)]:
                     failures.append("%d ranks: window (2, 0) read the wrong row" % np)
             p = run(exe, d, np, 2)
-            want = r"^shdc: rank 0: line \d+: load\(\"liar.npy\"\): file is truncated \(\d+ bytes; its header's " \
+            want = r"^\S+: rank 0: line \d+: load\(\"liar.npy\"\): file is truncated \(\d+ bytes; its header's " \
                    r"f32\[4611686018427387904\] would need more than 2\^63 bytes\)"
             if p.returncode != 1 or not re.search(want, p.stderr, re.M):
                 failures.append("%d ranks: a header past 2^63 bytes: exit %d, expected /%s/\n%s" % (
@@ -164,13 +164,13 @@ def main():
                 failures.append("%d ranks: a bool file of bytes 0,1,2,255,0,7,1,128: exit %d, got %r, NumPy "
                                 "gives %r\n%s" % (np, p.returncode, got, want, p.stderr[-1500:]))
             p = run(exe, d, np, 4)
-            want = r"^shdc: rank 0: load\(\"long.npy\"\): file has '<f4x{21}\.\.\.'\[8\], program expects f32\[8\]"
+            want = r"^\S+: rank 0: load\(\"long.npy\"\): file has '<f4x{21}\.\.\.'\[8\], program expects f32\[8\]"
             if p.returncode != 1 or not re.search(want, p.stderr, re.M):
                 failures.append("%d ranks: a long descr: exit %d, expected /%s/\n%s" % (np, p.returncode, want,
                                                                                        p.stderr[-1500:]))
             write_files(d)   # the race below renames other.npy away
             p = run(racer, d, np, 5, {"RACE_PATH": "race.npy", "RACE_WITH": "other.npy"})
-            want = r"^shdc: rank \d+: load\(\"race.npy\"\): the file was replaced while it was being opened"
+            want = r"^\S+: rank \d+: load\(\"race.npy\"\): the file was replaced while it was being opened"
             if p.returncode == 0 or not re.search(want, p.stderr, re.M) or "race" in p.stdout:
                 failures.append("%d ranks: a file renamed over the path after the header check: exit %d, "
                                 "expected /%s/\n%s%s" % (np, p.returncode, want, p.stdout, p.stderr[-1500:]))

@@ -44,7 +44,7 @@ def main():
         peak = re.findall(r"peak live arrays per rank: (\d+) bytes", explain)
         env = dict(os.environ, SHD_QUIET="1")
         p = subprocess.run(MPIRUN + [exes["big"]], capture_output=True, text=True, timeout=120, env=env)
-        want = r"^shdc: rank 0: this program needs %s bytes of arrays per rank at its peak \(shdc explain\), 2 ranks " \
+        want = r"^big: rank 0: this program needs %s bytes of arrays per rank at its peak \(shdc explain\), 2 ranks " \
                r"on this host: \d+ bytes, but the host has \d+ bytes available; .*SHD_MEMORY_CHECK=0" % (
                    peak[-1] if peak else r"\d+")
         if p.returncode == 0 or not re.search(want, p.stderr, re.M) or "started" in p.stdout:
@@ -52,7 +52,7 @@ def main():
                 p.returncode, p.stdout, p.stderr))
         env0 = dict(env, SHD_MEMORY_CHECK="0")
         p = subprocess.run(MPIRUN + [exes["big"]], capture_output=True, text=True, timeout=120, env=env0)
-        if p.returncode == 0 or not re.search(r"^shdc: rank \d+: out of memory: cannot allocate \d+ bytes", p.stderr,
+        if p.returncode == 0 or not re.search(r"^big: rank \d+: out of memory: cannot allocate \d+ bytes", p.stderr,
                                               re.M) or "started" not in p.stdout:
             failures.append("SHD_MEMORY_CHECK=0: exit %d, expected it to start, then an out-of-memory message:\n%s%s" % (
                 p.returncode, p.stdout, p.stderr))

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""A built program's command line (issue 11, item 5).
+"""A built program's command line (issue 11, item 5; issue 17, item 2).
 
-`--help` lists the program's args with their types and defaults (at any rank
-count) and exits 0. An unknown or malformed flag, a bare word, a missing
-value, a value that does not parse and one out of range for its type (2^31
-for an i32, 1e99 for an f32, 1e999 for an f64, inf and nan for either
-float) are each reported once, by
-rank 0, naming the flag, and the run exits with status 1 on every rank,
-without hanging. Good values run, and the last of a repeated flag wins.
+`--help` lists the program's args with their types, help texts and
+defaults (at any rank count) and exits 0. A value follows '=' or is the next
+word (`--steps 3`), a bool's only after '='. An unknown or malformed flag, a
+bare word, a missing value, a value that does not parse and one out of range
+for its type (2^31 for an i32, 1e99 for an f32, 1e999 for an f64, inf and nan for either float) are each
+reported once, by rank 0, naming the flag, with the program's name (not
+shdc's) at the start of the message, and the run exits with status 1 on
+every rank, without hanging. Good values run, and the last of a repeated
+flag wins. A wrong rank count is still caught when a value happens to be
+"-h".
 """
 import os
 import re
@@ -22,20 +25,26 @@ MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none
 
 PROGRAM = """mesh {X: 2}
 fn main() {
-    let steps = arg("steps", 10)
+    let steps = arg("steps", 10, help="training steps")
     let lr: f32 = arg("lr", 0.001)
     let scale: f64 = arg("scale", 2.5)
     let flag = arg("flag", false)
-    print("values", steps, lr, scale, flag)
+    let name = arg("name", "run")
+    print("values", steps, lr, scale, flag, name)
 }
 """
 
 FAILS = [
-    (["--zzz=1"], r"unknown argument '--zzz=1'; this program takes --steps, --lr, --scale, --flag"),
-    (["-n=3"], r"unexpected argument '-n=3': arguments are written --NAME=VALUE"),
+    (["--zzz=1"], r"unknown argument '--zzz=1'; this program takes --steps, --lr, --scale, --flag, --name"),
+    (["-n=3"], r"unexpected argument '-n=3': arguments are written --NAME=VALUE or --NAME VALUE"),
     (["foo"], r"unexpected argument 'foo'"),
     (["--steps=3", "bar"], r"unexpected argument 'bar'"),
-    (["--steps"], r"argument --steps needs a value: --steps=i32"),
+    (["--steps", "3", "bar"], r"unexpected argument 'bar'"),
+    (["--steps"], r"argument --steps needs a value: --steps=i32 or --steps i32"),
+    (["--steps", "--lr=1"], r"argument --steps needs a value"),
+    (["--steps", "x"], r"argument --steps x: expected an i32 integer"),
+    (["--flag", "false"], r"unexpected argument 'false': a bool flag takes its value after '=': --flag=false"),
+    (["--metrics=m.jsonl"], r"unknown argument '--metrics=m.jsonl'"),
     (["--steps=3000000000"], r"argument --steps=3000000000: out of range for i32"),
     (["--steps=-2147483649"], r"out of range for i32"),
     (["--steps=1.5"], r"argument --steps=1.5: expected an i32 integer"),
@@ -67,20 +76,30 @@ def main():
         exe = testlib.build(shdc, os.path.join(d, "args.shd"), os.path.join(d, "args"), text=PROGRAM)
         for launch in (MPIRUN + [exe], [exe]):   # the help answers at any rank count
             p = run(launch + ["--help"], cwd=d, env=env)
-            want = [r"^usage: ", r"^  --steps=i32  \(default 10\)$", r"^  --lr=f32  \(default 0\.001\)$",
-                    r"^  --scale=f64  \(default 2\.5\)$", r"^  --flag=bool  \(default false\)$"]
+            want = [r"^usage: mpirun -np N args \[--NAME=VALUE \| --NAME VALUE \.\.\.\]$",
+                    r"^  --steps=i32  training steps \(default 10\)$", r"^  --lr=f32     \(default 0\.001\)$",
+                    r"^  --scale=f64  \(default 2\.5\)$", r"^  --flag=bool  \(default false\)$",
+                    r'^  --name=str   \(default "run"\)$']
             if not p or p.returncode != 0 or not all(re.search(w, p.stdout, re.M) for w in want):
                 failures.append("%s --help: %s" % (" ".join(launch[-1:]), p and (p.returncode, p.stdout, p.stderr)))
-        p = run(MPIRUN + [exe, "--steps=1", "--steps=12", "--lr=0.5", "--scale=-1e300", "--flag"], cwd=d, env=env)
-        if not p or p.returncode != 0 or "values 12 0.5 -1e+300 True" not in p.stdout:
-            failures.append("good arguments: %s" % (p and (p.returncode, p.stdout, p.stderr)))
+        for good in (["--steps=1", "--steps=12", "--lr=0.5", "--scale=-1e300", "--flag", "--name=a b"],
+                     ["--steps", "1", "--steps", "12", "--lr", "0.5", "--scale", "-1e300", "--flag", "--name", "a b"],
+                     ["--flag=true", "--steps=12", "--lr", "5e-1", "--scale=-1e300", "--name", "a b"]):
+            p = run(MPIRUN + [exe] + good, cwd=d, env=env)
+            if not p or p.returncode != 0 or "values 12 0.5 -1e+300 True a b" not in p.stdout:
+                failures.append("good arguments %s: %s" % (good, p and (p.returncode, p.stdout, p.stderr)))
+        # "-h" as a value is not --help: the wrong rank count is still reported
+        p = run(MPIRUN[:-1] + ["3", exe, "--name", "-h"], cwd=d, env=env)
+        if not p or p.returncode != 1 or not re.search(r"^args: error: this program was built for mesh \{X: 2\} "
+                                                       r"\(2 ranks\) but was started with 3 ranks", p.stderr, re.M):
+            failures.append("--name -h at 3 ranks: %s" % (p and (p.returncode, p.stdout, p.stderr)))
         for args, pattern in FAILS:
             p = run(MPIRUN + [exe] + args, cwd=d, env=env)
             if p is None:
                 failures.append("%s: hung" % " ".join(args))
                 continue
-            msgs = re.findall(r"^shdc: rank \d+: .*$", p.stderr, re.M)
-            if p.returncode != 1 or len(msgs) != 1 or not re.search(r"^shdc: rank 0: .*" + pattern, msgs[0]) \
+            msgs = re.findall(r"^\S+: rank \d+: .*$", p.stderr, re.M)
+            if p.returncode != 1 or len(msgs) != 1 or not re.search(r"^args: rank 0: .*" + pattern, msgs[0]) \
                     or "values" in p.stdout:
                 failures.append("%s: exit %d, expected 1 and one message matching %r:\n%s" % (
                     " ".join(args), p.returncode, pattern, p.stderr))

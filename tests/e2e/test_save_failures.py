@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A save that cannot complete is never reported as success (issue 11, item 2).
 
-Each failure must stop every rank with `shdc: rank R: save("PATH"): CAUSE`
+Each failure must stop every rank with `save: rank R: save("PATH"): CAUSE` (the program is named save)
 and a non-zero exit, leave the previous file (if any) exactly as it was,
 and leave no temporary file behind:
 
@@ -97,7 +97,7 @@ def rank_pids(exe):
 
 
 def expect_failure(name, p, path, cause, failures):
-    msg = r"^shdc: rank \d+: save\(\"%s\"\): .*%s" % (re.escape(path), cause)
+    msg = r"^save: rank \d+: save\(\"%s\"\): .*%s" % (re.escape(path), cause)
     if p.returncode == 0 or not re.search(msg, p.stderr, re.M) or "done" in p.stdout:
         failures.append("%s: exit %d, expected non-zero and /%s/:\n%s" % (name, p.returncode, msg, p.stderr))
 
@@ -211,7 +211,7 @@ def loads(exe, d, env, failures):
         except subprocess.TimeoutExpired:
             failures.append("load case %d: hung" % case)
             continue
-        if p.returncode == 0 or not re.search(r"^shdc: rank \d+: " + pattern, p.stderr, re.M):
+        if p.returncode == 0 or not re.search(r"^save: rank \d+: " + pattern, p.stderr, re.M):
             failures.append("load case %d: exit %d, expected /%s/:\n%s" % (case, p.returncode, pattern, p.stderr))
 
 

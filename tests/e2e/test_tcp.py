@@ -5,7 +5,7 @@ tests/autodiff/train_2d.shd (two SGD steps of an MLP, data x tensor parallel)
 is built for a 2 x 2 mesh and run at 4 ranks twice: with Open MPI's default
 transports (shared memory on one machine) and restricted to TCP with
 `--mca btl self,tcp`, the way ranks on different hosts talk without
-InfiniBand (docs/cli.md, "On several hosts"). Both runs must succeed and save
+InfiniBand (docs/cluster.md, "TCP"). Both runs must succeed and save
 the same parameters and losses, bit for bit (the collectives take the same
 steps whatever carries their bytes); they must also agree, to a tolerance,
 with the one-rank build of the same program.

@@ -37,7 +37,7 @@ DIRECTIVES = """\
 // ARGS: --steps=3 --data= --val= --lr=0.01 --wd=0.1
 // RUN: data=1,model=1 | data=1,model=2 | data=2,model=2 | data=1,model=4
 // SAME-STDOUT
-// STDOUT: ^step 2 loss
+// STDOUT: ^step 3/3 \\| loss \\d\\.\\d{3}$
 // Megatron-LM's counts, per layer (in the loop over layers): 2 all-reduces
 // of an activation over `model` forward (after the attention's and the
 // MLP's row-parallel products: g) and 2 backward (the input gradients of

@@ -1,7 +1,11 @@
 """Helpers of the GPT-2 tests (tests/gpt2/test_*.py): build a GPT program
-for a mesh and configuration, run it under mpirun, read its losses; make an
---init directory and a --batches file with tests/gpt2/ref_torch.py's
-helpers; a small text corpus whose loss falls quickly."""
+for a mesh and configuration, run it under mpirun, read its losses (from
+the JSON lines of its --metrics file, each loss exactly as the program
+computed it); make an --init directory and a --batches file with
+tests/gpt2/ref_torch.py's helpers; a small text corpus whose loss falls
+quickly."""
+import itertools
+import json
 import os
 import re
 import subprocess
@@ -55,19 +59,42 @@ def ranks(mesh):
     return n
 
 
+_runs = itertools.count()
+
+
 def run(exe, n, args, cwd=None, check=True, timeout=300):
-    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(n), exe] + args
-    return sh(cmd, cwd=cwd, timeout=timeout, check=check)
+    """mpirun -np N EXE ARGS --metrics=FILE: the result has .metrics, the
+    objects of FILE's lines (parsed strictly: NaN is the string "NaN")."""
+    m = os.path.join(cwd or ".", ".metrics-%d-%d.jsonl" % (os.getpid(), next(_runs)))
+    if os.path.exists(m):
+        os.remove(m)
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(n), exe] + args + \
+        ["--metrics=" + m]
+    p = sh(cmd, cwd=cwd, timeout=timeout, check=check)
+    p.metrics = []
+    if os.path.exists(m):
+        with open(m, encoding="utf-8") as f:
+            p.metrics = [json.loads(line, parse_constant=lambda c: (_ for _ in ()).throw(Failure("not JSON: " + c)))
+                         for line in f]
+        os.remove(m)
+    return p
 
 
 def losses(out, what="step"):
-    """{S: L} of the `step S loss L` (or `val S loss L`) lines."""
-    return {int(s): float(x) for s, x in re.findall(r"^%s (\d+) loss (\S+)" % what, out, re.M)}
+    """{S: L}, S counted from 0: of a run of shdc's GPT (run's result) the
+    "loss" (what="step") or "val_loss" (what="val") of the metrics line of
+    step S + 1; of text (the PyTorch reference's output) its `step S loss L`
+    lines."""
+    if isinstance(out, str):
+        return {int(s): float(x) for s, x in re.findall(r"^%s (\d+) loss (\S+)" % what, out, re.M)}
+    key = "loss" if what == "step" else "val_loss"
+    return {m["step"] - 1: m[key] for m in out.metrics if key in m}
 
 
 def loss_text(out, what="step"):
-    """{S: the loss exactly as printed}, for bitwise comparisons."""
-    return {int(s): x for s, x in re.findall(r"^%s (\d+) loss (\S+)" % what, out, re.M)}
+    """{S: the loss}, exactly as computed (the metrics' shortest text reads
+    back as the same f32), for bitwise comparisons."""
+    return losses(out, what)
 
 
 def compare(name, got, want, rtol=2e-5, atol=2e-5):
@@ -113,7 +140,7 @@ LEAF = {"wte": "d.wte", "wpe": "d.wpe", "qkvw": "d.h.qkvw", "attprojw": "d.h.att
 
 def state_dir(ck, step):
     """The checkpoint of step `step` in a --save directory."""
-    return os.path.join(ck, "state_%06d" % step)
+    return os.path.join(ck, "step_%06d" % step)
 
 
 def checkpoint(ck, step, part="p"):

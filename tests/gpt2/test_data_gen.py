@@ -47,19 +47,21 @@ def main():
                                         os.path.join(d, "g%d%d" % (dm, mm)), CFG, "-O1" if dm == 2 else "-O0")
         first = None
         for (dm, mm), exe in exes.items():
-            out = gptlib.run(exe, dm * mm, data + ["--steps=20", "--lr=0.003", "--val-every=10"], cwd=d).stdout
-            tr, va = gptlib.losses(out), gptlib.losses(out, "val")
-            if len(tr) != 20 or sorted(va) != [9, 19]:
-                raise Failure("expected 20 step lines and validation after steps 9 and 19:\n%s" % out)
+            p = gptlib.run(exe, dm * mm, data + ["--steps=20", "--lr=0.003", "--val-every=10"], cwd=d)
+            tr, va = gptlib.losses(p), gptlib.losses(p, "val")
+            lines = re.findall(r"^step \d+/20 \| loss \d+\.\d{3}$", p.stdout, re.M)
+            if len(tr) != 20 or sorted(va) != [9, 19] or len(lines) != 20:
+                raise Failure("expected 20 steps and validation after steps 10 and 20:\n%s" % p.stdout)
             if first is None:
                 first = (tr, va)
             gptlib.compare("random windows at data=%d,model=%d" % (dm, mm), tr, first[0])
             gptlib.compare("validation at data=%d,model=%d" % (dm, mm), va, first[1])
         print("the random windows and the validation windows give the same losses at data=2, on one device and at "
               "model=2")
-        out = gptlib.run(exes[2, 1], 2, data + ["--steps=300", "--lr=0.003", "--val-every=100", "--gen=48",
-                                                "--temperature=0"], cwd=d).stdout
-        tr, va = gptlib.losses(out), gptlib.losses(out, "val")
+        p = gptlib.run(exes[2, 1], 2, data + ["--steps=300", "--lr=0.003", "--val-every=100", "--gen=48",
+                                              "--temperature=0"], cwd=d)
+        out = p.stdout
+        tr, va = gptlib.losses(p), gptlib.losses(p, "val")
         if not (sum(tr[s] for s in range(290, 300)) / 10 < tr[0] - 3.0 and va[299] < va[199] < va[99]):
             raise Failure("the losses do not fall: train %s, validation %s" % (tr, va))
         text = text_of(out)

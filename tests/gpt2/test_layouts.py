@@ -40,7 +40,7 @@ def main():
         batches = gptlib.text_batches(os.path.join(d, "b.npy"), STEPS, TINY["B"], TINY["T"], seed=6)
         args = ["--init=" + init, "--batches=" + batches, "--steps=%d" % STEPS, "--lr=0.01", "--wd=0.1"]
         one = gptlib.build(a.shdc, gptlib.GPT2, {"data": 1, "model": 1}, os.path.join(d, "one"))
-        want = gptlib.losses(gptlib.run(one, 1, args, cwd=d).stdout)
+        want = gptlib.losses(gptlib.run(one, 1, args, cwd=d))
         if len(want) != STEPS:
             raise Failure("the one-device build printed %s" % want)
         for name, src, meshes in LAYOUTS:
@@ -49,7 +49,7 @@ def main():
             for dm, mm in meshes:
                 mesh = {"data": dm, "model": mm}
                 exe = gptlib.build(a.shdc, src, mesh, os.path.join(d, "p_%d_%d" % (dm, mm)))
-                got = gptlib.losses(gptlib.run(exe, dm * mm, args, cwd=d).stdout)
+                got = gptlib.losses(gptlib.run(exe, dm * mm, args, cwd=d))
                 gptlib.compare("%s (%s) at data=%d,model=%d" % (name, os.path.basename(src), dm, mm), got, want)
                 print("%s, %s at data=%d,model=%d: %d steps agree with the one-device build" %
                       (name, os.path.basename(src), dm, mm, STEPS), flush=True)

@@ -3,9 +3,10 @@
 (dsl-examples/gpt2.shd, gpt2_fsdp.shd: language.md §9) against their
 version-1 programs (tests/gpt2/gpt2_v1.shd, gpt2_fsdp_v1.shd), from the same
 --init directory (llm.c's layout) on the same --batches, 4 AdamW steps with
-weight decay: every loss printed is the same text, and every parameter and
-AdamW moment after the last step is the same bytes (the version-1
-checkpoint's NAME_STEP.npy against the struct checkpoint's leaf), on one
+weight decay: every loss (its --metrics line, exactly as computed) and
+every progress line printed are the same, and every parameter and AdamW
+moment after the last step is the same bytes (the version-1 checkpoint's
+step_STEP/NAME.npy against the struct checkpoint's leaf), on one
 device and in the 2-D layout. And `shdc explain` of both: the same
 collectives (kind, axes, bytes and shapes; line numbers and order aside:
 in gpt2_fsdp.shd the layer functions gather their own weights) in main,
@@ -89,16 +90,19 @@ def main():
                     os.makedirs(ck)
                     outs.append(gptlib.run(exe, dm * mm, ["--init=" + init, "--batches=" + batches, "--lr=0.01",
                                                           "--wd=0.1", "--steps=%d" % STEPS, "--save=" + ck,
-                                                          "--save-every=%d" % STEPS], cwd=d).stdout)
+                                                          "--save-every=%d" % STEPS], cwd=d))
                     cks.append(ck)
                 what = "%s at data=%d,model=%d" % (os.path.basename(src), dm, mm)
                 l1, l2 = gptlib.loss_text(outs[0]), gptlib.loss_text(outs[1])
                 if len(l1) != STEPS or l1 != l2:
                     raise Failure("%s: the struct version's losses %s, version 1's %s" % (what, l2, l1))
+                p1, p2 = ([ln for ln in o.stdout.splitlines() if ln.startswith("step ")] for o in outs)
+                if len(p1) != STEPS or p1 != p2:
+                    raise Failure("%s: the struct version's progress lines %s, version 1's %s" % (what, p2, p1))
                 for part, prefix in (("p", ""), ("m", "m_"), ("v", "v_")):
                     new = gptlib.checkpoint(cks[1], STEPS, part)
                     for n in gptlib.ref_torch.NAMES:
-                        old = np.load(os.path.join(cks[0], "%s%s_%06d.npy" % (prefix, n, STEPS)))
+                        old = np.load(os.path.join(cks[0], "step_%06d" % STEPS, prefix + n + ".npy"))
                         if old.tobytes() != new[n].tobytes():
                             raise Failure("%s: %s%s after %d steps differs from version 1's (max %g)" % (
                                 what, prefix, n, STEPS, float(np.abs(old - new[n]).max())))

@@ -53,11 +53,15 @@ EXPECT = [
     (20, "\\t", 0, "constant.character.escape.shd", "shdEscape"),
     (20, "\\\"", 0, "constant.character.escape.shd", "shdEscape"),
     (25, "1.5e3", 0, "constant.numeric.float.shd", "shdFloat"),
-    (28, "struct", 0, "storage.type.struct.shd", "shdStructure"),
-    (28, "f32", 0, "storage.type.dtype.shd", "shdDtype"),
-    (28, "tp", 0, "variable.other.axis.shd", "shdAxis"),
-    (29, "import", 0, "keyword.control.import.shd", "shdStructure"),
-    (31, "remat", 0, "support.function.builtin.shd", "shdBuiltin"),
+    (26, "metrics", 0, "support.function.builtin.shd", "shdBuiltin"),
+    (27, "mkdir", 0, "support.function.builtin.shd", "shdBuiltin"),
+    (28, "keep_last", 0, "support.function.builtin.shd", "shdBuiltin"),
+    (29, "manifest", 0, "support.function.builtin.shd", "shdBuiltin"),
+    (32, "struct", 0, "storage.type.struct.shd", "shdStructure"),
+    (32, "f32", 0, "storage.type.dtype.shd", "shdDtype"),
+    (32, "tp", 0, "variable.other.axis.shd", "shdAxis"),
+    (33, "import", 0, "keyword.control.import.shd", "shdStructure"),
+    (35, "remat", 0, "support.function.builtin.shd", "shdBuiltin"),
 ]
 
 

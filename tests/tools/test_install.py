@@ -10,6 +10,11 @@
 - the installed man page renders without warnings (groff -man -ww -z) and
   documents every command and option of `shdc --help`, every environment
   variable the compiler and runtime read, and the exit statuses;
+- shdrt.pc names its directories through ${prefix}: pkg-config
+  --define-prefix gives the moved tree's directories after a move;
+- SARIF rules link the installed errors.md (helpUri), also after a move;
+- the docs are installed under share/doc/shdc, and every relative link of
+  every installed page resolves there (no link leaves the docs);
 - DESTDIR stages the files under DESTDIR/PREFIX with PREFIX in shdrt.pc;
 - `make uninstall` removes every installed file;
 - a PREFIX with a space, a quote, a comma, `&` and `|` is one path to
@@ -33,9 +38,11 @@ from run import mpirun_cmd, run  # noqa: E402
 
 FILES = ["bin/shdc", "lib/libshdrt.a", "include/shdrt.h", "share/man/man1/shdc.1", "lib/pkgconfig/shdrt.pc",
          "share/vim/vimfiles/syntax/shd.vim", "share/vim/vimfiles/ftdetect/shd.vim",
+         "share/nvim/site/syntax/shd.vim", "share/nvim/site/ftdetect/shd.vim",
          "share/shdc/editors/vscode/package.json", "share/shdc/editors/vscode/language-configuration.json",
-         "share/shdc/editors/vscode/syntaxes/shd.tmLanguage.json", "share/shdc/lib/std/nn.shd",
-         "share/shdc/lib/std/optim.shd"]
+         "share/shdc/editors/vscode/syntaxes/shd.tmLanguage.json", "share/shdc/editors/vscode/extension.js",
+         "share/doc/shdc/README.md", "share/shdc/lib/std/nn.shd", "share/shdc/lib/std/optim.shd"] + \
+        ["share/doc/shdc/" + f for f in sorted(os.listdir(os.path.join(ROOT, "docs"))) if f.endswith(".md")]
 
 # A program that only the installed standard library lets compile.
 USES_STD = """mesh {X: 2}
@@ -67,6 +74,12 @@ def clean_env():
 
 def use_installed(prefix, tmp, failures, what):
     shdc = os.path.join(prefix, "bin", "shdc")
+    p = subprocess.run([shdc, "check", "--diagnostics=sarif", os.path.join(ROOT, "tests", "tools", "diag_example.shd")],
+                       capture_output=True, text=True)
+    want = "file://" + os.path.join(prefix, "share", "doc", "shdc", "errors.md") + "#e_"
+    uris = re.findall(r'"helpUri": "([^"]+)"', p.stdout)
+    if not uris or not all(u.startswith(want) for u in uris):
+        failures.append("%s: SARIF helpUri %s, expected the installed errors.md (%s...)" % (what, uris[:2], want))
     p = subprocess.run([shdc, "--version"], capture_output=True, text=True)
     if p.returncode or not re.match(r"shdc \d+\.\d+\.\d+ \(git \S+\)\nruntime ABI \d+\n$", p.stdout):
         failures.append("%s: shdc --version: %d %r" % (what, p.returncode, p.stdout))
@@ -105,6 +118,38 @@ def check_pkgconfig(prefix, tmp, failures):
                        capture_output=True, text=True)
     if p.returncode:
         failures.append("generated C with pkg-config's flags does not build:\n%s" % p.stderr)
+
+
+def check_relocatable_pc(prefix, moved, failures):
+    with open(os.path.join(moved, "lib", "pkgconfig", "shdrt.pc")) as f:
+        pc = f.read()
+    for var in ("libdir", "includedir"):
+        if not re.search(r"^%s=\$\{prefix\}/" % var, pc, re.M):
+            failures.append("shdrt.pc: %s is not relative to ${prefix}:\n%s" % (var, pc))
+    if "@" in pc:
+        failures.append("shdrt.pc has an unfilled @...@:\n%s" % pc)
+    env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(moved, "lib", "pkgconfig"))
+    p = subprocess.run(["pkg-config", "--define-prefix", "--cflags", "--libs", "shdrt"], capture_output=True,
+                       text=True, env=env)
+    flags = p.stdout.split()
+    if p.returncode or "-I" + os.path.join(moved, "include") not in flags or \
+            "-L" + os.path.join(moved, "lib") not in flags or any(prefix in x for x in flags):
+        failures.append("pkg-config --define-prefix after a move: %d %r %r" % (p.returncode, p.stdout, p.stderr))
+
+
+def check_doc_links(docdir, failures):
+    """Every relative link of an installed page names a file beside it."""
+    for page in sorted(os.listdir(docdir)):
+        with open(os.path.join(docdir, page)) as f:
+            text = f.read()
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path = target.split("#")[0]
+            if path and not os.path.isfile(os.path.normpath(os.path.join(docdir, path))):
+                failures.append("installed %s links to %s, which is not installed beside it" % (page, target))
+        if "../shared" in text:
+            failures.append("installed %s cites ../shared, outside the repository" % page)
 
 
 def check_man(page, shdc, failures):
@@ -177,9 +222,11 @@ def main():
         check_pkgconfig(prefix, tmp, failures)
         check_man(os.path.join(prefix, "share", "man", "man1", "shdc.1"), os.path.join(prefix, "bin", "shdc"),
                   failures)
+        check_doc_links(os.path.join(prefix, "share", "doc", "shdc"), failures)
         moved = os.path.join(tmp, "moved")
         shutil.copytree(prefix, moved, symlinks=True)
         use_installed(moved, tmp, failures, "moved")
+        check_relocatable_pc(prefix, moved, failures)
         make(build, "uninstall", "PREFIX=" + prefix)
         left = [os.path.relpath(os.path.join(d, f), prefix) for d, _, fs in os.walk(prefix) for f in fs]
         if left:
@@ -199,8 +246,8 @@ def main():
     if failures:
         print("\n".join(failures))
         sys.exit(1)
-    print("installed, used from another directory and after a move, pkg-config, man page, DESTDIR, uninstall, "
-          "a PREFIX with spaces and quotes")
+    print("installed, used from another directory and after a move, pkg-config (relocatable), docs and their links, "
+          "man page, DESTDIR, uninstall, a PREFIX with spaces and quotes")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 import testlib  # noqa: E402
 
 STAGES = ("import", "tc", "tc_args", "tc_expr", "tc_manual", "tc_struct", "instance", "lower", "autodiff", "partition",
-          "reshard", "optimize", "emit_c", "explain", "netmodel", "ir", "main")
+          "reshard", "optimize", "emit_c", "explain", "netmodel", "ir", "driver", "main")
 MAX_CIRCLE = 3
 
 

@@ -41,9 +41,10 @@ CASES = {
 }
 
 
-def runner(args, build):
+def runner(args, build, tmpdir=None):
+    env = dict(os.environ, TMPDIR=tmpdir) if tmpdir else None
     return subprocess.run([sys.executable, os.path.join(ROOT, "tests", "run.py"), "--build", build] + args,
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=900, env=env)
 
 
 def blocks(out):
@@ -104,10 +105,12 @@ def main():
                 if s.returncode != 0 or not re.search(r"= fill", s.stdout):
                     failures.append("-j %s: the printed command %r did not show the IR (exit %d):\n%s%s"
                                     % (jobs, cmd, s.returncode, s.stdout, s.stderr))
-        # Without --keep a passing test leaves nothing behind.
-        before = set(os.listdir(tempfile.gettempdir()))
-        p = runner(["--shdc", shdc, files[0]], d)
-        left = [x for x in set(os.listdir(tempfile.gettempdir())) - before if x.startswith("shdt-")]
+        # Without --keep a passing test leaves nothing behind (in a temporary
+        # directory of its own: the suite's other tests use the shared one).
+        own = tempfile.mkdtemp(prefix="runner-tmp-")
+        p = runner(["--shdc", shdc, files[0]], d, own)
+        left = [x for x in os.listdir(own) if x.startswith("shdt-")]
+        shutil.rmtree(own, ignore_errors=True)
         if p.returncode != 0 or left:
             failures.append("a passing test without --keep: exit %d, left %s:\n%s" % (p.returncode, left, p.stdout))
 

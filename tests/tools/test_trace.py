@@ -13,6 +13,12 @@
   gradient function, GEMMs with their sizes, elementwise passes on lines of
   the program, and `shdc trace-summary` prints each rank's time per category
   (adding up to main's time) and the collective counts of the file;
+- processes are numbered from 1 (pid = rank + 1), with one thread, tid 1;
+- each iteration of main's loop is a "step" span (args: the step) holding
+  that step's work; with SHD_TRACE_STEPS=1:3 only steps 1 and 2 are
+  recorded (their spans, their collectives and what encloses them: main),
+  and trace-summary reports over those steps; a malformed
+  SHD_TRACE_STEPS stops the program before it runs;
 - a trace file that cannot be created stops the program before it runs;
   trace-summary of a malformed file is exit 1 with the place, of a missing
   one exit 2.
@@ -76,13 +82,14 @@ def explain_list(shdc, prog, mesh):
     return colls, peak
 
 
-def build_and_trace(shdc, prog, mesh, ranks, tmp, args=()):
+def build_and_trace(shdc, prog, mesh, ranks, tmp, args=(), env=None):
     exe = os.path.join(tmp, "prog")
-    rc, out, err = run([shdc, "build", prog, "--mesh", mesh, "-o", exe])
-    if rc:
-        raise Failure("build %s: %s" % (prog, err))
+    if not os.path.exists(exe):
+        rc, out, err = run([shdc, "build", prog, "--mesh", mesh, "-o", exe])
+        if rc:
+            raise Failure("build %s: %s" % (prog, err))
     trace = os.path.join(tmp, "run.json")
-    rc, out, err = run(mpirun_cmd(ranks) + [exe] + list(args), cwd=tmp, env={"SHD_TRACE": trace})
+    rc, out, err = run(mpirun_cmd(ranks) + [exe] + list(args), cwd=tmp, env=dict(env or {}, SHD_TRACE=trace))
     if rc:
         raise Failure("run %s: exit %d\n%s%s" % (prog, rc, out, err))
     if "shdc trace:" in err:
@@ -96,7 +103,7 @@ def check_format(events, failures):
     (X), counter (C) and metadata (M) events with the fields each needs."""
     meta = {"process_name", "process_sort_index", "thread_name"}
     for e in events:
-        ok = isinstance(e.get("pid"), int) and isinstance(e.get("tid"), int) and isinstance(e.get("name"), str)
+        ok = isinstance(e.get("pid"), int) and e.get("tid") == 1 and e["pid"] >= 1 and isinstance(e.get("name"), str)
         if e.get("ph") == "X":
             ok &= isinstance(e.get("cat"), str) and all(isinstance(e.get(k), (int, float)) for k in ("ts", "dur"))
         elif e.get("ph") == "C":
@@ -118,13 +125,13 @@ def check_collectives(shdc, tmp, failures, prog, gemm):
     if data["otherData"]["ranks"] != 4 or data["otherData"]["dropped_events"] != 0:
         failures.append("otherData: %s" % data["otherData"])
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
-    if names != {r: "rank %d" % r for r in range(4)}:
-        failures.append("process names: %s" % names)
+    if names != {r + 1: "rank %d" % r for r in range(4)} or data["otherData"].get("first_pid") != 1:
+        failures.append("process names: %s (pid = rank + 1), otherData %s" % (names, data["otherData"]))
     by_pid = check_nesting(events, failures)
     want, peak = explain_list(shdc, prog, "X=2,Y=2")
     if sum(want.values()) < 5:
         failures.append("explain lists only %s" % want)
-    for pid in range(4):
+    for pid in range(1, 5):
         evs = by_pid.get(pid, [])
         if [e["name"] for e in evs if e["cat"] == "function"] != ["main"]:
             failures.append("rank %d: function spans %s" % (pid, [e["name"] for e in evs if e["cat"] == "function"]))
@@ -160,11 +167,18 @@ def check_training(shdc, tmp, failures):
     with open(prog) as f:
         nlines = len(f.read().split("\n"))
     by_pid = check_nesting(data["traceEvents"], failures)
-    for pid in range(2):
+    for pid in range(1, 3):
         evs = by_pid.get(pid, [])
         funcs = Counter(e["name"] for e in evs if e["cat"] == "function")
         if funcs["main"] != 1 or not any(n.startswith("loss_value_and_grad") and c == 2 for n, c in funcs.items()):
             failures.append("rank %d: function spans %s" % (pid, dict(funcs)))
+        steps = [e for e in evs if e["cat"] == "step"]
+        grads = [e for e in evs if e["name"].startswith("loss_value_and_grad")]
+        if [e["args"]["step"] for e in steps] != [0, 1] or not all(
+                sum(1 for g in grads if ns(s["ts"]) <= ns(g["ts"]) and ns(g["ts"]) + ns(g["dur"]) <= ns(s["ts"]) +
+                    ns(s["dur"])) == 1 for s in steps):
+            failures.append("rank %d: step spans %s, each should hold one gradient call" %
+                            (pid, [e["args"] for e in steps]))
         ew = [e for e in evs if e["cat"] == "elementwise"]
         if not ew or not all(1 <= e["args"]["line"] <= nlines for e in ew):
             failures.append("rank %d: elementwise spans %s" % (pid, [e["args"] for e in ew[:5]]))
@@ -185,16 +199,50 @@ def check_training(shdc, tmp, failures):
         failures.append("trace-summary rows %s:\n%s" % (sorted(rows), p.stdout))
         return
     for r, (total, (gemm, ew, comm, wait, other, rest)) in rows.items():
-        main = [e for e in by_pid[r] if e["cat"] == "function" and e["name"] == "main"][0]["dur"] / 1000
-        want_gemm = sum(e["dur"] for e in by_pid[r] if e["cat"] == "gemm") / 1000
+        main = [e for e in by_pid[r + 1] if e["cat"] == "function" and e["name"] == "main"][0]["dur"] / 1000
+        want_gemm = sum(e["dur"] for e in by_pid[r + 1] if e["cat"] == "gemm") / 1000
         if abs(total - main) > 0.002 or abs(gemm - want_gemm) > 0.002 or gemm <= 0 or ew <= 0 or comm <= 0:
             failures.append("rank %d: summary %s, main %.3f ms, gemm %.3f ms" % (r, rows[r], main, want_gemm))
         if abs(gemm + ew + comm + wait + other + rest - total) > 0.01:
             failures.append("rank %d: the categories do not add up to main: %s" % (r, rows[r]))
-    counts = Counter(e["args"]["kind"] for e in by_pid[0] if e["cat"] == "communication")
+    counts = Counter(e["args"]["kind"] for e in by_pid[1] if e["cat"] == "communication")
     for kind, n in counts.items():
         if not re.search(r"\b%s\b" % kind, p.stdout) or not re.search(r"^0\s.*\b%d\s+\d+" % n, p.stdout, re.M):
             failures.append("trace-summary does not show %d %s on rank 0:\n%s" % (n, kind, p.stdout))
+    if not re.search(r"^steps \(iterations of main's loops\): 2 on rank 0", p.stdout, re.M):
+        failures.append("trace-summary does not count the 2 steps:\n%s" % p.stdout)
+    return sum(counts.values()) // 2   # collectives per step
+
+
+def check_window(shdc, tmp, failures, per_step):
+    """SHD_TRACE_STEPS=1:3 on 4 steps: only steps 1 and 2."""
+    prog = os.path.join(ROOT, "dsl-examples", "mlp_dp.shd")
+    data, trace = build_and_trace(shdc, prog, "data=2", 2, tmp, ["--steps=4"], {"SHD_TRACE_STEPS": "1:3"})
+    check_format(data["traceEvents"], failures)
+    if data["otherData"].get("steps") != "1:3":
+        failures.append("otherData of a window: %s" % data["otherData"])
+    by_pid = check_nesting(data["traceEvents"], failures)
+    for pid in (1, 2):
+        evs = by_pid.get(pid, [])
+        steps = [e for e in evs if e["cat"] == "step"]
+        if [e["args"]["step"] for e in steps] != [1, 2]:
+            failures.append("rank %d, window 1:3: step spans %s" % (pid - 1, [e["args"] for e in steps]))
+            continue
+        lo, hi = ns(steps[0]["ts"]), ns(steps[-1]["ts"]) + ns(steps[-1]["dur"])
+        outside = [e for e in evs if e["cat"] != "step" and e["name"] != "main" and
+                   (ns(e["ts"]) < lo or ns(e["ts"]) + ns(e["dur"]) > hi)]
+        colls = [e for e in evs if e["cat"] == "communication"]
+        if outside or len(colls) != 2 * per_step:
+            failures.append("rank %d, window 1:3: %d spans outside the steps (%s), %d collectives (expected %d)"
+                            % (pid - 1, len(outside), outside[:2], len(colls), 2 * per_step))
+    p = subprocess.run([shdc, "trace-summary", trace], capture_output=True, text=True)
+    if p.returncode or "over the traced steps (SHD_TRACE_STEPS=1:3" not in p.stdout:
+        failures.append("trace-summary of a window: exit %d\n%s%s" % (p.returncode, p.stdout, p.stderr))
+    for bad in ("3:1", "x", "1:2:3"):
+        rc, out, err = run(mpirun_cmd(2) + [os.path.join(tmp, "prog"), "--steps=1"], cwd=tmp,
+                           env={"SHD_TRACE": trace, "SHD_TRACE_STEPS": bad})
+        if rc == 0 or "SHD_TRACE_STEPS=%s: expected" % bad not in err or "step" in out:
+            failures.append("SHD_TRACE_STEPS=%s: exit %d\n%s" % (bad, rc, err))
 
 
 def check_errors(shdc, tmp, failures):
@@ -207,7 +255,7 @@ def check_errors(shdc, tmp, failures):
             rc, os.path.exists(os.path.join(tmp, "c.npy")), err))
     bad = os.path.join(tmp, "bad.json")
     with open(bad, "w") as f:
-        f.write('{"traceEvents": [\n {"ph": "X", "pid": 0, "ts": 1, "dur": }\n]}\n')
+        f.write('{"traceEvents": [\n {"ph": "X", "pid": 1, "ts": 1, "dur": }\n]}\n')
     p = subprocess.run([shdc, "trace-summary", bad], capture_output=True, text=True)
     if p.returncode != 1 or not re.search(r"bad\.json:2:\d+: error", p.stderr):
         failures.append("trace-summary of malformed JSON: exit %d, %r" % (p.returncode, p.stderr))
@@ -227,7 +275,8 @@ def main():
             with tempfile.TemporaryDirectory() as tmp:
                 check_collectives(shdc, tmp, failures, os.path.join(ROOT, prog), gemm)
         with tempfile.TemporaryDirectory() as tmp:
-            check_training(shdc, tmp, failures)
+            per_step = check_training(shdc, tmp, failures)
+            check_window(shdc, tmp, failures, per_step or 1)
         with tempfile.TemporaryDirectory() as tmp:
             check_errors(shdc, tmp, failures)
     except Failure as f:

@@ -92,7 +92,7 @@ def main():
         with open(src, "w") as f:
             f.write(PROGRAM)
         p = subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-I" + os.path.join(ROOT, "compiler"),
-                            "-I" + os.path.join(build, "gen"), "-o", exe, src] + sorted(objs) + flags + ["-lm"],
+                            "-I" + os.path.join(build, "gen"), "-o", exe, src] + sorted(objs) + flags + ["-ljansson", "-lm"],
                            capture_output=True, text=True)
         if p.returncode:
             print("cannot link the verifier test:\n" + p.stderr)
