@@ -122,6 +122,12 @@ Inst *ad_emit(AD *a, int op, int n, Value **args, Type t) {
 
 Value *ad_emit1(AD *a, int op, int n, Value **args, Type t) { return ad_emit(a, op, n, args, t)->results[0]; }
 
+Inst *ad_emit_n(AD *a, int op, int n, Value **args, int nresults, const Type *types) {
+  Inst *in = ir_emit(a->mod, a->b, op, a->pos, n, args, nresults, types);
+  grow(a);
+  return in;
+}
+
 static bool is_literal(const Value *v) { return v->def && v->def->op == IR_CONST; }
 
 Value *ad_const(AD *a, DType dt, double x) {

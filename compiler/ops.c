@@ -2,7 +2,7 @@
  *
  * Each family file (op_elementwise.c, op_unary.c, op_contraction.c,
  * op_reduction.c, op_softmax.c, op_shape.c, op_collective.c, op_creation.c,
- * op_io.c, op_index.c, op_gather.c, op_shift.c, op_string.c)
+ * op_io.c, op_index.c, op_gather.c, op_shift.c, op_string.c, op_attention.c)
  * defines a table of its builtins (name, typing, lowering, folding) and a
  * table of its IR opcodes (printing, transpose, partitioning, emission).
  * This file only collects them: an opcode maps to its OpDef through a
@@ -20,13 +20,15 @@
 static const OpDef *const op_families[] = {
     op_elementwise_ops, op_unary_ops, op_contraction_ops, op_reduction_ops,
     op_shape_ops,       op_collective_ops, op_creation_ops, op_io_ops,
-    op_softmax_ops,     op_index_ops,      op_gather_ops,     op_shift_ops,      op_string_ops, NULL,
+    op_softmax_ops,     op_index_ops,      op_gather_ops,     op_shift_ops,      op_string_ops,
+    op_attention_ops,   NULL,
 };
 
 static const BuiltinDef *const builtin_families[] = {
     op_elementwise_builtins, op_unary_builtins, op_contraction_builtins, op_reduction_builtins,
     op_shape_builtins,       op_collective_builtins, op_creation_builtins, op_io_builtins,
-    op_softmax_builtins,     op_index_builtins,     op_gather_builtins,     op_string_builtins, NULL,
+    op_softmax_builtins,     op_index_builtins,     op_gather_builtins,     op_string_builtins,
+    op_attention_builtins,   NULL,
 };
 
 static const OpDef *by_opcode[IR__LIMIT];

@@ -700,6 +700,7 @@ typedef enum {
   IR_BASE_REDUCTION = 0x300,
   IR_BASE_ELEMENTWISE = 0x400,
   IR_BASE_STRING = 0x500,
+  IR_BASE_ATTENTION = 0x600,
   IR__LIMIT = 0x800
 } Opcode;
 
@@ -936,6 +937,12 @@ bool rule_argreduce(RuleCtx *c, int redop, const Type *x, int dim, Type *out);
 bool rule_cumsum(RuleCtx *c, const Type *x, int dim, Type *out);
 /* op_softmax.c: kind 0 softmax, 1 log_softmax, 2 logsumexp along dim. */
 bool rule_softmax(RuleCtx *c, int kind, const Type *x, int dim, Type *out);
+/* The reduced rule every multi-operand operation shares (typing-rules
+ * 3.5): the operands' R sets agree, and no operand is replicated, sharded
+ * or varying over them; *R is the result's. eff as rule_vma_unify gives. */
+bool rule_reduced_common(RuleCtx *c, int n, Type *eff, AxisSet *R);
+/* op_attention.c: dot_product_attention (language.md §9.9). */
+bool rule_attention(RuleCtx *c, const Type *q, const Type *k, const Type *v, Type *out);
 bool rule_transpose(RuleCtx *c, const Type *x, const int *perm, Type *out);
 bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, const Type *annot, Type *out);
 bool rule_reshard(RuleCtx *c, const Type *x, const Type *target, Type *out);
@@ -967,10 +974,10 @@ Value *op_lower_string_lit(Lower *L, Expr *e);
 /* The family tables (NULL-name terminated), listed by ops.c. */
 extern const OpDef op_elementwise_ops[], op_unary_ops[], op_contraction_ops[], op_reduction_ops[],
     op_shape_ops[], op_collective_ops[], op_creation_ops[], op_io_ops[], op_softmax_ops[], op_index_ops[],
-    op_gather_ops[], op_shift_ops[];
+    op_gather_ops[], op_shift_ops[], op_attention_ops[];
 extern const BuiltinDef op_elementwise_builtins[], op_contraction_builtins[], op_reduction_builtins[],
     op_shape_builtins[], op_collective_builtins[], op_creation_builtins[], op_io_builtins[],
-    op_softmax_builtins[], op_index_builtins[], op_gather_builtins[];
+    op_softmax_builtins[], op_index_builtins[], op_gather_builtins[], op_attention_builtins[];
 extern const OpDef op_string_ops[];
 extern const BuiltinDef op_string_builtins[];
 extern BuiltinDef op_unary_builtins[];   /* filled from op_unary.c's table before main */
@@ -1019,6 +1026,8 @@ void ad_add_ct(AD *a, Value *primal, Value *ct);
 /* Adds g, summed over the dims broadcasting stretched, to primal. */
 void ad_add_ct_unbroadcast(AD *a, Value *primal, Value *g);
 Inst *ad_emit(AD *a, int op, int nargs, Value **args, Type t);
+/* The same with several results (an instruction like attention_grad). */
+Inst *ad_emit_n(AD *a, int op, int nargs, Value **args, int nresults, const Type *types);
 Value *ad_emit1(AD *a, int op, int nargs, Value **args, Type t);
 Value *ad_const(AD *a, DType dt, double x);
 Value *ad_bin(AD *a, int fn, Value *x, Value *y);
