@@ -248,6 +248,16 @@ void ad_add_ct(AD *a, Value *primal, Value *c) {
   a->ct[primal->id] = in->results[0];
 }
 
+/* Replaces the cotangent accumulated for primal by ct, which already
+ * includes it (a VJP that adds its part in place, e.g. into a window). */
+void ad_set_ct(AD *a, Value *primal, Value *ct) {
+  grow(a);
+  if (!a->active[primal->id] || !is_float_value(primal))
+    return;
+  Type want = ty_ct(&primal->type);
+  a->ct[primal->id] = ad_to_type(a, ct, &want);
+}
+
 Value *ad_ct(AD *a, Value *primal) {
   grow(a);
   return a->ct[primal->id];

@@ -260,36 +260,65 @@ static bool middle(Compilation *c, bool partition) {
 
 /* The C compiler's command line: SHDC_CC (default mpicc), the options of
  * the build, SHDC_CFLAGS split at blanks (e.g. -march=native, or -Wall
- * -Werror as the tests use to keep the generated C warning-free). */
-static const char **cc_argv(const RuntimePaths *rp, const char *cfile, const char *out, const char *opt) {
+ * -Werror as the tests use to keep the generated C warning-free). With
+ * compile_only, `-c` of the one input to the object `out`; otherwise the
+ * inputs (C files or objects) linked to `out` with the runtime. */
+static const char **cc_command(const RuntimePaths *rp, const char *const *inputs, int ninputs, const char *out,
+                               const char *opt, bool compile_only) {
   const char *cc = getenv("SHDC_CC") && *getenv("SHDC_CC") ? getenv("SHDC_CC") : "mpicc";
-  const char **argv = arena_alloc(sizeof(char *) * 80);
+  int cap = 80 + ninputs;
+  const char **argv = arena_alloc(sizeof(char *) * (size_t)cap);
   int argc = 0;
-  const char *fixed[] = {cc, "-std=c11", opt, "-fno-math-errno", arena_printf("-I%s", rp->inc), "-o", out, cfile,
-                         rp->lib, "-lopenblas", "-lm"};
+  /* No generated code reads errno or the floating-point exception flags,
+   * so the loop vectoriser may evaluate both arms of a conditional (GELU's
+   * tanh, where, relu): without -fno-trapping-math it leaves such loops
+   * scalar. -fopenmp-simd honours the loop groups' `omp simd` pragmas (the
+   * row sums' reductions vectorised; no OpenMP run time). */
+  const char *fixed[] = {cc, "-std=c11", opt, "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd",
+                         arena_printf("-I%s", rp->inc), "-o", out};
   for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
     argv[argc++] = fixed[i];
+  if (compile_only)
+    argv[argc++] = "-c";
+  for (int i = 0; i < ninputs; i++)
+    argv[argc++] = inputs[i];
+  if (!compile_only) {
+    argv[argc++] = rp->lib;
+    argv[argc++] = "-lopenblas";
+    argv[argc++] = "-lm";
+  }
+  int limit = cap - 2;
 #ifdef SHDC_PROGRAM_CFLAGS
   /* A sanitizer build of shdc links programs against the sanitizer build of
    * the runtime, so it compiles them with the same flags. */
   char *san = arena_strdup(SHDC_PROGRAM_CFLAGS);
-  for (char *tok = strtok(san, " \t"); tok && argc < 40; tok = strtok(NULL, " \t"))
+  for (char *tok = strtok(san, " \t"); tok && argc < limit - 40; tok = strtok(NULL, " \t"))
     argv[argc++] = tok;
 #endif
   char *extra = getenv("SHDC_CFLAGS") ? arena_strdup(getenv("SHDC_CFLAGS")) : NULL;
   for (char *tok = extra ? strtok(extra, " \t\n") : NULL; tok; tok = strtok(NULL, " \t\n")) {
-    if (argc == 78)
-      io_error("SHDC_CFLAGS has more than %d flags", 78 - (int)(sizeof fixed / sizeof *fixed));
+    if (argc == limit)
+      io_error("SHDC_CFLAGS has more than %d flags", limit - argc);
     argv[argc++] = tok;
   }
   argv[argc] = NULL;
   return argv;
 }
 
+static const char **cc_argv(const RuntimePaths *rp, const char *cfile, const char *out, const char *opt) {
+  return cc_command(rp, &cfile, 1, out, opt, false);
+}
+
 /* Runs argv; 0 when it succeeds. A program that cannot be started at all
  * (exec's errno comes back through a close-on-exec pipe) is an I/O error
  * that names it; `quiet` sends its output to /dev/null. */
-static int run_tool(const char **argv, bool quiet) {
+typedef struct {
+  pid_t pid;
+  int fd;                /* exec's errno comes back through it */
+  const char *name;
+} Tool;
+
+static Tool start_tool(const char **argv, bool quiet) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0)
     io_error("pipe: %s", strerror(errno));
@@ -310,17 +339,23 @@ static int run_tool(const char **argv, bool quiet) {
     _exit(127);
   }
   close(fds[1]);
+  return (Tool){pid, fds[0], argv[0]};
+}
+
+static int finish_tool(Tool t) {
   int err = 0;
-  ssize_t n = read(fds[0], &err, sizeof err);
-  close(fds[0]);
+  ssize_t n = read(t.fd, &err, sizeof err);
+  close(t.fd);
   int status;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+  while (waitpid(t.pid, &status, 0) < 0 && errno == EINTR)
     ;
   if (n == (ssize_t)sizeof err)
-    io_error("cannot run the C compiler '%s'%s: %s%s", argv[0], getenv("SHDC_CC") ? " (SHDC_CC)" : "", strerror(err),
+    io_error("cannot run the C compiler '%s'%s: %s%s", t.name, getenv("SHDC_CC") ? " (SHDC_CC)" : "", strerror(err),
              getenv("SHDC_CC") ? "" : "; install Open MPI (apt-get install libopenmpi-dev) or set SHDC_CC");
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+
+static int run_tool(const char **argv, bool quiet) { return finish_tool(start_tool(argv, quiet)); }
 
 /* The C compiler failed on the generated code. If it cannot build an
  * empty program either, the toolchain or its flags are at fault, not
@@ -346,11 +381,15 @@ static int cc_failed(const RuntimePaths *rp, const char *cfile, const char *opt)
   diag_ice("the C compiler failed on the generated code, kept in %s", cfile);
 }
 
+static void find_runtime(RuntimePaths *rp) {
+  if (!drv_find_runtime(rp))
+    io_error("cannot find the runtime (include/shdrt.h and libshdrt.a) in %s; reinstall shdc, or set SHDC_HOME to "
+             "the directory that holds them", rp->searched);
+}
+
 static int run_cc(const char *cfile, const char *out, const char *opt) {
   RuntimePaths rp;
-  if (!drv_find_runtime(&rp))
-    io_error("cannot find the runtime (include/shdrt.h and libshdrt.a) in %s; reinstall shdc, or set SHDC_HOME to "
-             "the directory that holds them", rp.searched);
+  find_runtime(&rp);
   if (run_tool(cc_argv(&rp, cfile, out, opt), false) != 0)
     return cc_failed(&rp, cfile, opt);
   return 0;

@@ -793,10 +793,11 @@ void ir_print_ints(FILE *out, const char *name, const int *v, int n);
 void ir_print_module(FILE *out, const Module *mod);
 void ir_print_func(FILE *out, const Module *mod, const Func *f);
 const char *ir_opname(int op);
-/* For the values defined in b (results of its instructions): the index of
- * the instruction of b that uses them last, counting uses inside nested
- * blocks as uses by the instruction that owns the block; unused values get
- * their defining index. last_use is indexed by value id. */
+/* For the values defined in b (results of its instructions) and b's
+ * arguments: the index of the instruction of b that uses them last,
+ * counting uses inside nested blocks as uses by the instruction that owns
+ * the block; unused results get their defining index, unused arguments -1.
+ * last_use is indexed by value id. */
 void ir_last_uses(const IrBlock *b, int *last_use);
 /* Zeroes the entry (elem bytes) of every value b defines or uses, nested
  * blocks included: passes keep one by-id array for the module and clear
@@ -1023,6 +1024,8 @@ bool ad_wants_ct(AD *a, const Value *primal);   /* active and float */
  * result's cotangent with this. */
 Value *ad_ct(AD *a, Value *primal);
 void ad_add_ct(AD *a, Value *primal, Value *ct);
+/* Replaces the accumulated cotangent by ct, which already includes it. */
+void ad_set_ct(AD *a, Value *primal, Value *ct);
 /* Adds g, summed over the dims broadcasting stretched, to primal. */
 void ad_add_ct_unbroadcast(AD *a, Value *primal, Value *g);
 Inst *ad_emit(AD *a, int op, int nargs, Value **args, Type t);
@@ -1133,6 +1136,13 @@ void emit_def_array(Emit *e, const Value *v, bool zero);   /* declares and alloc
 void emit_def_alias(Emit *e, const Value *v, const Value *of);   /* a view sharing of's buffer */
 void emit_def_scalar(Emit *e, const Value *v);             /* declares a scalar */
 bool emit_is_last_use(Emit *e, const Value *v, const Inst *in);
+/* Whether in may take v's buffer when no one else refers to it
+ * (shd_unique): in is v's last use, v being a value the block owns or the
+ * carry of the loop whose body the block is (the loop's reference lasts
+ * until the iteration ends, so taking the buffer means sharing it). */
+bool emit_can_steal(Emit *e, const Value *v, const Inst *in);
+/* The same test on the IR alone, for explain's simulation. */
+bool emit_carry_arg(const Value *v, const IrBlock *b);
 /* An operand's value at element i of res's loop nest (fused producers inline). */
 const char *emit_operand_at(Emit *e, const Value *op, const Type *res);
 int emit_tmp(Emit *e);                                     /* a fresh number for t%d */
@@ -1140,6 +1150,18 @@ int emit_tmp_count(Emit *e);                               /* how many were take
 const Mesh *emit_mesh(Emit *e);
 const Module *emit_module_of(Emit *e);
 FILE *emit_out(Emit *e);
+/* The emitter's plan of a block (elementwise fusion, loop groups), for
+ * explain's simulation of the buffers. emit_plan_block extends last_use
+ * (ir_last_uses' result) to where the code really reads each value, and
+ * returns, by instruction index, where each instruction's results are
+ * made (its own index, or its loop group's last member; malloc'd). A
+ * planned value needs no buffer (computed inside its consumer's loop), or
+ * is a group member (a new buffer, at the group). */
+typedef struct EmitPlanner EmitPlanner;
+EmitPlanner *emit_planner_new(const Module *mod);
+int *emit_plan_block(EmitPlanner *p, const IrBlock *b, int *last_use);
+bool emit_planned_nobuf(const EmitPlanner *p, const Value *v);
+bool emit_planned_member(const EmitPlanner *p, const Value *v);
 /* Reshape, retype, pcast: the result shares operand 0's buffer. */
 void emit_view(Emit *e, const Inst *in);
 EmitResult emit_result_kind(const Module *mod, const Inst *in, int k);
