@@ -20,36 +20,9 @@
  * The C is deterministic and readable: DSL names survive in C names and
  * every statement has its source line above it.
  */
-#include "shdc.h"
+#include "emit_internal.h"
 
-struct Emit {
-  FILE *out;
-  const Module *mod;
-  const Mesh *m;
-  const SourceFile *src;
-  int indent;
-  int last_line;
-  int tmp;
-  /* liveness of the block being emitted, by value id */
-  int *last_use;
-  bool *owned;
-  bool *fused;         /* by value id: computed inside its one consumer's loop */
-  int *uses;           /* by value id, over the whole module */
-  int cap;
-  int *fuse_uses, *fuse_site, *fuse_depth;   /* plan_fusion's by-id scratch, cleared per block */
-  const Inst *cur;     /* the instruction being emitted, and its index */
-  int cur_idx;
-  /* loop groups (plan_groups): by value id, the group (index + 1) whose
-   * member defines it, and whether it needs no buffer (used only inside
-   * its group); the groups of the block being emitted */
-  int *gmember;
-  bool *nobuf;
-  struct Group *groups;
-  int ngroups;
-  const IrBlock *group_block;       /* the block whose groups e->groups are */
-  const struct Group *cur_group;   /* being emitted: its members are locals (full) or scalars (row) */
-  const char *flat;                /* the flat index of the loop being emitted: "i", or "ir" for rows */
-};
+/* struct Emit: emit_internal.h */
 
 /* The values of a block released after each of its instructions, in
  * definition order: vals[at[i] .. at[i + 1]). */
@@ -86,7 +59,7 @@ const char *emit_vname(const Value *v) {
   return arena_printf("v%d", v->id);
 }
 
-static const char *emit_fname(const Func *f) { return arena_printf("shd_fn_%s", f->name); }
+const char *emit_fname(const Func *f) { return arena_printf("shd_fn_%s", f->name); }
 
 /* The C type of a scalar of type t (a str is a shd_str held by value); an
  * array is a pointer to it. */
@@ -1280,7 +1253,7 @@ static void emit_block(Emit *e, const IrBlock *b, const char **yield_to) {
 /* The C prototype of f: static in a one-file program; in a program of
  * several translation units external, and named NAME__SUFFIX for one
  * instruction set's copy (suffix NULL: the entry everyone calls). */
-static void emit_signature_named(Emit *e, const Func *f, bool external, const char *name) {
+void emit_signature_named(Emit *e, const Func *f, bool external, const char *name) {
   W("%svoid %s(", external ? "" : "static ", name);
   int n = 0;
   for (int i = 0; i < f->body->nargs; i++) {
@@ -1296,7 +1269,7 @@ static void emit_signature_named(Emit *e, const Func *f, bool external, const ch
   W(")");
 }
 
-static void emit_signature_as(Emit *e, const Func *f, bool external, const char *suffix) {
+void emit_signature_as(Emit *e, const Func *f, bool external, const char *suffix) {
   emit_signature_named(e, f, external, suffix ? arena_printf("%s__%s", emit_fname(f), suffix) : emit_fname(f));
 }
 
@@ -1313,7 +1286,7 @@ static void mark_owned(Emit *e, const IrBlock *b) {
 }
 
 /* f's body, from its opening brace to its closing one. */
-static void emit_func_body(Emit *e, const Func *f) {
+void emit_func_body(Emit *e, const Func *f) {
   W(" {\n");
   e->indent = 2;
   e->last_line = 0;
@@ -1348,7 +1321,7 @@ static void mark_callees(const IrBlock *b, const PtrMap *index, bool *live, int 
 
 /* By function index: what main reaches (everything when there is no
  * main), by a worklist over the calls: linear in the program. */
-static bool *emit_reachable(const Module *mod, const Func *mainf) {
+bool *emit_reachable(const Module *mod, const Func *mainf) {
   int nf = mod->funcs.len, n = 0;
   bool *live = calloc((size_t)nf + 1, sizeof(bool));
   int *work = malloc(sizeof(int) * (size_t)(nf + 1));
@@ -1385,7 +1358,7 @@ static void collect_args(const IrBlock *b, Vec *out) {
 /* main: the runtime starts, checks the command line against the table of
  * the program's args (as data: names are escaped literals) and the memory
  * `explain` predicts against the host's, then runs fn main. */
-static void emit_main_fn(FILE *o, const Module *mod, const Func *mainf, const bool *live) {
+void emit_main_fn(FILE *o, const Module *mod, const Func *mainf, const bool *live) {
   Vec args = {0};
   for (int i = 0; i < mod->funcs.len; i++)
     if (live[i])
@@ -1415,7 +1388,7 @@ static void emit_main_fn(FILE *o, const Module *mod, const Func *mainf, const bo
   free(args.data);
 }
 
-static void emit_state_init(Emit *e, FILE *out, const Module *mod, const SourceFile *file) {
+void emit_state_init(Emit *e, FILE *out, const Module *mod, const SourceFile *file) {
   memset(e, 0, sizeof *e);
   e->out = out;
   e->mod = mod;
@@ -1435,7 +1408,7 @@ static void emit_state_init(Emit *e, FILE *out, const Module *mod, const SourceF
     ir_count_uses(((Func *)mod->funcs.data[i])->body, e->uses);
 }
 
-static void emit_state_fini(Emit *e) {
+void emit_state_fini(Emit *e) {
   free(e->last_use);
   free(e->owned);
   free(e->fused);
@@ -1449,7 +1422,7 @@ static void emit_state_fini(Emit *e) {
 
 /* What every translation unit starts with: the includes, the ABI check,
  * the clones' attribute and the elementwise helpers. */
-static void emit_file_header(Emit *e, const SourceFile *file) {
+void emit_file_header(Emit *e, const SourceFile *file) {
   FILE *o = e->out;
   fprintf(o, "/* Generated by shdc from %s: do not edit. */\n", file ? comment_text(file->name, strlen(file->name)) : "?");
   fprintf(o, "#include <math.h>\n#include <stdbool.h>\n#include <stdint.h>\n#include <string.h>\n#include \"shdrt.h\"\n\n");
@@ -1458,12 +1431,13 @@ static void emit_file_header(Emit *e, const SourceFile *file) {
           drv_abi_version(), drv_abi_version());
   fprintf(o, "#if defined(__x86_64__) && defined(__GNUC__) && !defined(SHD_NO_CLONES)\n"
              "#define SHD_CLONES __attribute__((target_clones(\"default\", \"avx2\", \"avx512f\")))\n"
+             "#define SHD_SPLIT_CLONES 1\n"
              "#else\n#define SHD_CLONES\n#endif\n\n");
   op_elementwise_preamble(e);
   fprintf(o, "\n");
 }
 
-static void emit_mesh_table(FILE *o, const Module *mod) {
+void emit_mesh_table(FILE *o, const Module *mod) {
   fprintf(o, "static const char *const shd_mesh_names[] = {");
   for (int a = 0; a < mod->mesh.naxes; a++)
     fprintf(o, "%s\"%s\"", a ? ", " : "", mod->mesh.names[a]);
@@ -1473,7 +1447,7 @@ static void emit_mesh_table(FILE *o, const Module *mod) {
   fprintf(o, "};\n\n");
 }
 
-static const Func *emit_main_func(const Module *mod) {
+const Func *emit_main_func(const Module *mod) {
   for (int i = 0; i < mod->funcs.len; i++)
     if (((Func *)mod->funcs.data[i])->is_main)
       return mod->funcs.data[i];

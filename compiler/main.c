@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <libgen.h>
 #include <pthread.h>
 #include <sys/stat.h>
@@ -395,6 +396,72 @@ static int run_cc(const char *cfile, const char *out, const char *opt) {
   return 0;
 }
 
+/* How many C compilers a build runs at once: SHDC_JOBS, else the cores
+ * this process may run on. */
+static int build_jobs(void) {
+  const char *j = getenv("SHDC_JOBS");
+  if (j && *j) {
+    char *end;
+    long n = strtol(j, &end, 10);
+    if (*end || n < 1 || n > 64)
+      usage_error("SHDC_JOBS=%s: expected a number of compiler jobs from 1 to 64", j);
+    return (int)n;
+  }
+  cpu_set_t set;
+  int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > 16 ? 16 : n;
+}
+
+/* The program as `jobs` translation units in a private temporary
+ * directory, compiled at once and linked: the functions' copies for each
+ * instruction set spread over the machine's cores (emit_module_parts). On
+ * a compiler failure the files stay there for the report. */
+static int build_parts(Compilation *c, const char *out, const char *opt, int jobs) {
+  const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  char *dir = arena_printf("%s/shdc-XXXXXX", tmp);
+  if (!mkdtemp(dir))
+    io_error("cannot create a temporary directory in %s: %s", tmp, strerror(errno));
+  const char **cfiles = arena_alloc(sizeof(char *) * (size_t)jobs), **objs = arena_alloc(sizeof(char *) * (size_t)jobs);
+  FILE **outs = arena_alloc(sizeof(FILE *) * (size_t)jobs);
+  for (int p = 0; p < jobs; p++) {
+    cfiles[p] = arena_printf("%s/part%d.c", dir, p);
+    objs[p] = arena_printf("%s/part%d.o", dir, p);
+    outs[p] = fopen(cfiles[p], "wx");
+    if (!outs[p])
+      io_error("cannot write %s: %s", cfiles[p], strerror(errno));
+  }
+  emit_module_parts(c->mod, c->src, jobs, outs);
+  int err = 0;
+  for (int p = 0; p < jobs; p++)
+    if ((fflush(outs[p]) != 0 || ferror(outs[p]) || fclose(outs[p]) != 0) && !err)
+      err = errno ? errno : EIO;
+  bool ok = !err && !diag_error_count();
+  int rc = ok ? 0 : 1;
+  if (ok) {
+    RuntimePaths rp;
+    find_runtime(&rp);
+    Tool *t = arena_alloc(sizeof(Tool) * (size_t)jobs);
+    for (int p = 0; p < jobs; p++)
+      t[p] = start_tool(cc_command(&rp, &cfiles[p], 1, objs[p], opt, true), false);
+    int bad = -1;
+    for (int p = 0; p < jobs; p++)
+      if (finish_tool(t[p]) != 0 && bad < 0)
+        bad = p;
+    if (bad >= 0)
+      return cc_failed(&rp, cfiles[bad], opt);
+    if (run_tool(cc_command(&rp, objs, jobs, out, opt, false), false) != 0)
+      return cc_failed(&rp, cfiles[0], opt);
+  }
+  for (int p = 0; p < jobs; p++) {
+    unlink(cfiles[p]);
+    unlink(objs[p]);
+  }
+  rmdir(dir);
+  if (err)
+    io_error("cannot write %s: %s", dir, strerror(err));
+  return rc;
+}
+
 /* -o must not replace an input, and its place must be writable: these are
  * the user's mistakes, said before any work is done. */
 static void check_output(const char *out, const char *input, const char *what) {
@@ -411,6 +478,10 @@ static void check_output(const char *out, const char *input, const char *what) {
 }
 
 static int do_build(Compilation *c, const Options *o) {
+  int jobs = build_jobs();
+  const char *opt = o->opt ? o->opt : "-O3";
+  if (jobs > 1 && !o->keep_c)
+    return build_parts(c, o->out, opt, jobs);
   char cfile[4200];
   int fd = -1;
   if (o->keep_c) {
@@ -435,7 +506,7 @@ static int do_build(Compilation *c, const Options *o) {
     unlink(cfile);
     return 1;
   }
-  int rc = run_cc(cfile, o->out, o->opt ? o->opt : "-O3");
+  int rc = jobs > 1 ? build_parts(c, o->out, opt, jobs) : run_cc(cfile, o->out, opt);
   if (!o->keep_c && rc == 0)
     unlink(cfile);
   return rc;

@@ -1110,6 +1110,10 @@ int64_t explain_bytes_sent(const Module *mod, const Inst *in);
 /* ---- emit_c.c ----------------------------------------------------------- */
 
 void emit_module(FILE *out, const Module *mod, const SourceFile *file);
+/* The same program as nparts translation units (a build compiles them at
+ * once): each function's copy for each instruction set goes to one of
+ * them, balanced by size; the first holds main. The module has a main. */
+void emit_module_parts(const Module *mod, const SourceFile *file, int nparts, FILE **outs);
 
 /* Builders for the families' emit functions. */
 __attribute__((format(printf, 2, 3))) void emit_line(Emit *e, const char *fmt, ...);
