@@ -1,21 +1,34 @@
 #!/usr/bin/env python3
 """bench/gpt.py: the GPT-2 training step of dsl-examples/gpt2.shd as shdc
-compiles it, against the same model in PyTorch (tests/gpt2/ref_torch.py's
-forward pass, AdamW over the same two parameter groups; DistributedData-
-Parallel over gloo across ranks), data parallel at each rank count, one
-thread per rank on both sides.
+compiles it, against this machine's matrix-multiply rate and against the
+same model in PyTorch (tests/gpt2/ref_torch.py's forward pass, AdamW over
+the same two parameter groups; DistributedDataParallel over gloo across
+ranks), data parallel at each rank count, one thread per rank on both
+sides.
 
 Per configuration and rank count: ms per step (median of the steps after
-the first two), tokens per second, peak resident memory per rank (both;
-the largest over the ranks), shdc's peak of live arrays per rank as
-measured (SHD_TRACE=1) and as `shdc explain` predicts it, and the share of
-shdc's step in GEMM (its timeline, `shdc trace-summary`). Both sides train
-on the same uniform random tokens.
+the first two); the model's FLOPs per step (6 x parameters x tokens, plus
+attention's 12 x L x T x C per token, the usual MFU count); the GFLOP/s
+achieved; the rate of OpenBLAS sgemm at the model's GEMM shapes on this
+machine (bench/sgemm_rate.c: each forward product and its two backward
+products, one thread a rank, all ranks at once, measured just before and
+just after the step, averaged), times the ranks; and their ratio, the
+model FLOPs utilisation against this machine (MFU). Then PyTorch's
+ms/step, the share of shdc's step in GEMM (its timeline, `shdc
+trace-summary`), the MiB a step allocates from the buffer cache (the rises
+of the timeline's memory track, steps 5 and 6), peak resident memory per
+rank (both), and shdc's peak of
+live arrays per rank as measured (SHD_TRACE=1) and as `shdc explain`
+predicts it. Both sides train on the same uniform random tokens.
 
-  bench/gpt.py [--ranks 1 2] [--steps 12] [--configs demo large]
+  bench/gpt.py [--ranks 1 2] [--steps 12] [--configs demo c384t256 ...]
+               [--baseline SHDC] [--no-torch]
 
+--baseline SHDC also times the step as another shdc (e.g. a build of main)
+compiles it, in the same run, and prints its ms/step and the speedup.
 With fewer cores than ranks the processes share cores: compare columns at
-the same rank count only.
+the same rank count only. Timings taken while other work loads the machine
+are noisy: the MFU column divides by a rate measured under the same load.
 """
 import argparse
 import json
@@ -32,11 +45,52 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "gpt2"))
 ENV = dict(os.environ, SHD_QUIET="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
 
-# The demo model (gpt2.shd's defaults) and a larger one.
+# The demo model (gpt2.shd's defaults) and larger ones.
 CONFIGS = {
     "demo": dict(V=256, T=64, L=4, NH=4, C=128, B=16),
-    "large": dict(V=256, T=256, L=4, NH=6, C=384, B=8),
+    "c384t256": dict(V=256, T=256, L=4, NH=6, C=384, B=8),
+    "c384t128": dict(V=256, T=128, L=6, NH=6, C=384, B=16),
+    "c768t256": dict(V=256, T=256, L=4, NH=12, C=768, B=8),
 }
+
+
+def params(cfg):
+    """The parameters of gpt2.shd's model."""
+    V, T, L, C = cfg["V"], cfg["T"], cfg["L"], cfg["C"]
+    per_layer = 4 * C + (3 * C * C + 3 * C) + (C * C + C) + (4 * C * C + 4 * C) + (4 * C * C + C)
+    return V * C + T * C + L * per_layer + 2 * C
+
+
+def model_flops(cfg):
+    """FLOPs of one training step: 6 per parameter and token, and attention's
+    12 * L * T * C per token (PaLM's MFU count; causal masking not subtracted)."""
+    tokens = cfg["B"] * cfg["T"]
+    return 6 * params(cfg) * tokens + 12 * cfg["L"] * cfg["T"] * cfg["C"] * tokens
+
+
+def gemm_shapes(cfg, n):
+    """The step's GEMMs on one of n data-parallel ranks: each forward product
+    (M tokens, N outputs, K inputs, the weight transposed as gpt2.shd stores
+    it) and its two backward products (input and weight gradients)."""
+    M = cfg["B"] // n * cfg["T"]
+    C, V = cfg["C"], cfg["V"]
+    fwd = [(3 * C, C), (C, C), (4 * C, C), (C, 4 * C), (V, C)]
+    out = []
+    for N, K in fwd:
+        out += ["%d,%d,%d,0,1" % (M, N, K), "%d,%d,%d,0,0" % (M, K, N), "%d,%d,%d,1,0" % (N, K, M)]
+    return out
+
+
+def sgemm_rate(n, cfg, d):
+    """GFLOP/s of sgemm per rank at the model's shapes, n ranks at once."""
+    exe = os.path.join(d, "sgemm_rate")
+    if not os.path.exists(exe):
+        sh(["mpicc", "-std=c11", "-O2", "-o", exe, os.path.join(ROOT, "bench", "sgemm_rate.c")] +
+           subprocess.run(["pkg-config", "--cflags", "--libs", "openblas"], capture_output=True,
+                          text=True).stdout.split())
+    out = mpirun(n, [exe, "2"] + gemm_shapes(cfg, n))
+    rates = [float(x) for x in re.findall(r"sgemm GFLOP/s (\S+)", out)]
+    return statistics.mean(rates)
 
 
 def sh(cmd, env=None, timeout=3600):
@@ -58,27 +112,53 @@ def median_ms(ts):
 
 # ---- shdc -------------------------------------------------------------------------------------------------------
 
-def shdc_run(cfg, n, steps, d):
-    exe = os.path.join(d, "gpt_%d" % n)
+def shdc_run(cfg, n, steps, d, shdc=None, tag=""):
+    shdc = shdc or os.path.join(B, "shdc")
+    exe = os.path.join(d, "gpt_%d%s" % (n, tag))
     defs = sum((["-D", "%s=%d" % kv] for kv in cfg.items()), [])
     mesh = "data=%d,model=1" % n
     src = os.path.join(ROOT, "dsl-examples", "gpt2.shd")
-    sh([os.path.join(B, "shdc"), "build", src, "--mesh", mesh, "-o", exe] + defs)
+    sh([shdc, "build", src, "--mesh", mesh, "-o", exe] + defs)
+    if tag:   # a baseline: the step only
+        args = [exe, "--steps=%d" % steps, "--timing=true", "--data=", "--val="]
+        out = mpirun(n, args)
+        return dict(ms=median_ms([float(x) for x in re.findall(r"^step \d+ loss \S+ ms (\S+)", out, re.M)]))
     args = [exe, "--steps=%d" % steps, "--timing=true", "--data=", "--val="]
     # /usr/bin/time reports each rank's peak resident set (KiB).
     out = mpirun(n, ["/usr/bin/time", "-f", "maxrss_kib %M"] + args, {"SHD_TRACE": "1"})
     ms = median_ms([float(x) for x in re.findall(r"^step \d+ loss \S+ ms (\S+)", out, re.M)])
     rss = max(int(x) for x in re.findall(r"maxrss_kib (\d+)", out)) / 1024
     peak = max(int(x) for x in re.findall(r"rank \d+: peak_bytes=(\d+)", out)) / 2**20
-    ex = sh([os.path.join(B, "shdc"), "explain", src, "--mesh", mesh] + defs)
+    ex = sh([shdc, "explain", src, "--mesh", mesh] + defs)
     main_peak = re.search(r"^fn main\n(?:.*\n)*?\s+peak live arrays per rank: (\d+) bytes", ex, re.M)
     explain_peak = int(main_peak.group(1)) / 2**20 if main_peak else float("nan")
-    # The share of the step in GEMM, from the timeline of a shorter run.
-    trace = os.path.join(d, "run_%d.json" % n)
-    mpirun(n, [exe, "--steps=4", "--data=", "--val="], {"SHD_TRACE": trace})
-    summ = sh([os.path.join(B, "shdc"), "trace-summary", trace])
-    gemm = gemm_share(summ)
-    return dict(ms=ms, rss=rss, peak=peak, explain_peak=explain_peak, gemm=gemm, summary=summ)
+    # The share of the step in GEMM, from the timeline of a shorter run; the
+    # bytes a step allocates, from the timelines of 4 and 6 steps (their
+    # difference over 2: the steady state, start-up left out).
+    alloc = []
+    for k in (4, 6):
+        trace = os.path.join(d, "run_%d_%d.json" % (n, k))
+        mpirun(n, [exe, "--steps=%d" % k, "--data=", "--val="], {"SHD_TRACE": trace})
+        alloc.append(allocated_bytes(trace))
+        if k == 4:
+            summ = sh([shdc, "trace-summary", trace])
+            gemm = gemm_share(summ)
+    return dict(ms=ms, rss=rss, peak=peak, explain_peak=explain_peak, gemm=gemm, summary=summ,
+                alloc=(alloc[1] - alloc[0]) / 2 / 2**20)
+
+
+def allocated_bytes(trace):
+    """Bytes taken from the buffer cache on rank 0: the rises of the timeline's
+    live-array-bytes counter, added up."""
+    with open(trace) as f:
+        doc = json.load(f)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    total, last = 0, 0
+    for e in sorted((e for e in events if e.get("ph") == "C" and e.get("pid") == 0), key=lambda e: e["ts"]):
+        b = e["args"]["bytes"]
+        total += max(b - last, 0)
+        last = b
+    return total
 
 
 def gemm_share(summary):
@@ -160,24 +240,47 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--configs", nargs="+", default=list(CONFIGS))
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--baseline", metavar="SHDC", help="also time the step as this shdc compiles it")
+    ap.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     ap.add_argument("--summary", action="store_true", help="also print shdc's trace-summary")
     a = ap.parse_args()
-    print("| model | ranks | shdc ms/step | PyTorch ms/step | shdc tokens/s | PyTorch tokens/s | PyTorch / shdc | "
-          "shdc share in GEMM | peak RSS MiB/rank shdc, PyTorch | shdc arrays MiB/rank measured, explain |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    cols = ["model", "ranks", "shdc ms/step", "GFLOP/step", "achieved GFLOP/s", "sgemm GFLOP/s (per core x ranks)",
+            "MFU vs machine"]
+    if a.baseline:
+        cols += ["baseline ms/step", "speedup"]
+    if not a.no_torch:
+        cols += ["PyTorch ms/step", "PyTorch / shdc"]
+    cols += ["shdc share in GEMM", "MiB allocated/step", "peak RSS MiB/rank shdc%s" % ("" if a.no_torch else ", PyTorch"),
+             "shdc arrays MiB/rank measured, explain"]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
     port = 29500 + os.getpid() % 1000
     with tempfile.TemporaryDirectory() as d:
         for name in a.configs:
             cfg = CONFIGS[name]
             for n in a.ranks:
+                if cfg["B"] % n:
+                    continue
+                r0 = sgemm_rate(n, cfg, d)
                 s = shdc_run(cfg, n, a.steps, d)
-                t = torch_run(cfg, n, a.steps, d, port + n)
-                tok = cfg["B"] * cfg["T"]
+                r1 = sgemm_rate(n, cfg, d)
+                rate = (r0 + r1) / 2 * n
+                flops = model_flops(cfg)
+                achieved = flops / s["ms"] / 1e6
                 desc = "%s (C=%d T=%d L=%d NH=%d B=%d)" % (name, cfg["C"], cfg["T"], cfg["L"], cfg["NH"], cfg["B"])
-                print("| %s | %d | %.1f | %.1f | %.0f | %.0f | %.2f | %.0f%% | %.0f, %.0f | %.1f, %.1f |" %
-                      (desc, n, s["ms"], t["ms"], tok / s["ms"] * 1000, tok / t["ms"] * 1000, t["ms"] / s["ms"],
-                       100 * s["gemm"], s["rss"], t["rss"], s["peak"], s["explain_peak"]), flush=True)
+                row = [desc, "%d" % n, "%.1f" % s["ms"], "%.2f" % (flops / 1e9), "%.1f" % achieved,
+                       "%.1f" % rate, "%.0f%%" % (100 * achieved / rate)]
+                if a.baseline:
+                    b = shdc_run(cfg, n, a.steps, d, a.baseline, "_base")
+                    row += ["%.1f" % b["ms"], "%.2f" % (b["ms"] / s["ms"])]
+                rss = "%.0f" % s["rss"]
+                if not a.no_torch:
+                    t = torch_run(cfg, n, a.steps, d, port + n)
+                    row += ["%.1f" % t["ms"], "%.2f" % (t["ms"] / s["ms"])]
+                    rss += ", %.0f" % t["rss"]
+                row += ["%.0f%%" % (100 * s["gemm"]), "%.1f" % s["alloc"], rss, "%.1f, %.1f" % (s["peak"], s["explain_peak"])]
+                print("| " + " | ".join(row) + " |", flush=True)
                 if a.summary:
                     print(s["summary"])
 
