@@ -18,6 +18,11 @@
 MAKEFLAGS += --no-builtin-rules
 
 B        ?= build
+# One spelling of the build directory: B given as an absolute path inside
+# the tree (tests/tools/test_install.py runs make so) names the same targets
+# as the relative one, so the header dependencies in the .d files hold for
+# both; mixed, a header change could leave objects stale.
+override B := $(patsubst $(CURDIR)/%,%,$(B))
 # A build directory remembers flags that differ from the defaults (make san
 # writes build/san/config.mk), so `make B=build/san install` or any other
 # target run on it later builds with the same flags, never relinks without.
@@ -49,9 +54,10 @@ MANDIR     ?= $(DATADIR)/man
 
 COMPILER_SRC := $(filter-out compiler/lexer.re compiler/grammar.y,$(wildcard compiler/*.c))
 # runtime/blockmap.c (pure C) is compiled into both: explain predicts with
-# the code the runtime plans with.
+# the code the runtime plans with; so is runtime/safefile.c: one way to
+# create and replace files for shdc and for programs.
 COMPILER_OBJ := $(COMPILER_SRC:compiler/%.c=$(B)/compiler/%.o) $(B)/gen/lexer.o $(B)/gen/grammar.o \
-                $(B)/compiler/blockmap.o
+                $(B)/compiler/blockmap.o $(B)/compiler/safefile.o
 RUNTIME_SRC  := $(wildcard runtime/*.c)
 RUNTIME_OBJ  := $(RUNTIME_SRC:runtime/%.c=$(B)/runtime/%.o)
 
@@ -91,6 +97,10 @@ $(B)/compiler/blockmap.o: runtime/blockmap.c runtime/blockmap.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_C) -c -o $@ $<
 
+$(B)/compiler/safefile.o: runtime/safefile.c runtime/safefile.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_C) -c -o $@ $<
+
 # The version, git revision and runtime ABI, rewritten only when they change.
 $(B)/gen/version.h: FORCE
 	@mkdir -p $(@D)
@@ -122,32 +132,60 @@ $(B)/include/shdrt.h: runtime/shdrt.h
 # ---- install -------------------------------------------------------------
 # An installed shdc finds its runtime relative to itself (PREFIX/bin/shdc ->
 # PREFIX/include, PREFIX/lib), so the prefix can be moved as a whole.
-INSTALLED := $(BINDIR)/shdc $(LIBDIR)/libshdrt.a $(INCLUDEDIR)/shdrt.h $(MANDIR)/man1/shdc.1 \
-             $(LIBDIR)/pkgconfig/shdrt.pc $(DATADIR)/vim/vimfiles/syntax/shd.vim \
-             $(DATADIR)/vim/vimfiles/ftdetect/shd.vim $(DATADIR)/shdc/editors/vscode/package.json \
-             $(DATADIR)/shdc/editors/vscode/language-configuration.json \
-             $(DATADIR)/shdc/editors/vscode/syntaxes/shd.tmLanguage.json
+# Every installed path reaches the shell as one quoted word (sq: in single
+# quotes, each ' as '\''), so a PREFIX or DESTDIR with spaces or quotes is
+# one path: never split into several (uninstall once removed /x/my for
+# PREFIX="/x/my tools"), never partly relative to the checkout.
+# sq takes a variable's name (a path may hold commas, which would split
+# the arguments of a call).
+sq = '$(subst ','\'',$($(1)))'
+D_BIN   = $(DESTDIR)$(BINDIR)
+D_LIB   = $(DESTDIR)$(LIBDIR)
+D_PC    = $(DESTDIR)$(LIBDIR)/pkgconfig
+D_INC   = $(DESTDIR)$(INCLUDEDIR)
+D_MAN1  = $(DESTDIR)$(MANDIR)/man1
+D_VIM   = $(DESTDIR)$(DATADIR)/vim/vimfiles
+D_SHARE = $(DESTDIR)$(DATADIR)/shdc
+I_BIN   = $(call sq,D_BIN)
+I_LIB   = $(call sq,D_LIB)
+I_PC    = $(call sq,D_PC)
+I_INC   = $(call sq,D_INC)
+I_MAN1  = $(call sq,D_MAN1)
+I_VIM   = $(call sq,D_VIM)
+I_SHARE = $(call sq,D_SHARE)
+# shdrt.pc's values (by a variable's name): first escaped as pkg-config
+# reads a value (\\ \  \' \" $$$$), then sed's replacement specials (\ | &).
+sp := $(subst ,, )
+pkesc = $(subst ',\',$(subst ",\",$(subst $(sp),\ ,$(subst $$,$$$$,$(subst \,\\,$($(1)))))))
+pk_PREFIX = $(call pkesc,PREFIX)
+pk_LIBDIR = $(call pkesc,LIBDIR)
+pk_INCLUDEDIR = $(call pkesc,INCLUDEDIR)
+sedesc = $(subst &,\&,$(subst |,\|,$(subst \,\\,$($(1)))))
+pcval = '$(subst ','\'',$(call sedesc,pk_$(1)))'
+INSTALLED := $(I_BIN)/shdc $(I_LIB)/libshdrt.a $(I_INC)/shdrt.h $(I_MAN1)/shdc.1 $(I_PC)/shdrt.pc \
+             $(I_VIM)/syntax/shd.vim $(I_VIM)/ftdetect/shd.vim $(I_SHARE)/editors/vscode/package.json \
+             $(I_SHARE)/editors/vscode/language-configuration.json \
+             $(I_SHARE)/editors/vscode/syntaxes/shd.tmLanguage.json
 
 install: all
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) \
-	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(DATADIR)/vim/vimfiles/syntax $(DESTDIR)$(DATADIR)/vim/vimfiles/ftdetect \
-	    $(DESTDIR)$(DATADIR)/shdc/editors/vscode/syntaxes
-	install -m 755 $(B)/shdc $(DESTDIR)$(BINDIR)/shdc
-	install -m 644 $(B)/libshdrt.a $(DESTDIR)$(LIBDIR)/libshdrt.a
-	install -m 644 runtime/shdrt.h $(DESTDIR)$(INCLUDEDIR)/shdrt.h
-	install -m 644 man/shdc.1 $(DESTDIR)$(MANDIR)/man1/shdc.1
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
-	    -e 's|@VERSION@|$(VERSION)|' -e 's|@SAN@|$(filter -fsanitize=%,$(SAN))|' tools/shdrt.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/shdrt.pc
-	install -m 644 editors/vim/syntax/shd.vim $(DESTDIR)$(DATADIR)/vim/vimfiles/syntax/shd.vim
-	install -m 644 editors/vim/ftdetect/shd.vim $(DESTDIR)$(DATADIR)/vim/vimfiles/ftdetect/shd.vim
+	install -d $(I_BIN) $(I_PC) $(I_INC) $(I_MAN1) $(I_VIM)/syntax $(I_VIM)/ftdetect \
+	    $(I_SHARE)/editors/vscode/syntaxes
+	install -m 755 $(B)/shdc $(I_BIN)/shdc
+	install -m 644 $(B)/libshdrt.a $(I_LIB)/libshdrt.a
+	install -m 644 runtime/shdrt.h $(I_INC)/shdrt.h
+	install -m 644 man/shdc.1 $(I_MAN1)/shdc.1
+	sed -e 's|@PREFIX@|'$(call pcval,PREFIX)'|' -e 's|@LIBDIR@|'$(call pcval,LIBDIR)'|' \
+	    -e 's|@INCLUDEDIR@|'$(call pcval,INCLUDEDIR)'|' -e 's|@VERSION@|$(VERSION)|' \
+	    -e 's|@SAN@|$(filter -fsanitize=%,$(SAN))|' tools/shdrt.pc.in > $(I_PC)/shdrt.pc
+	install -m 644 editors/vim/syntax/shd.vim $(I_VIM)/syntax/shd.vim
+	install -m 644 editors/vim/ftdetect/shd.vim $(I_VIM)/ftdetect/shd.vim
 	install -m 644 editors/vscode/package.json editors/vscode/language-configuration.json \
-	    $(DESTDIR)$(DATADIR)/shdc/editors/vscode/
-	install -m 644 editors/vscode/syntaxes/shd.tmLanguage.json $(DESTDIR)$(DATADIR)/shdc/editors/vscode/syntaxes/
+	    $(I_SHARE)/editors/vscode/
+	install -m 644 editors/vscode/syntaxes/shd.tmLanguage.json $(I_SHARE)/editors/vscode/syntaxes/
 
 uninstall:
-	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
-	-rmdir $(DESTDIR)$(DATADIR)/shdc/editors/vscode/syntaxes $(DESTDIR)$(DATADIR)/shdc/editors/vscode \
-	    $(DESTDIR)$(DATADIR)/shdc/editors $(DESTDIR)$(DATADIR)/shdc 2>/dev/null
+	rm -f $(INSTALLED)
+	-rmdir $(I_SHARE)/editors/vscode/syntaxes $(I_SHARE)/editors/vscode $(I_SHARE)/editors $(I_SHARE) 2>/dev/null
 
 # ---- runtime unit tests (tests/runtime/test_*.c, run by tests/run.py) ------
 RT_TEST_SRC := $(wildcard tests/runtime/test_*.c)
@@ -170,15 +208,20 @@ $(B)/stamp-npm: tools/npm/package.json tools/npm/package-lock.json tools/install
 	@touch $@
 
 # `make test` runs the suite with the normal build, then again with the
-# sanitizer build (test-san); `make test SKIP_SAN=1` only the first.
+# sanitizer build (test-san); `make test SKIP_SAN=1` only the first. Tests
+# run TESTJOBS at a time (one per core; tests marked SERIAL run alone).
+TESTJOBS ?= $(shell nproc 2>/dev/null || echo 1)
 test: all runtime-tests san $(B)/stamp-npm
-	"$$(tools/find-python)" tests/run.py --shdc $(B)/shdc --build $(B) $(TESTFLAGS)
+	"$$(tools/find-python)" tests/run.py -j $(TESTJOBS) --shdc $(B)/shdc --build $(B) $(TESTFLAGS)
 	$(if $(SKIP_SAN),,$(MAKE) test-san)
 
 demo: all data
 	tools/demo
 
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -Wno-format-truncation
+# The sanitizer build is the debug build: its shdc also re-infers every IR
+# result's type between passes (SHDC_VERIFY; tests/run.py asks any shdc to).
+SAN_OPT  := -O1 -g -DSHDC_VERIFY
 # Leak checks off: the compiler's arena is freed by exit, and Open MPI leaks
 # at exit. A refused allocation returns NULL (the runtime reports it) rather
 # than aborting. A sanitizer report exits 86 (ASan) or 87 (UBSan).
@@ -186,31 +229,35 @@ SAN_ENV  := ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:exitcode=86 
 
 san:
 	@mkdir -p $(B)/san
-	@printf 'SAN := %s\nOPT := %s\n' '$(SANFLAGS)' '-O1 -g' > $(B)/san/config.mk.tmp
+	@printf 'SAN := %s\nOPT := %s\n' '$(SANFLAGS)' '$(SAN_OPT)' > $(B)/san/config.mk.tmp
 	@if cmp -s $(B)/san/config.mk.tmp $(B)/san/config.mk; then rm -f $(B)/san/config.mk.tmp; \
 	 else mv $(B)/san/config.mk.tmp $(B)/san/config.mk; fi
-	$(MAKE) B=$(B)/san SAN="$(SANFLAGS)" OPT="-O1 -g" all
+	$(MAKE) B=$(B)/san SAN="$(SANFLAGS)" OPT="$(SAN_OPT)" all
 
 # The whole suite through the ASan/UBSan build: shdc, the runtime and its
 # unit tests, and every program the tests build (the sanitizer build of
 # shdc compiles programs with the same flags against build/san/libshdrt.a).
 # The test-only npm tools are the normal build's.
 test-san: san $(B)/stamp-npm
-	$(MAKE) B=$(B)/san SAN="$(SANFLAGS)" OPT="-O1 -g" runtime-tests
+	$(MAKE) B=$(B)/san SAN="$(SANFLAGS)" OPT="$(SAN_OPT)" runtime-tests
 	ln -sfn ../npm $(B)/san/npm
-	$(SAN_ENV) "$$(tools/find-python)" tests/run.py --shdc $(B)/san/shdc --build $(B)/san $(TESTFLAGS)
+	$(SAN_ENV) "$$(tools/find-python)" tests/run.py -j $(TESTJOBS) --shdc $(B)/san/shdc --build $(B)/san $(TESTFLAGS)
 
 # Through the sanitizer build: every test program truncated and mutated
 # (shdc must answer each with diagnostics, never crash or hang), then
 # generated well-typed programs for FUZZ_SECONDS (default 600) through every
 # command, every FUZZ_RUN_EVERY-th (default 5) also built and run at 1 and 2
-# ranks. Failing inputs are kept in $(B)/fuzz-failures.
+# ranks; then the runtime's inputs for FUZZ_SECONDS: mutated .npy files
+# loaded at 1 and 2 ranks (clean error or NumPy's data) and mutated
+# --network files. Failing inputs are kept in $(B)/fuzz-failures.
 fuzz: san
 	$(SAN_ENV) "$$(tools/find-python)" tests/errors/test_fuzz.py --shdc $(B)/san/shdc --all \
 	    --mutations $${FUZZ_MUTATIONS:-20} --seed $${FUZZ_SEED:-1} --seconds $${FUZZ_SECONDS:-600} \
 	    --run-every $${FUZZ_RUN_EVERY:-5} --keep $(B)/fuzz-failures
 	$(SAN_ENV) "$$(tools/find-python)" tests/tools/test_diag_fuzz.py --shdc $(B)/san/shdc --all \
 	    --mutations $${FUZZ_MUTATIONS:-5} --seed $${FUZZ_SEED:-1}
+	$(SAN_ENV) "$$(tools/find-python)" tests/e2e/test_fuzz_runtime.py --shdc $(B)/san/shdc \
+	    --seconds $${FUZZ_SECONDS:-600} --seed $${FUZZ_SEED:-1} --keep $(B)/fuzz-failures/runtime
 
 bench: all
 	bench/run

@@ -128,8 +128,6 @@ Inst *ad_emit_n(AD *a, int op, int n, Value **args, int nresults, const Type *ty
   return in;
 }
 
-static bool is_literal(const Value *v) { return v->def && v->def->op == IR_CONST; }
-
 Value *ad_const(AD *a, DType dt, double x) {
   Inst *in = ad_emit(a, IR_CONST, 0, NULL, ty_scalar(dt));
   in->fval = x;
@@ -137,64 +135,56 @@ Value *ad_const(AD *a, DType dt, double x) {
   return in->results[0];
 }
 
-static RuleCtx quiet(AD *a, const char *op) {
-  RuleCtx r = {a->m, 0, {0}, op};
-  return r;
+/* The type op (attribute fn) would give args: its OpDef.infer on an
+ * instruction not yet in any block. */
+static bool probe(AD *a, int op, int fn, int n, Value **args, Type *out) {
+  Value r;
+  memset(&r, 0, sizeof r);
+  Value *rp = &r;
+  Inst in;
+  memset(&in, 0, sizeof in);
+  in.op = op;
+  in.fn = fn;
+  in.args = args;
+  in.nargs = n;
+  in.results = &rp;
+  in.nresults = 1;
+  in.pos = a->pos;
+  memset(out, 0, sizeof *out);
+  return ir_infer(a->mod, &in, out);
 }
 
-/* An elementwise op whose result type the rules compute; a literal operand
- * adopts states as typing-rules D7 says. */
-static Value *ew(AD *a, int irop, int fn, int n, Value **args) {
-  Type ts[3];
-  const Type *tp[3];
-  AxisSet man = 0;
-  for (int i = 0; i < n; i++) {
-    ts[i] = args[i]->type;
-    ts[i].weak = is_literal(args[i]);
-    tp[i] = &ts[i];
-    man |= args[i]->type.V;
-  }
-  RuleCtx rc = quiet(a, "autodiff");
-  rc.manual = man;
+Value *ad_infer(AD *a, int op, int fn, int n, Value **args) {
   Type out;
-  if (!rule_elementwise(&rc, irop == IR_SELECT ? -1 : fn, n, tp, &out)) {
+  if (!probe(a, op, fn, n, args, &out)) {
     /* Pending sums or reduced marks that the rules do not combine: use
      * the plain (replicated) representation of the same values. */
     for (int i = 0; i < n; i++) {
-      if (!(args[i]->type.U | args[i]->type.R) || is_literal(args[i]))
+      if (!(args[i]->type.U | args[i]->type.R) || ir_is_literal(args[i]))
         continue;
       Type plain = args[i]->type;
       plain.U = plain.R = 0;
       args[i] = ad_to_type(a, args[i], &plain);
-      ts[i] = args[i]->type;
-      ts[i].weak = false;
     }
-    if (!rule_elementwise(&rc, irop == IR_SELECT ? -1 : fn, n, tp, &out))
-      diag_ice("autodiff: no type for an elementwise %s", irop == IR_SELECT ? "select" : op_binary_name(fn));
+    if (!probe(a, op, fn, n, args, &out))
+      diag_ice("autodiff: no type for %s", ir_opname(op));
   }
   out.weak = false;
-  Inst *in = ad_emit(a, irop, n, args, out);
+  Inst *in = ad_emit(a, op, n, args, out);
   in->fn = fn;
   return in->results[0];
 }
 
 Value *ad_bin(AD *a, int fn, Value *x, Value *y) {
   Value *args[2] = {x, y};
-  return ew(a, IR_BINARY, fn, 2, args);
+  return ad_infer(a, IR_BINARY, fn, 2, args);
 }
 
-Value *ad_un(AD *a, int fn, Value *x) {
-  Type t = x->type;
-  if (fn == UN_STEP || fn == UN_SIGN)
-    t.U = 0;
-  Inst *in = ad_emit(a, IR_UNARY, 1, &x, t);
-  in->fn = fn;
-  return in->results[0];
-}
+Value *ad_un(AD *a, int fn, Value *x) { return ad_infer(a, IR_UNARY, fn, 1, &x); }
 
 Value *ad_select(AD *a, Value *c, Value *x, Value *y) {
   Value *args[3] = {c, x, y};
-  return ew(a, IR_SELECT, 0, 3, args);
+  return ad_infer(a, IR_SELECT, 0, 3, args);
 }
 
 /* The same logical value in another representation: a reshard in the
@@ -443,7 +433,8 @@ static void leave_frame(AD *a, CloneStack *st) {
 static void clone_one(AD *a, CloneStack *st, const Inst *in) {
   grow(a);
   a->pos = in->pos;
-  if (st->recompute && (in->op == IR_PRINT || in->op == IR_SAVE))
+  const OpDef *d = op_def(in->op);
+  if (st->recompute && d && (d->flags & OPF_OUTPUT))
     return;
   if (st->recompute && in->op == IR_TAPE_PUSH && in->parent == st->own_loop_body)
     return;
@@ -608,9 +599,10 @@ static bool loop_is_active(AD *a, const Inst *in) {
 }
 
 /* Whether a loop body's instruction is a residual, saved for the backward
- * pass rather than recomputed: anything but cheap elementwise code,
- * creation, views and state casts (which recompute without communication
- * and fuse), control flow and effects. */
+ * pass rather than recomputed: anything but cheap elementwise code and
+ * what its OpDef says recomputes without communication (OPF_RECOMPUTE:
+ * creation, broadcasts, state casts, reads), constants, retypes, control
+ * flow and calls. */
 static bool is_residual(const Inst *in) {
   if (in->nresults == 0 || in->nregions)
     return false;
@@ -618,12 +610,11 @@ static bool is_residual(const Inst *in) {
     if (in->results[k]->type.kind != TY_ARRAY)
       return false;
   switch (in->op) {
-  case IR_CONST: case IR_FILL: case IR_IOTA: case IR_RANDOM: case IR_BROADCAST: case IR_PCAST: case IR_RETYPE:
-  case IR_ARG: case IR_CLOCK: case IR_CALL: case IR_GRAD: case IR_TAPE_NEW: case IR_TAPE_GET: case IR_LOAD:
+  case IR_CONST: case IR_RETYPE: case IR_CALL: case IR_GRAD: case IR_TAPE_NEW: case IR_TAPE_GET:
     return false;
   default: {
     const OpDef *d = op_def(in->op);
-    return !d || !(d->flags & (OPF_ELEMENTWISE | OPF_EFFECT));
+    return !d || !(d->flags & (OPF_ELEMENTWISE | OPF_RECOMPUTE));
   }
   }
 }

@@ -61,17 +61,39 @@ const char *diag_line_text(const SourceFile *f, int line, size_t *len) {
   return p;
 }
 
+/* The source line and a caret under pos.col, each written with one call
+ * (stderr is unbuffered: a byte at a time made a long line quadratic). A
+ * line longer than SNIPPET_MAX bytes is shown as a window around the
+ * column, cut ends marked with "...". */
+#define SNIPPET_MAX 240
 static void print_source_line(Pos pos) {
   if (!pos.file || pos.line <= 0)
     return;
   size_t len;
   const char *p = diag_line_text(pos.file, pos.line, &len);
-  const char *end = p + len;
-  fprintf(stderr, "  %.*s\n  ", (int)(end - p), p);
+  size_t col = pos.col > 1 ? (size_t)pos.col - 1 : 0;   /* bytes before the caret */
+  if (col > len)
+    col = len;
+  size_t from = 0, to = len;
+  if (len > SNIPPET_MAX) {
+    from = col > SNIPPET_MAX / 2 ? col - SNIPPET_MAX / 2 : 0;
+    to = from + SNIPPET_MAX < len ? from + SNIPPET_MAX : len;
+  }
+  const char *pre = from > 0 ? "..." : "", *post = to < len ? "..." : "";
+  char *caret = malloc(col - from + strlen(pre) + 1);
+  if (!caret) {
+    fprintf(stderr, "  %s%.*s%s\n", pre, (int)(to - from), p + from, post);
+    return;
+  }
+  size_t n = 0;
+  for (const char *q = pre; *q; q++)
+    caret[n++] = ' ';
   /* The caret lines up under tabs as well as spaces. */
-  for (int i = 1; i < pos.col && p + i - 1 < end; i++)
-    fputc(p[i - 1] == '\t' ? '\t' : ' ', stderr);
-  fputs("^\n", stderr);
+  for (size_t i = from; i < col; i++)
+    caret[n++] = p[i] == '\t' ? '\t' : ' ';
+  caret[n] = 0;
+  fprintf(stderr, "  %s%.*s%s\n  %s^\n", pre, (int)(to - from), p + from, post, caret);
+  free(caret);
 }
 
 static void print_where(Pos pos) {

@@ -18,8 +18,8 @@ static const DiagCode codes[] = {
      "A name must be declared before it is used (let, var, const, fn, a parameter or a mesh axis) and declared once "
      "in its scope. Functions may not call themselves, directly or indirectly. When a close name exists the message "
      "suggests it."},
-    {"E_MESH", "Mesh", "no mesh declaration, or an axis size below 1",
-     "A program declares its device mesh once, e.g. `mesh {data: 4, model: 2}`, with every axis size at least 1. "
+    {"E_MESH", "Mesh", "no mesh declaration, or an axis size below 1 or above 2^20",
+     "A program declares its device mesh once, e.g. `mesh {data: 4, model: 2}`, with every axis size from 1 to 2^20. "
      "`shdc build --mesh data=2` overrides sizes at compile time."},
     {"E_SHAPE", "Shape", "shapes that do not broadcast, contract, reshape or match an annotation; too large an array",
      "Elementwise operations follow NumPy broadcasting (sizes equal or 1, aligned from the end); contractions need "

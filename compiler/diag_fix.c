@@ -49,17 +49,14 @@ void diag_fix_keyword(Pos name, const char *old, const char *text, const char *w
 static const char *ptr_of(const SourceFile *f, Pos p) {
   if (!f || p.line <= 0)
     return NULL;
-  const char *s = f->text, *end = f->text + f->len;
-  for (int line = 1; line < p.line; s++) {
-    if (s >= end)
+  size_t len, plen;
+  const char *s = diag_line_text(f, p.line, &len);   /* O(1): an index of the lines */
+  if (s == f->text + f->len && p.line > 1) {   /* the empty line after a last '\n', or past the end */
+    const char *prev = diag_line_text(f, p.line - 1, &plen);
+    if (prev + plen + 1 != s)
       return NULL;
-    if (*s == '\n')
-      line++;
   }
-  for (int c = 1; c < p.col; c++, s++)
-    if (s >= end || *s == '\n')
-      return NULL;
-  return s;
+  return p.col >= 1 && (size_t)(p.col - 1) <= len ? s + p.col - 1 : NULL;
 }
 
 static Pos pos_of(const SourceFile *f, const char *p) {

@@ -79,24 +79,39 @@ static const Program *program_of(const SourceFile *file) {
 
 /* ---- JSON text ------------------------------------------------------------------- */
 
-/* Length of the valid UTF-8 sequence at s, or 0. */
-static int utf8_len(const unsigned char *s) {
-  int n = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3 : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
-  if (n == 2 && s[0] < 0xC2)
-    return 0;
-  for (int i = 1; i < n; i++)
-    if ((s[i] & 0xC0) != 0x80)
-      return 0;
-  return n;
+/* UTF-8 as RFC 3629 defines it: no overlong forms, no surrogates, nothing
+ * past U+10FFFF (the second byte's range depends on the first). A document
+ * holds only valid UTF-8: anything else is written as U+FFFD, and SARIF's
+ * columns count it as one code point (cp_col).
+ *
+ * The bytes at s that form a valid sequence or the start of one (a
+ * "maximal subpart", which a decoder replaces by one U+FFFD, as Python and
+ * browsers do), and in *ok whether they are a whole valid sequence. */
+static int utf8_scan(const unsigned char *s, bool *ok) {
+  unsigned c = s[0];
+  *ok = c < 0x80;
+  if (c < 0x80)
+    return 1;
+  int n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+  if (!n)
+    return 1;
+  unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+  int i = 1;
+  for (; i < n && s[i] >= (i == 1 ? lo : 0x80) && s[i] <= (i == 1 ? hi : 0xBF); i++)
+    ;
+  *ok = i == n;
+  return i;
 }
+
 
 static void json_str(FILE *o, const char *s) {
   fputc('"', o);
   for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p;) {
-    int n = utf8_len(p);
-    if (n == 0) {
+    bool ok;
+    int n = utf8_scan(p, &ok);
+    if (!ok) {
       fputs("\\ufffd", o);
-      p++;
+      p += n;
     } else if (n > 1) {
       fwrite(p, 1, (size_t)n, o);
       p += n;
@@ -200,16 +215,19 @@ static void uri_str(FILE *o, const char *path) {
   free(s.buf);
 }
 
-/* SARIF columns count Unicode code points (run.columnKind). */
+/* SARIF columns count Unicode code points (run.columnKind), as json_str
+ * writes the line: a valid sequence is one, so is each U+FFFD. */
 static int cp_col(const SourceFile *f, int line, int col) {
-  const char *p = f->text;
-  for (int l = 1; l < line && *p; p++)
-    if (*p == '\n')
-      l++;
+  size_t len;
+  const unsigned char *p = (const unsigned char *)diag_line_text(f, line, &len), *end = p + len;
+  const unsigned char *stop = p + (col - 1 < (int)len ? col - 1 : (int)len);
   int c = 1;
-  for (int i = 1; i < col && *p && *p != '\n'; i++, p++)
-    if (((unsigned char)*p & 0xC0) != 0x80)
-      c++;
+  while (p < stop && p < end) {
+    bool ok;
+    int n = utf8_scan(p, &ok);
+    p += p + n <= end ? n : 1;
+    c++;
+  }
   return c;
 }
 
@@ -242,11 +260,9 @@ static void sarif_location(FILE *o, Vec *files, Pos p, int id, const char *messa
   sarif_artifact(o, files, p.file);
   if (p.line > 0) {
     /* The region with its text, and the whole line as context. */
-    const char *line = p.file->text;
-    for (int l = 1; l < p.line && *line; line++)
-      if (*line == '\n')
-        l++;
-    int len = (int)strcspn(line, "\n"), end = diag_token_end(p);
+    size_t llen;
+    const char *line = diag_line_text(p.file, p.line, &llen);
+    int len = (int)llen, end = diag_token_end(p);
     int a = p.col - 1 < len ? p.col - 1 : len, b = end - 1 < len ? end - 1 : len;
     fprintf(o, ", \"region\": {\"startLine\": %d, \"startColumn\": %d, \"endLine\": %d, \"endColumn\": %d", p.line,
             cp_col(p.file, p.line, p.col), p.line, cp_col(p.file, p.line, end));

@@ -49,7 +49,7 @@ void emit_mesh_table(FILE *o, const Module *mod);   /* shd_mesh_names, shd_mesh_
 const Func *emit_main_func(const Module *mod);      /* NULL when there is none */
 /* By function index: what mainf reaches (everything without a main); malloc'd. */
 bool *emit_reachable(const Module *mod, const Func *mainf);
-void emit_main_fn(FILE *o, const Module *mod, const Func *mainf, const bool *live);
+void emit_main_fn(Emit *e, FILE *o, const Module *mod, const Func *mainf, const bool *live);
 const char *emit_fname(const Func *f);              /* f's C name */
 /* f's C prototype: static, or external in a program of several units;
  * named `name`, or fname(f)__suffix (suffix NULL: fname(f)). */

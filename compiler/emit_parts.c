@@ -121,7 +121,7 @@ void emit_module_parts(const Module *mod, const SourceFile *file, int nparts, FI
       }
       fprintf(outs[p], "#endif\n");
       emit_mesh_table(outs[p], mod);
-      emit_main_fn(outs[p], mod, mainf, live);
+      emit_main_fn(&e, outs[p], mod, mainf, live);
     }
   }
   for (int i = 0; i < nf; i++)

@@ -29,7 +29,14 @@ static bool is_collective(int op) {
 
 int64_t explain_bytes_sent(const Module *mod, const Inst *in) {
   const OpDef *d = op_def(in->op);
-  return d && d->bytes_sent ? d->bytes_sent(mod, in) : 0;
+  if (d && d->bytes_sent)
+    return d->bytes_sent(mod, in);
+  if (!d || !d->group_bytes)
+    return 0;
+  int64_t g = 1;
+  for (int i = 0; i < in->naxes; i++)
+    g *= mod->mesh.sizes[in->axes[i]];
+  return d->group_bytes(local_bytes(mod, &in->args[0]->type), g);
 }
 
 /* ---- the list ------------------------------------------------------------------------ */

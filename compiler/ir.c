@@ -395,6 +395,40 @@ void ir_last_uses(const IrBlock *b, int *last_use) {
     note_uses(b->insts.data[i], i, b, last_use);
 }
 
+/* ---- types from operands (OpDef.infer) --------------------------------------------- */
+
+bool ir_is_literal(const Value *v) { return v->def && v->def->op == IR_CONST; }
+
+RuleCtx ir_rule_ctx(const Module *mod, const Inst *in) {
+  RuleCtx r = {&mod->mesh, 0, {0}, ir_opname(in->op)};
+  for (int i = 0; i < in->nargs; i++)
+    if (in->args[i]->type.kind == TY_ARRAY)
+      r.manual |= in->args[i]->type.V;
+  return r;
+}
+
+bool ir_infer_shape(Type *out, const Type *t) {
+  if (t->kind != TY_ARRAY)
+    return false;
+  Type r = *out;
+  r.kind = TY_ARRAY;
+  r.dtype = t->dtype;
+  r.rank = t->rank;
+  for (int d = 0; d < MAX_RANK; d++)
+    r.shape[d] = d < t->rank ? t->shape[d] : 0;
+  *out = r;
+  return true;
+}
+
+bool ir_arg_is(const Inst *in, int k, int dt) {
+  return k < in->nargs && in->args[k]->type.kind == TY_ARRAY && (dt < 0 || in->args[k]->type.dtype == (DType)dt);
+}
+
+bool ir_infer(const Module *mod, const Inst *in, Type *out) {
+  const OpDef *d = op_def(in->op);
+  return !d || !d->infer || d->infer(mod, in, out);
+}
+
 /* ---- verifier ---------------------------------------------------------------- */
 
 typedef struct {
@@ -402,6 +436,7 @@ typedef struct {
   const Func *f;
   char *defined;   /* by value id: in scope */
   int cap;
+  bool types;      /* re-infer every result (SHDC_VERIFY) */
 } Verifier;
 
 __attribute__((noreturn)) static void vfail(Verifier *v, const Inst *in, const char *msg) {
@@ -419,6 +454,35 @@ static void define(Verifier *v, const Value *x) {
 
 static void verify_block(Verifier *v, const IrBlock *b);
 static void undefine_block(Verifier *v, const IrBlock *b);
+
+/* Every result has the type its operation infers from its operands. */
+static void verify_types(Verifier *v, const Inst *in) {
+  const OpDef *d = op_def(in->op);
+  if (!d || !d->infer)
+    return;
+  Type *out = arena_alloc(sizeof(Type) * (size_t)(in->nresults + 1));
+  for (int k = 0; k < in->nresults; k++)
+    out[k] = in->results[k]->type;
+  if (!d->infer(v->mod, in, out)) {
+    Str s = {0};
+    for (int i = 0; i < in->nargs; i++)
+      str_printf(&s, "%s%s", i ? ", " : "", ty_str(&v->mod->mesh, &in->args[i]->type));
+    vfail(v, in, arena_printf("its operands (%s) are not valid for it", str_cstr(&s)));
+  }
+  for (int k = 0; k < in->nresults; k++)
+    if (out[k].kind != in->results[k]->type.kind || !ty_equal(&out[k], &in->results[k]->type))
+      vfail(v, in, arena_printf("result %d has type %s, but its operands give %s", k,
+                                ty_str(&v->mod->mesh, &in->results[k]->type), ty_str(&v->mod->mesh, &out[k])));
+}
+
+static bool verify_types_wanted(void) {
+#ifdef SHDC_VERIFY
+  return true;
+#else
+  const char *e = getenv("SHDC_VERIFY");
+  return e && *e && strcmp(e, "0");
+#endif
+}
 
 static void verify_inst(Verifier *v, const Inst *in, const IrBlock *b, bool last) {
   for (int i = 0; i < in->nargs; i++) {
@@ -463,6 +527,8 @@ static void verify_inst(Verifier *v, const Inst *in, const IrBlock *b, bool last
   }
   for (int i = 0; i < in->nresults; i++)
     define(v, in->results[i]);
+  if (v->types)
+    verify_types(v, in);
 }
 
 static void verify_block(Verifier *v, const IrBlock *b) {
@@ -481,7 +547,7 @@ static void undefine_block(Verifier *v, const IrBlock *b) {
 }
 
 void ir_verify(const Module *mod) {
-  Verifier v = {mod, NULL, NULL, mod->next_value + 1};
+  Verifier v = {mod, NULL, NULL, mod->next_value + 1, verify_types_wanted()};
   v.defined = calloc((size_t)v.cap, 1);
   for (int i = 0; i < mod->funcs.len; i++) {
     const Func *f = mod->funcs.data[i];

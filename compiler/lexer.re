@@ -186,13 +186,22 @@ Token lex_next(Lexer *lx) {
       /* Peek past blank lines: `else` and `{` continue the statement; a
        * keyword that only starts a statement or item ends one, closing
        * brackets left open by a syntax error. */
-      Lexer save = *lx;
-      lx->peeking = true;
       Token next;
-      do
-        next = scan(lx);
-      while (next.kind == TK_NL);
-      *lx = save;
+      if (lx->peek_at && lx->cur <= lx->peek_at) {
+        /* Another newline of the same run of blank and comment lines:
+         * what follows the run is known (peeking again from every newline
+         * of the run would make the lexer quadratic in its length). */
+        next.kind = lx->peek_kind;
+      } else {
+        Lexer save = *lx;
+        lx->peeking = true;
+        do
+          next = scan(lx);
+        while (next.kind == TK_NL);
+        *lx = save;
+        lx->peek_at = next.start;
+        lx->peek_kind = next.kind;
+      }
       bool starts = next.kind == TK_LET || next.kind == TK_VAR || next.kind == TK_FOR || next.kind == TK_IF ||
                     next.kind == TK_RETURN || next.kind == TK_FN || next.kind == TK_MESH ||
                     next.kind == TK_CONST || next.kind == TK_MANUAL;

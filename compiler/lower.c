@@ -8,8 +8,8 @@
  * out_sharding in its result type.
  *
  * This file lowers statements, control flow, calls and names; each builtin
- * is lowered by its family (BuiltinDef.lower), the operators by the
- * elementwise and contraction families, through the builders below.
+ * and each operator is lowered by its row of the builtin table
+ * (BuiltinDef.lower and .fold, Expr.bi), through the builders below.
  *
  * Weak scalars (literals, constants and arithmetic on them) are folded here
  * and become constants of the dtype their use needs. The implicit casts of
@@ -153,57 +153,6 @@ static Value *coerce_scalar(Lower *L, Pos pos, Value *v, const Type *want) {
 
 /* ---- weak scalars are compile-time constants -------------------------------------- */
 
-static bool const_error(Expr *e, const char *what) {
-  diag_error(e->pos, "E_CONST", "%s in a constant expression: %s", what, tc_expr_text(e));
-  return false;
-}
-
-/* x ** y of integers by squaring, false on overflow. */
-static bool ipow_checked(int64_t x, int64_t y, int64_t *r) {
-  *r = 1;
-  for (; y > 0; y >>= 1) {
-    if ((y & 1) && __builtin_mul_overflow(*r, x, r))
-      return false;
-    if (y > 1 && __builtin_mul_overflow(x, x, &x))
-      return false;
-  }
-  return true;
-}
-
-/* Integer constants fold exactly in 64 bits; overflow, a division or
- * remainder by zero and a negative power are errors at the expression
- * ([E_CONST]), where the run time would stop or wrap. */
-static double fold_integer(Expr *e, double a, double b) {
-  if (!(fabs(a) < 0x1p63 && fabs(b) < 0x1p63))
-    return const_error(e, "integer overflow (beyond 64 bits)");
-  int64_t x = (int64_t)a, y = (int64_t)b, r = 0;
-  bool over = false;
-  switch (e->op) {
-  case BIN_ADD: over = __builtin_add_overflow(x, y, &r); break;
-  case BIN_SUB: over = __builtin_sub_overflow(x, y, &r); break;
-  case BIN_MUL: over = __builtin_mul_overflow(x, y, &r); break;
-  case BIN_DIV:
-  case BIN_MOD:
-    if (y == 0)
-      return const_error(e, e->op == BIN_DIV ? "division by zero" : "remainder by zero");
-    over = x == INT64_MIN && y == -1;
-    r = over ? 0 : e->op == BIN_DIV ? x / y : x % y;
-    if (e->op == BIN_MOD && r != 0 && (r < 0) != (y < 0))   /* the sign of the divisor, as NumPy */
-      r += y;
-    break;
-  case BIN_POW:
-    if (y < 0)
-      return const_error(e, "an integer to a negative integer power (not allowed, as in NumPy)");
-    over = !ipow_checked(x, y, &r);
-    break;
-  default:
-    return op_fold_binary(e->op, a, b, true);
-  }
-  if (over)
-    return const_error(e, "integer overflow (beyond 64 bits)");
-  return (double)r;
-}
-
 double lower_fold(Lower *L, Expr *e) {
   switch (e->kind) {
   case EX_INT: return (double)e->ival;
@@ -211,14 +160,10 @@ double lower_fold(Lower *L, Expr *e) {
   case EX_BOOL: return (double)e->ival;
   case EX_NAME:
     return e->sym->fval;   /* a const, or a let-bound weak value */
-  case EX_UNARY: return op_fold_unary(e->op, lower_fold(L, e->lhs));
-  case EX_BINARY: {
-    bool integer = e->lhs->ty->dtype == DT_I32 && e->rhs->ty->dtype == DT_I32;
-    double a = lower_fold(L, e->lhs), b = lower_fold(L, e->rhs);
-    return integer ? fold_integer(e, a, b) : op_fold_binary(e->op, a, b, false);
-  }
   case EX_AS: return lower_fold(L, e->lhs);
-  case EX_CALL:
+  case EX_UNARY:
+  case EX_BINARY:
+  case EX_CALL:            /* an operator's or a builtin's row folds it */
     if (e->bi && e->bi->fold)
       return e->bi->fold(L, e);
     break;
@@ -295,21 +240,18 @@ Value *lower_expr(Lower *L, Expr *e) {
     /* A literal that took an annotated type (let x: f32 = 1.0, an argument
      * f(3)): the typechecker gave it that type, states included. */
     return coerce_scalar(L, e->pos, lower_const(L, e->pos, e->ty->dtype, lower_fold(L, e)), e->ty);
-  case EX_STRING:
-    return op_lower_string_lit(L, e);
   case EX_NAME:
     /* A const that took a strong type (an argument f(N), like a literal's). */
     if (e->sym->kind == SYM_CONST)
       return coerce_scalar(L, e->pos, lower_const(L, e->pos, e->ty->dtype, e->sym->fval), e->ty);
     return get_sym(L, e->sym);
+  case EX_STRING:
   case EX_UNARY:
-    return op_lower_unary(L, e);
   case EX_BINARY:
-    return e->op == BIN_MATMUL ? op_lower_matmul(L, e) : op_lower_binary(L, e);
+  case EX_INDEX:           /* operators: their rows lower them */
+    return e->bi->lower(L, e);
   case EX_AS:
     return lower_to(L, e->lhs, e->ty);
-  case EX_INDEX:
-    return op_lower_index(L, e);
   case EX_CALL: {
     if (e->bi)
       return e->bi->lower ? e->bi->lower(L, e) : NULL;

@@ -98,38 +98,26 @@ static SourceFile *cannot_read(const char *path, const char *why) {
   return NULL;
 }
 
-/* A program is read only from a regular file of at most MAX_SOURCE bytes:
- * a FIFO would block, a device such as /dev/zero never end. */
+/* A program is read only from a regular file of at most MAX_SOURCE bytes
+ * (files.c): a FIFO would block, a device such as /dev/zero never end. */
 #define MAX_SOURCE (8 << 20)
 
 static SourceFile *read_source(const char *path) {
-  int fd = open(path, O_RDONLY | O_NONBLOCK);
-  struct stat st;
-  if (fd < 0 || fstat(fd, &st) != 0)
-    return cannot_read(path, strerror(errno));
-  const char *kind = S_ISREG(st.st_mode) ? NULL : S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
-                     : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "a special file";
-  if (kind || st.st_size > MAX_SOURCE) {
-    close(fd);
-    return cannot_read(path, kind ? arena_printf("not a regular file (%s)", kind)
-                                  : arena_printf("it has %lld bytes; a program may have at most %d bytes (8 MiB)",
-                                                 (long long)st.st_size, MAX_SOURCE));
-  }
-  char *text = arena_alloc((size_t)st.st_size + 1);
-  size_t len = 0;
-  for (;;) {
-    ssize_t n = read(fd, text + len, (size_t)st.st_size - len);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      int err = errno;
-      close(fd);
-      return cannot_read(path, strerror(err));
-    }
-    if (n == 0 || (len += (size_t)n) == (size_t)st.st_size)
-      break;
-  }
-  close(fd);
+  const char *why;
+  long long size = 0;
+  FILE *f = file_open_regular(path, MAX_SOURCE, &why, &size);
+  if (!f)
+    return cannot_read(path, size > MAX_SOURCE
+                                 ? arena_printf("it has %lld bytes; a program may have at most %d bytes (8 MiB)",
+                                                size, MAX_SOURCE)
+                                 : why);
+  char *text = arena_alloc((size_t)size + 1);
+  size_t len = fread(text, 1, (size_t)size, f);
+  bool err = ferror(f);
+  int e = errno;
+  fclose(f);
+  if (err)
+    return cannot_read(path, strerror(e));
   text[len] = 0;
   SourceFile *sf = arena_alloc(sizeof *sf);
   sf->name = path;
@@ -358,18 +346,26 @@ static int finish_tool(Tool t) {
 
 static int run_tool(const char **argv, bool quiet) { return finish_tool(start_tool(argv, quiet)); }
 
+/* shdc's private directory under TMPDIR (files.c), made on first use:
+ * the generated C and the toolchain probe live there. */
+static const char *work_dir(void) {
+  static const char *dir;
+  if (!dir && !(dir = file_private_dir(NULL)))
+    io_error("cannot create a directory in %s: %s", getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             strerror(errno));
+  return dir;
+}
+
 /* The C compiler failed on the generated code. If it cannot build an
  * empty program either, the toolchain or its flags are at fault, not
  * shdc: that is exit 2 with the cause; otherwise it is a bug in shdc. */
 static int cc_failed(const RuntimePaths *rp, const char *cfile, const char *opt) {
-  const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-  char probe_c[4200], probe_out[4200];
-  snprintf(probe_c, sizeof probe_c, "%s/shdc-probe-XXXXXX.c", tmp);
-  int fd = mkstemps(probe_c, 2);
+  const char *probe_c = file_private_path(work_dir(), "shdc-probe-empty.c");
+  const char *probe_out = file_private_path(work_dir(), "shdc-probe-empty.out");
+  int fd = open(probe_c, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   bool ok = fd >= 0 && write(fd, "int main(void) { return 0; }\n", 29) == 29;
   if (fd >= 0)
     close(fd);
-  snprintf(probe_out, sizeof probe_out, "%.*s.out", (int)strlen(probe_c) - 2, probe_c);
   ok = ok && run_tool(cc_argv(rp, probe_c, probe_out, opt), true) == 0;
   unlink(probe_c);
   unlink(probe_out);
@@ -379,6 +375,8 @@ static int cc_failed(const RuntimePaths *rp, const char *cfile, const char *opt)
              "above); check SHDC_CC, SHDC_CFLAGS and the Open MPI and OpenBLAS installation",
              cc_argv(rp, "", "", opt)[0], flags ? " (SHDC_CFLAGS='" : "", flags ? flags : "", flags ? "')" : "");
   }
+  file_forget(cfile);   /* kept for the report */
+  file_forget(work_dir());
   diag_ice("the C compiler failed on the generated code, kept in %s", cfile);
 }
 
@@ -388,23 +386,43 @@ static void find_runtime(RuntimePaths *rp) {
              "the directory that holds them", rp->searched);
 }
 
+/* The program is linked in a private directory beside -o (so the rename
+ * stays in one file system and nothing planted at a name is written
+ * through), then renamed over -o when that is absent or a regular file. */
+static const char *private_prog(const char *out) {
+  const char *dir = file_private_dir(out);
+  if (!dir)
+    io_error("cannot write %s: %s", out, strerror(errno));
+  return file_private_path(dir, "prog");
+}
+
+static void replace_output(const char *prog, const char *out) {
+  const char *bad = shd_file_unreplaceable(out);
+  if (bad)
+    io_error("cannot write %s: %s %s", out, out, bad);
+  if (rename(prog, out) != 0)
+    io_error("cannot write %s: %s", out, strerror(errno));
+}
+
 static int run_cc(const char *cfile, const char *out, const char *opt) {
   RuntimePaths rp;
   find_runtime(&rp);
-  if (run_tool(cc_argv(&rp, cfile, out, opt), false) != 0)
+  const char *prog = private_prog(out);
+  if (run_tool(cc_argv(&rp, cfile, prog, opt), false) != 0)
     return cc_failed(&rp, cfile, opt);
+  replace_output(prog, out);
   return 0;
 }
 
 /* How many C compilers a build runs at once: SHDC_JOBS, else the cores
- * this process may run on. */
+ * this process may run on (at most 16). */
 static int build_jobs(void) {
   const char *j = getenv("SHDC_JOBS");
   if (j && *j) {
     char *end;
     long n = strtol(j, &end, 10);
-    if (*end || n < 1 || n > 64)
-      usage_error("SHDC_JOBS=%s: expected a number of compiler jobs from 1 to 64", j);
+    if (*end || n < 1 || n > 16)
+      usage_error("SHDC_JOBS=%s: expected a number of compiler jobs from 1 to 16", j);
     return (int)n;
   }
   cpu_set_t set;
@@ -412,65 +430,57 @@ static int build_jobs(void) {
   return n < 1 ? 1 : n > 16 ? 16 : n;
 }
 
-/* The program as `jobs` translation units in a private temporary
- * directory, compiled at once and linked: the functions' copies for each
- * instruction set spread over the machine's cores (emit_module_parts). On
- * a compiler failure the files stay there for the report. */
+/* The program as `jobs` translation units in shdc's private directory,
+ * compiled at once and linked as run_cc links: the functions' copies for
+ * each instruction set spread over the machine's cores
+ * (emit_module_parts). On a compiler failure the files stay for the
+ * report. */
 static int build_parts(Compilation *c, const char *out, const char *opt, int jobs) {
-  const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-  char *dir = arena_printf("%s/shdc-XXXXXX", tmp);
-  if (!mkdtemp(dir))
-    io_error("cannot create a temporary directory in %s: %s", tmp, strerror(errno));
   const char **cfiles = arena_alloc(sizeof(char *) * (size_t)jobs), **objs = arena_alloc(sizeof(char *) * (size_t)jobs);
   FILE **outs = arena_alloc(sizeof(FILE *) * (size_t)jobs);
   for (int p = 0; p < jobs; p++) {
-    cfiles[p] = arena_printf("%s/part%d.c", dir, p);
-    objs[p] = arena_printf("%s/part%d.o", dir, p);
-    outs[p] = fopen(cfiles[p], "wx");
+    cfiles[p] = file_private_path(work_dir(), arena_printf("part%d.c", p));
+    objs[p] = file_private_path(work_dir(), arena_printf("part%d.o", p));
+    int fd = open(cfiles[p], O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    outs[p] = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!outs[p])
       io_error("cannot write %s: %s", cfiles[p], strerror(errno));
   }
   emit_module_parts(c->mod, c->src, jobs, outs);
-  int err = 0;
   for (int p = 0; p < jobs; p++)
-    if ((fflush(outs[p]) != 0 || ferror(outs[p]) || fclose(outs[p]) != 0) && !err)
-      err = errno ? errno : EIO;
-  bool ok = !err && !diag_error_count();
-  int rc = ok ? 0 : 1;
-  if (ok) {
-    RuntimePaths rp;
-    find_runtime(&rp);
-    Tool *t = arena_alloc(sizeof(Tool) * (size_t)jobs);
-    for (int p = 0; p < jobs; p++)
-      t[p] = start_tool(cc_command(&rp, &cfiles[p], 1, objs[p], opt, true), false);
-    int bad = -1;
-    for (int p = 0; p < jobs; p++)
-      if (finish_tool(t[p]) != 0 && bad < 0)
-        bad = p;
-    if (bad >= 0)
-      return cc_failed(&rp, cfiles[bad], opt);
-    if (run_tool(cc_command(&rp, objs, jobs, out, opt, false), false) != 0)
-      return cc_failed(&rp, cfiles[0], opt);
-  }
-  for (int p = 0; p < jobs; p++) {
-    unlink(cfiles[p]);
-    unlink(objs[p]);
-  }
-  rmdir(dir);
-  if (err)
-    io_error("cannot write %s: %s", dir, strerror(err));
-  return rc;
+    if (fflush(outs[p]) != 0 || ferror(outs[p]) || fclose(outs[p]) != 0)
+      io_error("cannot write %s: %s", cfiles[p], strerror(errno));
+  if (diag_error_count())   /* e.g. the peak memory check's sum overflowed */
+    return 1;
+  RuntimePaths rp;
+  find_runtime(&rp);
+  Tool *t = arena_alloc(sizeof(Tool) * (size_t)jobs);
+  for (int p = 0; p < jobs; p++)
+    t[p] = start_tool(cc_command(&rp, &cfiles[p], 1, objs[p], opt, true), false);
+  int bad = -1;
+  for (int p = 0; p < jobs; p++)
+    if (finish_tool(t[p]) != 0 && bad < 0)
+      bad = p;
+  if (bad >= 0)
+    return cc_failed(&rp, cfiles[bad], opt);
+  const char *prog = private_prog(out);
+  if (run_tool(cc_command(&rp, objs, jobs, prog, opt, false), false) != 0)
+    return cc_failed(&rp, cfiles[0], opt);
+  replace_output(prog, out);
+  return 0;
 }
 
-/* -o must not replace an input, and its place must be writable: these are
- * the user's mistakes, said before any work is done. */
+/* -o must not replace an input, nor anything but a regular file, and its
+ * place must be writable: these are the user's mistakes, said before any
+ * work is done. */
 static void check_output(const char *out, const char *input, const char *what) {
   struct stat so, si;
   bool exists = stat(out, &so) == 0;
   if (!strcmp(out, input) || (exists && stat(input, &si) == 0 && so.st_dev == si.st_dev && so.st_ino == si.st_ino))
     usage_error("%s %s is the input file; choose another name", what, out);
-  if (exists && S_ISDIR(so.st_mode))
-    io_error("cannot write %s: it is a directory", out);
+  const char *bad = shd_file_unreplaceable(out);
+  if (bad)
+    io_error("cannot write %s: %s %s", out, out, bad);
   char *copy = arena_strdup(out);
   const char *dir = dirname(copy);
   if (access(dir, W_OK | X_OK) != 0 || (exists && access(out, W_OK) != 0))
@@ -478,38 +488,34 @@ static void check_output(const char *out, const char *input, const char *what) {
 }
 
 static int do_build(Compilation *c, const Options *o) {
-  int jobs = build_jobs();
   const char *opt = o->opt ? o->opt : "-O3";
+  int jobs = build_jobs();
   if (jobs > 1 && !o->keep_c)
     return build_parts(c, o->out, opt, jobs);
-  char cfile[4200];
-  int fd = -1;
+  const char *cfile = o->keep_c ? arena_printf("%s.c", o->out) : file_private_path(work_dir(), "prog.c");
+  FileOut kept;
+  FILE *f = NULL;
   if (o->keep_c) {
-    snprintf(cfile, sizeof cfile, "%s.c", o->out);
+    f = file_out_open(&kept, cfile);
+    if (!f)
+      io_error("cannot write %s: %s", cfile, kept.why);
   } else {
-    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(cfile, sizeof cfile, "%s/shdc-XXXXXX.c", tmp);
-    fd = mkstemps(cfile, 2);
-    if (fd < 0)
-      io_error("cannot create a temporary file in %s: %s", tmp, strerror(errno));
+    int fd = open(cfile, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f)
+      io_error("cannot write %s: %s", cfile, strerror(errno));
   }
-  FILE *f = fd >= 0 ? fdopen(fd, "w") : fopen(cfile, "w");
-  if (!f)
-    io_error("cannot write %s: %s", cfile, strerror(errno));
   emit_module(f, c->mod, c->src);
-  if (fflush(f) != 0 || ferror(f) || fclose(f) != 0) {
-    int err = errno;
-    unlink(cfile);
-    io_error("cannot write %s: %s", cfile, strerror(err));
+  if (o->keep_c) {
+    const char *why = file_out_commit(&kept);
+    if (why)
+      io_error("cannot write %s: %s", cfile, why);
+  } else if (fflush(f) != 0 || ferror(f) || fclose(f) != 0) {
+    io_error("cannot write %s: %s", cfile, strerror(errno));
   }
-  if (diag_error_count()) {   /* e.g. the peak memory check's sum overflowed */
-    unlink(cfile);
+  if (diag_error_count())   /* e.g. the peak memory check's sum overflowed */
     return 1;
-  }
-  int rc = jobs > 1 ? build_parts(c, o->out, opt, jobs) : run_cc(cfile, o->out, opt);
-  if (!o->keep_c && rc == 0)
-    unlink(cfile);
-  return rc;
+  return run_cc(cfile, o->out, opt);
 }
 
 static bool has_main(Compilation *c) {
@@ -523,8 +529,8 @@ static bool has_main(Compilation *c) {
       return true;
     }
   }
-  Pos p = {c->src, 0, 0};
-  diag_error(p, "E_NAME", "the program has no `fn main()`, where it starts");
+  Pos p = {c->src, 1, 1};
+  diag_error(c->prog->mesh ? c->prog->mesh->pos : p, "E_NAME", "the program has no `fn main()`, where it starts");
   return false;
 }
 
@@ -545,6 +551,10 @@ static int run_one(const Options *o, const char *path) {
      * varying condition is a compile-time error ([E_DIVERGE]). */
     if (ok)
       ok = middle(&c, c.prog->diverge_in_partial_manual);
+    /* A program (a file with a mesh) must have the main that build needs:
+     * check says what build would. */
+    if (ok && c.prog->mesh)
+      ok = has_main(&c);
     return ok ? 0 : 1;
   }
   if (!strcmp(cmd, "show")) {
@@ -595,32 +605,54 @@ static int run_one(const Options *o, const char *path) {
 static bool write_diagnostics(const Options *o) {
   bool check = !strcmp(o->cmd, "check");
   const char *path = check && o->out ? o->out : NULL;
-  FILE *f = path ? fopen(path, "w") : check ? stdout : stderr;
+  FileOut fo;
+  FILE *f = path ? file_out_open(&fo, path) : check ? stdout : stderr;
   if (!f) {
-    fprintf(stderr, "shdc: error: cannot write %s: %s\n", path, strerror(errno));
+    fprintf(stderr, "shdc: error: cannot write %s: %s\n", path, fo.why);
     return false;
   }
   bool ok = diagout_write(f);
-  if (path)
-    ok = fclose(f) == 0 && ok;
+  const char *why = NULL;
+  if (path && (why = file_out_commit(&fo)) != NULL)
+    ok = false;
   if (!ok)
     fprintf(stderr, "shdc: error: cannot write the diagnostics to %s: %s\n", path ? path : check ? "stdout" : "stderr",
-            strerror(errno));
+            why ? why : strerror(errno));
   return ok;
 }
 
+/* --help and --version: their text, and exit 2 when it could not be
+ * written (a full disk, a closed pipe) rather than 0. */
+static int print_info(bool version) {
+  if (version)
+    drv_print_version(stdout);
+  else
+    fputs(usage, stdout);
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "shdc: error: cannot write the %s: %s\n", version ? "version" : "help", strerror(errno));
+    return 2;
+  }
+  return 0;
+}
+
 static int drv_main(int argc, char **argv) {
+  /* A developer's command, not in the usage: the registry's builtins and
+   * IR operations (ops.c), which a test compares with the docs. */
+  if (argc == 2 && !strcmp(argv[1], "list-ops")) {
+    if (op_list(stdout))
+      return 0;
+    fprintf(stderr, "shdc: error: cannot write the list to stdout: %s\n", strerror(errno));
+    return 2;
+  }
   Options o;
   memset(&o, 0, sizeof o);
   int max_errors = -1;   /* default: 100 printed; all in a JSON or SARIF document */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h") || !strcmp(a, "help")) {
-      fputs(usage, stdout);
-      return 0;
+      return print_info(false);
     } else if (!strcmp(a, "--version")) {
-      drv_print_version(stdout);
-      return 0;
+      return print_info(true);
     } else if (!strcmp(a, "-o")) {
       if (++i >= argc)
         usage_error("-o needs a file name");

@@ -10,7 +10,9 @@
  *
  * Each collective is costed with the standard latency-bandwidth (alpha-beta,
  * plus gamma for local reductions) model of the algorithm the runtime uses
- * (runtime/collectives.c), for a local input of n bytes over G ranks:
+ * (runtime/collectives.c), for a local input of n bytes over G ranks; each
+ * formula is its operation's OpDef.net_seconds (op_collective.c and the
+ * families of the last three):
  *
  *   reduce-scatter    ring:                  (G-1)a + (G-1)/G n b + (G-1)/G n g
  *   all-reduce        n >= 32 MiB, ring:    2(G-1)a + 2(G-1)/G n b + (G-1)/G n g
@@ -25,7 +27,8 @@
  *   shift             one exchange with the neighbours: a + s b
  * (s: the bytes explain says the busiest rank sends)
  *
- * log2 rounds up. The same bytes as `shdc explain` (explain_bytes_sent).
+ * log2 rounds up; an operation without a model is G-1 steps carrying its
+ * bytes. The same bytes as `shdc explain` (explain_bytes_sent).
  */
 #include <ctype.h>
 #include <errno.h>
@@ -33,9 +36,11 @@
 
 #include "shdc.h"
 
-#define AR_RING_MIN ((double)(32 << 20))
-#define AR_SMALL 8192.0
-#define AG_SMALL 65536.0
+/* The links a model may describe: anything outside is a typo (a unit
+ * forgotten), and would print estimates of inf or hundreds of digits. */
+#define MIN_BANDWIDTH 1.0
+#define MAX_BANDWIDTH 1e15
+#define MAX_LATENCY 10.0
 
 /* ---- parsing ------------------------------------------------------------------ */
 
@@ -51,6 +56,7 @@ static bool parse_bandwidth(const char *s, double *out) {
   case 'M': mul = 1e6; end++; break;
   case 'G': mul = 1e9; end++; break;
   case 'T': mul = 1e12; end++; break;
+  case 'P': mul = 1e15; end++; break;
   default: break;
   }
   if (!strcmp(end, "bit/s") || !strcmp(end, "b/s") || !strcmp(end, "bit"))
@@ -58,7 +64,7 @@ static bool parse_bandwidth(const char *s, double *out) {
   else if (*end && strcmp(end, "B/s") && strcmp(end, "B"))
     return false;
   *out = v * mul;
-  return isfinite(*out);
+  return *out >= MIN_BANDWIDTH && *out <= MAX_BANDWIDTH;
 }
 
 /* 5us, 1.5ms, 2e-6, 800ns: seconds. */
@@ -72,12 +78,12 @@ static bool parse_latency(const char *s, double *out) {
   if (mul < 0)
     return false;
   *out = v * mul;
-  return isfinite(*out);
+  return *out <= MAX_LATENCY;
 }
 
 static const char *spec_error(const char *what, const char *text) {
-  return arena_printf("%s '%s': write bandwidth as 25GB/s, 100Gbit/s or 12.5e9 (bytes/s), latency as 5us, 1ms or "
-                      "2e-6 (s)", what, text);
+  return arena_printf("%s '%s': write bandwidth as 25GB/s, 100Gbit/s or 12.5e9 (bytes/s, from 1B/s to 1PB/s), "
+                      "latency as 5us, 1ms or 2e-6 (s, from 0 to 10s)", what, text);
 }
 
 static const char *parse_pair(NetModel *n, const char *spec) {
@@ -127,13 +133,19 @@ static const char *parse_line(NetModel *n, char *line, const char *path, int lin
 }
 
 static const char *read_net_file(NetModel *n, const char *path) {
-  FILE *f = fopen(path, "r");
+  const char *why;
+  FILE *f = file_open_regular(path, 1 << 20, &why, NULL);   /* a FIFO or /dev/zero is refused, never waited on */
   if (!f)
-    return arena_printf("cannot read the network file %s: %s", path, strerror(errno));
-  char buf[1024];
+    return arena_printf("cannot read the network file %s: %s", path, why);
+  char *buf = NULL;
+  size_t cap = 0;
+  ssize_t len;
   const char *err = NULL;
-  for (int lineno = 1; !err && fgets(buf, sizeof buf, f); lineno++)
-    err = parse_line(n, buf, path, lineno);
+  for (int lineno = 1; !err && (len = getline(&buf, &cap, f)) >= 0; lineno++)
+    err = (size_t)len != strlen(buf) ? arena_printf("%s:%d: a NUL byte; a network file is text", path, lineno)
+          : len > 1024 ? arena_printf("%s:%d: a line of %zd bytes; a link is one short line", path, lineno, len)
+                       : parse_line(n, buf, path, lineno);
+  free(buf);
   if (!err && ferror(f))
     err = arena_printf("cannot read the network file %s", path);
   fclose(f);
@@ -145,9 +157,6 @@ static const char *read_net_file(NetModel *n, const char *path) {
 const char *net_parse(NetModel *n, const char *spec) {
   memset(n, 0, sizeof *n);
   const char *comma = strchr(spec, ',');
-  FILE *probe = comma ? NULL : fopen(spec, "r");
-  if (probe)
-    fclose(probe);
   if (comma && !strchr(comma + 1, ','))
     return parse_pair(n, spec);
   if (!comma)
@@ -204,81 +213,28 @@ static NetLink group_link(const NetModel *n, const Module *mod, const Inst *in) 
   return worst;
 }
 
-static double log2_up(double g) { return g <= 1 ? 0 : ceil(log2(g)); }
-
-/* The collectives of the other operation families, from the bytes explain
- * says one rank sends: argmax/argmin's all-reduce of (value, index) pairs
- * (MPI_Allreduce, so recursive doubling or Rabenseifner on the pairs), a
- * shift of rows to the neighbours that own them (one exchange), anything
- * else as G-1 steps carrying those bytes. */
-static double other_seconds(const Module *mod, const Inst *in, double G, double a, double b, double g,
-                            const char **algo) {
-  const OpDef *d = op_def(in->op);
-  double sent = (double)explain_bytes_sent(mod, in);
-  if (d && !strcmp(d->name, "all_reduce")) {
-    double n = sent * G / (2 * (G - 1));
-    *algo = n <= AR_SMALL ? "recursive doubling" : "Rabenseifner";
-    return n <= AR_SMALL ? log2_up(G) * (a + n * (b + g))
-                         : 2 * log2_up(G) * a + 2 * (G - 1) / G * n * b + (G - 1) / G * n * g;
-  }
-  if (d && !strcmp(d->name, "shift")) {
-    *algo = "exchange";
-    return sent ? a + sent * b : 0;
-  }
-  *algo = "steps";
-  return (G - 1) * a + sent * b;
-}
-
+/* The OpDef's model of its algorithm (net_seconds), or G-1 steps carrying
+ * the bytes explain says one rank sends. */
 double net_collective_seconds(const NetModel *n, const Module *mod, const Inst *in, const char **algo) {
-  double G = 1;
+  NetCost c = {1, 0, 0, 1, 0, 0, 0};
   for (int i = 0; i < in->naxes; i++)
-    G *= mod->mesh.sizes[in->axes[i]];
-  double bytes = (double)ty_local_count(&mod->mesh, &in->args[0]->type) * (double)ty_dtype_size(in->args[0]->type.dtype);
+    c.G *= mod->mesh.sizes[in->axes[i]];
+  for (int k = 0; k < mod->mesh.naxes; k++)
+    c.world *= mod->mesh.sizes[k];
+  c.n = (double)ty_local_count(&mod->mesh, &in->args[0]->type) * (double)ty_dtype_size(in->args[0]->type.dtype);
+  c.sent = (double)explain_bytes_sent(mod, in);
   NetLink l = group_link(n, mod, in);
-  double a = l.latency, b = 1 / l.bandwidth, g = n->reduce_bandwidth > 0 ? 1 / n->reduce_bandwidth : 0;
-  double f = (G - 1) / G;
+  c.a = l.latency;
+  c.b = 1 / l.bandwidth;
+  c.g = n->reduce_bandwidth > 0 ? 1 / n->reduce_bandwidth : 0;
   *algo = "";
-  if (in->op == IR_PERMUTE || in->op == IR_PPERMUTE) {
-    *algo = "exchange";
-    return explain_bytes_sent(mod, in) ? a + bytes * b : 0;
-  }
-  if (in->naxes == 0) {   /* a move between block layouts: one all-to-all-v of the world */
-    double sent = (double)explain_bytes_sent(mod, in), P = 1;
-    for (int k = 0; k < mod->mesh.naxes; k++)
-      P *= mod->mesh.sizes[k];
-    *algo = "all-to-all-v";
-    return sent ? (P - 1) * a + sent * b : 0;
-  }
-  if (G <= 1)
+  const OpDef *d = op_def(in->op);
+  if (d && d->net_seconds)
+    return d->net_seconds(&c, in, algo);
+  if (c.G <= 1)
     return 0;
-  switch (in->op) {
-  case IR_REDUCE_SCATTER:
-    *algo = "ring";
-    return (G - 1) * a + f * bytes * (b + g);
-  case IR_ALL_REDUCE:
-    if (bytes >= AR_RING_MIN) {
-      *algo = "ring";
-      return 2 * (G - 1) * a + 2 * f * bytes * b + f * bytes * g;
-    }
-    if (bytes <= AR_SMALL) {
-      *algo = "recursive doubling";
-      return log2_up(G) * (a + bytes * (b + g));
-    }
-    *algo = "Rabenseifner";
-    return 2 * log2_up(G) * a + 2 * f * bytes * b + f * bytes * g;
-  case IR_ALL_GATHER:
-    if (G * bytes <= AG_SMALL) {
-      *algo = "recursive doubling";
-      return log2_up(G) * a + (G - 1) * bytes * b;
-    }
-    *algo = "ring";
-    return (G - 1) * a + (G - 1) * bytes * b;
-  case IR_ALL_TO_ALL:
-    *algo = "pairwise";
-    return (G - 1) * a + f * bytes * b;
-  default:
-    return other_seconds(mod, in, G, a, b, g, algo);
-  }
+  *algo = "steps";
+  return (c.G - 1) * c.a + c.sent * c.b;
 }
 
 static const char *rate_str(double bps) {
@@ -287,8 +243,8 @@ static const char *rate_str(double bps) {
 }
 
 const char *net_seconds_str(double s) {
-  return s >= 1 ? arena_printf("%.3f s", s) : s >= 1e-3 ? arena_printf("%.3f ms", s * 1e3)
-                                                         : arena_printf("%.1f us", s * 1e6);
+  return s >= 1e6 ? arena_printf("%.3e s", s) : s >= 1 ? arena_printf("%.3f s", s)
+         : s >= 1e-3 ? arena_printf("%.3f ms", s * 1e3) : arena_printf("%.1f us", s * 1e6);
 }
 
 void net_describe(FILE *out, const NetModel *n, const Mesh *m) {

@@ -387,17 +387,51 @@ static const char *variant(const Inst *in) { return in->fn ? "causal" : "full"; 
 
 static void print_scale(FILE *out, const Module *mod, const Inst *in) { fprintf(out, " scale=%.9g", in->fval); }
 
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* attention: out takes q's shape (v's head size is q's: rule_attention),
+ * lse q's without the head-size dim; attention_grad: each operand's
+ * cotangent its operand's shape. Operands of one float dtype, rank 4. */
+static bool infer_attention(const Module *mod, const Inst *in, Type *out) {
+  bool fwd = in->op == IR_ATTENTION;
+  if (in->nargs != (fwd ? 3 : 6) || !ir_arg_is(in, 0, -1) || !ty_is_float(in->args[0]->type.dtype))
+    return false;
+  for (int i = 0; i < in->nargs; i++)
+    if (!ir_arg_is(in, i, in->args[0]->type.dtype) || (i < 4 && in->args[i]->type.rank != 4))
+      return false;
+  const Type *q = &in->args[0]->type;
+  if (fwd) {
+    Type lse = lse_type(q);
+    return ir_infer_shape(&out[0], q) && ir_infer_shape(&out[1], &lse);
+  }
+  for (int i = 0; i < 3; i++)
+    if (!ir_infer_shape(&out[i], &in->args[i]->type))
+      return false;
+  return true;
+}
+
+static const char *const variants[] = {"full", "causal", NULL};
+
 /* ---- the tables ------------------------------------------------------------------- */
 
-const OpDef op_attention_ops[] = {
-    {.op = IR_ATTENTION, .name = "attention", .variant = variant, .print = print_scale, .vjp = vjp_attention,
-     .partition = part_attention, .emit = emit_attention, .temp_bytes = temp_bytes},
-    {.op = IR_ATTENTION_GRAD, .name = "attention_grad", .variant = variant, .print = print_scale,
-     .vjp = vjp_attention_grad, .partition = part_attention_grad, .emit = emit_attention, .temp_bytes = temp_bytes},
+static const OpDef ops[] = {
+    {.op = IR_ATTENTION, .name = "attention", .variant = variant, .variants = variants, .print = print_scale,
+     .vjp = vjp_attention, .partition = part_attention, .emit = emit_attention, .temp_bytes = temp_bytes,
+     .infer = infer_attention},
+    {.op = IR_ATTENTION_GRAD, .name = "attention_grad", .variant = variant, .variants = variants,
+     .print = print_scale, .vjp = vjp_attention_grad, .partition = part_attention_grad, .emit = emit_attention,
+     .temp_bytes = temp_bytes, .infer = infer_attention},
     {0},
 };
 
-const BuiltinDef op_attention_builtins[] = {
-    {.name = "dot_product_attention", .check = check_attention, .lower = lower_attention},
+static const BuiltinDef builtins[] = {
+    {.name = "dot_product_attention", .check = check_attention, .lower = lower_attention,
+     .doc = "scaled dot-product attention"},
     {0},
+};
+
+const OpFamily op_attention_family = {
+    .name = "attention",
+    .ops = ops,
+    .builtins = builtins,
 };

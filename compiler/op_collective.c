@@ -11,6 +11,8 @@
  * and the bytes one rank sends, with the formulas of the runtime's trace,
  * so `shdc explain` and SHD_TRACE agree.
  */
+#include <math.h>
+
 #include "shdc.h"
 
 #define TS(t) ty_str(c->mesh, (t))
@@ -18,6 +20,13 @@
 
 enum { C_PSUM, C_PMAX, C_PMIN, C_PMEAN, C_ALL_GATHER, C_PSUM_SCATTER, C_ALL_TO_ALL, C_PPERMUTE, C_AXIS_INDEX,
        C_PCAST, C_RESHARD };
+
+/* The collectives only manual code writes; the others are the core
+ * vocabulary the reshard planner emits (shdc.h). */
+enum {
+  IR_PPERMUTE = IR_BASE_COLLECTIVE,   /* attr shift */
+  IR_AXIS_INDEX,                      /* group index over axes, i32 */
+};
 
 static bool is_array(const Value *v) { return v->type.rank > 0; }
 
@@ -178,7 +187,7 @@ static Type check_all_gather(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a,
     }
   }
   Type out = x;
-  out.shape[info->dim] *= axes_size(c, info->axes, info->naxes);
+  out.shape[info->dim] = ty_size_mul(out.shape[info->dim], axes_size(c, info->axes, info->naxes));
   if (info->pcast_to == PCAST_REDUCED) {
     if (!needs_varying(c, e, &x, a))
       return ty_error();
@@ -261,7 +270,7 @@ static Type check_all_to_all(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a,
   }
   Type out = x;
   out.shape[info->dim] /= g;
-  out.shape[info->dim2] *= g;
+  out.shape[info->dim2] = ty_size_mul(out.shape[info->dim2], g);
   out.V |= a;
   return out;
 }
@@ -827,34 +836,103 @@ static int64_t local_bytes(const Module *mod, const Type *t) {
   return ty_local_count(&mod->mesh, t) * (int64_t)ty_dtype_size(t->dtype);
 }
 
-static int64_t bytes_sent(const Module *mod, const Inst *in) {
-  int64_t n = local_bytes(mod, &in->args[0]->type), g = group_size(mod, in);
-  switch (in->op) {
-  /* In 128 bits: (g - 1) n can pass 2^63 although the result is below 2n. */
-  case IR_ALL_REDUCE: return (int64_t)((__int128)2 * (g - 1) * n / g);
-  case IR_ALL_GATHER: return (g - 1) * n;
-  case IR_REDUCE_SCATTER: return (int64_t)((__int128)(g - 1) * n / g);
-  case IR_ALL_TO_ALL: return (int64_t)((__int128)(g - 1) * n / g);
-  case IR_PPERMUTE: return (g == 1 || in->shift % g == 0) ? 0 : n;
-  case IR_PERMUTE: {
-    /* Ranks that keep their block send nothing; report the most any sends. */
-    int w = 1;
-    for (int a = 0; a < mod->mesh.naxes; a++)
-      w *= mod->mesh.sizes[a];
-    int *dest = arena_alloc(sizeof(int) * (size_t)w), *src = arena_alloc(sizeof(int) * (size_t)w);
-    part_permute_tables(&mod->mesh, &in->args[0]->type, &in->results[0]->type, dest, src);
-    for (int r = 0; r < w; r++)
-      if (dest[r] != r)
-        return n;
+/* ---- what a collective costs ------------------------------------------------------------- */
+
+/* The bytes one rank sends when each of the g ranks of the group holds n
+ * bytes: the runtime trace's formulas (runtime/collectives.c), which explain
+ * predicts and reshard.c's search minimises. In 128 bits: (g - 1) n can
+ * pass 2^63 although the result is below 2n. */
+static int64_t all_reduce_bytes(int64_t n, int64_t g) { return (int64_t)((__int128)2 * (g - 1) * n / g); }
+static int64_t all_gather_bytes(int64_t n, int64_t g) { return (g - 1) * n; }
+static int64_t scatter_bytes(int64_t n, int64_t g) { return (int64_t)((__int128)(g - 1) * n / g); }
+static int64_t whole_block_bytes(int64_t n, int64_t g) { return n; }
+
+static int64_t ppermute_bytes(const Module *mod, const Inst *in) {
+  int64_t g = group_size(mod, in);
+  return (g == 1 || in->shift % g == 0) ? 0 : local_bytes(mod, &in->args[0]->type);
+}
+
+/* Ranks that keep their block send nothing; report the most any sends. */
+static int64_t permute_bytes(const Module *mod, const Inst *in) {
+  int w = 1;
+  for (int a = 0; a < mod->mesh.naxes; a++)
+    w *= mod->mesh.sizes[a];
+  int *dest = arena_alloc(sizeof(int) * (size_t)w), *src = arena_alloc(sizeof(int) * (size_t)w);
+  part_permute_tables(&mod->mesh, &in->args[0]->type, &in->results[0]->type, dest, src);
+  for (int r = 0; r < w; r++)
+    if (dest[r] != r)
+      return local_bytes(mod, &in->args[0]->type);
+  return 0;
+}
+
+/* The seconds of the runtime's algorithm for each collective, in the
+ * latency-bandwidth (alpha-beta, plus gamma for local reductions) model,
+ * for n bytes on each of G ranks (netmodel.c gives the link):
+ *
+ *   reduce-scatter    ring:                  (G-1)a + (G-1)/G n b + (G-1)/G n g
+ *   all-reduce        n >= 32 MiB, ring:    2(G-1)a + 2(G-1)/G n b + (G-1)/G n g
+ *                     n <= 8 KiB, MPI recursive doubling: log2(G) (a + n b + n g)
+ *                     otherwise MPI (Rabenseifner): 2 log2(G) a + 2(G-1)/G n b + (G-1)/G n g
+ *   all-gather        MPI: G n <= 64 KiB recursive doubling log2(G) a + (G-1) n b,
+ *                     else ring (G-1) a + (G-1) n b
+ *   all-to-all        MPI pairwise exchange: (G-1) a + (G-1)/G n b
+ *   ppermute/permute  one exchange: a + n b
+ *
+ * log2 rounds up. */
+#define AR_RING_MIN ((double)(32 << 20))
+#define AR_SMALL 8192.0
+#define AG_SMALL 65536.0
+
+static double log2_up(double g) { return g <= 1 ? 0 : ceil(log2(g)); }
+
+double op_allreduce_seconds(const NetCost *c, double n, bool ring, const char **algo) {
+  double G = c->G, f = (G - 1) / G;
+  if (ring && n >= AR_RING_MIN) {
+    *algo = "ring";
+    return 2 * (G - 1) * c->a + 2 * f * n * c->b + f * n * c->g;
+  }
+  if (n <= AR_SMALL) {
+    *algo = "recursive doubling";
+    return log2_up(G) * (c->a + n * (c->b + c->g));
+  }
+  *algo = "Rabenseifner";
+  return 2 * log2_up(G) * c->a + 2 * f * n * c->b + f * n * c->g;
+}
+
+static double all_reduce_seconds(const NetCost *c, const Inst *in, const char **algo) {
+  return c->G <= 1 ? 0 : op_allreduce_seconds(c, c->n, true, algo);
+}
+
+static double reduce_scatter_seconds(const NetCost *c, const Inst *in, const char **algo) {
+  if (c->G <= 1)
     return 0;
-  }
-  default: return 0;
-  }
+  *algo = "ring";
+  return (c->G - 1) * c->a + (c->G - 1) / c->G * c->n * (c->b + c->g);
+}
+
+static double all_gather_seconds(const NetCost *c, const Inst *in, const char **algo) {
+  if (c->G <= 1)
+    return 0;
+  *algo = c->G * c->n <= AG_SMALL ? "recursive doubling" : "ring";
+  return (c->G * c->n <= AG_SMALL ? log2_up(c->G) : c->G - 1) * c->a + (c->G - 1) * c->n * c->b;
+}
+
+static double all_to_all_seconds(const NetCost *c, const Inst *in, const char **algo) {
+  if (c->G <= 1)
+    return 0;
+  *algo = "pairwise";
+  return (c->G - 1) * c->a + (c->G - 1) / c->G * c->n * c->b;
+}
+
+static double exchange_seconds(const NetCost *c, const Inst *in, const char **algo) {
+  *algo = "exchange";
+  return c->sent ? c->a + c->n * c->b : 0;
 }
 
 /* ---- the IR text ------------------------------------------------------------------- */
 
 static const char *red_variant(const Inst *in) { return ir_red_name(in->fn); }
+static const char *const red_variants[] = {"sum", "max", "min", NULL};
 
 static void print_axes(FILE *out, const Module *mod, const Inst *in) { ir_print_axes(out, mod, in); }
 
@@ -881,32 +959,73 @@ static void print_ppermute(FILE *out, const Module *mod, const Inst *in) {
 /* ---- the tables --------------------------------------------------------------------- */
 
 #define COLL OPF_COLLECTIVE
-const OpDef op_collective_ops[] = {
-    {.op = IR_RESHARD, .name = "reshard", .vjp = vjp_reshard, .partition = part_reshard_inst},
-    {.op = IR_PCAST, .name = "pcast", .print = print_pcast, .vjp = vjp_manual, .emit = emit_view,
-     .result = result_view},
-    {.op = IR_ALL_REDUCE, .name = "all_reduce", .flags = COLL, .variant = red_variant, .print = print_axes,
-     .vjp = vjp_manual, .emit = emit_collective, .result = result_steal, .bytes_sent = bytes_sent},
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* Collectives and casts move or combine blocks of one array: its dtype and
+ * (but for the gathers, scatters, all-to-alls and block moves of manual
+ * code, whose shapes are local) its shape; the states are the ones chosen.
+ * A pcast moves nothing, so its dims keep their sharding; a ppermute keeps
+ * the whole type; an axis index is an i32. */
+static bool infer_same_shape(const Module *mod, const Inst *in, Type *out) {
+  return in->nargs == 1 && ir_infer_shape(out, &in->args[0]->type);
+}
+
+static bool infer_pcast(const Module *mod, const Inst *in, Type *out) {
+  if (!infer_same_shape(mod, in, out))
+    return false;
+  for (int d = 0; d < out->rank; d++)
+    out->spec[d] = in->args[0]->type.spec[d];
+  return true;
+}
+
+static bool infer_same_rank(const Module *mod, const Inst *in, Type *out) {
+  return in->nargs == 1 && ir_arg_is(in, 0, out->dtype) && in->args[0]->type.rank == out->rank;
+}
+
+static bool infer_ppermute(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || !ir_arg_is(in, 0, -1))
+    return false;
+  *out = in->args[0]->type;
+  return true;
+}
+
+static bool infer_axis_index(const Module *mod, const Inst *in, Type *out) {
+  Type s = ty_scalar(DT_I32);
+  return in->nargs == 0 && ir_infer_shape(out, &s);
+}
+
+static const OpDef ops[] = {
+    {.op = IR_RESHARD, .name = "reshard", .vjp = vjp_reshard, .partition = part_reshard_inst, .infer = infer_same_shape},
+    {.op = IR_PCAST, .name = "pcast", .flags = OPF_RECOMPUTE, .print = print_pcast, .vjp = vjp_manual, .emit = emit_view,
+     .result = result_view, .infer = infer_pcast},
+    {.op = IR_ALL_REDUCE, .name = "all_reduce", .flags = COLL, .variant = red_variant, .variants = red_variants, .print = print_axes,
+     .vjp = vjp_manual, .emit = emit_collective, .result = result_steal, .group_bytes = all_reduce_bytes,
+     .net_seconds = all_reduce_seconds, .infer = infer_same_shape},
     {.op = IR_ALL_GATHER, .name = "all_gather", .flags = COLL, .print = print_dim_axes, .vjp = vjp_manual,
-     .emit = emit_collective, .bytes_sent = bytes_sent},
+     .emit = emit_collective, .group_bytes = all_gather_bytes, .net_seconds = all_gather_seconds, .infer = infer_same_rank},
     {.op = IR_REDUCE_SCATTER, .name = "reduce_scatter", .flags = COLL, .variant = red_variant,
-     .print = print_dim_axes, .vjp = vjp_manual, .emit = emit_collective, .bytes_sent = bytes_sent},
+     .variants = red_variants,
+     .print = print_dim_axes, .vjp = vjp_manual, .emit = emit_collective, .group_bytes = scatter_bytes,
+     .net_seconds = reduce_scatter_seconds, .infer = infer_same_rank},
     {.op = IR_ALL_TO_ALL, .name = "all_to_all", .flags = COLL, .print = print_all_to_all, .vjp = vjp_manual,
-     .emit = emit_collective, .bytes_sent = bytes_sent},
+     .emit = emit_collective, .group_bytes = scatter_bytes, .net_seconds = all_to_all_seconds, .infer = infer_same_rank},
     {.op = IR_PPERMUTE, .name = "ppermute", .flags = COLL, .print = print_ppermute, .vjp = vjp_manual,
-     .emit = emit_collective, .bytes_sent = bytes_sent},
-    {.op = IR_PERMUTE, .name = "permute", .flags = COLL, .emit = emit_collective, .bytes_sent = bytes_sent},
-    {.op = IR_AXIS_INDEX, .name = "axis_index", .print = print_axes, .emit = emit_axis_index},
+     .emit = emit_collective, .bytes_sent = ppermute_bytes, .net_seconds = exchange_seconds,
+     .infer = infer_ppermute},
+    {.op = IR_PERMUTE, .name = "permute", .flags = COLL, .emit = emit_collective, .bytes_sent = permute_bytes,
+     .group_bytes = whole_block_bytes, .net_seconds = exchange_seconds, .infer = infer_same_shape},
+    {.op = IR_AXIS_INDEX, .name = "axis_index", .print = print_axes, .emit = emit_axis_index, .infer = infer_axis_index},
     {.op = IR_SLICE_BLOCK, .name = "slice_block", .print = print_dim_axes, .vjp = vjp_manual,
-     .emit = emit_collective},
-    {.op = IR_EMBED_BLOCK, .name = "embed_block", .print = print_dim_axes, .emit = emit_collective},
+     .emit = emit_collective, .infer = infer_same_rank},
+    {.op = IR_EMBED_BLOCK, .name = "embed_block", .print = print_dim_axes, .emit = emit_collective,
+     .infer = infer_same_rank},
     {.op = IR_ZERO_UNLESS_FIRST, .name = "zero_unless_first", .print = print_axes, .emit = emit_collective,
-     .result = result_view_or_alloc},
+     .result = result_view_or_alloc, .infer = infer_same_shape},
     {0},
 };
 
 #define MANUAL BIF_MANUAL_ONLY
-const BuiltinDef op_collective_builtins[] = {
+static const BuiltinDef builtins[] = {
     {.name = "psum", .code = C_PSUM, .flags = MANUAL, .check = check_collective, .lower = lower_collective},
     {.name = "pmax", .code = C_PMAX, .flags = MANUAL, .check = check_collective, .lower = lower_collective},
     {.name = "pmin", .code = C_PMIN, .flags = MANUAL, .check = check_collective, .lower = lower_collective},
@@ -921,6 +1040,12 @@ const BuiltinDef op_collective_builtins[] = {
     {.name = "axis_index", .code = C_AXIS_INDEX, .flags = MANUAL, .check = check_collective,
      .lower = lower_collective},
     {.name = "pcast", .code = C_PCAST, .flags = MANUAL, .check = check_collective, .lower = lower_collective},
-    {.name = "reshard", .code = C_RESHARD, .check = check_reshard, .lower = lower_reshard},
+    {.name = "reshard", .code = C_RESHARD, .flags = BIF_TYPE_ARG, .check = check_reshard, .lower = lower_reshard},
     {0},
+};
+
+const OpFamily op_collective_family = {
+    .name = "collective",
+    .ops = ops,
+    .builtins = builtins,
 };

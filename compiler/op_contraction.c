@@ -18,6 +18,8 @@
 
 enum { K_EINSUM };
 
+enum { IR_DOT = IR_BASE_CONTRACTION };   /* dot_general: attr dot */
+
 static bool is_array(const Value *v) { return v->type.rank > 0; }
 static const char *axes_str(RuleCtx *c, AxisSet s) { return ty_axes_str(c->mesh, s); }
 
@@ -288,8 +290,9 @@ static bool rule_matmul_dims(RuleCtx *c, const Type *a, const Type *b, DotDims *
 }
 /* ---- typing ----------------------------------------------------------------------- */
 
-Type op_check_matmul(TcCtx *c, Expr *e, const Type *annot) {
-  Type a = tc_expr(c, e->lhs), b = tc_expr(c, e->rhs);
+/* a @ b: the typechecker has typed a and b (BuiltinDef, shdc.h). */
+static Type check_matmul(TcCtx *c, Expr *e, const Type *annot) {
+  Type a = *e->lhs->ty, b = *e->rhs->ty;
   if (!tc_want_array(c, e->lhs, &a, "@") | !tc_want_array(c, e->rhs, &b, "@"))
     return ty_error();
   RuleCtx r = tc_rule(c, e->pos, "matmul");
@@ -618,7 +621,7 @@ static Value *emit_reduce(Lower *L, Pos pos, Value *x, int redop, unsigned mask,
   return in->results[0];
 }
 
-Value *op_lower_matmul(Lower *L, Expr *e) {
+static Value *lower_matmul(Lower *L, Expr *e) {
   TcInfo *info = e->tc;
   Value *a = lower_expr(L, e->lhs), *b = lower_expr(L, e->rhs);
   Value *d = lower_dot(L, e->pos, a, b, &info->dot, info->dot_type);
@@ -998,13 +1001,49 @@ static void print_dot(FILE *out, const Module *mod, const Inst *in) {
   ir_print_ints(out, "rhs_contract", in->dot.rhs_contract, in->dot.ncontract);
 }
 
-const OpDef op_contraction_ops[] = {
-    {.op = IR_DOT, .name = "dot", .flags = OPF_OUT_SHARDING, .print = print_dot, .vjp = vjp_dot,
-     .partition = part_dot, .emit = emit_dot_inst, .temp_bytes = dot_temp_bytes},
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* dot_general's shape: batch dims, then lhs's free dims, then rhs's; the
+ * sharding is the out_sharding chosen. */
+static bool infer_dot(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 2 || !ir_arg_is(in, 0, -1) || !ir_arg_is(in, 1, in->args[0]->type.dtype))
+    return false;
+  RuleCtx rc = ir_rule_ctx(mod, in);
+  Type r;
+  return dot_shapes(&rc, &in->args[0]->type, &in->args[1]->type, &in->dot, &r) && ir_infer_shape(out, &r);
+}
+
+/* The axes the contracting dims are split over, alike on both operands
+ * (0 when they differ: the partitioner gathers instead). */
+static AxisSet dot_partial_axes(const Inst *d) {
+  AxisSet A = 0;
+  for (int i = 0; i < d->dot.ncontract; i++) {
+    DimSpec l = d->args[0]->type.spec[d->dot.lhs_contract[i]], r = d->args[1]->type.spec[d->dot.rhs_contract[i]];
+    if (!l.n && !r.n)
+      continue;
+    if (!ty_spec_equal(l, r))
+      return 0;
+    A |= ty_spec_axes(l);
+  }
+  return A;
+}
+
+static const OpDef ops[] = {
+    {.op = IR_DOT, .name = "dot", .flags = OPF_OUT_SHARDING | OPF_TRACE_LINE, .print = print_dot, .vjp = vjp_dot,
+     .partition = part_dot, .emit = emit_dot_inst, .temp_bytes = dot_temp_bytes, .infer = infer_dot,
+     .partial_axes = dot_partial_axes},
     {0},
 };
 
-const BuiltinDef op_contraction_builtins[] = {
+static const BuiltinDef builtins[] = {
     {.name = "einsum", .code = K_EINSUM, .flags = BIF_ANNOT, .check = check_einsum, .lower = lower_einsum},
+    {.name = "@", .code = BIN_MATMUL, .flags = BIF_ANNOT, .check = check_matmul, .lower = lower_matmul,
+     .syntax = SYN_MATMUL},
     {0},
+};
+
+const OpFamily op_contraction_family = {
+    .name = "contraction",
+    .ops = ops,
+    .builtins = builtins,
 };

@@ -15,6 +15,11 @@
 
 enum { CR_ZEROS, CR_ONES, CR_FULL, CR_IOTA, CR_NORMAL, CR_UNIFORM };
 
+enum {
+  IR_IOTA = IR_BASE_CREATION,   /* attr dim: value = global index along dim */
+  IR_RANDOM,                    /* args: seed (i32); attr fn: 0 normal, 1 uniform */
+};
+
 static bool is_array(const Value *v) { return v->type.rank > 0; }
 
 /* ---- typing ------------------------------------------------------------------------- */
@@ -222,19 +227,42 @@ static void print_random(FILE *out, const Module *mod, const Inst *in) {
   fprintf(out, " %s", in->fn ? "uniform" : "normal");
 }
 
-const OpDef op_creation_ops[] = {
-    {.op = IR_FILL, .name = "fill", .vjp = vjp_fill, .partition = part_created, .emit = emit_fill},
-    {.op = IR_IOTA, .name = "iota", .print = print_iota, .partition = part_created, .emit = emit_iota},
-    {.op = IR_RANDOM, .name = "random", .print = print_random, .partition = part_created, .emit = emit_random},
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* fill spreads a scalar of the result's dtype; iota counts along a dim of
+ * the result; random draws floats from an i32 seed. The type itself is
+ * the one the program declared (its out_sharding). */
+static bool infer_fill(const Module *mod, const Inst *in, Type *out) {
+  return in->nargs == 1 && ir_arg_is(in, 0, out->dtype) && in->args[0]->type.rank == 0;
+}
+
+static bool infer_iota(const Module *mod, const Inst *in, Type *out) {
+  return in->nargs == 0 && in->dim >= 0 && in->dim < out->rank && out->dtype != DT_BOOL;
+}
+
+static bool infer_random(const Module *mod, const Inst *in, Type *out) {
+  return in->nargs == 1 && ir_arg_is(in, 0, DT_I32) && in->args[0]->type.rank == 0 && ty_is_float(out->dtype);
+}
+
+static const OpDef ops[] = {
+    {.op = IR_FILL, .name = "fill", .flags = OPF_RECOMPUTE, .vjp = vjp_fill, .partition = part_created, .emit = emit_fill, .infer = infer_fill},
+    {.op = IR_IOTA, .name = "iota", .flags = OPF_RECOMPUTE, .print = print_iota, .partition = part_created, .emit = emit_iota, .infer = infer_iota},
+    {.op = IR_RANDOM, .name = "random", .flags = OPF_RECOMPUTE, .print = print_random, .partition = part_created, .emit = emit_random, .infer = infer_random},
     {0},
 };
 
-const BuiltinDef op_creation_builtins[] = {
-    {.name = "zeros", .code = CR_ZEROS, .flags = BIF_ANNOT, .check = check_creation, .lower = lower_creation},
-    {.name = "ones", .code = CR_ONES, .flags = BIF_ANNOT, .check = check_creation, .lower = lower_creation},
-    {.name = "full", .code = CR_FULL, .flags = BIF_ANNOT, .check = check_creation, .lower = lower_creation},
-    {.name = "iota", .code = CR_IOTA, .flags = BIF_ANNOT, .check = check_creation, .lower = lower_creation},
-    {.name = "normal", .code = CR_NORMAL, .flags = BIF_ANNOT, .check = check_creation, .lower = lower_creation},
-    {.name = "uniform", .code = CR_UNIFORM, .flags = BIF_ANNOT, .check = check_creation, .lower = lower_creation},
+static const BuiltinDef builtins[] = {
+    {.name = "zeros", .code = CR_ZEROS, .flags = BIF_ANNOT | BIF_TYPE_ARG, .check = check_creation, .lower = lower_creation},
+    {.name = "ones", .code = CR_ONES, .flags = BIF_ANNOT | BIF_TYPE_ARG, .check = check_creation, .lower = lower_creation},
+    {.name = "full", .code = CR_FULL, .flags = BIF_ANNOT | BIF_TYPE_ARG, .check = check_creation, .lower = lower_creation},
+    {.name = "iota", .code = CR_IOTA, .flags = BIF_ANNOT | BIF_TYPE_ARG, .check = check_creation, .lower = lower_creation},
+    {.name = "normal", .code = CR_NORMAL, .flags = BIF_ANNOT | BIF_TYPE_ARG, .check = check_creation, .lower = lower_creation},
+    {.name = "uniform", .code = CR_UNIFORM, .flags = BIF_ANNOT | BIF_TYPE_ARG, .check = check_creation, .lower = lower_creation},
     {0},
+};
+
+const OpFamily op_creation_family = {
+    .name = "creation",
+    .ops = ops,
+    .builtins = builtins,
 };

@@ -1,5 +1,6 @@
 /* op_elementwise.c: the elementwise family with more than one operand:
- * the binary operators (+ - * / ** % < <= > >= == != & |), maximum,
+ * the binary operators (+ - * / ** % < <= > >= == != & |, rows of the
+ * builtin table like the functions, with integer constant folding), maximum,
  * minimum, where (typing-rules 1.3 with 3.4, 3.5, D2, D7), and cast (1.2).
  * The unary functions are in op_unary.c.
  *
@@ -388,14 +389,33 @@ static const char *binop_opname(int op) {
   }
 }
 
-Type op_check_binary(TcCtx *c, Expr *e) {
-  Type a = tc_expr(c, e->lhs), b = tc_expr(c, e->rhs);
-  const char *name = ast_binop_text(e->op);
-  if (a.kind == TY_STRING || b.kind == TY_STRING)
-    return op_check_string_binary(c, e, &a, &b);
+/* a + b, ... on arrays and scalars: the typechecker has typed a and b
+ * (BuiltinDef, shdc.h); a str operand goes to op_string.c's rows. */
+static Type check_binary_op(TcCtx *c, Expr *e, const Type *annot) {
+  Type a = *e->lhs->ty, b = *e->rhs->ty;
+  const char *name = e->bi->name;
   if (!tc_want_array(c, e->lhs, &a, name) | !tc_want_array(c, e->rhs, &b, name))
     return ty_error();
   RuleCtx r = tc_rule(c, e->pos, binop_opname(e->op));
+  /* x ** 2 with an integer literal (or const) exponent is JAX's
+   * integer_pow, a unary op with no rule for reduced operands (typing-rules
+   * 3.5); x ** 2.0 is pow, which keeps R like every binary op. */
+  if (e->op == BIN_POW && b.weak && b.dtype == DT_I32 && b.rank == 0 && !a.weak && a.R) {
+    const char *x = tc_expr_text(e->lhs), *n = tc_expr_text(e->rhs);
+    bool digits = n[n[0] == '-'] != 0 && strspn(n + (n[0] == '-'), "0123456789") == strlen(n + (n[0] == '-'));
+    const char *fl = digits ? arena_printf("%s.0", n) : arena_printf("cast(%s, %s)", n, ty_dtype_name(a.dtype));
+    AxisSet m = a.R & c->manual, g = a.R & ~c->manual;
+    Type plain = a;
+    plain.R &= c->manual;
+    const char *other = g ? arena_printf("reshard(%s, %s)", x, ty_str(c->mesh, &plain))
+                          : arena_printf("pcast(%s, %s, to=varying)", x, ty_axes_arg(c->mesh, m));
+    rule_fail(&r, "E_UR",
+              "power: %s ** %s with an integer exponent is integer_pow, which has no rule for reduced operands "
+              "(typing-rules 3.5), and %s is %s; write %s ** %s (a float exponent keeps it reduced), or change "
+              "the operand first: %s",
+              x, n, x, ty_str(c->mesh, &a), x, fl, other);
+    return ty_error();
+  }
   const Type *ops[2] = {&a, &b};
   Type out;
   return rule_elementwise(&r, e->op, 2, ops, &out) ? out : ty_error();
@@ -459,11 +479,16 @@ static Type check_cast(TcCtx *c, Expr *e, const Type *annot) {
 
 /* ---- lowering ---------------------------------------------------------------------- */
 
-static DType operand_dtype(Expr **ops, int n) {
+/* The dtype the operands are computed in: a strong operand's, as weak ones
+ * adopt it (D7). Weak operands only are a constant expression that took a
+ * strong type from an annotation (`-> f64 { return 0.0 - 3.195 }`): it is
+ * computed in that type, not in the literals' f32 (a comparison's or
+ * logic's bool result says nothing of its operands). */
+static DType operand_dtype(Expr **ops, int n, const Type *result) {
   for (int i = 0; i < n; i++)
     if (ops[i] && !ops[i]->ty->weak)
       return ops[i]->ty->dtype;
-  return ops[0]->ty->dtype;
+  return result->dtype != DT_BOOL ? result->dtype : ops[0]->ty->dtype;
 }
 
 static Value *lower_elementwise(Lower *L, Expr *e, int irop, int fn, Expr **ops, int n) {
@@ -475,7 +500,7 @@ static Value *lower_elementwise(Lower *L, Expr *e, int irop, int fn, Expr **ops,
     cases = ops + 1;
     ncases = n - 1;
   }
-  DType dt = operand_dtype(cases, ncases);
+  DType dt = operand_dtype(cases, ncases, e->ty);
   for (int i = 0; i < ncases; i++)
     args[i + (n - ncases)] = lower_as(L, cases[i], dt);
   for (int i = 0; i < n; i++)
@@ -493,9 +518,7 @@ static Value *lower_nary(Lower *L, Expr *e) {
   return op == E_WHERE ? lower_elementwise(L, e, IR_SELECT, 0, ops, 3) : lower_elementwise(L, e, IR_BINARY, op, ops, 2);
 }
 
-Value *op_lower_binary(Lower *L, Expr *e) {
-  if (e->lhs->ty->kind == TY_STRING)
-    return op_lower_string_binary(L, e);
+static Value *lower_binary_op(Lower *L, Expr *e) {
   Expr *ops[2] = {e->lhs, e->rhs};
   return lower_elementwise(L, e, IR_BINARY, e->op, ops, 2);
 }
@@ -519,7 +542,7 @@ static double ipow(double a, double b) {
   return (double)(int32_t)(int64_t)r;
 }
 
-double op_fold_binary(int op, double a, double b, bool integer) {
+static double fold_bin(int op, double a, double b, bool integer) {
   switch (op) {
   case BIN_ADD: return a + b;
   case BIN_SUB: return a - b;
@@ -554,7 +577,66 @@ static double fold_nary(Lower *L, Expr *e) {
   TcInfo *info = e->tc;
   if (e->bi->code == E_WHERE)
     return lower_fold(L, info->x) != 0 ? lower_fold(L, info->y) : lower_fold(L, info->z);
-  return op_fold_binary(e->bi->code, lower_fold(L, info->x), lower_fold(L, info->y), false);
+  return fold_bin(e->bi->code, lower_fold(L, info->x), lower_fold(L, info->y), false);
+}
+
+/* ---- constant operators: integers exactly, in 64 bits ------------------------------------ */
+
+static bool const_error(Expr *e, const char *what) {
+  diag_error(e->pos, "E_CONST", "%s in a constant expression: %s", what, tc_expr_text(e));
+  return false;
+}
+
+/* x ** y of integers by squaring, false on overflow. */
+static bool ipow_checked(int64_t x, int64_t y, int64_t *r) {
+  *r = 1;
+  for (; y > 0; y >>= 1) {
+    if ((y & 1) && __builtin_mul_overflow(*r, x, r))
+      return false;
+    if (y > 1 && __builtin_mul_overflow(x, x, &x))
+      return false;
+  }
+  return true;
+}
+
+/* Integer constants fold exactly in 64 bits; overflow, a division or
+ * remainder by zero and a negative power are errors at the expression
+ * ([E_CONST]), where the run time would stop or wrap. */
+static double fold_integer(Expr *e, double a, double b) {
+  if (!(fabs(a) < 0x1p63 && fabs(b) < 0x1p63))
+    return const_error(e, "integer overflow (beyond 64 bits)");
+  int64_t x = (int64_t)a, y = (int64_t)b, r = 0;
+  bool over = false;
+  switch (e->op) {
+  case BIN_ADD: over = __builtin_add_overflow(x, y, &r); break;
+  case BIN_SUB: over = __builtin_sub_overflow(x, y, &r); break;
+  case BIN_MUL: over = __builtin_mul_overflow(x, y, &r); break;
+  case BIN_DIV:
+  case BIN_MOD:
+    if (y == 0)
+      return const_error(e, e->op == BIN_DIV ? "division by zero" : "remainder by zero");
+    over = x == INT64_MIN && y == -1;
+    r = over ? 0 : e->op == BIN_DIV ? x / y : x % y;
+    if (e->op == BIN_MOD && r != 0 && (r < 0) != (y < 0))   /* the sign of the divisor, as NumPy */
+      r += y;
+    break;
+  case BIN_POW:
+    if (y < 0)
+      return const_error(e, "an integer to a negative integer power (not allowed, as in NumPy)");
+    over = !ipow_checked(x, y, &r);
+    break;
+  default:
+    return fold_bin(e->op, a, b, true);
+  }
+  if (over)
+    return const_error(e, "integer overflow (beyond 64 bits)");
+  return (double)r;
+}
+
+static double fold_binary_op(Lower *L, Expr *e) {
+  bool integer = e->lhs->ty->dtype == DT_I32 && e->rhs->ty->dtype == DT_I32;
+  double a = lower_fold(L, e->lhs), b = lower_fold(L, e->rhs);
+  return integer ? fold_integer(e, a, b) : fold_bin(e->op, a, b, false);
 }
 
 static double fold_cast(Lower *L, Expr *e) {
@@ -651,6 +733,37 @@ static void vjp_cast(AD *a, Inst *in, Value *g) {
     ad_add_ct(a, in->args[0], g);
 }
 
+/* ---- types from operands ------------------------------------------------------------- */
+
+/* The rule of the operator (1.3), a literal operand weak (D7). */
+static bool infer_elementwise(const Module *mod, const Inst *in, Type *out) {
+  Type ts[3];
+  const Type *tp[3];
+  if (in->nargs != (in->op == IR_SELECT ? 3 : 2))
+    return false;
+  for (int i = 0; i < in->nargs; i++) {
+    ts[i] = in->args[i]->type;
+    ts[i].weak = ir_is_literal(in->args[i]);
+    tp[i] = &ts[i];
+  }
+  RuleCtx rc = ir_rule_ctx(mod, in);
+  if (!rule_elementwise(&rc, in->op == IR_SELECT ? -1 : in->fn, in->nargs, tp, out))
+    return false;
+  out->weak = false;
+  return true;
+}
+
+/* The operand's type in the result's dtype (which is the cast's only
+ * attribute). */
+static bool infer_cast(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || in->args[0]->type.kind != TY_ARRAY)
+    return false;
+  DType dt = out->dtype;
+  *out = in->args[0]->type;
+  out->dtype = dt;
+  return true;
+}
+
 /* ---- partitioning -------------------------------------------------------------------- */
 
 static void part_elementwise(Part *p, Inst *in, Value **args) {
@@ -665,13 +778,13 @@ static void part_elementwise(Part *p, Inst *in, Value **args) {
 
 /* ---- C ---------------------------------------------------------------------------------- */
 
+/* NULL-terminated at BIN_MATMUL, which is no IR operation (OpDef.variants). */
 static const char *binop_names[BIN__COUNT] = {
     [BIN_ADD] = "add", [BIN_SUB] = "sub", [BIN_MUL] = "mul", [BIN_DIV] = "div", [BIN_MAX] = "max",
     [BIN_MIN] = "min", [BIN_POW] = "pow", [BIN_MOD] = "mod", [BIN_LT] = "lt", [BIN_LE] = "le", [BIN_GT] = "gt",
     [BIN_GE] = "ge", [BIN_EQ] = "eq", [BIN_NE] = "ne", [BIN_AND] = "and", [BIN_OR] = "or",
 };
 
-const char *op_binary_name(int op) { return binop_names[op]; }
 
 static const char *binary_c(int fn, DType dt, const char *a, const char *b) {
   const char *n = ty_dtype_name(dt);
@@ -735,7 +848,7 @@ static void mark_unary(const IrBlock *b, bool *used) {
  * minimum propagate NaN, % has the sign of the divisor, integer division
  * and remainder by zero stop the program), and of the unary functions the
  * module uses. */
-void op_elementwise_preamble(Emit *e) {
+static void preamble(Emit *e) {
   FILE *o = emit_out(e);
   /* i32 arithmetic wraps as NumPy's does, computed in uint32_t so that C
    * has no undefined overflow; a float outside the i32 range (or NaN)
@@ -789,20 +902,34 @@ void op_elementwise_preamble(Emit *e) {
 
 static const char *binary_variant(const Inst *in) { return binop_names[in->fn]; }
 
-const OpDef op_elementwise_ops[] = {
-    {.op = IR_BINARY, .name = "binary", .flags = OPF_ELEMENTWISE, .variant = binary_variant, .vjp = vjp_binary,
-     .partition = part_elementwise, .expr = binary_expr},
+static const OpDef ops[] = {
+    {.op = IR_BINARY, .name = "binary", .flags = OPF_ELEMENTWISE, .variant = binary_variant, .variants = binop_names, .vjp = vjp_binary,
+     .partition = part_elementwise, .expr = binary_expr, .infer = infer_elementwise},
     {.op = IR_SELECT, .name = "select", .flags = OPF_ELEMENTWISE, .vjp = vjp_select, .partition = part_elementwise,
-     .expr = select_expr},
+     .expr = select_expr, .infer = infer_elementwise},
     {.op = IR_CAST, .name = "cast", .flags = OPF_ELEMENTWISE, .vjp = vjp_cast, .partition = part_as_result,
-     .expr = cast_expr},
+     .expr = cast_expr, .infer = infer_cast},
     {0},
 };
 
-const BuiltinDef op_elementwise_builtins[] = {
+#define OPERATOR(text, op)                                                                                    \
+  {.name = text, .code = op, .check = check_binary_op, .lower = lower_binary_op, .fold = fold_binary_op,            \
+   .syntax = SYN_BINARY}
+static const BuiltinDef builtins[] = {
     {.name = "maximum", .code = BIN_MAX, .check = check_nary, .lower = lower_nary, .fold = fold_nary},
     {.name = "minimum", .code = BIN_MIN, .check = check_nary, .lower = lower_nary, .fold = fold_nary},
     {.name = "where", .code = E_WHERE, .check = check_nary, .lower = lower_nary, .fold = fold_nary},
-    {.name = "cast", .code = E_CAST, .check = check_cast, .lower = lower_cast, .fold = fold_cast},
+    {.name = "cast", .code = E_CAST, .flags = BIF_TYPE_ARG, .check = check_cast, .lower = lower_cast, .fold = fold_cast},
+    OPERATOR("+", BIN_ADD), OPERATOR("-", BIN_SUB), OPERATOR("*", BIN_MUL), OPERATOR("/", BIN_DIV),
+    OPERATOR("**", BIN_POW), OPERATOR("%", BIN_MOD), OPERATOR("<", BIN_LT), OPERATOR("<=", BIN_LE),
+    OPERATOR(">", BIN_GT), OPERATOR(">=", BIN_GE), OPERATOR("==", BIN_EQ), OPERATOR("!=", BIN_NE),
+    OPERATOR("&", BIN_AND), OPERATOR("|", BIN_OR),
     {0},
+};
+
+const OpFamily op_elementwise_family = {
+    .name = "elementwise",
+    .ops = ops,
+    .builtins = builtins,
+    .preamble = preamble,
 };

@@ -8,8 +8,11 @@
  *
  * Types: the gathered dim of the operand must be unsharded, or the call
  * annotated ([E_GATHER], whose fix is the annotation); the other dims keep
- * their specs, the indices' dims take the indices' specs (take_along_axis:
- * batch dims agree, or one side is unsharded). A gather over a dim split
+ * their specs. Indices sharded on a dim that is not a batch dim of the
+ * gather (every dim of take's indices; take_along_axis's where the operand
+ * broadcasts) need the annotation too ([E_GATHER], as JAX asks for
+ * out_sharding); take_along_axis's batch dims agree, or one side is
+ * unsharded, and the result takes the sharded side. A gather over a dim split
  * across an axis, annotated <U:axis>, is a masked local lookup: each
  * device contributes the rows it holds and zeros elsewhere, so the result
  * is a pending sum and nothing moves (Megatron's vocab-parallel embedding
@@ -20,7 +23,8 @@
  *
  * Partitioning has the shape of every rule: the operands are resharded to
  * the layout the result asks for (the embedding lookup
- * take(wte: f32[V, C@model], ids: i32[B@data, T], axis=0) needs nothing),
+ * take(wte: f32[V, C@model], ids: i32[B@data, T], axis=0) as
+ * f32[B@data, T, C@model] needs nothing),
  * the kernel runs on local blocks and its natural result (pending over
  * the gathered dim's axes, or over the axes that split the indices of a
  * scatter-add) is resharded to the asked type. So the gradient of an
@@ -180,6 +184,23 @@ static bool gathered_dim_fail(RuleCtx *c, const Type *x, int k, int n, const Typ
               c->opname, k, TS(x), ty_axes_str(c->mesh, A), call, TS(&u), call, TS(&rep), TS(&xr));
 }
 
+/* Indices sharded on dims that are not batch dims of the gather (all of
+ * take's; take_along_axis's where the operand's dim is 1): JAX's rule
+ * (typing-rules 1.10) accepts only unsharded ones without out_sharding,
+ * since the result could follow the indices or not; the annotation says. */
+static bool sharded_indices_fail(RuleCtx *c, const Type *idx, AxisSet A, Type fix, const char *call) {
+  Type rep = *idx;
+  for (int d = 0; d < rep.rank; d++)
+    if (ty_spec_axes(rep.spec[d]) & A)
+      rep.spec[d].n = 0;
+  rule_stage_annotate(NULL, TS(&fix), arena_printf("annotate the result as %s (sharded like the indices)", TS(&fix)));
+  return fail(c, "E_GATHER",
+              "%s: the indices %s are sharded over %s on dims that are not batch dims of the gather (typing-rules "
+              "1.10), so the result's sharding is ambiguous; annotate the result to say where it goes, e.g. `%s as "
+              "%s` (sharded like the indices: no communication), or reshard the indices first: reshard(idx, %s)",
+              c->opname, TS(idx), ty_axes_str(c->mesh, A), call, TS(&fix), TS(&rep));
+}
+
 /* An annotation as the out_sharding of a gather: shape, dtype and V of the
  * result, the operand's R, and pending sums only over the axes that split
  * the gathered dim. */
@@ -230,13 +251,19 @@ static bool rule_take(RuleCtx *c, const Type *x0, const Type *idx0, int k, const
     return gathered_dim_fail(c, &eff[0], k, eff[1].rank, &r, call);
   if (!no_duplicate(c, &r, &eff[0], &eff[1], k, eff[1].rank, call))
     return false;
+  if (ty_dim_axes(&eff[1]))
+    return sharded_indices_fail(c, &eff[1], ty_dim_axes(&eff[1]), r, call);
   *out = r;
   return true;
 }
 
 /* take_along_axis: the same rank; dims other than k broadcast (sizes equal
- * or 1) and are batch dims, whose specs agree or are unsharded on one side;
- * dim k has the indices' size and must be unsharded in the indices. */
+ * or 1). Dims of equal size are batch dims, whose specs agree or are
+ * unsharded on one side; where the indices' size is 1 the operand's dim is
+ * taken whole (its spec); where the operand's is 1 the indices' dim is not
+ * a batch dim and must be unsharded unless annotated (as jnp's gather
+ * numbers them). Dim k has the indices' size and must be unsharded in the
+ * indices. */
 static bool rule_take_along(RuleCtx *c, const Type *x0, const Type *idx0, int k, const Type *annot, const char *call,
                             Type *out) {
   if (!index_dtype(c, idx0, "take_along_axis"))
@@ -254,6 +281,7 @@ static bool rule_take_along(RuleCtx *c, const Type *x0, const Type *idx0, int k,
   r.weak = false;
   r.V = V;
   r.U = 0;
+  AxisSet nonbatch = 0;   /* axes sharding indices' dims the operand broadcasts (its size 1) */
   for (int d = 0; d < x->rank; d++) {
     int64_t a = x->shape[d], b = idx->shape[d];
     if (d == k) {
@@ -277,6 +305,8 @@ static bool rule_take_along(RuleCtx *c, const Type *x0, const Type *idx0, int k,
                   d, TS(x), TS(idx), TS(&fix));
     }
     r.spec[d] = xs.n ? xs : is;
+    if (a == 1 && b != 1)
+      nonbatch |= ty_spec_axes(idx->spec[d]);
   }
   if (idx->spec[k].n) {
     Type fix = *idx;
@@ -295,6 +325,8 @@ static bool rule_take_along(RuleCtx *c, const Type *x0, const Type *idx0, int k,
     return gathered_dim_fail(c, x, k, 1, &r, call);
   if (!no_duplicate(c, &r, x, idx, 0, 0, call))
     return false;
+  if (nonbatch)
+    return sharded_indices_fail(c, idx, nonbatch, r, call);
   *out = r;
   return true;
 }
@@ -382,7 +414,10 @@ static Type check_take(TcCtx *c, Expr *e, const Type *annot) {
   Type a2;
   if (annot && c->annot_v_free) {
     a2 = *annot;
-    tc_manual_states_from(c, &a2, x.V | idx.V, 0, x.R);
+    /* A reduced table meeting varying indices is cast to varying (2.2):
+     * the result is not reduced over those axes (its gradient, through
+     * the cast's transpose, is unreduced there: 4.3). */
+    tc_manual_states_from(c, &a2, x.V | idx.V, 0, x.R & ~(x.V | idx.V));
     pa = &a2;
   }
   Type out;
@@ -405,7 +440,8 @@ static Type check_one_hot(TcCtx *c, Expr *e, const Type *annot) {
   if (!tc_const_int(c, pos[1], &n))
     return ty_error();
   if (n < 1 || n > 2147483647LL) {
-    diag_error(pos[1]->pos, "E_ARG", "one_hot: the number of classes must be at least 1, not %lld", (long long)n);
+    diag_error(pos[1]->pos, "E_ARG", "one_hot: the number of classes must be 1 to 2147483647 (an i32 index), not %lld",
+               (long long)n);
     return ty_error();
   }
   RuleCtx r = tc_rule(c, e->pos, "one_hot");
@@ -590,9 +626,12 @@ static void emit_take(Emit *e, const Inst *in) {
   int k = in->dim;
   int64_t outer, inner;
   outer_inner(e, &x->type, k, &outer, &inner);
-  emit_def_array(e, r, false);
+  if (r->type.rank == 0)   /* a 1-D x at a scalar index: a scalar, a C variable */
+    emit_def_scalar(e, r);
+  else
+    emit_def_array(e, r, false);
   emit_line(e, "shd_take(%s, %s, %s, sizeof(%s), %lld, %lld, %lld, %lld, %s, %lld, %d, %s);", vname(x), emit_addr(idx),
-            vname(r), ctype(r), (long long)outer, (long long)ty_local_dim(emit_mesh(e), &x->type, k), (long long)inner,
+            emit_addr(r), ctype(r), (long long)outer, (long long)ty_local_dim(emit_mesh(e), &x->type, k), (long long)inner,
             (long long)emit_local_count(e, &idx->type), row0(e, &x->type, k), (long long)x->type.shape[k], k,
             emit_where_lit(e, in->pos));
 }
@@ -603,7 +642,7 @@ static void emit_scatter(Emit *e, const Inst *in) {
   int64_t outer, inner;
   outer_inner(e, &r->type, k, &outer, &inner);
   emit_def_array(e, r, true);
-  emit_line(e, "shd_scatter_add(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %s, %lld, %d, %s);", vname(g), emit_addr(idx),
+  emit_line(e, "shd_scatter_add(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %s, %lld, %d, %s);", emit_addr(g), emit_addr(idx),
             vname(r), emit_dtconst(r->type.dtype), (long long)outer, (long long)ty_local_dim(emit_mesh(e), &r->type, k),
             (long long)inner, (long long)emit_local_count(e, &idx->type), row0(e, &r->type, k),
             (long long)r->type.shape[k], k, emit_where_lit(e, in->pos));
@@ -636,21 +675,76 @@ static void print_dim(FILE *out, const Module *mod, const Inst *in) { fprintf(ou
 
 /* ---- the tables ---------------------------------------------------------------------------------- */
 
-const OpDef op_gather_ops[] = {
-    {.op = IR_TAKE, .name = "take", .print = print_dim, .vjp = vjp_gather, .partition = part_take, .emit = emit_take},
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* take: x's dims around dim, idx's dims in its place; take_along_axis:
+ * idx's size along dim, the others broadcast; one_hot: idx's dims and the classes (the declared last
+ * dim). A scatter-add makes the declared array (its transpose's operand)
+ * from updates of its dtype. Indices are i32. */
+static bool infer_take(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 2 || !ir_arg_is(in, 0, -1) || !ir_arg_is(in, 1, DT_I32))
+    return false;
+  const Type *x = &in->args[0]->type, *idx = &in->args[1]->type;
+  if (in->dim < 0 || in->dim >= x->rank)
+    return false;
+  Type r = *x;
+  if (in->op == IR_TAKE_ALONG) {   /* the other dims broadcast, as NumPy's */
+    if (idx->rank != x->rank)
+      return false;
+    for (int d = 0; d < idx->rank; d++) {
+      if (d != in->dim && idx->shape[d] != x->shape[d] && idx->shape[d] != 1 && x->shape[d] != 1)
+        return false;
+      r.shape[d] = d == in->dim || x->shape[d] == 1 ? idx->shape[d] : x->shape[d];
+    }
+    return ir_infer_shape(out, &r);
+  }
+  if (x->rank - 1 + idx->rank > MAX_RANK)
+    return false;
+  r.rank = 0;
+  for (int d = 0; d < x->rank; d++)
+    if (d != in->dim)
+      r.shape[r.rank++] = x->shape[d];
+    else
+      for (int k = 0; k < idx->rank; k++)
+        r.shape[r.rank++] = idx->shape[k];
+  return ir_infer_shape(out, &r);
+}
+
+static bool infer_scatter(const Module *mod, const Inst *in, Type *out) {
+  return in->nargs == 2 && ir_arg_is(in, 0, out->dtype) && ir_arg_is(in, 1, DT_I32) && in->dim >= 0 &&
+         in->dim < out->rank;
+}
+
+static bool infer_one_hot(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || !ir_arg_is(in, 0, DT_I32) || in->args[0]->type.rank + 1 > MAX_RANK || out->rank < 1)
+    return false;
+  Type r = in->args[0]->type;
+  r.dtype = out->dtype;
+  r.shape[r.rank++] = out->shape[out->rank - 1];
+  return ir_infer_shape(out, &r);
+}
+
+static const OpDef ops[] = {
+    {.op = IR_TAKE, .name = "take", .print = print_dim, .vjp = vjp_gather, .partition = part_take, .emit = emit_take, .infer = infer_take},
     {.op = IR_TAKE_ALONG, .name = "take_along_axis", .print = print_dim, .vjp = vjp_gather,
-     .partition = part_take_along, .emit = emit_along},
+     .partition = part_take_along, .emit = emit_along, .infer = infer_take},
     {.op = IR_SCATTER_ADD, .name = "scatter_add", .flags = OPF_OUT_SHARDING, .print = print_dim, .vjp = vjp_scatter,
-     .partition = part_scatter, .emit = emit_scatter},
+     .partition = part_scatter, .emit = emit_scatter, .infer = infer_scatter},
     {.op = IR_SCATTER_ALONG, .name = "scatter_add_along", .print = print_dim, .vjp = vjp_scatter,
-     .partition = part_scatter, .emit = emit_along},
-    {.op = IR_ONE_HOT, .name = "one_hot", .partition = part_one_hot, .emit = emit_one_hot},
+     .partition = part_scatter, .emit = emit_along, .infer = infer_scatter},
+    {.op = IR_ONE_HOT, .name = "one_hot", .partition = part_one_hot, .emit = emit_one_hot, .infer = infer_one_hot},
     {0},
 };
 
-const BuiltinDef op_gather_builtins[] = {
+static const BuiltinDef builtins[] = {
     {.name = "take", .code = G_TAKE, .flags = BIF_ANNOT, .check = check_take, .lower = lower_take},
     {.name = "take_along_axis", .code = G_TAKE_ALONG, .flags = BIF_ANNOT, .check = check_take, .lower = lower_take},
     {.name = "one_hot", .code = G_ONE_HOT, .flags = BIF_ANNOT, .check = check_one_hot, .lower = lower_one_hot},
     {0},
+};
+
+const OpFamily op_gather_family = {
+    .name = "gather",
+    .ops = ops,
+    .builtins = builtins,
 };

@@ -16,7 +16,9 @@
  * replicated. An annotation on an indexing expression is its result
  * sharding. Slices, pads, splits and concatenations keep U and R;
  * dynamic_slice keeps R and rejects U; concatenate, stack and
- * dynamic_update_slice need identical shardings ([E_SAME]) and equal U, R.
+ * dynamic_update_slice need identical shardings ([E_SAME]) and equal U, R
+ * (an update of one row into a batch split over devices is resharded by
+ * the program first, as in JAX).
  *
  * Partitioning moves only the rows that change owner, never the whole
  * array: a dim whose size changes and that is sharded over a group of
@@ -289,7 +291,7 @@ static const char *index_fix(TcCtx *c, Expr *e, const Type *x, const IndexInfo *
                       tc_expr_text(e), TS(&f), TS(&xr));
 }
 
-Type op_check_index(TcCtx *c, Expr *e, const Type *annot) {
+static Type check_index(TcCtx *c, Expr *e, const Type *annot) {
   IndexInfo *info = index_info(e);
   Type x = tc_operand(c, e->lhs, "indexing");
   if (x.kind == TY_ERROR)
@@ -485,26 +487,34 @@ static bool same_dtype_shape_rank(TcCtx *c, Expr *at, const Type *x, const Type 
 }
 
 /* Operand and update (or the operands of concatenate, stack): the same dim
- * specs ([E_SAME]), unreduced and reduced axes ([E_UR]). With `window`
- * (dynamic_update_slice) a dim of the update b may also be unsharded: each
- * device writes the part of the window its block holds (one row of a
- * batch split over devices cannot be split like the batch). */
-static bool same_sharding(RuleCtx *c, const Type *a, const Type *b, const char *bname, const char *btext,
-                          bool window) {
+ * specs ([E_SAME]), unreduced and reduced axes ([E_UR]), as JAX requires
+ * (typing-rules 1.10: dynamic_update_slice's operand and update have
+ * identical shardings). The fix reshards the update like the operand when
+ * its sizes allow, else the operand like the update. */
+static bool same_sharding(RuleCtx *c, const Type *a, const Type *b, const char *bname, const char *btext) {
   bool same = true;
   for (int d = 0; d < a->rank && same; d++)
-    same = ty_spec_equal(a->spec[d], b->spec[d]) || (window && b->spec[d].n == 0);
+    same = ty_spec_equal(a->spec[d], b->spec[d]);
   if (!same) {
     Type want = *a;
+    bool fits = true;
     for (int d = 0; d < a->rank; d++) {
       want.shape[d] = b->shape[d];
-      if (window && (b->spec[d].n == 0 || b->shape[d] % parts(c->mesh, a->spec[d]) != 0))
-        want.spec[d].n = 0;
+      fits &= b->shape[d] % parts(c->mesh, a->spec[d]) == 0;
     }
     want.V = b->V;
     want.weak = false;
-    return fail(c, "E_SAME", "%s needs operands sharded alike, but %s and %s differ; reshard the %s: reshard(%s, %s)",
-                c->opname, TS(a), TS(b), bname, btext, TS(&want));
+    if (fits || strcmp(bname, "update"))
+      return fail(c, "E_SAME", "%s needs operands sharded alike, but %s and %s differ; reshard the %s: reshard(%s, %s)",
+                  c->opname, TS(a), TS(b), bname, btext, TS(&want));
+    Type op = *b;
+    for (int d = 0; d < a->rank; d++)
+      op.shape[d] = a->shape[d];
+    op.V = a->V;
+    op.weak = false;
+    return fail(c, "E_SAME", "%s needs the operand and the update sharded alike, but %s and %s differ, and the "
+                "update's sizes cannot be split like the operand; reshard the operand like the update first: "
+                "reshard(x, %s) (and back afterwards)", c->opname, TS(a), TS(b), TS(&op));
   }
   if (a->U != b->U) {
     const Type *u = a->U & ~b->U ? a : b;
@@ -547,7 +557,8 @@ static Type check_dupdate(TcCtx *c, Expr *e, const Type *annot) {
     opp[i] = &ts[i];
   Type eff[MAX_RANK + 2];
   AxisSet V;
-  if (!rule_vma_unify(&r, x.rank + 2, opp, eff, &V) || !same_sharding(&r, &eff[0], &eff[1], "update", tc_expr_text(info->u), true))
+  if (!rule_vma_unify(&r, x.rank + 2, opp, eff, &V) ||
+      !same_sharding(&r, &eff[0], &eff[1], "update", tc_expr_text(info->u)))
     return ty_error();
   Type out = eff[0];
   out.V = V;
@@ -595,7 +606,7 @@ static Type check_pad(TcCtx *c, Expr *e, const Type *annot) {
       diag_error(pr->pos, "E_ARG", "pad: the amounts are at least 0 (to cut, slice: x[lo:hi])");
       return ty_error();
     }
-    size[d] = x.shape[d] + info->start[d] + info->size[d];
+    size[d] = ty_size_add(ty_size_add(x.shape[d], info->start[d]), info->size[d]);
   }
   RuleCtx r = tc_rule(c, e->pos, "pad");
   Type out;
@@ -694,7 +705,7 @@ static bool unify_ops(RuleCtx *r, IndexInfo *info, Type *ts, AxisSet *V, bool st
   if (!stack && !split_divides(r, info, ts))
     return false;
   for (int i = 1; i < n; i++)
-    if (!same_sharding(r, &ts[0], &ts[i], "other operand", tc_expr_text(info->ops[i]), false))
+    if (!same_sharding(r, &ts[0], &ts[i], "other operand", tc_expr_text(info->ops[i])))
       return false;
   return true;
 }
@@ -820,7 +831,7 @@ static void lower_starts(Lower *L, Expr *e, IndexInfo *info, const Type *x, Valu
   }
 }
 
-Value *op_lower_index(Lower *L, Expr *e) {
+static Value *lower_index(Lower *L, Expr *e) {
   IndexInfo *info = e->tc;
   Value *x = lower_vma(L, e->pos, lower_expr(L, info->x), info->slice.V);
   Value *v;
@@ -1427,22 +1438,104 @@ static void print_check(FILE *out, const Module *mod, const Inst *in) {
 
 /* ---- the tables ---------------------------------------------------------------------------------- */
 
-const OpDef op_index_ops[] = {
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* A window of x at starts iv (static) or i32 operands (dynamic), the
+ * declared sizes fitting; pad grows each dim by lo + hi; an update keeps
+ * x's shape; concatenate adds the dims along dim, split divides it; an
+ * index check passes its i32 through. */
+static bool infer_slice(const Module *mod, const Inst *in, Type *out) {
+  if (!ir_arg_is(in, 0, out->dtype))
+    return false;
+  const Type *x = &in->args[0]->type;
+  if (x->rank != out->rank)
+    return false;
+  if (in->op == IR_DSLICE) {
+    if (in->nargs != 1 + x->rank)
+      return false;
+    for (int d = 0; d < x->rank; d++)
+      if (!ir_arg_is(in, 1 + d, DT_I32) || in->args[1 + d]->type.rank || out->shape[d] > x->shape[d])
+        return false;
+    return true;
+  }
+  if (in->nargs != 1 || in->niv != x->rank)
+    return false;
+  for (int d = 0; d < x->rank; d++)
+    if (in->iv[d] < 0 || in->iv[d] + out->shape[d] > x->shape[d])
+      return false;
+  return true;
+}
+
+static bool infer_pad(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || !ir_arg_is(in, 0, -1) || in->niv != 2 * in->args[0]->type.rank)
+    return false;
+  Type r = in->args[0]->type;
+  for (int d = 0; d < r.rank; d++)
+    r.shape[d] += in->iv[d] + in->iv[r.rank + d];
+  return ir_infer_shape(out, &r);
+}
+
+static bool infer_dupdate(const Module *mod, const Inst *in, Type *out) {
+  if (!ir_arg_is(in, 0, -1) || !ir_arg_is(in, 1, in->args[0]->type.dtype))
+    return false;
+  int r = in->args[0]->type.rank;
+  if (in->nargs != 2 + r || in->args[1]->type.rank != r)
+    return false;
+  for (int d = 0; d < r; d++)
+    if (!ir_arg_is(in, 2 + d, DT_I32) || in->args[2 + d]->type.rank)
+      return false;
+  return ir_infer_shape(out, &in->args[0]->type);
+}
+
+static bool infer_concat(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs < 1 || !ir_arg_is(in, 0, -1) || in->dim < 0 || in->dim >= in->args[0]->type.rank)
+    return false;
+  Type r = in->args[0]->type;
+  for (int i = 1; i < in->nargs; i++) {
+    const Type *a = &in->args[i]->type;
+    if (!ir_arg_is(in, i, r.dtype) || a->rank != r.rank)
+      return false;
+    for (int d = 0; d < r.rank; d++)
+      if (d != in->dim && a->shape[d] != r.shape[d])
+        return false;
+    r.shape[in->dim] += a->shape[in->dim];
+  }
+  return ir_infer_shape(out, &r);
+}
+
+static bool infer_split(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || !ir_arg_is(in, 0, -1) || in->dim < 0 || in->dim >= in->args[0]->type.rank ||
+      in->nresults < 1 || in->args[0]->type.shape[in->dim] % in->nresults)
+    return false;
+  Type r = in->args[0]->type;
+  r.shape[in->dim] /= in->nresults;
+  for (int k = 0; k < in->nresults; k++)
+    if (!ir_infer_shape(&out[k], &r))
+      return false;
+  return true;
+}
+
+static bool infer_index_check(const Module *mod, const Inst *in, Type *out) {
+  return in->nargs == 1 && ir_arg_is(in, 0, DT_I32) && ir_infer_shape(out, &in->args[0]->type);
+}
+
+static const OpDef ops[] = {
     {.op = IR_SLICE, .name = "slice", .print = print_slice, .vjp = vjp_slice, .partition = part_slice,
-     .emit = emit_slice, .result = result_slice},
-    {.op = IR_PAD, .name = "pad", .print = print_pad, .vjp = vjp_pad, .partition = part_pad, .emit = emit_pad},
+     .emit = emit_slice, .result = result_slice, .infer = infer_slice},
+    {.op = IR_PAD, .name = "pad", .print = print_pad, .vjp = vjp_pad, .partition = part_pad, .emit = emit_pad, .infer = infer_pad},
     {.op = IR_DSLICE, .name = "dynamic_slice", .vjp = vjp_dslice, .partition = part_dslice, .emit = emit_slice,
-     .result = result_slice},
+     .result = result_slice, .infer = infer_slice},
     {.op = IR_DUPDATE, .name = "dynamic_update_slice", .print = print_dupdate, .vjp = vjp_dupdate,
-     .partition = part_dupdate, .emit = emit_dupdate, .result = result_steal},
+     .partition = part_dupdate, .emit = emit_dupdate, .result = result_steal, .infer = infer_dupdate},
     {.op = IR_CONCAT, .name = "concatenate", .print = print_dim, .vjp = vjp_concat, .partition = part_concat,
-     .emit = emit_concat},
-    {.op = IR_SPLIT, .name = "split", .print = print_dim, .vjp = vjp_split, .partition = part_split},
-    {.op = IR_INDEX_CHECK, .name = "index_check", .print = print_check, .emit = emit_index_check},
+     .emit = emit_concat, .infer = infer_concat},
+    {.op = IR_SPLIT, .name = "split", .print = print_dim, .vjp = vjp_split, .partition = part_split, .infer = infer_split},
+    {.op = IR_INDEX_CHECK, .name = "index_check", .print = print_check, .emit = emit_index_check, .infer = infer_index_check},
     {0},
 };
 
-const BuiltinDef op_index_builtins[] = {
+static const BuiltinDef builtins[] = {
+    {.name = "x[...]", .flags = BIF_ANNOT, .check = check_index, .lower = lower_index, .syntax = SYN_INDEX},
     {.name = "dynamic_slice", .code = B_DSLICE, .check = check_dslice, .lower = lower_dslice},
     {.name = "dynamic_update_slice", .code = B_DUPDATE, .check = check_dupdate, .lower = lower_dupdate},
     {.name = "pad", .code = B_PAD, .check = check_pad, .lower = lower_pad},
@@ -1450,4 +1543,10 @@ const BuiltinDef op_index_builtins[] = {
     {.name = "stack", .code = B_STACK, .check = check_concat, .lower = lower_concat},
     {.name = "split", .code = B_SPLIT, .check = check_split, .lower = lower_split},
     {0},
+};
+
+const OpFamily op_index_family = {
+    .name = "index",
+    .ops = ops,
+    .builtins = builtins,
 };

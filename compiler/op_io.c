@@ -28,6 +28,15 @@
 
 enum { IO_PRINT, IO_SAVE, IO_LOAD, IO_LOAD_DIM, IO_ARG, IO_CLOCK };
 
+enum {
+  IR_PRINT = IR_BASE_IO, /* args: values; str: '\x1f'-separated texts */
+  IR_SAVE,               /* str: path */
+  IR_LOAD,               /* str: path */
+  IR_ARG,                /* str: name; fval/ival default */
+  IR_CLOCK,              /* wall-clock seconds (f64), for timing steps */
+  IR_LOAD_DIM,           /* str: path (or the last arg); dim: which dim; result i32 */
+};
+
 static bool is_array(const Value *v) { return v->type.rank > 0; }
 static const char *str_lit(const char *s) { return emit_str_lit(s, strlen(s)); }
 static bool is_str(const Value *v) { return v->type.kind == TY_STRING; }
@@ -453,6 +462,51 @@ static void emit_arg(Emit *e, const Inst *in) {
 
 static void emit_clock(Emit *e, const Inst *in) { emit_line(e, "double %s = shd_time();", vname(in->results[0])); }
 
+/* ---- main's table of the program's args ------------------------------------------------- */
+
+static void collect_args(const IrBlock *b, Vec *out) {
+  for (int i = 0; i < b->insts.len; i++) {
+    Inst *in = b->insts.data[i];
+    bool seen = false;
+    for (int k = 0; in->op == IR_ARG && k < out->len && !seen; k++)
+      seen = !strcmp(((Inst *)out->data[k])->str, in->str);
+    if (in->op == IR_ARG && !seen)
+      vec_push(out, in);
+    for (int r = 0; r < in->nregions; r++)
+      collect_args(in->regions[r], out);
+  }
+}
+
+/* Every arg of the functions main reaches, once each, as a table of data
+ * (names are escaped literals) that the runtime checks the command line
+ * against before the program runs. */
+static const char *args_setup(Emit *e, const bool *live) {
+  const Module *mod = emit_module_of(e);
+  FILE *o = emit_out(e);
+  Vec args = {0};
+  for (int i = 0; i < mod->funcs.len; i++)
+    if (live[i])
+      collect_args(((Func *)mod->funcs.data[i])->body, &args);
+  if (args.len) {
+    fprintf(o, "\nstatic const shd_arg_spec shd_args[] = {\n");
+    for (int i = 0; i < args.len; i++) {
+      const Inst *in = args.data[i];
+      DType dt = in->results[0]->type.dtype;
+      const Inst *sdef = in->results[0]->type.kind == TY_STRING ? in->args[0]->def : NULL;   /* its literal */
+      if (sdef)
+        fprintf(o, "  {%s, SHD_I32, 0.0, %s, %lld},\n", emit_str_lit(in->str, strlen(in->str)),
+                emit_str_lit(sdef->str, (size_t)sdef->ival), (long long)sdef->ival);
+      else
+        fprintf(o, "  {%s, %s, %s, NULL, 0},\n", emit_str_lit(in->str, strlen(in->str)), emit_dtconst(dt),
+                emit_flit(DT_F64, dt == DT_I32 ? (double)in->ival : in->fval));
+    }
+    fprintf(o, "};\n");
+  }
+  const char *r = arena_printf("shd_args_check(%s, %d);", args.len ? "shd_args" : "NULL", args.len);
+  free(args.data);
+  return r;
+}
+
 /* ---- the IR text ------------------------------------------------------------------- */
 
 /* A string in the IR text, with the escapes of the C literal. */
@@ -481,25 +535,60 @@ static void print_texts(FILE *out, const Module *mod, const Inst *in) {
 
 /* ---- the tables --------------------------------------------------------------------- */
 
-const OpDef op_io_ops[] = {
-    {.op = IR_PRINT, .name = "print", .flags = OPF_EFFECT, .print = print_texts, .partition = part_print,
-     .emit = emit_print},
-    {.op = IR_SAVE, .name = "save", .flags = OPF_EFFECT, .print = print_str, .partition = part_save,
-     .emit = emit_save},
-    {.op = IR_LOAD, .name = "load", .flags = OPF_EFFECT, .print = print_str, .partition = part_created,
-     .emit = emit_load},
-    {.op = IR_LOAD_DIM, .name = "load_dim", .flags = OPF_EFFECT, .print = print_load_dim, .emit = emit_load_dim},
-    {.op = IR_ARG, .name = "arg", .print = print_str, .emit = emit_arg},
-    {.op = IR_CLOCK, .name = "clock", .flags = OPF_EFFECT, .emit = emit_clock},
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* print and save make nothing; load's array and arg's value take the type
+ * declared (load's annotation, arg's default); clock is seconds (f64) and
+ * load_dim a size (i32). A path is a str; a window's starts are i32. */
+static bool infer_output(const Module *mod, const Inst *in, Type *out) { return in->nresults == 0; }
+
+static bool infer_load(const Module *mod, const Inst *in, Type *out) {
+  for (int i = 0; i < in->nargs; i++)
+    if (in->args[i]->type.kind != TY_STRING && !(ir_arg_is(in, i, DT_I32) && in->args[i]->type.rank == 0))
+      return false;
+  return out->kind == TY_ARRAY;
+}
+
+static bool infer_arg(const Module *mod, const Inst *in, Type *out) {
+  return out->kind == TY_STRING || (out->kind == TY_ARRAY && out->rank == 0);
+}
+
+static bool infer_scalar_f64(const Module *mod, const Inst *in, Type *out) {
+  Type s = ty_scalar(DT_F64);
+  return ir_infer_shape(out, &s);
+}
+
+static bool infer_load_dim(const Module *mod, const Inst *in, Type *out) {
+  Type s = ty_scalar(DT_I32);
+  return ir_infer_shape(out, &s);
+}
+
+static const OpDef ops[] = {
+    {.op = IR_PRINT, .name = "print", .flags = OPF_EFFECT | OPF_OUTPUT, .print = print_texts, .partition = part_print,
+     .emit = emit_print, .infer = infer_output},
+    {.op = IR_SAVE, .name = "save", .flags = OPF_EFFECT | OPF_OUTPUT, .print = print_str, .partition = part_save,
+     .emit = emit_save, .infer = infer_output},
+    {.op = IR_LOAD, .name = "load", .flags = OPF_EFFECT | OPF_RECOMPUTE, .print = print_str, .partition = part_created,
+     .emit = emit_load, .infer = infer_load},
+    {.op = IR_LOAD_DIM, .name = "load_dim", .flags = OPF_EFFECT | OPF_RECOMPUTE, .print = print_load_dim, .emit = emit_load_dim, .infer = infer_load_dim},
+    {.op = IR_ARG, .name = "arg", .flags = OPF_RECOMPUTE, .print = print_str, .emit = emit_arg, .infer = infer_arg},
+    {.op = IR_CLOCK, .name = "clock", .flags = OPF_EFFECT | OPF_RECOMPUTE, .emit = emit_clock, .infer = infer_scalar_f64},
     {0},
 };
 
-const BuiltinDef op_io_builtins[] = {
+static const BuiltinDef builtins[] = {
     {.name = "print", .code = IO_PRINT, .check = check_print, .lower = lower_print},
     {.name = "save", .code = IO_SAVE, .check = check_save, .lower = lower_save},
-    {.name = "load", .code = IO_LOAD, .flags = BIF_ANNOT, .check = check_load, .lower = lower_load},
+    {.name = "load", .code = IO_LOAD, .flags = BIF_ANNOT | BIF_STR_ANNOT, .check = check_load, .lower = lower_load},
     {.name = "load_dim", .code = IO_LOAD_DIM, .check = check_load_dim, .lower = lower_load_dim},
-    {.name = "arg", .code = IO_ARG, .flags = BIF_ANNOT, .check = check_arg, .lower = lower_arg},
+    {.name = "arg", .code = IO_ARG, .flags = BIF_ANNOT | BIF_STR_ANNOT, .check = check_arg, .lower = lower_arg},
     {.name = "clock", .code = IO_CLOCK, .check = check_clock, .lower = lower_clock},
     {0},
+};
+
+const OpFamily op_io_family = {
+    .name = "io",
+    .ops = ops,
+    .builtins = builtins,
+    .main_setup = args_setup,
 };

@@ -534,6 +534,14 @@ static int64_t pair_bytes(const Module *mod, const Inst *in) {
   return ty_local_count(&mod->mesh, &in->results[0]->type) * 16;
 }
 
+/* MPI_Allreduce of the (value, index) pairs: recursive doubling or
+ * Rabenseifner on the pairs, whose bytes come from explain's. */
+static double argreduce_seconds(const NetCost *c, const Inst *in, const char **algo) {
+  if (c->G <= 1)
+    return 0;
+  return op_allreduce_seconds(c, c->sent * c->G / (2 * (c->G - 1)), false, algo);
+}
+
 static int64_t argreduce_bytes_sent(const Module *mod, const Inst *in) {
   int64_t g = 1, n = pair_bytes(mod, in);
   for (int i = 0; i < in->naxes; i++)
@@ -543,6 +551,8 @@ static int64_t argreduce_bytes_sent(const Module *mod, const Inst *in) {
 
 static const char *arg_variant(const Inst *in) { return in->fn == RED_MAX ? "argmax" : "argmin"; }
 static const char *cum_variant(const Inst *in) { return in->fn ? "reverse" : "forward"; }
+static const char *const arg_variants[] = {"argmax", "argmin", NULL};
+static const char *const cum_variants[] = {"forward", "reverse", NULL};
 static void print_dim(FILE *out, const Module *mod, const Inst *in) { fprintf(out, " dim=%d", in->dim); }
 static void print_dim_axes(FILE *out, const Module *mod, const Inst *in) {
   fprintf(out, " dim=%d", in->dim);
@@ -550,6 +560,7 @@ static void print_dim_axes(FILE *out, const Module *mod, const Inst *in) {
 }
 
 static const char *red_variant(const Inst *in) { return ir_red_name(in->fn); }
+static const char *const red_variants[] = {"sum", "max", "min", NULL};
 
 static void print_dims(FILE *out, const Module *mod, const Inst *in) {
   int dims[MAX_RANK], n = 0;
@@ -561,19 +572,52 @@ static void print_dims(FILE *out, const Module *mod, const Inst *in) {
 
 /* ---- the tables --------------------------------------------------------------------- */
 
-const OpDef op_reduction_ops[] = {
-    {.op = IR_REDUCE, .name = "reduce", .flags = OPF_OUT_SHARDING, .variant = red_variant, .print = print_dims,
-     .vjp = vjp_reduce, .partition = part_reduce, .emit = emit_reduce, .result = result_reduce},
-    {.op = IR_ARGREDUCE, .name = "argreduce", .variant = arg_variant, .print = print_dim,
-     .partition = part_argreduce, .emit = emit_along},
-    {.op = IR_ARGREDUCE_GROUP, .name = "all_reduce", .flags = OPF_COLLECTIVE, .variant = arg_variant,
-     .print = print_dim_axes, .emit = emit_along, .temp_bytes = pair_bytes, .bytes_sent = argreduce_bytes_sent},
-    {.op = IR_CUMSUM, .name = "cumsum", .variant = cum_variant, .print = print_dim, .vjp = vjp_cumsum,
-     .partition = part_cumsum, .emit = emit_along},
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* A reduction drops the dims of its mask (the sharding is its
+ * out_sharding); argmax/argmin drop their dim and give i32 indices; a
+ * cumulative sum keeps its operand's type. */
+static bool infer_reduce(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || !ir_arg_is(in, 0, -1))
+    return false;
+  const Type *x = &in->args[0]->type;
+  Type r = *x;
+  r.rank = 0;
+  for (int d = 0; d < x->rank; d++)
+    if (!(in->mask & (1u << d)))
+      r.shape[r.rank++] = x->shape[d];
+  return ir_infer_shape(out, &r);
+}
+
+static bool infer_argreduce(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || !ir_arg_is(in, 0, -1) || in->dim < 0 || in->dim >= in->args[0]->type.rank)
+    return false;
+  Type r = ty_without_dim(&in->args[0]->type, in->dim);
+  r.dtype = DT_I32;
+  return ir_infer_shape(out, &r);
+}
+
+static bool infer_cumsum(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || !ir_arg_is(in, 0, -1))
+    return false;
+  *out = in->args[0]->type;
+  return true;
+}
+
+static const OpDef ops[] = {
+    {.op = IR_REDUCE, .name = "reduce", .flags = OPF_OUT_SHARDING, .variant = red_variant, .variants = red_variants, .print = print_dims,
+     .vjp = vjp_reduce, .partition = part_reduce, .emit = emit_reduce, .result = result_reduce, .infer = infer_reduce},
+    {.op = IR_ARGREDUCE, .name = "argreduce", .variant = arg_variant, .variants = arg_variants, .print = print_dim,
+     .partition = part_argreduce, .emit = emit_along, .infer = infer_argreduce},
+    {.op = IR_ARGREDUCE_GROUP, .name = "all_reduce", .flags = OPF_COLLECTIVE, .variant = arg_variant, .variants = arg_variants,
+     .print = print_dim_axes, .emit = emit_along, .temp_bytes = pair_bytes, .bytes_sent = argreduce_bytes_sent,
+     .net_seconds = argreduce_seconds, .infer = infer_argreduce},
+    {.op = IR_CUMSUM, .name = "cumsum", .variant = cum_variant, .variants = cum_variants, .print = print_dim, .vjp = vjp_cumsum,
+     .partition = part_cumsum, .emit = emit_along, .infer = infer_cumsum},
     {0},
 };
 
-const BuiltinDef op_reduction_builtins[] = {
+static const BuiltinDef builtins[] = {
     {.name = "sum", .code = RED_SUM, .flags = BIF_ANNOT, .check = check_reduction, .lower = lower_reduction},
     {.name = "mean", .code = R_MEAN, .flags = BIF_ANNOT, .check = check_reduction, .lower = lower_reduction},
     {.name = "max", .code = RED_MAX, .flags = BIF_ANNOT, .check = check_reduction, .lower = lower_reduction},
@@ -582,4 +626,10 @@ const BuiltinDef op_reduction_builtins[] = {
     {.name = "argmin", .code = RED_MIN, .check = check_along, .lower = lower_along},
     {.name = "cumsum", .code = R_CUMSUM, .check = check_along, .lower = lower_along},
     {0},
+};
+
+const OpFamily op_reduction_family = {
+    .name = "reduction",
+    .ops = ops,
+    .builtins = builtins,
 };

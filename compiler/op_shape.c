@@ -19,7 +19,7 @@ enum { S_TRANSPOSE, S_RESHAPE };
 
 /* The data movement of a reshape whose blocks do not stay in place
  * (runtime/reshape_move.c): operand and result have the same states. */
-enum { IR_RESHAPE_MOVE = IR_BASE_SHAPE };
+enum { IR_RESHAPE_MOVE = IR_BASE_SHAPE };   /* IR_TRANSPOSE = IR_BASE_SHAPE + 1 (shdc.h) */
 
 
 /* ---- the rules ---------------------------------------------------------------------- */
@@ -206,13 +206,11 @@ static bool reshape_specs(RuleCtx *c, const Type *x, Type *r) {
 }
 
 bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, const Type *annot, Type *out) {
-  int64_t n = 1;
-  for (int d = 0; d < rank; d++)
-    n *= shape[d];
+  int64_t n = ty_size_product(rank, shape);
   Type r = ty_array(x->dtype, rank, shape);
   if (n != ty_global_count(x))
-    return fail(c, "E_SHAPE", "reshape: %s has %lld elements but the new shape %s has %lld", TS(x),
-                (long long)ty_global_count(x), TS(&r), (long long)n);
+    return fail(c, "E_SHAPE", "reshape: %s has %lld elements but the new shape %s has %s", TS(x),
+                (long long)ty_global_count(x), TS(&r), ty_size_str(n));
   r.U = x->U;
   r.R = x->R;
   r.V = x->V;
@@ -300,10 +298,19 @@ static Type check_reshape(TcCtx *c, Expr *e, const Type *annot) {
       return ty_error();
     }
     info->shape[i] = k;
-    known *= k;
+    known = ty_size_mul(known, k);
   }
   if (infer >= 0) {
     int64_t total = ty_global_count(&x);
+    if (known > total) {
+      if (known == INT64_MAX)
+        diag_error(l->pos, "E_SHAPE", "reshape: the sizes besides -1 multiply past 2^63; %s has %lld elements", TS(&x),
+                   (long long)total);
+      else
+        diag_error(l->pos, "E_SHAPE", "reshape: the sizes besides -1 multiply to %lld, more than the %lld elements "
+                   "of %s", (long long)known, (long long)total, TS(&x));
+      return ty_error();
+    }
     if (total % known) {
       diag_error(l->pos, "E_SHAPE", "reshape: %s has %lld elements, which is not a multiple of %lld", TS(&x),
                  (long long)total, (long long)known);
@@ -458,6 +465,13 @@ static int64_t move_bytes(const Mesh *m, const Type *from, const Type *to) {
   return most * (int64_t)ty_dtype_size(from->dtype);
 }
 
+/* One MPI_Alltoallv of the world: (P-1) a + s b, s the bytes of the busiest
+ * rank. */
+static double move_seconds(const NetCost *c, const Inst *in, const char **algo) {
+  *algo = "all-to-all-v";
+  return c->sent ? (c->world - 1) * c->a + c->sent * c->b : 0;
+}
+
 static int64_t move_bytes_sent(const Module *mod, const Inst *in) {
   return move_bytes(&mod->mesh, &in->args[0]->type, &in->results[0]->type);
 }
@@ -586,20 +600,112 @@ static void print_perm(FILE *out, const Module *mod, const Inst *in) {
 
 /* ---- the tables --------------------------------------------------------------------- */
 
-const OpDef op_shape_ops[] = {
+/* ---- an out_sharding through a view (optimize.c) ----------------------------------- */
+
+/* The operand type of a transpose whose result has type t. */
+static bool untransposed(const Inst *tr, const Type *t, Type *x) {
+  *x = *t;
+  for (int i = 0; i < t->rank; i++) {
+    x->shape[tr->perm[i]] = t->shape[i];
+    x->spec[tr->perm[i]] = t->spec[i];
+  }
+  return true;
+}
+
+/* The operand type of a reshape that only inserts or removes size-1 dims
+ * (a bias broadcast's shape) whose result has type t: the other dims keep
+ * their specs, in order. False for any other reshape. */
+static bool unsqueezed(const Inst *in, const Type *t, Type *out) {
+  const Type *x = &in->args[0]->type;
+  *out = *x;
+  out->U = t->U;
+  out->R = t->R;
+  out->V = t->V;
+  int j = 0;
+  for (int d = 0; d < x->rank; d++) {
+    out->spec[d].n = 0;
+    if (x->shape[d] == 1)
+      continue;
+    while (j < t->rank && t->shape[j] == 1) {
+      if (t->spec[j].n)
+        return false;
+      j++;
+    }
+    if (j == t->rank || t->shape[j] != x->shape[d])
+      return false;
+    out->spec[d] = t->spec[j++];
+  }
+  for (; j < t->rank; j++)
+    if (t->shape[j] != 1 || t->spec[j].n)
+      return false;
+  return true;
+}
+
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* The operand's dims (with their sharding) in perm's order. */
+static bool infer_transpose(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || !ir_arg_is(in, 0, -1))
+    return false;
+  const Type *x = &in->args[0]->type;
+  Type r = *x;
+  unsigned seen = 0;
+  for (int i = 0; i < x->rank; i++) {
+    int p = in->perm[i];
+    if (p < 0 || p >= x->rank || (seen & (1u << p)))
+      return false;
+    seen |= 1u << p;
+    r.shape[i] = x->shape[p];
+    r.spec[i] = x->spec[p];
+  }
+  r.weak = false;
+  *out = r;
+  return true;
+}
+
+/* The same elements in the declared shape. */
+static bool infer_reshape(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || !ir_arg_is(in, 0, -1) || ty_global_count(&in->args[0]->type) != ty_global_count(out))
+    return false;
+  out->dtype = in->args[0]->type.dtype;
+  return true;
+}
+
+/* NumPy's broadcast_to the declared shape. */
+static bool infer_broadcast(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || !ir_arg_is(in, 0, -1))
+    return false;
+  const Type *x = &in->args[0]->type;
+  int off = out->rank - x->rank;
+  if (off < 0)
+    return false;
+  for (int d = 0; d < x->rank; d++)
+    if (x->shape[d] != 1 && x->shape[d] != out->shape[off + d])
+      return false;
+  out->dtype = x->dtype;
+  return true;
+}
+
+static const OpDef ops[] = {
     {.op = IR_TRANSPOSE, .name = "transpose", .print = print_perm, .vjp = vjp_transpose, .partition = part_transpose,
-     .emit = emit_transpose, .result = result_transpose},
+     .emit = emit_transpose, .result = result_transpose, .operand_for = untransposed, .infer = infer_transpose},
     {.op = IR_RESHAPE_MOVE, .name = "reshape_move", .flags = OPF_COLLECTIVE, .emit = emit_reshape_move,
-     .bytes_sent = move_bytes_sent},
+     .bytes_sent = move_bytes_sent, .net_seconds = move_seconds, .infer = infer_reshape},
     {.op = IR_RESHAPE, .name = "reshape", .vjp = vjp_reshape, .partition = part_reshape, .emit = emit_view,
-     .result = result_view},
-    {.op = IR_BROADCAST, .name = "broadcast", .flags = OPF_ELEMENTWISE, .vjp = vjp_broadcast,
-     .partition = part_broadcast, .expr = broadcast_expr},
+     .result = result_view, .operand_for = unsqueezed, .infer = infer_reshape},
+    {.op = IR_BROADCAST, .name = "broadcast", .flags = OPF_ELEMENTWISE | OPF_RECOMPUTE, .vjp = vjp_broadcast,
+     .partition = part_broadcast, .expr = broadcast_expr, .infer = infer_broadcast},
     {0},
 };
 
-const BuiltinDef op_shape_builtins[] = {
-    {.name = "transpose", .code = S_TRANSPOSE, .check = check_transpose, .lower = lower_transpose},
-    {.name = "reshape", .code = S_RESHAPE, .flags = BIF_ANNOT, .check = check_reshape, .lower = lower_reshape},
+static const BuiltinDef builtins[] = {
+    {.name = "transpose", .code = S_TRANSPOSE, .flags = BIF_LIST_ARG, .check = check_transpose, .lower = lower_transpose},
+    {.name = "reshape", .code = S_RESHAPE, .flags = BIF_ANNOT | BIF_LIST_ARG, .check = check_reshape, .lower = lower_reshape},
     {0},
+};
+
+const OpFamily op_shape_family = {
+    .name = "shape",
+    .ops = ops,
+    .builtins = builtins,
 };

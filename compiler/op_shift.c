@@ -119,10 +119,54 @@ static int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
   return hi > lo ? hi - lo : 0;
 }
 
-/* The most rows any rank of the group sends: for each source, the rows of
- * its block that land, shifted, in another rank's block. With a run-time
- * offset the figure is an upper bound: every row a rank holds may go to
- * another rank (to all others when the result is replicated). */
+/* One exchange with the neighbours that own the rows: a + s b. */
+static double shift_seconds(const NetCost *c, const Inst *in, const char **algo) {
+  if (c->G <= 1)
+    return 0;
+  *algo = "exchange";
+  return c->sent ? c->a + c->sent * c->b : 0;
+}
+
+/* The rows rank `me` of the group sends for static offsets: for each
+ * source, the rows of its block [me*bi + off, +bi) that land in the output
+ * ([0, n_out)) outside its own output block (or, to a replicated output,
+ * in every other rank's copy). */
+static int64_t rows_sent(const Inst *in, int d, int ns, int64_t g, int64_t n_out, int64_t bo, bool out_split,
+                         int64_t me) {
+  int64_t rows = 0;
+  for (int i = 0; i < ns; i++) {
+    int64_t bi = in->args[i]->type.shape[d] / g, lo = me * bi + in->iv[i], hi = lo + bi;
+    int64_t landed = overlap(lo, hi, 0, n_out);
+    rows += out_split ? landed - overlap(lo, hi, me * bo, me * bo + bo) : landed * (g - 1);
+  }
+  return rows;
+}
+
+static int64_t floor_div(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+/* Candidate ranks: the integers around me = num / den, in [0, g). */
+static void around(int64_t num, int64_t den, int64_t g, int64_t *cand, int *nc) {
+  if (den == 0)
+    return;
+  int64_t q = floor_div(num, den);
+  for (int64_t k = q; k <= q + 1; k++)
+    if (k >= 0 && k < g)
+      cand[(*nc)++] = k;
+}
+
+/* The most rows any rank of the group sends, without visiting every rank
+ * (explain and emit-c cost nothing per device, so a mesh of 2^20 devices
+ * plans as fast as one of 2): as a function of me, each source's rows are
+ * overlaps of intervals whose ends move linearly with me, so the total is
+ * piecewise linear and its maximum over the integers is at the first or
+ * last rank or next to a point where two ends meet. Those points are, per
+ * source, where the block's ends cross 0 and n_out, and where they cross
+ * the ends of me's own output block. With a run-time offset the figure is
+ * an upper bound: every row a rank holds may go to another rank (to all
+ * others when the result is replicated). */
 static int64_t shift_bytes(const Module *mod, const Inst *in) {
   const Mesh *m = &mod->mesh;
   int64_t g = 1;
@@ -136,23 +180,37 @@ static int64_t shift_bytes(const Module *mod, const Inst *in) {
   int64_t n_out = R->shape[d];
   bool out_split = !(in->fn & SHIFT_OUT_REP);
   int64_t bo = out_split ? n_out / g : n_out, worst = 0;
-  for (int64_t me = 0; me < g; me++) {
-    int64_t rows = 0;
+  if (in->fn & SHIFT_DYN) {
     for (int i = 0; i < ns; i++) {
-      int64_t bi = in->args[i]->type.shape[d] / g;
-      if (in->fn & SHIFT_DYN) {
-        int64_t k = bi < n_out ? bi : n_out;
-        rows += out_split ? k : k * (g - 1);
-        continue;
-      }
-      int64_t lo = me * bi + in->iv[i], hi = lo + bi;
-      for (int64_t q = 0; q < g; q++)
-        if (q != me)
-          rows += overlap(lo, hi, out_split ? q * bo : 0, out_split ? (q + 1) * bo : n_out);
+      int64_t bi = in->args[i]->type.shape[d] / g, k = bi < n_out ? bi : n_out;
+      worst += out_split ? k : k * (g - 1);
     }
+    return worst * row;
+  }
+  int64_t *cand = arena_alloc(sizeof(int64_t) * (size_t)(2 + 16 * ns));
+  int nc = 0;
+  cand[nc++] = 0;
+  cand[nc++] = g - 1;
+  for (int i = 0; i < ns; i++) {
+    int64_t bi = in->args[i]->type.shape[d] / g, off = in->iv[i];
+    const int64_t ends[4] = {-off, n_out - off, -off - bi, n_out - off - bi};   /* me*bi = each */
+    for (int k = 0; k < 4; k++)
+      around(ends[k], bi, g, cand, &nc);
+    if (out_split) {   /* me*(bi - bo) = each: the block's ends meet me's own output block's */
+      const int64_t own[4] = {-off, bo - off - bi, -off - bi, bo - off};
+      for (int k = 0; k < 4; k++)
+        around(own[k], bi - bo, g, cand, &nc);
+    }
+  }
+  for (int c = 0; c < nc; c++) {
+    int64_t rows = rows_sent(in, d, ns, g, n_out, bo, out_split, cand[c]);
     if (rows > worst)
       worst = rows;
   }
+  if (g <= 64)   /* small groups: every rank, as the runtime counts them */
+    for (int64_t me = 0; me < g; me++)
+      if (rows_sent(in, d, ns, g, n_out, bo, out_split, me) > worst)
+        diag_ice("shift: the rows rank %lld sends exceed the most found at the candidate ranks", (long long)me);
   return worst * row;
 }
 
@@ -178,9 +236,22 @@ static void print_shift(FILE *out, const Module *mod, const Inst *in) {
 
 /* ---- the table ---------------------------------------------------------------------------------- */
 
-const OpDef op_shift_ops[] = {
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* Rows of the sources in the declared result: their dtype. */
+static bool infer_shift(const Module *mod, const Inst *in, Type *out) {
+  return in->nargs >= 1 && ir_arg_is(in, 0, out->dtype) && in->args[0]->type.rank == out->rank;
+}
+
+static const OpDef ops[] = {
     {.op = IR_SHIFT, .name = "shift", .flags = OPF_COLLECTIVE, .print = print_shift, .emit = emit_shift,
-     .bytes_sent = shift_bytes},
-    {.op = IR_SHIFT_LOCAL, .name = "shift_local", .print = print_shift, .emit = emit_shift},
+     .bytes_sent = shift_bytes, .net_seconds = shift_seconds, .infer = infer_shift},
+    {.op = IR_SHIFT_LOCAL, .name = "shift_local", .print = print_shift, .emit = emit_shift, .infer = infer_shift},
     {0},
+};
+
+const OpFamily op_shift_family = {
+    .name = "shift",
+    .ops = ops,
+    .builtins = NULL,
 };

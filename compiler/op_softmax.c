@@ -317,15 +317,32 @@ static void emit_softmax(Emit *e, const Inst *in) {
 }
 
 static const char *variant(const Inst *in) { return kind_name(in->fn); }
+static const char *const variants[] = {"softmax", "log_softmax", "logsumexp", NULL};
 
 static void print_dim(FILE *out, const Module *mod, const Inst *in) { fprintf(out, " dim=%d", in->dim); }
 
 /* ---- the tables --------------------------------------------------------------------- */
 
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* Each keeps its first operand's shape, but logsumexp (and the finish of
+ * its blocks) and the blocks' row sums, which drop the row's dim. */
+static bool infer_softmax(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs < 1 || !ir_arg_is(in, 0, -1) || in->dim < 0 || in->dim >= in->args[0]->type.rank)
+    return false;
+  for (int i = 1; i < in->nargs; i++)
+    if (!ir_arg_is(in, i, in->args[0]->type.dtype))
+      return false;
+  bool rows = ((in->op == IR_SOFTMAX || in->op == IR_SOFTMAX_FINISH) && in->fn == SM_LOGSUMEXP) ||
+              in->op == IR_SOFTMAX_EXPSUM || in->op == IR_SOFTMAX_GSUM;
+  Type r = rows ? ty_without_dim(&in->args[0]->type, in->dim) : in->args[0]->type;
+  return ir_infer_shape(out, &r);
+}
+
 #define SM(op_, name_, vjp_, part_) \
-  {.op = op_, .name = name_, .variant = variant, .print = print_dim, .vjp = vjp_, .partition = part_, \
-   .emit = emit_softmax}
-const OpDef op_softmax_ops[] = {
+  {.op = op_, .name = name_, .variant = variant, .variants = variants, .print = print_dim, .vjp = vjp_, .partition = part_, \
+   .emit = emit_softmax, .infer = infer_softmax}
+static const OpDef ops[] = {
     SM(IR_SOFTMAX, "softmax", vjp_softmax, part_softmax),
     SM(IR_SOFTMAX_GRAD, "softmax_grad", vjp_softmax_grad, part_softmax_grad),
     SM(IR_SOFTMAX_EXPSUM, "softmax_expsum", NULL, NULL),
@@ -336,9 +353,15 @@ const OpDef op_softmax_ops[] = {
 };
 #undef SM
 
-const BuiltinDef op_softmax_builtins[] = {
+static const BuiltinDef builtins[] = {
     {.name = "softmax", .code = SM_SOFTMAX, .check = check_softmax, .lower = lower_softmax},
     {.name = "log_softmax", .code = SM_LOG_SOFTMAX, .check = check_softmax, .lower = lower_softmax},
     {.name = "logsumexp", .code = SM_LOGSUMEXP, .check = check_softmax, .lower = lower_softmax},
     {0},
+};
+
+const OpFamily op_softmax_family = {
+    .name = "softmax",
+    .ops = ops,
+    .builtins = builtins,
 };

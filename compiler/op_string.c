@@ -33,17 +33,13 @@ static bool is_str(const Type *t) { return t->kind == TY_STRING; }
 
 /* ---- typing ---------------------------------------------------------------------- */
 
-/* a + b, a == b, a != b where one side is a str (op_elementwise.c hands
- * over every operator with a str operand). */
-Type op_check_string_binary(TcCtx *c, Expr *e, const Type *a, const Type *b) {
-  const char *op = ast_binop_text(e->op);
+/* a + b, a == b, a != b where one side is a str: the typechecker has typed
+ * both and chosen these rows for the str operand (BuiltinDef, shdc.h). */
+static Type check_binary(TcCtx *c, Expr *e, const Type *annot) {
+  const char *op = e->bi->name;
+  const Type *a = e->lhs->ty, *b = e->rhs->ty;
   if (a->kind == TY_ERROR || b->kind == TY_ERROR)
     return ty_error();
-  if (e->op != BIN_ADD && e->op != BIN_EQ && e->op != BIN_NE) {
-    diag_error(e->pos, "E_DTYPE",
-               "%s is not defined on strings; a str supports + (concatenation), == and != (comparison)", op);
-    return ty_error();
-  }
   if (!is_str(a) || !is_str(b)) {
     const Type *other = is_str(a) ? b : a;
     Expr *oe = is_str(a) ? e->rhs : e->lhs;
@@ -136,14 +132,16 @@ static Value *lower_chr(Lower *L, Expr *e) {
   return lower_emit1(L, IR_STR_CHR, e->pos, 1, &x, ty_string());
 }
 
-Value *op_lower_string_lit(Lower *L, Expr *e) {
+static Type check_lit(TcCtx *c, Expr *e, const Type *annot) { return ty_string(); }
+
+static Value *lower_lit(Lower *L, Expr *e) {
   Inst *in = lower_emit(L, IR_STR_LIT, e->pos, 0, NULL, ty_string());
   in->str = e->str;
   in->ival = e->ival;
   return in->results[0];
 }
 
-Value *op_lower_string_binary(Lower *L, Expr *e) {
+static Value *lower_binary(Lower *L, Expr *e) {
   Value *args[2] = {lower_expr(L, e->lhs), lower_expr(L, e->rhs)};
   if (e->op == BIN_ADD)
     return lower_emit1(L, IR_STR_CAT, e->pos, 2, args, ty_string());
@@ -216,20 +214,51 @@ static void print_from(FILE *out, const Module *mod, const Inst *in) {
 }
 
 static const char *variant_eq(const Inst *in) { return in->fn == BIN_NE ? "ne" : "eq"; }
+static const char *const eq_variants[] = {"eq", "ne", NULL};
 
 /* ---- the tables ---------------------------------------------------------------------- */
 
-const OpDef op_string_ops[] = {
-    {.op = IR_STR_LIT, .name = "str_lit", .print = print_lit, .emit = emit_lit},
-    {.op = IR_STR_CAT, .name = "str_cat", .emit = emit_cat},
-    {.op = IR_STR_FROM, .name = "str_from", .print = print_from, .emit = emit_from},
-    {.op = IR_STR_EQ, .name = "str_cmp", .variant = variant_eq, .emit = emit_eq},
-    {.op = IR_STR_CHR, .name = "str_chr", .emit = emit_chr},
+/* ---- types from operands ---------------------------------------------------------- */
+
+/* A str from str operands, i32 bytes or scalars; comparing two is a bool. */
+static bool infer_str(const Module *mod, const Inst *in, Type *out) {
+  if (in->op == IR_STR_CAT && (in->nargs != 2 || !is_str(&in->args[0]->type) || !is_str(&in->args[1]->type)))
+    return false;
+  if ((in->op == IR_STR_FROM || in->op == IR_STR_CHR) && (in->nargs != 1 || !ir_arg_is(in, 0, -1)))
+    return false;
+  *out = ty_string();
+  return true;
+}
+
+static bool infer_eq(const Module *mod, const Inst *in, Type *out) {
+  Type b = ty_scalar(DT_BOOL);
+  return in->nargs == 2 && is_str(&in->args[0]->type) && is_str(&in->args[1]->type) && ir_infer_shape(out, &b);
+}
+
+static const OpDef ops[] = {
+    {.op = IR_STR_LIT, .name = "str_lit", .print = print_lit, .emit = emit_lit, .infer = infer_str},
+    {.op = IR_STR_CAT, .name = "str_cat", .emit = emit_cat, .infer = infer_str},
+    {.op = IR_STR_FROM, .name = "str_from", .print = print_from, .emit = emit_from, .infer = infer_str},
+    {.op = IR_STR_EQ, .name = "str_cmp", .variant = variant_eq, .variants = eq_variants, .emit = emit_eq, .infer = infer_eq},
+    {.op = IR_STR_CHR, .name = "str_chr", .emit = emit_chr, .infer = infer_str},
     {0},
 };
 
-const BuiltinDef op_string_builtins[] = {
+static const BuiltinDef builtins[] = {
     {.name = "str", .check = check_str, .lower = lower_str},
     {.name = "chr", .check = check_chr, .lower = lower_chr},
+    {.name = "\"...\"", .check = check_lit, .lower = lower_lit, .syntax = SYN_STRING, .operand = TY_STRING},
+    {.name = "+", .code = BIN_ADD, .check = check_binary, .lower = lower_binary, .syntax = SYN_BINARY,
+     .operand = TY_STRING, .doc = "concatenation"},
+    {.name = "==", .code = BIN_EQ, .check = check_binary, .lower = lower_binary, .syntax = SYN_BINARY,
+     .operand = TY_STRING, .doc = "comparison"},
+    {.name = "!=", .code = BIN_NE, .check = check_binary, .lower = lower_binary, .syntax = SYN_BINARY,
+     .operand = TY_STRING, .doc = "comparison"},
     {0},
+};
+
+const OpFamily op_string_family = {
+    .name = "string",
+    .ops = ops,
+    .builtins = builtins,
 };

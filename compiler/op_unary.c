@@ -41,6 +41,7 @@ typedef struct {
   const char *cint;    /* C of an i32 or bool x, or NULL */
   UnaryVjp vjp;        /* cotangent of x; NULL with deriv < 0: zero */
   int deriv;           /* a hidden entry computing f'(x), or -1 */
+  const char *op;      /* the operator it also is (-x, !x), or NULL */
 } UnaryDef;
 
 /* Hidden entries (derivatives) and the functions nothing else names. */
@@ -113,7 +114,7 @@ static Value *d_softplus(AD *a, Value *x, Value *y, Value *g) { return mul(a, g,
 
 #define B UF_BUILTIN
 static const UnaryDef unary_defs[UN__COUNT] = {
-    [UN_NEG] = {"neg", UF_LINEAR | UF_INT, f_neg, "-x", "shd_negi(x)", d_neg, -1},
+    [UN_NEG] = {"neg", UF_LINEAR | UF_INT, f_neg, "-x", "shd_negi(x)", d_neg, -1, "-"},
     [UN_EXP] = {"exp", B, exp, "shd_exp@(x)", NULL, d_exp, -1},
     [UN_LOG] = {"log", B, log, "log@(x)", NULL, d_log, -1},
     [UN_SIN] = {"sin", B, sin, "sin@(x)", NULL, d_sin, -1},
@@ -124,7 +125,7 @@ static const UnaryDef unary_defs[UN__COUNT] = {
     /* maximum(x, 0), NaN propagating as NumPy's maximum */
     [UN_RELU] = {"relu", B | UF_INT, f_relu, "(x > 0 || x != x) ? x : 0", "x > 0 ? x : 0", d_relu, -1},
     [UN_SIGMOID] = {"sigmoid", B, f_sigmoid, "1 / (1 + shd_exp@(-x))", NULL, d_sigmoid, -1},
-    [UN_NOT] = {"not", UF_BOOL, f_not, NULL, "!x", NULL, -1},
+    [UN_NOT] = {"not", UF_BOOL, f_not, NULL, "!x", NULL, -1, "!"},
     [UN_SIGN] = {"sign", B | UF_INT, f_sign, "x != x ? x : (x > 0) - (x < 0)", "(x > 0) - (x < 0)", NULL, -1},
     [UN_STEP] = {"step", UF_INT, f_step, "x > 0", "x > 0", NULL, -1},
     [UN_RSQRT] = {"rsqrt", B, f_rsqrt, "1 / sqrt@(x)", NULL, d_rsqrt, -1},
@@ -156,9 +157,8 @@ static const UnaryDef *def_of(int un) {
   return &unary_defs[un];
 }
 
-const char *op_unary_name(int un) { return def_of(un)->name; }
 int op_unary_count(void) { return UN__COUNT; }
-double op_fold_unary(int un, double x) { return def_of(un)->fold(x); }
+static double fold_un(int un, double x) { return def_of(un)->fold(x); }
 
 /* ---- the rule (1.2) ----------------------------------------------------------------- */
 
@@ -204,9 +204,10 @@ static Type check_unary_fn(TcCtx *c, Expr *e, const Type *annot) {
   return rule_unary(&r, info->un, &x, &out) ? out : ty_error();
 }
 
-Type op_check_unary(TcCtx *c, Expr *e) {
-  Type x = tc_expr(c, e->lhs);
-  if (!tc_want_array(c, e->lhs, &x, e->op == UN_NOT ? "!" : "-"))
+/* -x and !x: the typechecker has typed x (BuiltinDef, shdc.h). */
+static Type check_unary_op(TcCtx *c, Expr *e, const Type *annot) {
+  Type x = *e->lhs->ty;
+  if (!tc_want_array(c, e->lhs, &x, e->bi->name))
     return ty_error();
   RuleCtx r = tc_rule(c, e->pos, e->op == UN_NOT ? "not" : "negation");
   Type out;
@@ -225,12 +226,14 @@ static Value *lower_unary_fn(Lower *L, Expr *e) {
   return lower_un(L, e->pos, info->un, info->x, e->ty);
 }
 
-Value *op_lower_unary(Lower *L, Expr *e) { return lower_un(L, e->pos, e->op, e->lhs, e->ty); }
+static Value *lower_unary_op(Lower *L, Expr *e) { return lower_un(L, e->pos, e->op, e->lhs, e->ty); }
 
 static double fold_unary_fn(Lower *L, Expr *e) {
   TcInfo *info = e->tc;
-  return op_fold_unary(info->un, lower_fold(L, info->x));
+  return fold_un(info->un, lower_fold(L, info->x));
 }
+
+static double fold_unary_op(Lower *L, Expr *e) { return fold_un(e->op, lower_fold(L, e->lhs)); }
 
 /* ---- autodiff, partitioning, C ------------------------------------------------------- */
 
@@ -244,6 +247,14 @@ static void vjp_unary(AD *a, Inst *in, Value *g) {
     r = mul(a, g, ad_un(a, u->deriv, x));
   if (r)
     ad_add_ct(a, in->args[0], r);
+}
+
+/* The rule (1.2) on the operand. */
+static bool infer_unary(const Module *mod, const Inst *in, Type *out) {
+  if (in->nargs != 1 || in->args[0]->type.kind != TY_ARRAY)
+    return false;
+  RuleCtx rc = ir_rule_ctx(mod, in);
+  return rule_unary(&rc, in->fn, &in->args[0]->type, out);
 }
 
 /* The helper function's name, or the inline C of neg and not. */
@@ -279,20 +290,35 @@ void op_unary_helper(FILE *out, int un, DType dt) {
 }
 
 static const char *unary_variant(const Inst *in) { return def_of(in->fn)->name; }
+static const char *unary_names[UN__COUNT + 1];   /* filled with the builtins, before main */
 
-const OpDef op_unary_ops[] = {
-    {.op = IR_UNARY, .name = "unary", .flags = OPF_ELEMENTWISE, .variant = unary_variant, .vjp = vjp_unary,
-     .partition = part_as_result, .expr = unary_expr},
+static const OpDef ops[] = {
+    {.op = IR_UNARY, .name = "unary", .flags = OPF_ELEMENTWISE, .variant = unary_variant, .variants = unary_names, .vjp = vjp_unary,
+     .partition = part_as_result, .expr = unary_expr, .infer = infer_unary},
     {0},
 };
 
-/* The builtins are the entries flagged UF_BUILTIN, registered before
- * main so that the table above is the only list of names. */
-BuiltinDef op_unary_builtins[UN__COUNT + 1];
+/* The builtins are the entries flagged UF_BUILTIN and the operators (-x,
+ * !x), registered before main so that the table above is the only list of
+ * names. */
+static BuiltinDef builtins[2 * UN__COUNT + 1];
 
 __attribute__((constructor)) static void register_builtins(void) {
   int k = 0;
-  for (int un = 0; un < UN__COUNT; un++)
-    if (unary_defs[un].flags & UF_BUILTIN)
-      op_unary_builtins[k++] = (BuiltinDef){unary_defs[un].name, un, 0, check_unary_fn, lower_unary_fn, fold_unary_fn};
+  for (int un = 0; un < UN__COUNT; un++) {
+    const UnaryDef *u = &unary_defs[un];
+    unary_names[un] = u->name;
+    if (u->flags & UF_BUILTIN)
+      builtins[k++] = (BuiltinDef){.name = u->name, .code = un, .check = check_unary_fn,
+                                            .lower = lower_unary_fn, .fold = fold_unary_fn};
+    if (u->op)
+      builtins[k++] = (BuiltinDef){.name = u->op, .code = un, .check = check_unary_op,
+                                            .lower = lower_unary_op, .fold = fold_unary_op, .syntax = SYN_UNARY};
+  }
 }
+
+const OpFamily op_unary_family = {
+    .name = "unary",
+    .ops = ops,
+    .builtins = builtins,
+};

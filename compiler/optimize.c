@@ -13,8 +13,8 @@
  *     nowhere else becomes that operation's result type, as if the program
  *     had annotated it (language.md §4): sum-then-slice becomes a
  *     reduce-scatter, gather-then-compute becomes compute-then-reduce; also
- *     through a transpose between them (the product takes the permuted
- *     type). Autodiff produces this pattern for the gradient of a sharded
+ *     through a view between them that only moves dims (OpDef.operand_for:
+ *     a transpose, whose product takes the permuted type). Autodiff produces this pattern for the gradient of a sharded
  *     weight that was gathered in the forward pass.
  *   - chains of reshards collapse into one.
  *
@@ -48,49 +48,11 @@ static bool takes_type(const Inst *def, const Type *t) {
   return true;
 }
 
-/* The operand type of a transpose whose result has type t. */
-static Type untransposed(const Inst *tr, const Type *t) {
-  Type x = *t;
-  for (int i = 0; i < t->rank; i++) {
-    x.shape[tr->perm[i]] = t->shape[i];
-    x.spec[tr->perm[i]] = t->spec[i];
-  }
-  return x;
-}
-
 static bool same_shape(const Type *a, const Type *b) {
   if (a->kind != b->kind || a->dtype != b->dtype || a->rank != b->rank)
     return false;
   for (int d = 0; d < a->rank; d++)
     if (a->shape[d] != b->shape[d])
-      return false;
-  return true;
-}
-
-/* The operand type of a reshape that only inserts or removes size-1 dims
- * (a bias broadcast's shape) whose result has type t: the other dims keep
- * their specs, in order. False for any other reshape. */
-static bool unsqueezed(const Type *x, const Type *t, Type *out) {
-  *out = *x;
-  out->U = t->U;
-  out->R = t->R;
-  out->V = t->V;
-  int j = 0;
-  for (int d = 0; d < x->rank; d++) {
-    out->spec[d].n = 0;
-    if (x->shape[d] == 1)
-      continue;
-    while (j < t->rank && t->shape[j] == 1) {
-      if (t->spec[j].n)
-        return false;
-      j++;
-    }
-    if (j == t->rank || t->shape[j] != x->shape[d])
-      return false;
-    out->spec[d] = t->spec[j++];
-  }
-  for (; j < t->rank; j++)
-    if (t->shape[j] != 1 || t->spec[j].n)
       return false;
   return true;
 }
@@ -108,16 +70,13 @@ static bool fold_to(Value *x, const Type *t, IrBlock *b, const int *uses, int de
   Inst *def = x->def;
   if (!def || def->parent != b || uses[x->id] != 1 || depth > 8 || x->type.V != t->V)
     return false;
+  const OpDef *d = op_def(def->op);
   if (foldable(def)) {
     if (!takes_type(def, t))
       return false;
-  } else if (def->op == IR_TRANSPOSE) {
-    Type inner = untransposed(def, t);
-    if (!fold_to(def->args[0], &inner, b, uses, depth + 1, apply))
-      return false;
-  } else if (def->op == IR_RESHAPE) {
+  } else if (d && d->operand_for) {
     Type inner;
-    if (!unsqueezed(&def->args[0]->type, t, &inner) || !fold_to(def->args[0], &inner, b, uses, depth + 1, apply))
+    if (!d->operand_for(def, t, &inner) || !fold_to(def->args[0], &inner, b, uses, depth + 1, apply))
       return false;
   } else if (def->op == IR_BINARY && (def->fn == BIN_ADD || def->fn == BIN_SUB) && !t->R && t->U &&
              same_shape(&def->args[0]->type, &x->type) && same_shape(&def->args[1]->type, &x->type)) {
@@ -185,19 +144,11 @@ static AxisSet natural_pending(const Value *v, const IrBlock *b, const int *uses
   const Inst *d = v->def;
   if (!d || d->parent != b || uses[v->id] != 1 || v->type.U || v->type.R)
     return 0;
-  if (d->op == IR_TRANSPOSE || d->op == IR_RESHAPE)
-    return natural_pending(d->args[0], b, uses);
-  if (d->op != IR_DOT)
-    return 0;
-  AxisSet A = 0;
-  for (int i = 0; i < d->dot.ncontract; i++) {
-    DimSpec l = d->args[0]->type.spec[d->dot.lhs_contract[i]], r = d->args[1]->type.spec[d->dot.rhs_contract[i]];
-    if (!l.n && !r.n)
-      continue;
-    if (!ty_spec_equal(l, r))
-      return 0;
-    A |= ty_spec_axes(l);
-  }
+  const OpDef *od = op_def(d->op);
+  Type operand;
+  if (od && od->operand_for)   /* a transpose, a size-1 reshape */
+    return od->operand_for(d, &v->type, &operand) ? natural_pending(d->args[0], b, uses) : 0;
+  AxisSet A = od && od->partial_axes ? od->partial_axes(d) : 0;
   return A & (ty_dim_axes(&v->type) | v->type.V) ? 0 : A;
 }
 
@@ -279,12 +230,13 @@ static bool pend_sum(Module *mod, IrBlock *b, Inst *root, int *uses, Vec *out, P
     ngroup += in_group[i];
   }
   /* the other terms must add back to T as they did */
-  RuleCtx rc = {&mod->mesh, 0, {0}, "add"};
   for (int i = 0; ngroup >= 2 && i < terms.len; i++) {
     Term *t = terms.data[i];
-    const Type *ops[2] = {&T, &t->v->type};
-    Type r;
-    if (!in_group[i] && (!rule_elementwise(&rc, t->neg ? BIN_SUB : BIN_ADD, 2, ops, &r) || !ty_equal(&r, &T)))
+    /* T op term, typed by the registry (the IR_BINARY the sum is made of) */
+    Inst probe = {.op = IR_BINARY, .fn = t->neg ? BIN_SUB : BIN_ADD, .nargs = 2,
+                  .args = (Value *[]){root->results[0], t->v}};
+    Type r = {0};
+    if (!in_group[i] && (!ir_infer(mod, &probe, &r) || !ty_equal(&r, &T)))
       ngroup = 0;
   }
   bool done = ngroup >= 2;

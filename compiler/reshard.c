@@ -230,18 +230,10 @@ static Step mk_step(Opcode op, int dim, int dim2, const int *axes, int naxes) {
   return st;
 }
 
-/* Cost of a collective step on `from` producing `to` (same formulas as
- * explain_bytes_sent). */
+/* Cost of a collective step on `from` producing `to`: the bytes of its
+ * OpDef's formula, the one explain reports. */
 static Cost coll_cost(const Mesh *m, Opcode op, const Type *from, const Type *to, const int *axes, int naxes) {
-  int64_t n = local_bytes(m, from), g = group_of(m, axes, naxes), b = 0;
-  switch (op) {
-  case IR_ALL_REDUCE: b = 2 * (g - 1) * n / g; break;
-  case IR_ALL_GATHER: b = (g - 1) * n; break;
-  case IR_REDUCE_SCATTER: case IR_ALL_TO_ALL: b = (g - 1) * n / g; break;
-  case IR_PERMUTE: b = n; break;
-  default: break;
-  }
-  return (Cost){b, 1, local_bytes(m, to)};
+  return (Cost){op_def(op)->group_bytes(local_bytes(m, from), group_of(m, axes, naxes)), 1, local_bytes(m, to)};
 }
 
 static Cost local_cost(const Mesh *m, const Type *to) { return (Cost){0, 0, local_bytes(m, to)}; }

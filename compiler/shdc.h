@@ -6,7 +6,7 @@
  * (partition.c, reshard.c), opt_ (optimize.c), explain_ (explain.c), emit_
  * (emit_c.c), drv_ (main.c, install.c), op_ (ops.c and the operation families
  * op_*.c), diagout_ (diag_json.c), show_ (show.c), net_ (netmodel.c), tsum_
- * (trace_summary.c).
+ * (trace_summary.c), file_ (files.c).
  */
 #ifndef SHDC_H
 #define SHDC_H
@@ -144,6 +144,8 @@ typedef struct {
   int depth;           /* ( and [ nesting: newlines inside them are spaces */
   int last_kind;       /* previous token, for newline-as-terminator */
   bool peeking;        /* scanning ahead: report nothing */
+  const char *peek_at; /* the first token after the last run of newlines, and its kind */
+  int peek_kind;
 } Lexer;
 
 void lex_init(Lexer *lx, const SourceFile *file);
@@ -237,7 +239,7 @@ struct Expr {
   /* set by the typechecker */
   Type *ty;            /* result type (TY_TUPLE for tuple-valued calls) */
   Symbol *sym;         /* EX_NAME */
-  const struct BuiltinDef *bi; /* EX_CALL of a builtin (ops.c), else NULL */
+  const struct BuiltinDef *bi; /* a builtin call's or an operator's row (ops.c), else NULL */
   int grad;            /* EX_CALL of grad(f, ...)(...): GRAD_PLAIN or GRAD_WITH_VALUE */
   FuncDecl *fn;        /* EX_CALL of a user function, or grad's function */
   void *tc;            /* builtin-specific facts for lowering (tc_*.c) */
@@ -454,6 +456,16 @@ bool ty_check_wellformed(const Mesh *m, const Type *t, Pos pos, AxisSet manual, 
  * not (reported only if pos.file is set). */
 #define TY_MAX_BYTES ((int64_t)1 << 48)
 bool ty_check_size(const Type *t, Pos pos);
+/* The one checked arithmetic on sizes a program writes (shapes, counts,
+ * pad amounts) before ty_check_size has bounded them: the exact result of
+ * non-negative a, b, or INT64_MAX when it would pass it, which every size
+ * check rejects, so a huge size is never seen small, negative or zero. */
+int64_t ty_size_mul(int64_t a, int64_t b);
+int64_t ty_size_add(int64_t a, int64_t b);
+/* ty_size_mul over shape[0..rank). */
+int64_t ty_size_product(int rank, const int64_t *shape);
+/* "12345", or "more than 2^63" for a saturated size. */
+const char *ty_size_str(int64_t n);
 Type ty_keep_dims(const Type *reduced, const Type *x, unsigned mask);
 Type ty_strip_sharding(const Type *t);   /* same shape/dtype, replicated */
 Type ty_without_dim(const Type *x, int k);
@@ -646,19 +658,20 @@ const char *tc_expr_text(const Expr *e);
 
 /* ---- ir.c: the IR (global view before partitioning, SPMD after) --------- */
 
+/* The core opcodes: control and calls, which the stages handle themselves,
+ * and the small vocabulary the stages' builders emit (lower_, ad_, part_,
+ * reshard.c); their OpDefs live in the families like any other. Every
+ * other operation is numbered by its family from the family's base, in its
+ * own file (ops.c registers them): adding one touches only that file. */
 typedef enum {
   IR_CONST,            /* scalar literal: fval/ival */
   IR_FILL,             /* args: scalar; fills the result type */
-  IR_IOTA,             /* attr dim: value = global index along dim */
-  IR_RANDOM,           /* args: seed (i32); attr fn: 0 normal, 1 uniform */
   IR_UNARY,            /* attr fn: UnOp */
   IR_BINARY,           /* attr fn: BinOp; NumPy broadcasting */
   IR_SELECT,           /* args: cond, a, b */
   IR_CAST,             /* dtype conversion to the result dtype */
   IR_BROADCAST,        /* NumPy broadcast_to the result shape */
-  IR_DOT,              /* dot_general: attr dot */
   IR_REDUCE,           /* attr fn: shd redop (RED_); mask: dims */
-  IR_TRANSPOSE,        /* attr perm */
   IR_RESHAPE,          /* result shape from the type */
   IR_RESHARD,          /* global view only: any type to any type */
   IR_PCAST,            /* manual state change, no data movement */
@@ -668,9 +681,7 @@ typedef enum {
   IR_ALL_GATHER,       /* attr dim */
   IR_REDUCE_SCATTER,   /* attr dim, fn */
   IR_ALL_TO_ALL,       /* attr split (dim), concat (dim2) */
-  IR_PPERMUTE,         /* attr shift */
   IR_PERMUTE,          /* SPMD: whole-mesh permutation, tables from types */
-  IR_AXIS_INDEX,       /* group index over axes, i32 */
   IR_SLICE_BLOCK,      /* SPMD: keep block (group index over axes) of dim */
   IR_EMBED_BLOCK,      /* SPMD: zeros except own block of dim */
   IR_ZERO_UNLESS_FIRST,/* SPMD: zeros unless group index over axes is 0 */
@@ -681,26 +692,23 @@ typedef enum {
   IR_IF,               /* args: cond; regions: then, else; results yielded */
   IR_YIELD,
   IR_RETURN,
-  /* io */
-  IR_PRINT,            /* args: values; str: '\x1f'-separated texts */
-  IR_SAVE,             /* str: path */
-  IR_LOAD,             /* str: path */
-  IR_ARG,              /* str: name; fval/ival default */
-  IR_CLOCK,            /* wall-clock seconds (f64), for timing steps */
-  IR_LOAD_DIM,         /* str: path (or the last arg); dim: which dim; result i32 */
   IR_GRAD,             /* global only: callee, wrt mask, with_value */
   IR_TAPE_NEW,         /* args: count (i32); result: a tape of the carry type */
   IR_TAPE_PUSH,        /* args: tape, index, value: keeps a reference */
   IR_TAPE_GET,         /* args: tape, index; result: the value stored there */
   IR__CORE,
-  /* Operations that only their own family file creates and handles number
-   * themselves from their family's base (ops.c registers them). */
+  /* The families' bases, 0x40 opcodes apart; a new family takes the next
+   * free one. */
   IR_BASE_SHAPE = 0x100,
-  IR_BASE_INDEX = 0x200,
-  IR_BASE_REDUCTION = 0x300,
+  IR_BASE_INDEX = 0x200,          /* op_index.c; op_gather.c + 0x40, op_shift.c + 0x60 */
+  IR_BASE_REDUCTION = 0x300,      /* op_reduction.c; op_softmax.c + 0x40 */
   IR_BASE_ELEMENTWISE = 0x400,
   IR_BASE_STRING = 0x500,
-  IR_BASE_ATTENTION = 0x600,
+  IR_BASE_CREATION = 0x540,
+  IR_BASE_CONTRACTION = 0x580,
+  IR_BASE_COLLECTIVE = 0x5c0,
+  IR_BASE_IO = 0x600,
+  IR_BASE_ATTENTION = 0x640,
   IR__LIMIT = 0x800
 } Opcode;
 
@@ -821,8 +829,26 @@ typedef struct {
 void ir_call_graph(const Module *mod, int nf, CallGraph *g);
 void ir_call_graph_free(CallGraph *g);
 /* Structural checks between passes: operands defined before use and in
- * scope, region arity, terminators. Aborts with an ICE on failure. */
+ * scope, region arity, terminators; in test and debug builds (SHDC_VERIFY=1
+ * in the environment, as tests/run.py sets it, or shdc compiled with
+ * -DSHDC_VERIFY) also every result's type against its OpDef's infer.
+ * Aborts with an ICE on the first failure. */
 void ir_verify(const Module *mod);
+/* in's result types from its OpDef.infer into out (pre-filled as infer
+ * says); true without one. */
+bool ir_infer(const Module *mod, const Inst *in, Type *out);
+/* For the families' infer: a RuleCtx that reports nothing, its manual axes
+ * those in's operands vary over. */
+RuleCtx ir_rule_ctx(const Module *mod, const Inst *in);
+/* A literal (IR_CONST): a weak operand, adopting its partner's states as
+ * typing-rules D7 says. */
+bool ir_is_literal(const Value *v);
+/* For the families' infer: out takes t's dtype, rank and global shape,
+ * keeping its declared sharding states (an out_sharding); false when t is
+ * not an array. */
+bool ir_infer_shape(Type *out, const Type *t);
+/* Operand k of in is an array (or scalar) of dtype dt (dt < 0: any). */
+bool ir_arg_is(const Inst *in, int k, int dt);
 
 /* ---- ops.c: the operation registry ---------------------------------------- */
 
@@ -852,7 +878,23 @@ enum {                     /* OpDef.flags */
   OPF_OUT_SHARDING = 8,    /* its partition rule reshards its natural result to the result type, so a
                             * reshard after it may become its result type (optimize.c: a weight
                             * gradient's sum is reduce-scattered to the shards, not all-reduced) */
+  OPF_RECOMPUTE = 16,      /* cheap and free of communication (creation, broadcasts, state casts, reads of
+                            * the command line, the clock or a file): a loop's backward pass recomputes it
+                            * rather than saving it on a tape (autodiff.c) */
+  OPF_OUTPUT = 32,         /* writes output (print, save): recomputed code (autodiff.c) leaves it out */
+  OPF_TRACE_LINE = 64,     /* the timeline (SHD_TRACE=FILE.json) names its source line, as a GEMM's (every
+                            * collective's is named too) */
 };
+
+/* What a collective costs on a network (netmodel.c, OpDef.net_seconds): a
+ * group of G ranks, n bytes of operand 0 on each, `sent` the bytes explain
+ * says the busiest rank sends, `world` ranks in all; the slowest link of
+ * the group has latency a (s) and takes b s a byte, a local reduction g s
+ * a byte. */
+typedef struct {
+  double G, n, sent, world;
+  double a, b, g;
+} NetCost;
 
 typedef struct OpDef {
   int op;                  /* Opcode, or a family's own opcode from its IR_BASE_ */
@@ -862,6 +904,7 @@ typedef struct OpDef {
    * and the attributes after the operands (both may be NULL). */
   const char *(*variant)(const Inst *in);
   void (*print)(FILE *out, const Module *mod, const Inst *in);
+  const char *const *variants;   /* every variant it may print (NULL-terminated), for shdc list-ops */
   /* Autodiff: adds the cotangents of in's operands, given g, the cotangent
    * of its result (NULL: not differentiable). */
   void (*vjp)(AD *a, Inst *in, Value *g);
@@ -874,62 +917,136 @@ typedef struct OpDef {
   const char *(*expr)(Emit *e, const Inst *in);
   /* How the generated code gets result k (NULL: a new buffer), the bytes
    * of temporaries it allocates and frees itself, and (collectives) the
-   * bytes one rank sends, with the runtime trace's formulas. */
+   * bytes one rank sends, with the runtime trace's formulas (NULL: those
+   * of group_bytes, for operand 0's block over the group of in's axes). */
   EmitResult (*result)(const Module *mod, const Inst *in, int k);
   int64_t (*temp_bytes)(const Module *mod, const Inst *in);
   int64_t (*bytes_sent)(const Module *mod, const Inst *in);
+  /* Collectives: the bytes one rank sends when each of the g ranks of the
+   * group holds n bytes: the one formula explain, SHD_TRACE's check and
+   * reshard.c's plan search use. And the seconds the runtime's algorithm
+   * takes on a network (netmodel.c), naming the algorithm. */
+  int64_t (*group_bytes)(int64_t n, int64_t g);
+  double (*net_seconds)(const NetCost *c, const Inst *in, const char **algo);
+  /* A view that only moves dims (transpose, a reshape adding or dropping
+   * size-1 dims): the type operand 0 needs for the result to have type t,
+   * false when there is none; optimize.c folds an out_sharding through it. */
+  bool (*operand_for)(const Inst *in, const Type *t, Type *operand);
+  /* A contraction: the mesh axes over which its local product is a partial
+   * sum (its contracting dims split alike on both operands), 0 when none;
+   * optimize.c adds such products before one reduction. */
+  AxisSet (*partial_axes)(const Inst *in);
+  /* The types of in's results from its operands and attributes (JAX's
+   * abstract evaluation), for the IR verifier (ir_verify_types) and for
+   * what autodiff builds (ad_infer). On entry out[k] is result k's declared
+   * type (zeros for an instruction being built); infer overwrites what the
+   * operation determines: dtype and shape, and the sharding states unless
+   * they are an out_sharding the program or a pass chose. False (nothing
+   * reported) when the operands are not valid for it. */
+  bool (*infer)(const Module *mod, const Inst *in, Type *out);
 } OpDef;
 
 enum {                     /* BuiltinDef.flags */
   BIF_ANNOT = 1,           /* an annotation on the call is its out_sharding (language.md §4, §8) */
   BIF_MANUAL_ONLY = 2,     /* a collective: only in manual bodies */
+  BIF_TYPE_ARG = 4,        /* takes a type as an argument: zeros(f32[8]), cast(x, f64) */
+  BIF_LIST_ARG = 8,        /* takes a list [..] as its docs write it: reshape(x, [8, 4]), transpose(x, perm=[1, 0]) */
+  BIF_STR_ANNOT = 16,      /* its type is the annotation's, which may be str (load, arg) */
 };
 
+/* The syntax a builtin row answers to: a call by its name, or an operator
+ * of the AST (its code is the Expr's op: a UnOp or BinOp). */
+typedef enum {
+  SYN_CALL,                /* name(args...) */
+  SYN_UNARY,               /* -x, !x (EX_UNARY) */
+  SYN_BINARY,              /* a + b ... (EX_BINARY but @) */
+  SYN_MATMUL,              /* a @ b */
+  SYN_INDEX,               /* x[i, lo:hi] (EX_INDEX) */
+  SYN_STRING,              /* "..." (EX_STRING) */
+  SYN__COUNT
+} OpSyntax;
+
+/* A row of a family's builtin table: a function called by name, or an
+ * operator. The typechecker finds a call's row by name (op_builtin) and an
+ * operator's by its syntax, its code and the kind of its operands
+ * (op_operator), then calls check; lowering calls the same row's lower and
+ * fold (Expr.bi). The operands of a unary, binary or @ operator are typed
+ * before its row is chosen (a str operand picks the rows whose operand is
+ * TY_STRING), so those rows read them from e->lhs->ty and e->rhs->ty. */
 typedef struct BuiltinDef {
-  const char *name;
-  int code;                /* the family's own code (UnOp, RED_, ...) */
+  const char *name;        /* the function's name, or the operator as written ("+", "@", "x[...]") */
+  int code;                /* the family's own code (UnOp, RED_, ...); an operator's UnOp or BinOp */
   unsigned flags;
-  /* Types the call e (e->bi is this entry); annot, if not NULL, is the
-   * expected type (its out_sharding when BIF_ANNOT). */
+  /* Types the call or operator e (e->bi is this entry); annot, if not
+   * NULL, is the expected type (its out_sharding when BIF_ANNOT). */
   Type (*check)(TcCtx *c, Expr *e, const Type *annot);
   /* Lowers the checked call; NULL for a call that yields no value. */
   Value *(*lower)(Lower *L, Expr *e);
-  /* The value of a call whose type is weak (a constant expression). */
+  /* The value of an expression whose type is weak (a constant expression). */
   double (*fold)(Lower *L, Expr *e);
+  OpSyntax syntax;         /* SYN_CALL unless an operator */
+  TypeKind operand;        /* an operator's operands: TY_ARRAY (0) or TY_STRING */
+  const char *doc;         /* a few words on what it does (messages, shdc list-ops), or NULL */
 } BuiltinDef;
 
+/* A family of operations (one op_*.c file): its IR operations, its
+ * builtins and operators, and what it adds to the generated file. */
+typedef struct OpFamily {
+  const char *name;        /* "elementwise" */
+  const OpDef *ops;        /* NULL-name terminated (or NULL) */
+  const BuiltinDef *builtins;
+  /* C before the functions of the generated file: the helpers its
+   * operations' C calls (NULL: none). */
+  void (*preamble)(Emit *e);
+  /* C main needs before the program runs: declarations written before
+   * main; returns a statement main runs after shd_init (NULL: none).
+   * live[i]: function i of the module is emitted. */
+  const char *(*main_setup)(Emit *e, const bool *live);
+} OpFamily;
+
+/* The families, NULL-terminated, in the order of their preambles. */
+const OpFamily *const *op_families(void);
 const OpDef *op_def(int op);                 /* NULL for an unknown opcode */
-const BuiltinDef *op_builtin(const char *name);
-/* Every builtin name, for suggestions ("did you mean"); NULL-terminated. */
+const BuiltinDef *op_builtin(const char *name);   /* a function by name, or NULL */
+/* The row of an operator: its syntax, its code (UnOp, BinOp; 0 for @,
+ * indexing and literals) and the kind of its operands; NULL when no row
+ * takes operands of that kind. */
+const BuiltinDef *op_operator(OpSyntax syn, int code, TypeKind operand);
+/* The operators of a syntax that take operands of a kind, as a phrase for
+ * messages: "+ (concatenation), == and != (comparison)". */
+const char *op_operators_phrase(OpSyntax syn, TypeKind operand);
+/* Every builtin name and form (grad), for suggestions ("did you mean");
+ * NULL-terminated. */
 const char *const *op_builtin_names(void);
+/* The builtins with a BIF_ flag, as a phrase for messages: "zeros, ones
+ * and cast". */
+const char *op_builtins_phrase(unsigned flag);
+/* GRAD_PLAIN for grad, GRAD_WITH_VALUE for value_and_grad (forms that make
+ * a function: grad(f, wrt=0)(x)), 0 for any other name. */
+int op_form(const char *name);
+/* `shdc list-ops` (a developer's command): every builtin, operator and form
+ * and every IR operation with its family and variants, one a line,
+ * tab-separated; tests/tools/test_list_ops.py compares it with the docs
+ * and the editor grammars. False when the write failed. */
+bool op_list(FILE *out);
 
 /* ---- op_*.c: what the families offer each other and the stages ------------- */
 
-/* op_elementwise.c, op_unary.c: the operators (-x, a + b, ...) and the
- * elementwise rules (typing-rules 1.2, 1.3, 3.4, 3.5). op: a BinOp, or -1
- * for where(cond, a, b). */
+/* op_elementwise.c, op_unary.c: the elementwise rules (typing-rules 1.2,
+ * 1.3, 3.4, 3.5). op: a BinOp, or -1 for where(cond, a, b). */
 bool rule_elementwise(RuleCtx *c, int op, int n, const Type *const *ops, Type *out);
 bool rule_unary(RuleCtx *c, int op, const Type *x, Type *out);
-Type op_check_unary(TcCtx *c, Expr *e);
-Type op_check_binary(TcCtx *c, Expr *e);
-Value *op_lower_unary(Lower *L, Expr *e);
-Value *op_lower_binary(Lower *L, Expr *e);
-double op_fold_unary(int un, double x);
-double op_fold_binary(int op, double a, double b, bool integer);
-const char *op_unary_name(int un);
-const char *op_binary_name(int op);
 /* The C of unary function un of a dtype at operand x. */
 const char *op_unary_c(int un, DType dt, const char *x);
 void op_unary_helper(FILE *out, int un, DType dt);   /* its static inline helper */
 int op_unary_count(void);                            /* entries of the table */
-/* The helper functions elementwise expressions call, at the top of the
- * generated file. */
-void op_elementwise_preamble(Emit *e);
+/* The all-reduce's seconds on a network (MPI below 32 MiB, a ring above),
+ * for n bytes on each rank; ring false: MPI's algorithms only (the
+ * all-reduce of argmax's (value, index) pairs). */
+double op_allreduce_seconds(const NetCost *c, double n, bool ring, const char **algo);
 
 /* op_contraction.c: @ and einsum (1.4). */
 bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, const Type *annot, Type *out);
-Type op_check_matmul(TcCtx *c, Expr *e, const Type *annot);
-Value *op_lower_matmul(Lower *L, Expr *e);
 
 /* op_reduction.c (1.5), op_shape.c (1.6, 1.7), op_collective.c (1.12). */
 bool rule_reduce(RuleCtx *c, int redop, const Type *x, unsigned dims, const Type *annot, Type *out);
@@ -945,13 +1062,10 @@ bool rule_reduced_common(RuleCtx *c, int n, Type *eff, AxisSet *R);
 /* op_attention.c: dot_product_attention (language.md §9.9). */
 bool rule_attention(RuleCtx *c, const Type *q, const Type *k, const Type *v, Type *out);
 bool rule_transpose(RuleCtx *c, const Type *x, const int *perm, Type *out);
+/* op_shape.c's transpose (attr perm), which contractions emit too. */
+enum { IR_TRANSPOSE = IR_BASE_SHAPE + 1 };
 bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, const Type *annot, Type *out);
 bool rule_reshard(RuleCtx *c, const Type *x, const Type *target, Type *out);
-
-/* op_index.c (1.9, 1.10): x[i, lo:hi, :], typed with an annotation as its
- * out_sharding (an EX_INDEX expression, not a call). */
-Type op_check_index(TcCtx *c, Expr *e, const Type *annot);
-Value *op_lower_index(Lower *L, Expr *e);
 
 /* op_shift.c: the rows of one dim that change owner, for op_index.c's
  * partitioning rules. Output row j of dim d is row j - offs[i] of source i
@@ -966,22 +1080,23 @@ Value *op_shift_rows(Part *p, Pos pos, int nsrc, Value **srcs, const int64_t *of
  * the flags of its shift; false when neither splits it (a local cut). */
 bool op_shift_plan(const Mesh *m, DimSpec xs, DimSpec ts, int64_t n_out, DimSpec *group, unsigned *flags);
 
-/* op_string.c: str values (literals, +, ==, !=, str(x)); the operators
- * with a str operand come here from op_elementwise.c, literals from lower.c. */
-Type op_check_string_binary(TcCtx *c, Expr *e, const Type *a, const Type *b);
-Value *op_lower_string_binary(Lower *L, Expr *e);
-Value *op_lower_string_lit(Lower *L, Expr *e);
-
-/* The family tables (NULL-name terminated), listed by ops.c. */
-extern const OpDef op_elementwise_ops[], op_unary_ops[], op_contraction_ops[], op_reduction_ops[],
-    op_shape_ops[], op_collective_ops[], op_creation_ops[], op_io_ops[], op_softmax_ops[], op_index_ops[],
-    op_gather_ops[], op_shift_ops[], op_attention_ops[];
-extern const BuiltinDef op_elementwise_builtins[], op_contraction_builtins[], op_reduction_builtins[],
-    op_shape_builtins[], op_collective_builtins[], op_creation_builtins[], op_io_builtins[],
-    op_softmax_builtins[], op_index_builtins[], op_gather_builtins[], op_attention_builtins[];
-extern const OpDef op_string_ops[];
-extern const BuiltinDef op_string_builtins[];
-extern BuiltinDef op_unary_builtins[];   /* filled from op_unary.c's table before main */
+/* Adding an operation (docs/architecture.md):
+ *  - a builtin or operator: a BuiltinDef row in its family's table (check,
+ *    lower, fold; .syntax and .operand for an operator; the BIF_ flags that
+ *    apply), typed with the tc_* helpers and lowered with lower_*;
+ *  - an IR operation: an opcode in its family's own enum from the family's
+ *    IR_BASE_, and an OpDef: .infer always, then .vjp, .partition, .emit or
+ *    .expr, and the OPF_ flags and cost hooks that apply;
+ *  - a family: a file op_NAME.c ending in `const OpFamily op_NAME_family`,
+ *    a base in the Opcode enum, its line in ops.c and its extern below;
+ *  - then its docs and highlighting: tests/tools/test_list_ops.py says
+ *    what is missing.
+ * A stage never calls a family (tests/tools/test_layering.py).
+ *
+ * The families (op_*.c), listed by ops.c. */
+extern const OpFamily op_elementwise_family, op_unary_family, op_contraction_family, op_reduction_family,
+    op_shape_family, op_collective_family, op_creation_family, op_io_family, op_softmax_family, op_index_family,
+    op_gather_family, op_shift_family, op_string_family, op_attention_family;
 
 /* ---- lower.c: typed AST to global IR ------------------------------------ */
 
@@ -1032,6 +1147,10 @@ Inst *ad_emit(AD *a, int op, int nargs, Value **args, Type t);
 /* The same with several results (an instruction like attention_grad). */
 Inst *ad_emit_n(AD *a, int op, int nargs, Value **args, int nresults, const Type *types);
 Value *ad_emit1(AD *a, int op, int nargs, Value **args, Type t);
+/* op (attribute fn) on args, its result typed by its OpDef.infer; operands
+ * with pending sums or reduced marks the rules do not combine are used in
+ * their plain form. */
+Value *ad_infer(AD *a, int op, int fn, int nargs, Value **args);
 Value *ad_const(AD *a, DType dt, double x);
 Value *ad_bin(AD *a, int fn, Value *x, Value *y);
 Value *ad_un(AD *a, int fn, Value *x);
@@ -1257,6 +1376,32 @@ void net_report_steps(FILE *out, const NetModel *net, const Module *mod);
 /* Time per category and collectives per rank of a SHD_TRACE=FILE.json
  * timeline, on stdout; the exit status (0, 1 malformed, 2 unreadable). */
 int tsum_run(const char *path);
+
+/* ---- files.c: what shdc reads and writes -------------------------------- */
+
+#include "../runtime/safefile.h"
+
+/* Opens a regular file for reading (a FIFO, a device, a socket or a
+ * directory is refused without blocking; max > 0 bounds its size); NULL
+ * with *why set. *size gets its size when size is not NULL. */
+FILE *file_open_regular(const char *path, long long max, const char **why, long long *size);
+/* A file written under a private temporary name beside target and renamed
+ * over it (only when target is absent or a regular file). */
+typedef struct {
+  const char *target, *why;
+  shd_temp tmp;
+  FILE *f;
+} FileOut;
+/* NULL with o->why set ("PATH is a FIFO, not a regular file", ...). */
+FILE *file_out_open(FileOut *o, const char *path);
+/* Flushes, closes and renames; NULL, or why not (the temporary is gone). */
+const char *file_out_commit(FileOut *o);
+/* A new private directory (mode 0700) beside `beside` (NULL: in TMPDIR),
+ * and a path inside it; both removed at exit and on SIGINT/SIGTERM/SIGHUP
+ * unless forgotten. NULL when it cannot be made (errno). */
+const char *file_private_dir(const char *beside);
+const char *file_private_path(const char *dir, const char *name);
+void file_forget(const char *path);
 
 /* ---- install.c: version, and where the runtime is ------------------------ */
 

@@ -412,8 +412,8 @@ static bool check_mesh(TcCtx *c, const char *ovr) {
     if (!tc_const_int(c, p->mesh->sizes[a], &size)) {
       ok = false;
     } else if (size < 1 || size > 1 << 20) {
-      diag_error(p->mesh->sizes[a]->pos, "E_MESH", "mesh axis '%s' has size %lld; sizes are at least 1",
-                 m->names[a], (long long)size);
+      diag_error(p->mesh->sizes[a]->pos, "E_MESH", "mesh axis '%s' has size %lld; a mesh axis has 1 to 1048576 (2^20) "
+                 "devices", m->names[a], (long long)size);
       ok = false;
     }
     m->sizes[a] = (int)size;
@@ -448,7 +448,7 @@ static bool check_signature(TcCtx *c, FuncDecl *f) {
   /* A function may take a builtin's name (a program written before the
    * builtin existed keeps its meaning): calls then mean the function.
    * grad and value_and_grad are forms, not functions, so not those. */
-  if (!strcmp(name, "grad") || !strcmp(name, "value_and_grad")) {
+  if (op_form(name)) {
     diag_error(f->name.pos, "E_NAME", "'%s' is a builtin form; choose another name", name);
     ok = false;
   }

@@ -6,9 +6,10 @@
  * out_sharding (typing-rules D8), and so on an indexing expression, take,
  * take_along_axis and one_hot (language.md §8); on anything else it is an
  * assertion whose
- * failure is [E_ANNOT] with a `reshard` fix. Builtins are typed by their
- * families (BuiltinDef.check, ops.c); the operators by the elementwise and
- * contraction families.
+ * failure is [E_ANNOT] with a `reshard` fix. Builtins and operators are
+ * typed by their rows of the families' tables (BuiltinDef.check, ops.c):
+ * a call's found by its name, an operator's by its syntax, its code and the
+ * kind of its operands.
  */
 #include "shdc.h"
 
@@ -24,21 +25,29 @@ static Type set(Expr *e, Type t) {
 
 /* ---- names --------------------------------------------------------------- */
 
-static int edit_distance(const char *a, const char *b) {
+/* The edit distance of a and b, or 99 once it is sure to reach `limit`
+ * (a row of the table whose least entry is at least the limit): most
+ * names are far from the unknown one, and are dropped after a row or two. */
+static int edit_distance(const char *a, const char *b, int limit) {
   int la = (int)strlen(a), lb = (int)strlen(b);
-  if (la > 32 || lb > 32)
+  if (la > 32 || lb > 32 || la - lb >= limit || lb - la >= limit)
     return 99;
   int d[33][33];
   for (int i = 0; i <= la; i++)
     d[i][0] = i;
   for (int j = 0; j <= lb; j++)
     d[0][j] = j;
-  for (int i = 1; i <= la; i++)
+  for (int i = 1; i <= la; i++) {
+    int least = d[i][0];
     for (int j = 1; j <= lb; j++) {
       int sub = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
       int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
       d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+      least = d[i][j] < least ? d[i][j] : least;
     }
+    if (least >= limit)
+      return 99;
+  }
   return d[la][lb];
 }
 
@@ -51,26 +60,23 @@ static const char *suggest(TcCtx *c, const char *name) {
   if (!diag_will_show())
     return NULL;
   for (Scope *s = c->scope; s; s = s->up)
-    for (int i = s->syms.len > 2000 ? s->syms.len - 2000 : 0; i < s->syms.len; i++) {
+    for (int i = s->syms.len > 500 ? s->syms.len - 500 : 0; i < s->syms.len; i++) {
       Symbol *sym = s->syms.data[i];
-      int d = edit_distance(name, sym->name);
+      int d = edit_distance(name, sym->name, bestd);
       if (d < bestd && d < (int)strlen(name)) {
         bestd = d;
         best = sym->name;
       }
     }
-  static const char *const special[] = {"grad", "value_and_grad", NULL};
-  const char *const *lists[2] = {op_builtin_names(), special};
-  for (int l = 0; l < 2; l++)
-    for (const char *const *b = lists[l]; *b; b++) {
-      int d = edit_distance(name, *b);
-      if (d < bestd && d < (int)strlen(name)) {
-        bestd = d;
-        best = *b;
-      }
+  for (const char *const *b = op_builtin_names(); *b; b++) {
+    int d = edit_distance(name, *b, bestd);
+    if (d < bestd && d < (int)strlen(name)) {
+      bestd = d;
+      best = *b;
     }
+  }
   for (int a = 0; a < c->mesh->naxes; a++) {
-    int d = edit_distance(name, c->mesh->names[a]);
+    int d = edit_distance(name, c->mesh->names[a], bestd);
     if (d < bestd && d < (int)strlen(name)) {
       bestd = d;
       best = c->mesh->names[a];
@@ -83,6 +89,11 @@ static Type check_name(TcCtx *c, Expr *e) {
   Symbol *s = tc_lookup(c, e->str);
   if (!s && op_builtin(e->str)) {
     diag_error(e->pos, "E_ARG", "'%s' is a builtin function, not a value; call it: %s(...)", e->str, e->str);
+    return ty_error();
+  }
+  if (!s && op_form(e->str)) {
+    diag_error(e->pos, "E_ARG", "'%s' makes a function, it is not a value; call it: %s(f, wrt=...)(args...)", e->str,
+               e->str);
     return ty_error();
   }
   if (!s) {
@@ -261,7 +272,7 @@ Type tc_call_user(TcCtx *c, Expr *e, FuncDecl *f, Vec *argv, int first_arg) {
 /* grad(f, wrt=...)(args) and value_and_grad(f, wrt=...)(args). */
 static Type check_grad(TcCtx *c, Expr *e) {
   Expr *g = e->callee;
-  bool with_value = !strcmp(g->callee->str, "value_and_grad");
+  bool with_value = op_form(g->callee->str) == GRAD_WITH_VALUE;
   const char *gname = g->callee->str;
   TcInfo *info = arena_alloc(sizeof *info);
   e->tc = info;
@@ -371,8 +382,7 @@ static Type check_grad(TcCtx *c, Expr *e) {
 
 static Type check_call(TcCtx *c, Expr *e, const Type *annot) {
   Expr *callee = e->callee;
-  if (callee->kind == EX_CALL && callee->callee->kind == EX_NAME &&
-      (!strcmp(callee->callee->str, "grad") || !strcmp(callee->callee->str, "value_and_grad")))
+  if (callee->kind == EX_CALL && callee->callee->kind == EX_NAME && op_form(callee->callee->str))
     return check_grad(c, e);
   if (callee->kind != EX_NAME) {
     diag_error(e->pos, "E_ARG", "only functions can be called");
@@ -391,7 +401,7 @@ static Type check_call(TcCtx *c, Expr *e, const Type *annot) {
     return ty_error();
   }
   const char *sug = suggest(c, callee->str);
-  if (!strcmp(callee->str, "grad") || !strcmp(callee->str, "value_and_grad"))
+  if (op_form(callee->str))
     diag_error(e->pos, "E_ARG", "%s(f, wrt=...) makes a function; call it: %s(f, wrt=0)(args...)", callee->str,
                callee->str);
   else if (sug)
@@ -403,6 +413,49 @@ static Type check_call(TcCtx *c, Expr *e, const Type *annot) {
   else
     diag_error(e->pos, "E_NAME", "unknown function '%s'", callee->str);
   return ty_error();
+}
+
+/* ---- operators: rows of the builtin table, as calls are -------------------------- */
+
+static OpSyntax syntax_of(const Expr *e) {
+  switch (e->kind) {
+  case EX_UNARY: return SYN_UNARY;
+  case EX_BINARY: return e->op == BIN_MATMUL ? SYN_MATMUL : SYN_BINARY;
+  case EX_INDEX: return SYN_INDEX;
+  default: return SYN_STRING;
+  }
+}
+
+static int operator_code(const Expr *e, OpSyntax syn) {
+  return syn == SYN_INDEX || syn == SYN_STRING ? 0 : e->op;
+}
+
+/* The operands of -x, a + b and a @ b are typed first; the row for the
+ * operator and the kind of its operands (a str picks the string family's)
+ * types the expression. A binary operator that other rows take on a str
+ * but this one does not is an error that lists those; otherwise the array
+ * row says why the operand is not an array. */
+static Type check_operator(TcCtx *c, Expr *e, const Type *annot) {
+  OpSyntax syn = syntax_of(e);
+  int code = operator_code(e, syn);
+  TypeKind kind = syn == SYN_STRING ? TY_STRING : TY_ARRAY;
+  if (syn == SYN_UNARY || syn == SYN_BINARY || syn == SYN_MATMUL) {
+    Type a = tc_expr(c, e->lhs);
+    Type b = e->rhs ? tc_expr(c, e->rhs) : a;
+    if (a.kind == TY_STRING || b.kind == TY_STRING)
+      kind = TY_STRING;
+  }
+  e->bi = op_operator(syn, code, kind);
+  if (!e->bi && kind == TY_STRING && syn == SYN_BINARY) {
+    diag_error(e->pos, "E_DTYPE", "%s is not defined on strings; a str supports %s", ast_binop_text(e->op),
+               op_operators_phrase(SYN_BINARY, TY_STRING));
+    return ty_error();
+  }
+  if (!e->bi)
+    e->bi = op_operator(syn, code, TY_ARRAY);
+  if (!e->bi)
+    diag_ice("no row of the builtin table for operator %d of syntax %d", e->op, syn);
+  return e->bi->check(c, e, annot);
 }
 
 /* ---- dispatch ----------------------------------------------------------------- */
@@ -436,23 +489,17 @@ static Type check(TcCtx *c, Expr *e, const Type *annot) {
   case EX_BOOL:
     t = check_literal(c, e);
     break;
-  case EX_STRING:
-    t = ty_string();
-    break;
   case EX_NAME:
     t = check_name(c, e);
     break;
+  case EX_STRING:
   case EX_UNARY:
-    t = op_check_unary(c, e);
-    break;
   case EX_BINARY:
-    t = e->op == BIN_MATMUL ? op_check_matmul(c, e, annot) : op_check_binary(c, e);
+  case EX_INDEX:
+    t = check_operator(c, e, annot);
     break;
   case EX_CALL:
     t = check_call(c, e, annot);
-    break;
-  case EX_INDEX:
-    t = op_check_index(c, e, annot);
     break;
   case EX_AS: {
     Type at;
@@ -478,12 +525,13 @@ static Type check(TcCtx *c, Expr *e, const Type *annot) {
     break;
   }
   case EX_LIST:
-    diag_error(e->pos, "E_ARG", "a list [..] is only an argument of reshape or transpose(perm=...)");
+    diag_error(e->pos, "E_ARG", "a list [..] is not a value; it is an argument of %s",
+               op_builtins_phrase(BIF_LIST_ARG));
     t = ty_error();
     break;
   case EX_TYPE:
-    diag_error(e->pos, "E_ARG", "a type is not a value here; types are arguments of zeros, ones, full, iota, "
-                                "normal, uniform, reshard and cast");
+    diag_error(e->pos, "E_ARG", "a type is not a value here; types are arguments of %s",
+               op_builtins_phrase(BIF_TYPE_ARG));
     t = ty_error();
     break;
   case EX_KWARG:
@@ -512,10 +560,11 @@ Type tc_expr_unannotated(TcCtx *c, Expr *e) {
 }
 
 bool tc_is_annotatable(TcCtx *c, Expr *e) {
-  if (e->kind == EX_BINARY)
-    return e->op == BIN_MATMUL;
-  if (e->kind == EX_INDEX)
-    return true;
+  if (e->kind == EX_BINARY || e->kind == EX_INDEX) {
+    OpSyntax syn = syntax_of(e);
+    const BuiltinDef *row = op_operator(syn, operator_code(e, syn), TY_ARRAY);
+    return row && (row->flags & BIF_ANNOT);
+  }
   if (e->kind != EX_CALL || e->callee->kind != EX_NAME)
     return false;
   Symbol *s = tc_lookup(c, e->callee->str);
@@ -541,9 +590,9 @@ static bool weak_fits(const Type *t, const Type *annot) {
  * value must be one. */
 static Type check_str_annot(TcCtx *c, Expr *e, const Type *annot, const char *where) {
   /* load and arg read their type from the annotation, and say what a str
-   * annotation means for them; other calls must not see one. */
-  bool reads_annot = e->kind == EX_CALL && e->callee->kind == EX_NAME && tc_is_annotatable(c, e) &&
-                     (!strcmp(e->callee->str, "load") || !strcmp(e->callee->str, "arg"));
+   * annotation means for them (BIF_STR_ANNOT); other calls must not see one. */
+  const BuiltinDef *bi = e->kind == EX_CALL && e->callee->kind == EX_NAME ? op_builtin(e->callee->str) : NULL;
+  bool reads_annot = bi && (bi->flags & BIF_STR_ANNOT) && tc_is_annotatable(c, e);
   Type t = check(c, e, reads_annot ? annot : NULL);
   if (t.kind == TY_ERROR || t.kind == TY_STRING)
     return t;

@@ -381,9 +381,10 @@ static void print_summary(FILE *o, const Summary *s, const char *path) {
 }
 
 int tsum_run(const char *path) {
-  FILE *f = fopen(path, "r");
+  const char *why;
+  FILE *f = file_open_regular(path, 0, &why, NULL);   /* a FIFO or a device is refused, never waited on */
   if (!f) {
-    fprintf(stderr, "shdc: error: cannot read %s: %s\n", path, strerror(errno));
+    fprintf(stderr, "shdc: error: cannot read %s: %s\n", path, why);
     return 2;
   }
   Reader r = {f, path, 0, 1, 0, NULL, 0, 0, {0}};

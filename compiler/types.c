@@ -280,6 +280,27 @@ __attribute__((format(printf, 3, 4))) static void wf_error(Pos pos, const char *
   va_end(ap);
 }
 
+int64_t ty_size_mul(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+int64_t ty_size_add(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+int64_t ty_size_product(int rank, const int64_t *shape) {
+  int64_t n = 1;
+  for (int d = 0; d < rank; d++)
+    n = ty_size_mul(n, shape[d]);
+  return n;
+}
+
+const char *ty_size_str(int64_t n) {
+  return n == INT64_MAX ? "more than 2^63" : arena_printf("%lld", (long long)n);
+}
+
 bool ty_check_size(const Type *t, Pos pos) {
   if (t->kind != TY_ARRAY)
     return true;
@@ -291,7 +312,8 @@ bool ty_check_size(const Type *t, Pos pos) {
     return true;
   Str dims = {0};
   for (int d = 0; d < t->rank; d++)
-    str_printf(&dims, "%s%lld", d ? " x " : "", (long long)t->shape[d]);
+    str_printf(&dims, "%s%s", d ? " x " : "",
+               t->shape[d] == INT64_MAX ? "(more than 2^63)" : arena_printf("%lld", (long long)t->shape[d]));
   wf_error(pos, "E_SHAPE", "an array of %s %s elements has %s bytes; an array may have at most 2^48 bytes (256 TiB)",
            str_cstr(&dims), ty_dtype_name(t->dtype), over ? "more than 2^63" : arena_printf("%lld", (long long)n));
   free(dims.buf);

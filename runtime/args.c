@@ -6,7 +6,8 @@
  * computation it checks the whole command line: `--help` (or -h) prints
  * the arguments with their types and defaults and ends the run with status
  * 0; an unknown or malformed flag, a bare word, a value that does not parse
- * or does not fit the argument's type (1e99 for an f32, 2^31 for an i32)
+ * or does not fit the argument's type (1e99 for an f32, 2^31 for an i32,
+ * inf or nan for a float)
  * is an error naming the flag, and every rank exits with status 1 after
  * MPI_Finalize (no MPI_Abort, whose banner would bury the message). The
  * later lookups (shd_arg_i32, ...) read values that were checked; the last
@@ -102,6 +103,10 @@ static const char *value_problem(const char *v, shd_dtype dt)
         return "expected a number";
     if (errno == ERANGE && fabs(x) > 1)
         return "out of range for f64 (magnitude at most 1.7976931348623157e+308)";
+    if (isnan(x) || isinf(x))
+        return dt == SHD_F32 ? "not a finite number (an f32 argument is a number of magnitude at most 3.4028235e+38)"
+                             : "not a finite number (an f64 argument is a number of magnitude at most "
+                               "1.7976931348623157e+308)";
     if (dt == SHD_F32 && isfinite(x) && fabs(x) > FLT_MAX)
         return "out of range for f32 (magnitude at most 3.4028235e+38)";
     return "";

@@ -31,6 +31,7 @@
  * counted as live buffers.
  */
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +56,13 @@ static struct {
     void *scratch[NSCRATCH];
     size_t cap[NSCRATCH];
 } g_coll = { .rs_algo = ALGO_RING, .ar_algo = ALGO_AUTO };
+
+/* The float max and min as MPI ops (mpi_op), made on first use. */
+static struct {
+    bool ready;
+    MPI_Op max[2], min[2];   /* [0] f32, [1] f64 */
+} g_fops;
+
 
 /* ---- set-up ------------------------------------------------------------ */
 
@@ -86,6 +94,13 @@ void shd_coll_init(void)
 
 void shd_coll_fini(void)
 {
+    if (g_fops.ready) {
+        for (int k = 0; k < 2; k++) {
+            MPI_Op_free(&g_fops.max[k]);
+            MPI_Op_free(&g_fops.min[k]);
+        }
+        g_fops.ready = false;
+    }
     for (int i = 0; i < NSCRATCH; i++) {
         free(g_coll.scratch[i]);
         g_coll.scratch[i] = NULL;
@@ -149,11 +164,15 @@ static MPI_Datatype mpi_type(shd_dtype dt)
     shd_fatal("invalid dtype %d", (int)dt);
 }
 
-/* Bools are bytes 0/1: SUM and MAX are OR, MIN is AND. */
+/* Bools are bytes 0/1: SUM and MAX are OR, MIN is AND. Float max and
+ * min are the IEEE 754-2019 ops above, never MPI_MAX/MPI_MIN. */
+static MPI_Op float_op(shd_dtype dt, shd_redop op);
 static MPI_Op mpi_op(shd_dtype dt, shd_redop op)
 {
     if (dt == SHD_BOOL)
         return op == SHD_MIN ? MPI_BAND : MPI_BOR;
+    if ((dt == SHD_F32 || dt == SHD_F64) && op != SHD_SUM)
+        return float_op(dt, op);
     switch (op) {
     case SHD_SUM: return MPI_SUM;
     case SHD_MAX: return MPI_MAX;
@@ -210,11 +229,20 @@ static void sendrecv_bytes(const void *sbuf, size_t sbytes, int dest,
 
 /* ---- local reductions --------------------------------------------------- */
 
-/* NaN-propagating max/min, as NumPy's maximum/minimum. */
-#define MAXOF(a, b) ((a) != (a) || (a) >= (b) ? (a) : (b))
-#define MINOF(a, b) ((a) != (a) || (a) <= (b) ? (a) : (b))
+/* Max and min across ranks: for integers plain; for floats IEEE 754-2019
+ * maximum and minimum (a NaN wins, -0 < +0), the local kernels' rule
+ * (k_reduce.c), so a result does not depend on how the ranks are combined,
+ * that is, on the mesh. MPI_MAX and MPI_MIN are neither (a NaN survives or
+ * not depending on the order MPI combines the ranks in): MPI_Allreduce
+ * and MPI_Reduce_scatter_block get these as user ops (mpi_op). */
+#define MAXOF(a, b) ((a) >= (b) ? (a) : (b))
+#define MINOF(a, b) ((a) <= (b) ? (a) : (b))
+#define FMAXOF(a, b) \
+    ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) > (b) ? (a) : (b) > (a) ? (b) : signbit(a) ? (b) : (a))
+#define FMINOF(a, b) \
+    ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) < (b) ? (a) : (b) < (a) ? (b) : signbit(a) ? (a) : (b))
 
-#define DEFINE_REDUCE3(NAME, T, SUMEXPR)                                      \
+#define DEFINE_REDUCE3(NAME, T, SUMEXPR, MAXOF, MINOF)                        \
     static void NAME(T *d, const T *a, const T *b, size_t n,         \
                      shd_redop op)                                            \
     {                                                                         \
@@ -232,10 +260,38 @@ static void sendrecv_bytes(const void *sbuf, size_t sbytes, int dest,
 /* bool SUM is OR; 0/1 bytes make MAX an OR and MIN an AND. */
 #define BOOL_OR(x, y) ((uint8_t)((x) | (y)))
 
-DEFINE_REDUCE3(reduce3_f32, float, PLAIN_ADD)
-DEFINE_REDUCE3(reduce3_f64, double, PLAIN_ADD)
-DEFINE_REDUCE3(reduce3_i32, int32_t, WRAP_ADD)
-DEFINE_REDUCE3(reduce3_bool, uint8_t, BOOL_OR)
+DEFINE_REDUCE3(reduce3_f32, float, PLAIN_ADD, FMAXOF, FMINOF)
+DEFINE_REDUCE3(reduce3_f64, double, PLAIN_ADD, FMAXOF, FMINOF)
+DEFINE_REDUCE3(reduce3_i32, int32_t, WRAP_ADD, MAXOF, MINOF)
+DEFINE_REDUCE3(reduce3_bool, uint8_t, BOOL_OR, MAXOF, MINOF)
+
+/* The float max/min as MPI user ops (commutative: the rule is). */
+#define DEFINE_MPI_OP(NAME, T, OP)                                            \
+    static void NAME(void *in, void *io, int *len, MPI_Datatype *t)           \
+    {                                                                         \
+        (void)t;                                                              \
+        const T *a = in;                                                      \
+        T *b = io;                                                            \
+        for (int i = 0; i < *len; i++)                                        \
+            b[i] = OP(a[i], b[i]);                                            \
+    }
+DEFINE_MPI_OP(mpi_fmax_f32, float, FMAXOF)
+DEFINE_MPI_OP(mpi_fmin_f32, float, FMINOF)
+DEFINE_MPI_OP(mpi_fmax_f64, double, FMAXOF)
+DEFINE_MPI_OP(mpi_fmin_f64, double, FMINOF)
+
+static MPI_Op float_op(shd_dtype dt, shd_redop op)
+{
+    if (!g_fops.ready) {
+        MPI_Op_create(mpi_fmax_f32, 1, &g_fops.max[0]);
+        MPI_Op_create(mpi_fmin_f32, 1, &g_fops.min[0]);
+        MPI_Op_create(mpi_fmax_f64, 1, &g_fops.max[1]);
+        MPI_Op_create(mpi_fmin_f64, 1, &g_fops.min[1]);
+        g_fops.ready = true;
+    }
+    int k = dt == SHD_F64;
+    return op == SHD_MAX ? g_fops.max[k] : g_fops.min[k];
+}
 
 /* d = a op b elementwise over n elements; d may alias a (not b). */
 static void reduce3(void *d, const void *a, const void *b, size_t n,

@@ -1,8 +1,9 @@
 /* guard.c: what happens when a run ends badly, and what is checked before
  * it starts.
  *
- * A save writes a temporary file beside its target and renames it into
- * place (npy.c). While one is being written its name is registered here,
+ * A save (npy.c) and the SHD_TRACE timeline write a temporary file beside
+ * their target, in a private random name (safefile.c), and rename it into
+ * place. While one is being written its name is registered here,
  * and every exit path the runtime controls removes it: shd_fatal (which
  * every run-time error goes through, before MPI_Abort), exit (Open MPI
  * exits a rank whose launcher died) and the signals a process can catch
@@ -14,7 +15,8 @@
  * probes for locking with TMP.locktest.RANK; its shared-file-pointer
  * components keep TMP.data.RANK and TMP.metadata.RANK); a rank killed
  * there cannot remove its own, so removing the temporary removes every
- * file in its directory whose name begins with the temporary's name.
+ * file in its directory whose name begins with the temporary's name (a
+ * private random name: nothing of anyone else's begins so).
  * SIGXFSZ is ignored, so a write past `ulimit -f` fails with EFBIG and is
  * reported like a full disk instead of killing the rank silently.
  *

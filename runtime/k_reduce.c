@@ -56,8 +56,11 @@ static inline float exp_f32(float x) { return shd_expf(x); }   /* shdrt.h: vecto
 
 static inline double exp_f64(double x) { return exp(x); }
 
-#define MAXV(a, v) (((v) > (a)) | ((v) != (v)) ? (v) : (a))
-#define MINV(a, v) (((v) < (a)) | ((v) != (v)) ? (v) : (a))
+/* IEEE 754-2019 maximum and minimum: a NaN wins, and -0 < +0, so a max
+ * or min (its sign of zero included) is the same whatever order values are
+ * combined in: in lanes here, or across ranks (collectives.c). */
+#define MAXV(a, v) (((v) > (a)) | ((v) != (v)) | (((v) == (a)) & (signbit(a) != 0) & (signbit(v) == 0)) ? (v) : (a))
+#define MINV(a, v) (((v) < (a)) | ((v) != (v)) | (((v) == (a)) & (signbit(v) != 0) & (signbit(a) == 0)) ? (v) : (a))
 
 /* The max a row's values are shifted by: finite, or 0 (a row of -inf or
  * +inf, or one holding a NaN, then gives the values JAX gives). */
@@ -75,8 +78,9 @@ typedef int64_t vi64 __attribute__((vector_size(32)));
 
 #define DEFINE_VEXT(T, VT, VI)                                                          \
     KERNEL VT vsel_##T(VT a, VT v, int op)                                              \
-    {                                                                                   \
-        VI m = (op == SHD_MAX ? (v > a) : (v < a)) | (v != v);                          \
+    {   /* equal values differ in their bits only as -0 (negative) and +0 */            \
+        VI m = (op == SHD_MAX ? (v > a) | ((v == a) & ((VI)v > (VI)a))                  \
+                              : (v < a) | ((v == a) & ((VI)v < (VI)a))) | (v != v);      \
         return (VT)(((VI)v & m) | ((VI)a & ~m));                                        \
     }                                                                                   \
     KERNEL T vext_##T(const T *restrict x, int64_t n, int op)                           \

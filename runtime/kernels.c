@@ -315,6 +315,10 @@ static reduction normalise_reduce(int rank, const int64_t *shape, unsigned mask)
  * comparison with it is true) and a NaN `v` wins. */
 #define MAXV(a, v) ((v) > (a) || (v) != (v) ? (v) : (a))
 #define MINV(a, v) ((v) < (a) || (v) != (v) ? (v) : (a))
+/* Floats: IEEE 754-2019 maximum and minimum (a NaN wins, -0 < +0), so the
+ * result is the same in any order of combination (k_reduce.c alike). */
+#define FMAXV(a, v) ((v) > (a) || (v) != (v) || ((v) == (a) && signbit(a) && !signbit(v)) ? (v) : (a))
+#define FMINV(a, v) ((v) < (a) || (v) != (v) || ((v) == (a) && signbit(v) && !signbit(a)) ? (v) : (a))
 
 /* Folds a contiguous row into one accumulator with 8 independent partial
  * results, so the adds or compares of neighbouring elements overlap. */
@@ -336,7 +340,7 @@ static reduction normalise_reduce(int rank, const int64_t *shape, unsigned mask)
 
 /* Folds one contiguous row x[0..n) into the accumulators: into acc[0] when
  * the row's dim is reduced, elementwise into acc[0..n) when it is kept. */
-#define DEFINE_ROW(NAME, T, A)                                               \
+#define DEFINE_ROW(NAME, T, A, MAXV, MINV)                                   \
     static void NAME(A *acc, const T *x, int64_t n, shd_redop op, bool fold) \
     {                                                                        \
         if (!fold) {                                                         \
@@ -360,10 +364,10 @@ static reduction normalise_reduce(int rank, const int64_t *shape, unsigned mask)
         acc[0] = s;                                                          \
     }
 
-DEFINE_ROW(row_f32, float, double)
-DEFINE_ROW(row_f64, double, double)
-DEFINE_ROW(row_i32, int32_t, int64_t)
-DEFINE_ROW(row_bool, uint8_t, int64_t)
+DEFINE_ROW(row_f32, float, double, FMAXV, FMINV)
+DEFINE_ROW(row_f64, double, double, FMAXV, FMINV)
+DEFINE_ROW(row_i32, int32_t, int64_t, MAXV, MINV)
+DEFINE_ROW(row_bool, uint8_t, int64_t, MAXV, MINV)
 
 /* Bool reductions act on 0/1: SUM is OR, which MAX computes. */
 static shd_redop effective_op(shd_dtype dt, shd_redop op)

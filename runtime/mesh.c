@@ -80,6 +80,16 @@ int64_t shd_shape_count(int rank, const int64_t *shape)
     return n;
 }
 
+bool shd_shape_bytes(int rank, const int64_t *shape, size_t elem, int64_t *bytes)
+{
+    int64_t n = (int64_t)elem;
+    for (int d = 0; d < rank; d++)
+        if (shape[d] < 0 || __builtin_mul_overflow(n, shape[d], &n))
+            return false;
+    *bytes = n;
+    return true;
+}
+
 /* ---- OpenBLAS kernel choice (before MPI_Init) ------------------------- */
 
 /* Kernels OpenBLAS falls back to when it does not know the CPU: all predate

@@ -8,12 +8,21 @@
  * accepted on load; the dict is parsed as a Python literal (shd_npy_header.c).
  *
  * Every rank touches only its own block: its file view is an MPI subarray
- * type (global shape, block shape, block offset) at the data offset, and
- * the collective read/write moves the whole block in one call. Saving goes
- * to a temporary file beside the target (DIR/.shd-save-PID-N.tmp, PID of
- * rank 0), renamed to PATH by rank 0 after every rank has written, synced
- * and closed it and the file has its full size, so a reader never sees a
- * half-written file and a failed save leaves the previous file as it was.
+ * type (global shape, block shape, block offset; built from 64-bit pieces
+ * when a dim, offset or the array's bytes pass an int) at the data offset,
+ * and the collective read/write moves the whole block in chunks of at most
+ * 1 GiB. Saving goes to a temporary file beside the target that rank 0
+ * creates in a private random name (safefile.c: DIR/.shd-save-RANDOM.tmp,
+ * O_EXCL|O_NOFOLLOW), renamed to PATH by rank 0 after every rank has
+ * written, synced and closed it and the file has its full size, so a
+ * reader never sees a half-written file and a failed save leaves the
+ * previous file as it was. Only a regular file (or nothing) is replaced.
+ *
+ * Loading reads the file whose header was checked: rank 0 reads the
+ * header and notes the file's device and inode; every rank opens PATH and
+ * checks it still names that file, so a file renamed over PATH in between
+ * stops every rank. The header's shape is counted with a checked product
+ * against the file's size; bool bytes other than 0 and 1 read as true.
  *
  * Invariants: MPI-IO may report a failed write (a full disk) only through
  * the count of what it wrote, so every write's count is checked, and the
@@ -23,6 +32,7 @@
  * validated once, on rank 0, and the verdict is shared, so a bad file
  * produces one message rather than one per rank.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -33,6 +43,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "safefile.h"
 #include "shdrt_internal.h"
 
 #define MAGIC "\x93NUMPY"
@@ -122,29 +133,115 @@ static void check_block(const char *what, const char *path, int rank,
                         const int64_t *shape)
 {
     for (int d = 0; d < rank; d++)
-        if (offset[d] < 0 || shape[d] < 0 || offset[d] + shape[d] > gshape[d] ||
-            gshape[d] > INT_MAX)
+        if (offset[d] < 0 || shape[d] < 0 || offset[d] > gshape[d] - shape[d])
             shd_fatal("%s(\"%s\"): block [%lld, %lld) does not fit dim %d of "
                       "size %lld", what, path, (long long)offset[d],
                       (long long)(offset[d] + shape[d]), d, (long long)gshape[d]);
 }
 
+/* MPI-3 constructors take int counts, and a file's dims and offsets may
+ * pass 2^31 (a token file of 2^32 rows): these build the same types from
+ * 2^30-element pieces. The caller frees what they return. */
+#define PIECE ((int64_t)1 << 30)
+
+/* n consecutive copies of et (extent es bytes). */
+static MPI_Datatype big_contiguous(int64_t n, MPI_Datatype et, size_t es)
+{
+    MPI_Datatype t;
+    if (n <= INT_MAX) {
+        MPI_Type_contiguous((int)n, et, &t);
+        return t;
+    }
+    MPI_Datatype piece, body, rest;
+    MPI_Type_contiguous((int)PIECE, et, &piece);
+    MPI_Type_contiguous((int)(n / PIECE), piece, &body);
+    MPI_Type_contiguous((int)(n % PIECE), et, &rest);
+    int lens[2] = { 1, 1 };
+    MPI_Aint disps[2] = { 0, (MPI_Aint)((size_t)(n / PIECE * PIECE) * es) };
+    MPI_Datatype types[2] = { body, rest };
+    MPI_Type_create_struct(n % PIECE ? 2 : 1, lens, disps, types, &t);
+    MPI_Type_free(&piece);
+    MPI_Type_free(&body);
+    MPI_Type_free(&rest);
+    return t;
+}
+
+/* n copies of inner, stride bytes apart. */
+static MPI_Datatype big_hvector(int64_t n, MPI_Aint stride, MPI_Datatype inner)
+{
+    MPI_Datatype t;
+    if (n <= INT_MAX) {
+        MPI_Type_create_hvector((int)n, 1, stride, inner, &t);
+        return t;
+    }
+    MPI_Datatype piece, body, rest;
+    MPI_Type_create_hvector((int)PIECE, 1, stride, inner, &piece);
+    MPI_Type_create_hvector((int)(n / PIECE), 1, stride * (MPI_Aint)PIECE, piece, &body);
+    MPI_Type_create_hvector((int)(n % PIECE), 1, stride, inner, &rest);
+    int lens[2] = { 1, 1 };
+    MPI_Aint disps[2] = { 0, stride * (MPI_Aint)(n / PIECE * PIECE) };
+    MPI_Datatype types[2] = { body, rest };
+    MPI_Type_create_struct(n % PIECE ? 2 : 1, lens, disps, types, &t);
+    MPI_Type_free(&piece);
+    MPI_Type_free(&body);
+    MPI_Type_free(&rest);
+    return t;
+}
+
+/* The block (shape at offset) of a C-order array of gshape as a file
+ * type: what MPI_Type_create_subarray builds, with 64-bit dims, offsets
+ * and strides (byte offsets are MPI_Aint, 64 bits here). Its extent is the
+ * whole array's, so the view tiles as a subarray's does. */
+static MPI_Datatype block_type(MPI_Datatype et, size_t es, int rank, const int64_t *gshape,
+                               const int64_t *offset, const int64_t *shape)
+{
+    MPI_Aint stride = (MPI_Aint)es, start = 0;
+    MPI_Datatype t = big_contiguous(shape[rank - 1], et, es);
+    start += (MPI_Aint)offset[rank - 1] * stride;
+    for (int d = rank - 2; d >= 0; d--) {
+        stride *= (MPI_Aint)gshape[d + 1];
+        MPI_Datatype outer = big_hvector(shape[d], stride, t);
+        MPI_Type_free(&t);
+        t = outer;
+        start += (MPI_Aint)offset[d] * stride;
+    }
+    int one = 1;
+    MPI_Datatype placed, whole;
+    MPI_Type_create_struct(1, &one, &start, &t, &placed);
+    MPI_Type_create_resized(placed, 0, stride * (MPI_Aint)gshape[0], &whole);
+    MPI_Type_free(&t);
+    MPI_Type_free(&placed);
+    return whole;
+}
+
 /* Sets this rank's view of the data: its block of the global array, or
- * nothing (plain bytes, count 0) when it moves no data. */
-static int set_view(MPI_File fh, MPI_Offset disp, MPI_Datatype et, int rank,
+ * nothing (plain bytes, count 0) when it moves no data. Dims, offsets and
+ * the array's bytes that fit an int take MPI's own subarray type; larger
+ * ones the same type built from 64-bit pieces (block_type). The header
+ * check has bounded the array's bytes by the file's size (an int64). */
+static int set_view(MPI_File fh, MPI_Offset disp, MPI_Datatype et, size_t es, int rank,
                     const int64_t *gshape, const int64_t *offset,
                     const int64_t *shape, bool active, MPI_Datatype *ft)
 {
     *ft = MPI_DATATYPE_NULL;
     if (!active || rank == 0)
         return MPI_File_set_view(fh, disp, et, et, "native", MPI_INFO_NULL);
-    int g[SHD_MAX_RANK], s[SHD_MAX_RANK], o[SHD_MAX_RANK];
+    bool small = true;
+    int64_t bytes = (int64_t)es;
     for (int d = 0; d < rank; d++) {
-        g[d] = (int)gshape[d];
-        s[d] = (int)shape[d];
-        o[d] = (int)offset[d];
+        small &= gshape[d] <= INT_MAX && !__builtin_mul_overflow(bytes, gshape[d], &bytes) && bytes <= INT_MAX;
     }
-    MPI_Type_create_subarray(rank, g, s, o, MPI_ORDER_C, et, ft);
+    if (small) {
+        int g[SHD_MAX_RANK], s[SHD_MAX_RANK], o[SHD_MAX_RANK];
+        for (int d = 0; d < rank; d++) {
+            g[d] = (int)gshape[d];
+            s[d] = (int)shape[d];
+            o[d] = (int)offset[d];
+        }
+        MPI_Type_create_subarray(rank, g, s, o, MPI_ORDER_C, et, ft);
+    } else {
+        *ft = block_type(et, es, rank, gshape, offset, shape);
+    }
     MPI_Type_commit(ft);
     return MPI_File_set_view(fh, disp, et, *ft, "native", MPI_INFO_NULL);
 }
@@ -175,6 +272,34 @@ static int64_t transfer_all(MPI_File fh, void *buf, int64_t count, MPI_Datatype 
     return moved;
 }
 
+/* ---- the identity of a file across ranks ------------------------------------ */
+
+/* Whether this rank runs on rank 0's host (its hostname). A file's device
+ * number is the same only there: on a cluster each host numbers its mount
+ * of a shared file system itself, while the inode (NFS's file id, Lustre's
+ * FID) is the file's own everywhere. */
+static bool on_rank0_host(void)
+{
+    static int known = -1;
+    if (known < 0) {
+        char mine[256] = "", root[256] = "";
+        gethostname(mine, sizeof mine - 1);
+        memcpy(root, mine, sizeof root);
+        MPI_Bcast(root, (int)sizeof root, MPI_CHAR, 0, MPI_COMM_WORLD);
+        known = strcmp(mine, root) == 0;
+    }
+    return known;
+}
+
+/* Whether st is the file rank 0 identified by id: {device, inode, size},
+ * a size < 0 not compared. Collective (the first call). */
+static bool same_identity(const struct stat *st, const int64_t *id)
+{
+    bool host = on_rank0_host();
+    return (int64_t)st->st_ino == id[1] && (!host || (int64_t)st->st_dev == id[0]) &&
+           (id[2] < 0 || (int64_t)st->st_size == id[2]);
+}
+
 /* ---- save ---------------------------------------------------------------- */
 
 /* Why the file system took fewer bytes than it was given: a direct write
@@ -182,7 +307,7 @@ static int64_t transfer_all(MPI_File fh, void *buf, int64_t count, MPI_Datatype 
  * MPI-IO did not pass on (ENOSPC, EFBIG, EDQUOT, EIO). */
 static const char *write_cause(const char *tmp, size_t expect, char *buf, size_t cap)
 {
-    int fd = open(tmp, O_WRONLY);
+    int fd = open(tmp, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
     char block[4096];
     memset(block, 0, sizeof block);
     errno = 0;
@@ -198,7 +323,8 @@ static const char *write_cause(const char *tmp, size_t expect, char *buf, size_t
 }
 
 typedef struct {
-    const char *path, *tmp;
+    const char *path;
+    shd_temp t;            /* the temporary: its name on every rank, its identity */
     size_t total;          /* bytes of the complete file */
     char msg[MSG_LEN];     /* this rank's first failure, "" if none */
 } save_job;
@@ -223,42 +349,60 @@ static void save_check_mpi(save_job *j, int rc, const char *what)
         save_fail(j, "%s: %s", what, mpi_error(rc, err));
 }
 
-/* DIR/.shd-save-PID-N.tmp beside PATH: the rename stays in one file
- * system, and the name fits wherever PATH's own name fits. */
-static void temp_name(char *tmp, size_t cap, const char *path)
-{
-    static unsigned seq;
-    long pid = (long)getpid();
-    MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-    const char *slash = strrchr(path, '/');
-    int dirlen = slash ? (int)(slash - path) + 1 : 0;
-    snprintf(tmp, cap, "%.*s.shd-save-%ld-%u.tmp", dirlen, path, pid, seq++);
-}
-
-/* Rank 0 creates the temporary with POSIX calls, so that a missing
- * directory or a permission problem gets its own errno, and reserves its
- * blocks: a full disk or a file size limit then fails here, by name, before
- * anything is written (file systems without fallocate skip this; the
- * written counts and the final size still catch them). */
+/* Rank 0 creates the temporary beside PATH (safefile.c: a private random
+ * name, O_EXCL|O_NOFOLLOW, so the rename stays in one file system and
+ * nothing planted at a name is followed or overwritten), with POSIX calls,
+ * so that a missing directory or a permission problem gets its own errno,
+ * and reserves its blocks: a full disk or a file size limit then fails
+ * here, by name, before anything is written (file systems without
+ * fallocate skip this; the written counts and the final size still catch
+ * them). Every rank then knows the name and the identity (device, inode)
+ * of the file, and registers it with guard.c. */
 static void save_create(save_job *j)
 {
-    struct stat st;
-    /* A save replaces a file; it never replaces a directory, a device or a
-     * FIFO that happens to have the name. */
-    if (shd_world_rank() == 0 && stat(j->path, &st) == 0 && !S_ISREG(st.st_mode))
-        save_fail(j, "%s exists and is not a regular file (%s)", j->path,
-                  S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or special file");
-    if (shd_world_rank() == 0 && !j->msg[0]) {
-        int fd = open(j->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-        int err = fd < 0 ? errno : posix_fallocate(fd, 0, (off_t)j->total);
-        if (fd < 0)
-            save_fail(j, "cannot create %s: %s", j->tmp, strerror(err));
-        else if (err && err != EOPNOTSUPP && err != EINVAL && err != ENOSYS)
+    struct { char path[sizeof j->t.path]; uint64_t dev, ino; int state; } made = { "", 0, 0, 0 };
+    enum { CREATED, RETRY, FAILED };
+    const char *bad = NULL;
+    int fd = -1;
+    (void)on_rank0_host();   /* collective the first time: here every rank is */
+    /* A save replaces a regular file; never a directory, a symbolic link, a
+     * device or a FIFO that happens to have the name. */
+    if (shd_world_rank() == 0 && (bad = shd_file_unreplaceable(j->path)) != NULL)
+        save_fail(j, "%s %s; save to another name", j->path, bad);
+    shd_agree(j->msg[0] ? j->msg : NULL);
+    /* Every rank knows (and registers) the name before rank 0 creates the
+     * file, so whichever rank survives a kill removes it. */
+    for (int attempt = 0;; attempt++) {
+        if (shd_world_rank() == 0 && !shd_temp_name(made.path, sizeof made.path, j->path, "shd-save"))
+            made.path[0] = 0;
+        MPI_Bcast(made.path, (int)sizeof made.path, MPI_CHAR, 0, MPI_COMM_WORLD);
+        if (!made.path[0] || !shd_guard_temp(made.path))
+            shd_fatal("save(\"%s\"): the path is too long", j->path);
+        if (shd_world_rank() == 0) {
+            fd = shd_temp_create_at(&j->t, made.path);
+            made.state = fd >= 0 ? CREATED : errno == EEXIST && attempt < 16 ? RETRY : FAILED;
+            if (made.state == FAILED)
+                save_fail(j, "cannot create a temporary file beside it (%s): %s", made.path, strerror(errno));
+        }
+        MPI_Bcast(&made.state, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        if (made.state != CREATED)
+            shd_guard_temp(NULL);   /* what is at the name is not ours to remove */
+        if (made.state != RETRY)
+            break;
+    }
+    if (fd >= 0) {
+        int err = posix_fallocate(fd, 0, (off_t)j->total);
+        if (err && err != EOPNOTSUPP && err != EINVAL && err != ENOSYS)
             save_fail(j, "cannot reserve %zu bytes: %s", j->total, strerror(err));
-        if (fd >= 0)
-            close(fd);
+        close(fd);
+        made.dev = (uint64_t)j->t.dev;
+        made.ino = (uint64_t)j->t.ino;
     }
     shd_agree(j->msg[0] ? j->msg : NULL);
+    MPI_Bcast(&made, (int)sizeof made, MPI_BYTE, 0, MPI_COMM_WORLD);
+    snprintf(j->t.path, sizeof j->t.path, "%s", made.path);
+    j->t.dev = (dev_t)made.dev;
+    j->t.ino = (ino_t)made.ino;
 }
 
 static void save_header(save_job *j, MPI_File fh, const char *header, size_t hlen)
@@ -270,7 +414,7 @@ static void save_header(save_job *j, MPI_File fh, const char *header, size_t hle
     save_check_mpi(j, rc, "write failed");
     if (rc == MPI_SUCCESS && (MPI_Get_count(&st, MPI_BYTE, &got) != MPI_SUCCESS || (size_t)got != hlen)) {
         char cause[256];
-        save_fail(j, "write failed: %s", write_cause(j->tmp, j->total, cause, sizeof cause));
+        save_fail(j, "write failed: %s", write_cause(j->t.path, j->total, cause, sizeof cause));
     }
 }
 
@@ -279,38 +423,51 @@ static void save_data(save_job *j, MPI_File fh, size_t hlen, const void *local, 
 {
     MPI_Datatype et = elem_type(dt), ft;
     int64_t count = writer ? shd_shape_count(rank, shape) : 0;
-    int rc = set_view(fh, (MPI_Offset)hlen, et, rank, gshape, offset, shape, count > 0, &ft);
+    int rc = set_view(fh, (MPI_Offset)hlen, et, shd_dtype_size(dt), rank, gshape, offset, shape, count > 0, &ft);
     save_check_mpi(j, rc, "cannot set the file view");
     int64_t moved = transfer_all(fh, (void *)local, j->msg[0] ? 0 : count, et, shd_dtype_size(dt), true, &rc);
     save_check_mpi(j, rc, "write failed");
     if (!j->msg[0] && moved != count) {
         char cause[256];
         save_fail(j, "write failed after %lld of %lld bytes: %s", (long long)moved * (long long)shd_dtype_size(dt),
-                  (long long)count * (long long)shd_dtype_size(dt), write_cause(j->tmp, j->total, cause, sizeof cause));
+                  (long long)count * (long long)shd_dtype_size(dt), write_cause(j->t.path, j->total, cause, sizeof cause));
     }
     if (ft != MPI_DATATYPE_NULL)
         MPI_Type_free(&ft);
     MPI_Type_free(&et);
 }
 
-/* Rank 0, after every rank closed the file: it has its full size, then it
- * replaces PATH. */
+/* Rank 0, after every rank closed the file: the temporary is still the
+ * file it created and has its full size, then it replaces PATH (when PATH
+ * is still absent or a regular file). */
 static void save_finish(save_job *j)
 {
     if (shd_world_rank() == 0) {
         struct stat st;
-        if (stat(j->tmp, &st) != 0)
-            save_fail(j, "cannot check %s: %s", j->tmp, strerror(errno));
+        if (lstat(j->t.path, &st) != 0 || !shd_temp_is_ours(&j->t))
+            save_fail(j, "the temporary file %s was replaced or removed while it was written", j->t.path);
         else if ((size_t)st.st_size != j->total) {
             char cause[256];
             save_fail(j, "wrote %lld of %zu bytes: %s", (long long)st.st_size, j->total,
-                      write_cause(j->tmp, j->total, cause, sizeof cause));
+                      write_cause(j->t.path, j->total, cause, sizeof cause));
         }
     }
     shd_agree(j->msg[0] ? j->msg : NULL);
-    if (shd_world_rank() == 0 && rename(j->tmp, j->path) != 0)
-        save_fail(j, "cannot rename %s to it: %s", j->tmp, strerror(errno));
+    const char *why;
+    if (shd_world_rank() == 0 && shd_temp_commit(&j->t, j->path, &why) != 0)
+        save_fail(j, "%s %s", j->path, why);
     shd_agree(j->msg[0] ? j->msg : NULL);
+}
+
+/* Every rank, after MPI-IO opened the temporary by name: the name still
+ * leads to the file rank 0 created. */
+static void save_check_opened(save_job *j)
+{
+    struct stat st = { 0 };
+    const int64_t id[3] = { (int64_t)j->t.dev, (int64_t)j->t.ino, -1 };
+    bool ok = lstat(j->t.path, &st) == 0;
+    if (!same_identity(&st, id) || !ok || !S_ISREG(st.st_mode))
+        save_fail(j, "the temporary file %s was replaced while it was opened", j->t.path);
 }
 
 void shd_save_npy(const char *path, const void *local, shd_dtype dt, int rank,
@@ -318,17 +475,21 @@ void shd_save_npy(const char *path, const void *local, shd_dtype dt, int rank,
                   const int64_t *shape, bool writer)
 {
     check_block("save", path, rank, gshape, offset, shape);
-    char header[1024], tmp[8192];
+    char header[1024];
     size_t hlen = build_header(header, sizeof header, dt, rank, gshape);
-    save_job j = { path, tmp, hlen + (size_t)shd_shape_count(rank, gshape) * shd_dtype_size(dt), "" };
-    temp_name(tmp, sizeof tmp, path);
-    if (!shd_guard_temp(tmp))
-        save_fail(&j, "the path is too long");
-    shd_agree(j.msg[0] ? j.msg : NULL);
+    save_job j;
+    memset(&j, 0, sizeof j);
+    j.path = path;
+    int64_t data;
+    if (!shd_shape_bytes(rank, gshape, shd_dtype_size(dt), &data) || data > INT64_MAX - (int64_t)hlen)
+        shd_fatal("save(\"%s\"): the array's size passes 2^63 bytes", path);
+    j.total = hlen + (size_t)data;
     save_create(&j);
     MPI_File fh;
-    int rc = MPI_File_open(MPI_COMM_WORLD, tmp, MPI_MODE_WRONLY, MPI_INFO_NULL, &fh);
+    int rc = MPI_File_open(MPI_COMM_WORLD, j.t.path, MPI_MODE_WRONLY, MPI_INFO_NULL, &fh);
     save_check_mpi(&j, rc, "cannot open the temporary file");
+    if (rc == MPI_SUCCESS)
+        save_check_opened(&j);
     shd_agree(j.msg[0] ? j.msg : NULL);
     save_header(&j, fh, header, hlen);
     save_data(&j, fh, hlen, local, dt, rank, gshape, offset, shape, writer);
@@ -341,17 +502,34 @@ void shd_save_npy(const char *path, const void *local, shd_dtype dt, int rank,
 
 /* ---- header parsing (rank 0) ---------------------------------------------- */
 
-/* "f32", "i64", "bool", ... for a descr, to name the file's type. */
-static void descr_name(const char *descr, char *buf, size_t cap)
+/* The descr as text: quoted, odd bytes as \xHH, cut after 24 with "...". */
+static void descr_quoted(const shd_npy_header *h, char *buf, size_t cap)
 {
-    char kind = descr[0] ? descr[1] : 0;
-    int bytes = descr[0] && descr[1] ? atoi(descr + 2) : 0;
-    if (kind == 'b' && bytes == 1)
-        snprintf(buf, cap, "bool");
-    else if ((kind == 'f' || kind == 'i' || kind == 'u' || kind == 'c') && bytes > 0)
-        snprintf(buf, cap, "%c%d", kind, bytes * 8);
-    else
-        snprintf(buf, cap, "'%s'", descr);
+    const unsigned char *d = (const unsigned char *)h->descr;
+    size_t n = (size_t)snprintf(buf, cap, "'");
+    for (const unsigned char *c = d; *c && n + 8 < cap && c - d < 24; c++)
+        n += (size_t)snprintf(buf + n, cap - n, *c >= 32 && *c < 127 && *c != '\\' ? "%c" : "\\x%02x", *c);
+    snprintf(buf + n, cap - n, "%s'", h->descr_odd || strlen(h->descr) > 24 ? "..." : "");
+}
+
+/* "f32", "i64", "bool", ... for a descr, to name the file's type; any
+ * other descr quoted, its odd bytes as \xHH and a long one cut with "...",
+ * so that a message never shows two different types alike. */
+static void descr_name(const shd_npy_header *h, char *buf, size_t cap)
+{
+    const char *d = h->descr;
+    const char *p = d + (*d && strchr("<>|=", *d) ? 1 : 0);
+    char kind = *p ? *p++ : 0;
+    char *end;
+    long bytes = isdigit((unsigned char)*p) ? strtol(p, &end, 10) : 0;
+    if (!h->descr_odd && bytes > 0 && bytes <= 64 && !*end && strchr("bfiuc", kind)) {
+        if (kind == 'b' && bytes == 1)
+            snprintf(buf, cap, "bool");
+        else
+            snprintf(buf, cap, "%c%ld", kind, bytes * 8);
+        return;
+    }
+    descr_quoted(h, buf, cap);
 }
 
 static void type_text(char *buf, size_t cap, const char *elem, int rank,
@@ -365,9 +543,11 @@ static void type_text(char *buf, size_t cap, const char *elem, int rank,
         snprintf(buf + at, cap - at, "]");
 }
 
-static bool same_descr(const char *file, shd_dtype dt)
+static bool same_descr(const shd_npy_header *h, shd_dtype dt)
 {
-    const char *want = descr_of(dt);
+    const char *want = descr_of(dt), *file = h->descr;
+    if (h->descr_odd)
+        return false;
     if (strcmp(file, want) == 0)
         return true;
     /* '=' (native) and '|' (not applicable) mean little-endian here. */
@@ -381,8 +561,10 @@ static bool header_matches(const char *path, const shd_npy_header *h, shd_dtype 
 {
     if (h->descr[0] == '>' && strcmp(h->descr + 1, "b1") != 0 &&
         strcmp(h->descr + 1, "i1") != 0 && strcmp(h->descr + 1, "u1") != 0) {
-        msgf(msg, "load(\"%s\"): file is big-endian ('%s'); save "
-                 "it little-endian (a.astype('<%s'))", path, h->descr, h->descr + 1);
+        char q[128];
+        descr_quoted(h, q, sizeof q);
+        msgf(msg, "load(\"%s\"): file is big-endian (%s); save "
+                 "it little-endian (a.astype('<%.*s'))", path, q, (int)strcspn(q + 2, "'."), q + 2);
         return false;
     }
     if (h->fortran) {
@@ -390,13 +572,13 @@ static bool header_matches(const char *path, const shd_npy_header *h, shd_dtype 
                  "in C order (np.ascontiguousarray)", path);
         return false;
     }
-    bool ok = same_descr(h->descr, dt) && h->rank == rank;
+    bool ok = same_descr(h, dt) && h->rank == rank;
     for (int d = 0; ok && d < rank; d++)
         ok = h->shape[d] == gshape[d];
     if (ok)
         return true;
-    char fe[32], ft[512], pt[512];
-    descr_name(h->descr, fe, sizeof fe);
+    char fe[128], ft[640], pt[512];
+    descr_name(h, fe, sizeof fe);
     type_text(ft, sizeof ft, fe, h->rank, h->shape);
     type_text(pt, sizeof pt, shd_dtype_name(dt), rank, gshape);
     msgf(msg, "load(\"%s\"): file has %s, program expects %s",
@@ -508,10 +690,20 @@ static bool fits(const char *path, const npy_file *nf, shd_dtype dt, int rank, c
             }
     if (!header_matches(path, h, dt, rank, start ? h->shape : gshape, msg))
         return false;
-    size_t need = (size_t)shd_shape_count(rank, start ? h->shape : gshape) * shd_dtype_size(dt);
-    if ((size_t)nf->st.st_size < (size_t)nf->off + need) {
-        msgf(msg, "load(\"%s\"): file is truncated (%lld bytes, expected %zu)", path, (long long)nf->st.st_size,
-             (size_t)nf->off + need);
+    /* The header's shape is the file's word: its bytes are counted with
+     * the checked product, so a lie cannot wrap the comparison. */
+    int64_t need = 0;
+    bool counted = shd_shape_bytes(rank, h->shape, shd_dtype_size(dt), &need);
+    if (!counted || need > (int64_t)nf->st.st_size - nf->off) {
+        char ft[640], fe[128];
+        descr_name(h, fe, sizeof fe);
+        type_text(ft, sizeof ft, fe, h->rank, h->shape);
+        if (counted)
+            msgf(msg, "load(\"%s\"): file is truncated (%lld bytes; its header's %s needs %lld after the %ld-byte "
+                 "header)", path, (long long)nf->st.st_size, ft, (long long)need, nf->off);
+        else
+            msgf(msg, "load(\"%s\"): file is truncated (%lld bytes; its header's %s would need more than 2^63 "
+                 "bytes)", path, (long long)nf->st.st_size, ft);
         return false;
     }
     return true;
@@ -519,13 +711,29 @@ static bool fits(const char *path, const npy_file *nf, shd_dtype dt, int rank, c
 
 /* ---- load ---------------------------------------------------------------- */
 
-static MPI_File open_all(const char *path)
+/* Every rank opens PATH, then checks that PATH still names the file whose
+ * header rank 0 checked (id: its device, inode and size): a file renamed over
+ * PATH in between (a save does just that) stops every rank, instead of
+ * being read with the other file's dtype and data offset. */
+static MPI_File open_checked(const char *path, const int64_t *id, int line)
 {
-    char msg[MSG_LEN], err[MPI_MAX_ERROR_STRING];
+    char msg[MSG_LEN] = "", err[MPI_MAX_ERROR_STRING];
     MPI_File fh = MPI_FILE_NULL;
     int rc = MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY, MPI_INFO_NULL, &fh);
-    msgf(msg, "load(\"%s\"): cannot open: %s", path, rc == MPI_SUCCESS ? "" : mpi_error(rc, err));
-    shd_agree(rc == MPI_SUCCESS ? NULL : msg);
+    struct stat st = { 0 };
+    bool seen = stat(path, &st) == 0;
+    bool same = same_identity(&st, id);   /* collective on first use: every rank calls it */
+    if (rc != MPI_SUCCESS)
+        msgf(msg, "load(\"%s\"): cannot open: %s", path, mpi_error(rc, err));
+    else if (!seen || !same)
+        msgf(msg, "load(\"%s\"): the file was replaced while it was being opened (rank 0 had checked the header "
+             "of the file that was there before); nothing was read", path);
+    if (msg[0] && line) {
+        char inner[MSG_LEN];
+        memcpy(inner, msg, sizeof inner);
+        msgf(msg, "line %d: %s", line, inner);
+    }
+    shd_agree(msg[0] ? msg : NULL);
     return fh;
 }
 
@@ -538,7 +746,7 @@ static void read_block(MPI_File fh, const char *path, long off, void *local, shd
     size_t es = shd_dtype_size(dt);
     int64_t count = shd_shape_count(rank, shape);
     MPI_Datatype et = elem_type(dt), ft;
-    int rc = set_view(fh, (MPI_Offset)off, et, rank, fshape, offset, shape, count > 0, &ft);
+    int rc = set_view(fh, (MPI_Offset)off, et, es, rank, fshape, offset, shape, count > 0, &ft);
     int rc2 = MPI_SUCCESS;
     int64_t got = transfer_all(fh, local, rc == MPI_SUCCESS ? count : 0, et, es, false, &rc2);
     rc = rc == MPI_SUCCESS ? rc2 : rc;
@@ -550,6 +758,11 @@ static void read_block(MPI_File fh, const char *path, long off, void *local, shd
         MPI_Type_free(&ft);
     MPI_Type_free(&et);
     shd_agree(rc == MPI_SUCCESS ? NULL : msg);
+    /* NumPy reads any nonzero byte of a bool file as True: so does every
+     * operation here, which needs bools to be exactly 0 or 1. */
+    if (dt == SHD_BOOL)
+        for (int64_t i = 0; i < count; i++)
+            ((uint8_t *)local)[i] = ((uint8_t *)local)[i] != 0;
 }
 
 void shd_load_npy(const char *path, void *local, shd_dtype dt, int rank,
@@ -558,15 +771,22 @@ void shd_load_npy(const char *path, void *local, shd_dtype dt, int rank,
 {
     check_block("load", path, rank, gshape, offset, shape);
     char msg[MSG_LEN];
-    long off = 0;
+    int64_t got[4] = { 0, 0, 0, 0 };   /* data offset, device, inode, size */
+    bool ok = true;
     if (shd_world_rank() == 0) {
         npy_file nf;
-        off = read_npy("load", path, &nf, msg) && fits(path, &nf, dt, rank, gshape, NULL, msg) ? nf.off : -1;
+        ok = read_npy("load", path, &nf, msg) && fits(path, &nf, dt, rank, gshape, NULL, msg);
+        if (ok) {
+            got[0] = nf.off;
+            got[1] = (int64_t)nf.st.st_dev;
+            got[2] = (int64_t)nf.st.st_ino;
+            got[3] = (int64_t)nf.st.st_size;
+        }
     }
-    shd_agree(off < 0 ? msg : NULL);
-    MPI_Bcast(&off, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-    MPI_File fh = open_all(path);
-    read_block(fh, path, off, local, dt, rank, gshape, offset, shape);
+    shd_agree(ok ? NULL : msg);
+    MPI_Bcast(got, 4, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    MPI_File fh = open_checked(path, got + 1, 0);
+    read_block(fh, path, (long)got[0], local, dt, rank, gshape, offset, shape);
     MPI_File_close(&fh);
 }
 
@@ -601,8 +821,9 @@ void shd_load_npy_window(const char *path, void *local, shd_dtype dt, int rank, 
 {
     check_block("load", path, rank, gshape, offset, shape);
     char msg[MSG_LEN] = "";
-    /* the data offset, whether the open file serves, the file's shape */
-    int64_t got[2 + SHD_MAX_RANK] = {0}, foff[SHD_MAX_RANK];
+    /* the data offset, whether the open file serves, its device, inode and
+     * size, the file's shape */
+    int64_t got[5 + SHD_MAX_RANK] = {0}, foff[SHD_MAX_RANK];
     npy_file fresh;
     if (shd_world_rank() == 0) {
         char inner[MSG_LEN];
@@ -611,26 +832,29 @@ void shd_load_npy_window(const char *path, void *local, shd_dtype dt, int rank, 
         if ((reuse || read_npy("load", path, &fresh, inner)) && fits(path, nf, dt, rank, gshape, start, inner)) {
             got[0] = nf->off;
             got[1] = reuse;
+            got[2] = (int64_t)nf->st.st_dev;
+            got[3] = (int64_t)nf->st.st_ino;
+            got[4] = (int64_t)nf->st.st_size;
             for (int d = 0; d < rank; d++)
-                got[2 + d] = nf->h.shape[d];
+                got[5 + d] = nf->h.shape[d];
         } else
             msgf(msg, "line %d: %s", line, inner);
     }
     shd_agree(msg[0] ? msg : NULL);
-    MPI_Bcast(got, 2 + rank, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    MPI_Bcast(got, 5 + rank, MPI_INT64_T, 0, MPI_COMM_WORLD);
     if (!got[1]) {
         shd_npy_fini();
         char *copy = strdup(path);
         if (!copy)
             shd_fatal("load(\"%s\"): out of memory", path);
-        g_win.fh = open_all(path);
+        g_win.fh = open_checked(path, got + 2, line);
         g_win.path = copy;
         if (shd_world_rank() == 0)
             g_win.nf = fresh;
     }
     for (int d = 0; d < rank; d++)
         foff[d] = start[d] + offset[d];
-    read_block(g_win.fh, path, (long)got[0], local, dt, rank, got + 2, foff, shape);
+    read_block(g_win.fh, path, (long)got[0], local, dt, rank, got + 5, foff, shape);
 }
 
 /* ---- load_dim --------------------------------------------------------------- */
@@ -643,8 +867,8 @@ static int64_t header_dim(const char *path, int k, char *msg)
         return -1;
     const shd_npy_header h = nf.h;
     if (k < 0 || k >= h.rank) {
-        char ft[256], fe[64];
-        descr_name(h.descr, fe, sizeof fe);
+        char ft[640], fe[128];
+        descr_name(&h, fe, sizeof fe);
         type_text(ft, sizeof ft, fe, h.rank, h.shape);
         msgf(msg, "load_dim(\"%s\"): the file's array %s has no dim %d", path, ft, k);
         return -1;

@@ -52,19 +52,20 @@ static bool eat(scanner *s, char c)
 }
 
 /* A quoted string; its unescaped text goes to out (cut at cap) when out is
- * not NULL. */
-static bool string_lit(scanner *s, char *out, size_t cap)
+ * not NULL, and its full length to *len when len is not NULL. */
+static bool string_lit(scanner *s, char *out, size_t cap, size_t *len)
 {
     skip_ws(s);
     if (s->p >= s->end || (*s->p != '\'' && *s->p != '"'))
         return fail(s, "expected a quoted string");
     char q = *s->p++;
-    size_t n = 0;
+    size_t n = 0, full = 0;
     while (s->p < s->end && *s->p != q) {
         if (*s->p == '\\' && s->p + 1 < s->end)
             s->p++;
         if (out && n + 1 < cap)
             out[n++] = *s->p;
+        full++;
         s->p++;
     }
     if (s->p >= s->end)
@@ -72,6 +73,8 @@ static bool string_lit(scanner *s, char *out, size_t cap)
     s->p++;
     if (out && cap)
         out[n] = 0;
+    if (len)
+        *len = full;
     return true;
 }
 
@@ -122,7 +125,7 @@ static bool skip_value(scanner *s, int depth)
         return fail(s, "a value is missing");
     char c = *s->p;
     if (c == '\'' || c == '"')
-        return string_lit(s, NULL, 0);
+        return string_lit(s, NULL, 0, NULL);
     if (c == '(' || c == '[' || c == '{') {
         if (depth >= MAX_NESTING)
             return fail(s, "values nest too deeply");
@@ -145,11 +148,15 @@ static bool skip_value(scanner *s, int depth)
 static bool entry(scanner *s, shd_npy_header *h, unsigned *seen)
 {
     char key[64];
-    if (!string_lit(s, key, sizeof key) || !eat(s, ':'))
+    if (!string_lit(s, key, sizeof key, NULL) || !eat(s, ':'))
         return fail(s, "expected 'key': value");
     if (strcmp(key, "descr") == 0) {
         *seen |= 1;
-        return string_lit(s, h->descr, sizeof h->descr);
+        size_t len;
+        if (!string_lit(s, h->descr, sizeof h->descr, &len))
+            return false;
+        h->descr_odd = len >= sizeof h->descr || strlen(h->descr) != len;
+        return true;
     }
     if (strcmp(key, "fortran_order") == 0) {
         skip_ws(s);

@@ -62,7 +62,8 @@ void shd_npy_fini(void);
 /* npy_header.c: a .npy header dict, parsed as a Python literal; false
  * with *why set when it is not one NumPy could have written. */
 typedef struct {
-    char descr[16];
+    char descr[64];
+    bool descr_odd;      /* longer than descr holds, or holding a NUL: no dtype's */
     bool fortran;
     int rank;
     int64_t shape[SHD_MAX_RANK + 1];
@@ -73,8 +74,13 @@ bool shd_npy_parse_header(const char *text, size_t len, shd_npy_header *h, const
 size_t shd_dtype_size(shd_dtype dt);
 const char *shd_dtype_name(shd_dtype dt);
 
-/* Product of shape[0..rank), 1 for rank 0. */
+/* Product of shape[0..rank), 1 for rank 0 (shapes the program built,
+ * which fit). */
 int64_t shd_shape_count(int rank, const int64_t *shape);
+/* The one checked size product, for shapes from outside (a file's header):
+ * elem times the product of shape[0..rank) in bytes; false when a dim is
+ * negative or the product passes INT64_MAX. */
+bool shd_shape_bytes(int rank, const int64_t *shape, size_t elem, int64_t *bytes);
 
 /* k_reduce.c: the vectorised reductions of f32/f64 that shd_reduce hands
  * [outer, n, inner] problems with n reduced; false for other dtypes. */

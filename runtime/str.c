@@ -65,7 +65,13 @@ void shd_str_i32(shd_str *out, int32_t x, int width, int line)
 
 void shd_str_f64(shd_str *out, double x, bool f32)
 {
-    /* The shortest precision that reads back exactly, as Python's repr. */
+    /* The shortest precision that reads back exactly, as Python's repr;
+     * a NaN is "nan" whatever its sign bit (x86's 0/0 sets it: glibc
+     * would write "-nan"), as print shows it. */
+    if (isnan(x)) {
+        shd_str_lit(out, "nan", 3);
+        return;
+    }
     int n = 0;
     for (int p = 1; p <= (f32 ? 9 : 17); p++) {
         n = snprintf(out->s, SHD_STR_MAX, "%.*g", p, x);

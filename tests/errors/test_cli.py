@@ -29,6 +29,12 @@ def trouble_cases(shdc, good, d):
     with open(fussy, "w") as f:
         f.write('#!/bin/sh\ncase "$*" in *shdc-probe-*) exec mpicc "$@";; esac\nexit 1\n')
     os.chmod(fussy, 0o755)
+    victim = os.path.join(d, "victim")
+    with open(victim, "w") as f:
+        f.write("not to be written\n")
+    link = os.path.join(d, "link")
+    os.symlink(victim, link)
+    os.symlink(victim, os.path.join(d, "p3.c"))
     ro = os.path.join(d, "ro")
     os.mkdir(ro)
     os.chmod(ro, 0o555)
@@ -51,6 +57,17 @@ def trouble_cases(shdc, good, d):
         (["check", copy, "--mesh", "X=2", "--mesh", "Y=1"], {}, 2, r"--mesh is given twice"),
         (["check", copy, "--max-errors=-1"], {}, 2, r"--max-errors expects"),
         (["build", copy, "-o", out, "-o", out], {}, 2, r"-o is given twice"),
+        # What is at an output's name is never written through or replaced
+        # unless it is a regular file (issue 19): a FIFO would block, a link
+        # would be followed.
+        (["check", copy, "--diagnostics=json", "-o", fifo], {}, 2, r"fifo.shd is a FIFO, not a regular file"),
+        (["build", copy, "-o", fifo], {}, 2, r"fifo.shd is a FIFO, not a regular file"),
+        (["build", copy, "-o", link], {}, 2, r"link is a symbolic link, not a regular file"),
+        (["build", copy, "-o", os.path.join(d, "p2"), "--keep-c"], {}, 0, r"^$"),
+        (["build", copy, "-o", os.path.join(d, "p3"), "--keep-c"], {}, 2,
+         r"p3\.c is a symbolic link, not a regular file"),
+        (["trace-summary", fifo], {}, 2, r"not a regular file \(a FIFO\)"),
+        (["trace-summary", "/dev/zero"], {}, 2, r"not a regular file \(a device\)"),
     ]
     if os.geteuid() != 0:   # root writes anywhere
         cases.append((["build", copy, "-o", os.path.join(ro, "p")], {}, 2, r"cannot write .*Permission denied"))
@@ -70,6 +87,14 @@ def trouble_cases(shdc, good, d):
     with open(good) as f, open(copy) as g:
         if f.read() != g.read():
             failures.append("build -o INPUT changed the input file")
+    with open(victim) as f:
+        if f.read() != "not to be written\n":
+            failures.append("an output was written through a symbolic link")
+    if not os.path.islink(link) or not os.path.exists(os.path.join(d, "p2.c")):
+        failures.append("build -o LINK replaced the link, or --keep-c kept no C")
+    left = [f for f in os.listdir(d) if f.startswith(".shdc")]
+    if left:
+        failures.append("builds left %r" % left)
     os.chmod(ro, 0o755)
     return failures
 
@@ -146,6 +171,10 @@ def main():
     good = os.path.join(ROOT, "tests", "docs", "broadcast.shd")
     bad = os.path.join(ROOT, "tests", "errors", "shapes.shd")
     with tempfile.TemporaryDirectory() as d:
+        # A program (a file with a mesh) without `fn main()`: check says what
+        # build would.
+        with open(os.path.join(d, "nomain.shd"), "w") as f:
+            f.write("mesh {X: 2}\nfn f(x: f32) -> f32 {\n    return x * 2.0\n}\n")
         cases = [
             (["check", good], 0),
             (["check", bad], 1),
@@ -164,6 +193,7 @@ def main():
             (["build", good], 2),                  # no -o
             (["check", good, "--mesh", "X=4,Y=1"], 0),
             (["--help"], 0),
+            (["check", os.path.join(d, "nomain.shd")], 1),
         ]
         failures = []
         for args, want in cases:
@@ -175,6 +205,12 @@ def main():
             elif want == 2 and "error" not in p.stderr and "usage" not in p.stderr:
                 failures.append("shdc %s: exit 2 without a message\n%s" % (" ".join(args), p.stderr))
         failures += trouble_cases(shdc, good, d)
+        # --help and --version into a full disk: not a success (exit 2, said).
+        for flag in ("--help", "--version"):
+            with open("/dev/full", "w") as full:
+                p = subprocess.run([shdc, flag], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+            if p.returncode != 2 or "No space left" not in p.stderr:
+                failures.append("shdc %s > /dev/full: exit %d, expected 2\n%s" % (flag, p.returncode, p.stderr))
         check_defines(shdc, d, failures)
         n = subprocess.run([shdc, "check", bad], capture_output=True, text=True).stderr
         count = len(DIAG.findall(n))

@@ -8,6 +8,7 @@ Each generated program must get its answer (exit 0, or 1 with the expected
 diagnostic) within a time far above what it takes (well under a second
 each here, before this work: minutes, gigabytes or a stack overflow).
 """
+# SERIAL: it bounds the compiler's time on huge programs, so it runs alone
 import argparse
 import os
 import re
@@ -109,6 +110,29 @@ def main():
         p = subprocess.run([shdc, "check", "--max-errors=0", path], capture_output=True, text=True, timeout=LIMIT_S)
         if len(re.findall(r"^\S+:\d+:\d+: error: ", p.stderr, re.M)) != 50 or "not shown" in p.stderr:
             failures.append("--max-errors=0: expected all 50 errors:\n" + p.stderr[-500:])
+        # A 30 kB line with errors on it: the snippet is a window around the
+        # caret, and the caret still points at the error's column.
+        path = os.path.join(d, "long_line.shd")
+        with open(path, "w") as f:
+            f.write("mesh {X: 2}\nfn main() {\n" + "".join("if b%d {" % i for i in range(3000)) + "}" * 3000 + "\n}\n")
+        line = open(path).read().split("\n")[2]
+        t0 = time.time()
+        p = subprocess.run([shdc, "check", path], capture_output=True, text=True, timeout=LIMIT_S)
+        report.append("%-36s %-8s %6.2f s" % ("30 kB line of errors", "check", time.time() - t0))
+        err = p.stderr.split("\n")
+        m = re.match(r"^\S+:3:(\d+): error: ", err[0])
+        if p.returncode != 1 or not m or len(p.stderr) > 101 * 1000:
+            failures.append("long line: exit %d, %d bytes of stderr (a window per error expected):\n%s" % (
+                p.returncode, len(p.stderr), p.stderr[:800]))
+        else:
+            col, snippet, caret = int(m.group(1)), err[1][2:], err[2][2:]
+            if len(snippet) > 260 or not caret.endswith("^"):
+                failures.append("long line: snippet of %d bytes, caret line %r" % (len(snippet), caret[-20:]))
+            else:
+                shown_from = line.find(snippet.strip(".")[:60])
+                at = shown_from + len(caret) - 1 - (3 if snippet.startswith("...") else 0)
+                if shown_from < 0 or at != col - 1:
+                    failures.append("long line: the caret points at byte %d, the error is at column %d" % (at + 1, col))
     print("\n".join(report))
     if failures:
         print("\n".join(failures))

@@ -11,7 +11,9 @@
   E_ codes with help, every code the compiler can report has a rule, and the
   SARIF fixes are the JSON fixes;
 - a failed write is exit status 2, never success; check -o FILE writes the
-  document there.
+  document there;
+- a source line with invalid UTF-8 in a string gives valid UTF-8 documents
+  (each bad byte U+FFFD, columns counted alike) that the validator accepts.
 """
 import glob
 import json
@@ -150,6 +152,56 @@ def check_sarif(exe, progs, json_fixes, failures, tmp):
     return len(run["results"])
 
 
+BAD_UTF8 = [b"\xc0\xaf", b"\xe0\x80\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xf5", b"\x80",
+            b"\xf0\x80\x80\x80", b"\xe2\x82"]
+
+
+def check_utf8(exe, failures, tmp):
+    """A source line holding invalid UTF-8 (overlong forms, surrogates, past
+    U+10FFFF, stray and cut bytes) inside strings: the JSON and SARIF
+    documents are valid UTF-8 (each bad byte one U+FFFD), SARIF's columns
+    count those as the code points the snippet holds, and the validator
+    accepts the log."""
+    prog = os.path.join(tmp, "utf8.shd")
+    head = b"mesh {X: 2}\nfn main() {\n"
+    lines = [b'    print("' + bad + b'\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", zzz%d)\n' % i
+             for i, bad in enumerate(BAD_UTF8)]
+    with open(prog, "wb") as f:
+        f.write(head + b"".join(lines) + b"}\n")
+    for fmt in ("json", "sarif"):
+        p = subprocess.run([exe, "check", "--diagnostics=" + fmt, prog], capture_output=True, timeout=120)
+        try:
+            doc = json.loads(p.stdout.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            failures.append("--diagnostics=%s of a line with invalid UTF-8: not valid UTF-8 JSON (%s)" % (fmt, e))
+            continue
+        if p.returncode != 1:
+            failures.append("--diagnostics=%s of utf8.shd: exit %d" % (fmt, p.returncode))
+        if fmt == "sarif":
+            results = doc["runs"][0]["results"]
+            if len(results) != len(BAD_UTF8):
+                failures.append("SARIF of utf8.shd: %d results, expected %d" % (len(results), len(BAD_UTF8)))
+            for i, r in enumerate(results):
+                loc = r["locations"][0]["physicalLocation"]
+                line = loc["contextRegion"]["snippet"]["text"]
+                want = lines[i].decode("utf-8", "replace").rstrip("\n")
+                col = loc["region"]["startColumn"]
+                if line != want or line[col - 1:col + 3] != "zzz%d" % i:
+                    failures.append("SARIF of utf8.shd line %d: context %r (expected %r), column %d points at %r" % (
+                        i + 3, line, want, col, line[col - 1:col + 3]))
+            log = os.path.join(tmp, "utf8.sarif")
+            with open(log, "wb") as f:
+                f.write(p.stdout)
+            report = os.path.join(tmp, "utf8-validation.sarif")
+            v = subprocess.run([validator(exe), "validate", "--output", report, "--level", "Error;Warning", log],
+                               capture_output=True, text=True, timeout=300,
+                               env=dict(os.environ, DOTNET_SYSTEM_GLOBALIZATION_INVARIANT="1"))
+            bad = [r for run in json.load(open(report))["runs"] for r in run.get("results", [])
+                   if r.get("level", "warning") in ("error", "warning")] if os.path.exists(report) else None
+            if v.returncode != 0 or bad:
+                failures.append("the SARIF validator on utf8.shd's log: exit %d, %r\n%s" % (v.returncode, bad, v.stdout))
+
+
 def check_io(exe, failures, tmp):
     bad = os.path.join("tests", "errors", "shapes.shd")
     for args in (["check", "--diagnostics=json", bad, "-o", os.path.join(tmp, "no", "such", "dir.json")],
@@ -186,6 +238,7 @@ def main():
             nfix += check_fixes(exe, prog, diags, failures, tmp)
         nres = check_sarif(exe, progs, nfix, failures, tmp)
         check_io(exe, failures, tmp)
+        check_utf8(exe, failures, tmp)
     if nfix < 40:
         failures.append("only %d fixes in %d diagnostics" % (nfix, ndiag))
     if failures:

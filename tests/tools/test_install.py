@@ -11,7 +11,12 @@
   documents every command and option of `shdc --help`, every environment
   variable the compiler and runtime read, and the exit statuses;
 - DESTDIR stages the files under DESTDIR/PREFIX with PREFIX in shdrt.pc;
-- `make uninstall` removes every installed file.
+- `make uninstall` removes every installed file;
+- a PREFIX with a space, a quote, a comma, `&` and `|` is one path to
+  every recipe: install puts everything under it (nothing inside the
+  checkout), shdrt.pc's flags name it as pkg-config escapes it, and
+  uninstall removes its files and nothing else (not the path's first
+  word, a file of its own here).
 """
 import argparse
 import glob
@@ -111,6 +116,34 @@ def check_man(page, shdc, failures):
             failures.append("the man page has no %s section" % status)
 
 
+def odd_prefix(build, tmp, failures):
+    base = os.path.join(tmp, "odd")
+    os.makedirs(base)
+    first = os.path.join(base, "my")
+    with open(first, "w") as f:
+        f.write("the first word of the prefix, not to be removed\n")
+    prefix = os.path.join(base, "my tools, it's a & b|c")
+    before = set(os.listdir(ROOT)) | set(os.listdir(os.path.join(ROOT, "tools")))
+    make(build, "install", "PREFIX=" + prefix)
+    for f in FILES:
+        if not os.path.isfile(os.path.join(prefix, f)):
+            failures.append("make install PREFIX=%r did not install %s" % (prefix, f))
+    after = set(os.listdir(ROOT)) | set(os.listdir(os.path.join(ROOT, "tools")))
+    if after - before:
+        failures.append("make install PREFIX=%r created %s in the checkout" % (prefix, sorted(after - before)))
+    env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(prefix, "lib", "pkgconfig"))
+    p = subprocess.run(["pkg-config", "--cflags", "shdrt"], capture_output=True, text=True, env=env)
+    want = "-I" + os.path.join(prefix, "include").replace("\\", "\\\\").replace(" ", "\\ ").replace(
+        "'", "\\'").replace("&", "\\&").replace("|", "\\|")
+    if p.returncode or p.stdout.strip() != want:
+        failures.append("pkg-config --cflags shdrt with PREFIX=%r: %r, expected %r" % (prefix, p.stdout, want))
+    make(build, "uninstall", "PREFIX=" + prefix)
+    left = [f for f in FILES if os.path.exists(os.path.join(prefix, f))]
+    if left or not os.path.isfile(first):
+        failures.append("make uninstall PREFIX=%r: left %s, removed the file %s: %s" % (
+            prefix, left, first, not os.path.isfile(first)))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
@@ -144,10 +177,12 @@ def main():
         make(build, "uninstall", "PREFIX=/opt/shdc", "DESTDIR=" + stage)
         if [f for _, _, fs in os.walk(stage) for f in fs]:
             failures.append("make uninstall DESTDIR=... left files")
+        odd_prefix(build, tmp, failures)
     if failures:
         print("\n".join(failures))
         sys.exit(1)
-    print("installed, used from another directory and after a move, pkg-config, man page, DESTDIR, uninstall")
+    print("installed, used from another directory and after a move, pkg-config, man page, DESTDIR, uninstall, "
+          "a PREFIX with spaces and quotes")
 
 
 if __name__ == "__main__":

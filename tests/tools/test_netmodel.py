@@ -157,13 +157,38 @@ def main():
         garbage = os.path.join(tmp, "garbage.net")
         with open(garbage, "w") as f:
             f.write("data fast slow\n")
-        for args, msg in [(["--network=10,xyz"], "latency"), (["--network=abc,1us"], "bandwidth"),
+        fifo = os.path.join(tmp, "fifo.net")
+        os.mkfifo(fifo)
+        absurd = os.path.join(tmp, "absurd.net")
+        with open(absurd, "w") as f:
+            f.write("* 1e-300B/s 1us\n")
+        longline = os.path.join(tmp, "long.net")
+        with open(longline, "w") as f:
+            f.write("* 25GB/s 5us " + "x" * 2000 + "\n")
+        nul = os.path.join(tmp, "nul.net")
+        with open(nul, "wb") as f:
+            f.write(b"* 25GB/s 5us\x00 junk\n")
+        for args, msg in [(["--network=1e-300B/s,1us"], "bandwidth"), (["--network=1e20GB/s,1us"], "bandwidth"),
+                          (["--network=1GB/s,1e30s"], "latency"), (["--network=" + absurd], "absurd.net:1"),
+                          (["--network=" + fifo], "not a regular file (a FIFO)"),
+                          (["--network=" + longline], "long.net:1: a line of 2014 bytes"),
+                          (["--network=" + nul], "nul.net:1: a NUL byte"),
+                          (["--network=/dev/zero"], "not a regular file (a device)"),(["--network=10,xyz"], "latency"), (["--network=abc,1us"], "bandwidth"),
                           (["--network=" + bad_axis], "model"), (["--network=" + partial], "tp"),
                           (["--network=" + garbage], "garbage.net:1"),
                           (["--network=" + os.path.join(tmp, "missing.net")], "cannot read")]:
-            p = subprocess.run([shdc, "explain", prog] + args, capture_output=True, text=True)
+            try:
+                p = subprocess.run([shdc, "explain", prog] + args, capture_output=True, text=True, timeout=60)
+            except subprocess.TimeoutExpired:
+                failures.append("explain %s: blocked" % args)
+                continue
             if p.returncode != 2 or msg not in p.stderr:
                 failures.append("explain %s: exit %d, %r (expected 2 and %r)" % (args, p.returncode, p.stderr, msg))
+        # The slowest links allowed still give estimates a person can read.
+        p = subprocess.run([shdc, "explain", prog, "--network=1B/s,10s"], capture_output=True, text=True)
+        ests = re.findall(r" est +(\S+) (s|ms|us) ", p.stdout)
+        if p.returncode or not ests or any(not re.match(r"^\d+\.\d+$|^\d\.\d{3}e\+\d+$", v) for v, _ in ests):
+            failures.append("explain --network=1B/s,10s: exit %d, estimates %r" % (p.returncode, ests))
         p = subprocess.run([shdc, "check", prog, "--network=1GB/s,1us"], capture_output=True, text=True)
         if p.returncode != 2:
             failures.append("--network with check: exit %d" % p.returncode)

@@ -32,7 +32,9 @@ syn keyword shdBuiltin exp log sin cos tanh sqrt abs relu sigmoid erf rsqrt squa
 syn keyword shdBuiltin maximum minimum where sum mean max min cumsum argmax argmin softmax log_softmax logsumexp dot_product_attention
 syn keyword shdBuiltin transpose reshape einsum cast reshard zeros ones full iota normal uniform one_hot
 syn keyword shdBuiltin take take_along_axis dynamic_slice dynamic_update_slice concatenate stack split pad
-syn keyword shdBuiltin print save load load_dim arg clock grad value_and_grad
+syn keyword shdBuiltin print save load load_dim arg clock grad value_and_grad chr
+" str is also the type of strings: a builtin only where it is called.
+syn match   shdBuiltin "\<str\ze\s*("
 " Collectives: only inside manual functions.
 syn keyword shdCollective psum pmax pmin pmean all_gather psum_scatter all_to_all ppermute axis_index pcast
 

@@ -1,0 +1,181 @@
+/* files.c: every file shdc reads or writes, through one set of rules.
+ *
+ * Reading (a program, a --network file, a trace for trace-summary): only a
+ * regular file is read. The open is non-blocking and the type is checked
+ * on the open descriptor (fstat), so a FIFO, a device such as /dev/zero, a
+ * socket or a directory is refused at once, never waited on or read
+ * forever.
+ *
+ * Writing (check -o, build --keep-c): a file is written under a private
+ * random name beside its target, created with O_EXCL|O_NOFOLLOW, and
+ * renamed over the target only when the target is absent or a regular file
+ * (runtime/safefile.c, shared with the runtime). build links the program in
+ * a private directory (mkdtemp, mode 0700) beside -o and renames it from
+ * there; the generated C and the toolchain probe live in a private
+ * directory under TMPDIR. Nothing is ever opened through a name someone
+ * else could have planted.
+ *
+ * Invariant: the private directories and the files made in them are
+ * registered here and removed at exit and on SIGINT, SIGTERM and SIGHUP
+ * (unlink and rmdir only, from the handler), unless kept (an internal
+ * error keeps the C for the report).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shdc.h"
+
+/* ---- reading -------------------------------------------------------------------------------- */
+
+static const char *kind_of(mode_t m) {
+  return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+         : S_ISSOCK(m) ? "a socket" : "a special file";
+}
+
+FILE *file_open_regular(const char *path, long long max, const char **why, long long *size) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    *why = strerror(errno);
+    if (fd >= 0)
+      close(fd);
+    return NULL;
+  }
+  if (size)
+    *size = st.st_size;
+  if (!S_ISREG(st.st_mode) || (max > 0 && st.st_size > max)) {
+    *why = !S_ISREG(st.st_mode) ? arena_printf("not a regular file (%s)", kind_of(st.st_mode))
+                                : arena_printf("it has %lld bytes, more than the %lld bytes allowed",
+                                               (long long)st.st_size, (long long)max);
+    close(fd);
+    return NULL;
+  }
+  int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0)
+    fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  FILE *f = fdopen(fd, "r");
+  if (!f) {
+    *why = strerror(errno);
+    close(fd);
+    return NULL;
+  }
+  return f;
+}
+
+/* ---- what to remove at exit ------------------------------------------------------------------ */
+
+#define MAX_MADE 40   /* a parallel build: two files per compiler job (at most 16), and the directories */
+
+static struct {
+  char path[MAX_MADE][4300];
+  bool dir[MAX_MADE];
+  volatile sig_atomic_t n;
+  bool hooked;
+} g_made;
+
+static void remove_made(void) {
+  for (int i = g_made.n - 1; i >= 0; i--)
+    if (g_made.path[i][0])
+      g_made.dir[i] ? rmdir(g_made.path[i]) : unlink(g_made.path[i]);
+  g_made.n = 0;
+}
+
+static void on_signal(int sig) {
+  remove_made();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+static int made(const char *path, bool dir) {
+  if (!g_made.hooked) {
+    g_made.hooked = true;
+    atexit(remove_made);
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+      struct sigaction old;
+      if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+        continue;
+      signal(sigs[i], on_signal);
+    }
+  }
+  if (g_made.n == MAX_MADE || strlen(path) >= sizeof g_made.path[0])
+    return -1;
+  int i = g_made.n;
+  snprintf(g_made.path[i], sizeof g_made.path[i], "%s", path);
+  g_made.dir[i] = dir;
+  g_made.n = i + 1;
+  return i;
+}
+
+void file_forget(const char *path) {
+  for (int i = 0; i < g_made.n; i++)
+    if (!strcmp(g_made.path[i], path))
+      g_made.path[i][0] = 0;
+}
+
+/* ---- private directories --------------------------------------------------------------------- */
+
+const char *file_private_dir(const char *beside) {
+  char *tmpl;
+  if (beside) {
+    const char *slash = strrchr(beside, '/');
+    tmpl = arena_printf("%.*s.shdc-build-XXXXXX", slash ? (int)(slash - beside) + 1 : 0, beside);
+  } else {
+    const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    tmpl = arena_printf("%s/shdc-XXXXXX", tmp);
+  }
+  if (!mkdtemp(tmpl))
+    return NULL;
+  made(tmpl, true);
+  return tmpl;
+}
+
+const char *file_private_path(const char *dir, const char *name) {
+  const char *p = arena_printf("%s/%s", dir, name);
+  made(p, false);
+  return p;
+}
+
+/* ---- writing through a temporary ------------------------------------------------------------- */
+
+FILE *file_out_open(FileOut *o, const char *path) {
+  memset(o, 0, sizeof *o);
+  o->target = path;
+  const char *bad = shd_file_unreplaceable(path);
+  if (bad) {
+    o->why = arena_printf("%s %s", path, bad);
+    errno = EEXIST;
+    return NULL;
+  }
+  int fd = shd_temp_create(&o->tmp, path, "shdc-out");
+  if (fd < 0) {
+    o->why = arena_printf("cannot create a file beside %s: %s", path, strerror(errno));
+    return NULL;
+  }
+  made(o->tmp.path, false);
+  o->f = fdopen(fd, "w");
+  if (!o->f) {
+    o->why = arena_printf("cannot write %s: %s", path, strerror(errno));
+    close(fd);
+  }
+  return o->f;
+}
+
+const char *file_out_commit(FileOut *o) {
+  bool ok = fflush(o->f) == 0 && !ferror(o->f);
+  int err = errno;
+  ok = fclose(o->f) == 0 && ok;
+  o->f = NULL;
+  const char *why = NULL;
+  if (!ok)
+    why = arena_printf("cannot write %s: %s", o->target, strerror(err ? err : errno));
+  else if (shd_temp_commit(&o->tmp, o->target, &why) != 0)
+    why = arena_printf("%s %s", o->target, why);
+  if (why)
+    unlink(o->tmp.path);
+  file_forget(o->tmp.path);
+  return why;
+}
