@@ -1,19 +1,31 @@
 #!/usr/bin/env python3
 """bench/gpt.py: the GPT-2 training step of dsl-examples/gpt2.shd as shdc
-compiles it, against the same model in PyTorch (tests/gpt2/ref_torch.py's
-forward pass, AdamW over the same two parameter groups; DistributedData-
-Parallel over gloo across ranks), data parallel at each rank count, one
-thread per rank on both sides.
+compiles it, against this machine's matrix-multiply rate and against the
+same model in PyTorch (tests/gpt2/ref_torch.py's forward pass, AdamW over
+the same two parameter groups; DistributedDataParallel over gloo across
+ranks), data parallel at each rank count, one thread per rank on both
+sides.
 
 Per configuration and rank count: ms per step (median of the steps after
-the first two), tokens per second, peak resident memory per rank (both;
-the largest over the ranks), shdc's peak of live arrays per rank as
-measured (SHD_TRACE=1) and as `shdc explain` predicts it, and the share of
-shdc's step in GEMM (its timeline, `shdc trace-summary`). Both sides train
-on the same uniform random tokens.
+the first two); the model's FLOPs per step (6 x parameters x tokens, plus
+attention's 12 x L x T x C per token, the usual MFU count); the GFLOP/s
+achieved; the rate of OpenBLAS sgemm at the model's GEMM shapes on this
+machine (bench/sgemm_rate.c: each forward product and its two backward
+products, one thread a rank, all ranks at once, measured just before and
+just after the step, averaged), times the ranks; and their ratio, the
+model FLOPs utilisation against this machine (MFU). Then PyTorch's
+ms/step, the share of shdc's step in GEMM (its timeline, `shdc
+trace-summary`), the MiB a step allocates from the buffer cache (the rises
+of the timeline's memory track, steps 5 and 6), peak resident memory per
+rank (both), and shdc's peak of
+live arrays per rank as measured (SHD_TRACE=1) and as `shdc explain`
+predicts it. Both sides train on the same uniform random tokens.
 
-  bench/gpt.py [--ranks 1 2] [--steps 12] [--configs demo large] [--torch-threads] [--bind-to core]
+  bench/gpt.py [--ranks 1 2] [--steps 12] [--configs demo large ...] [--torch-threads] [--bind-to core]
+               [--baseline SHDC] [--no-torch]
 
+--baseline SHDC also times the step as another shdc (e.g. a build of main)
+compiles it, in the same run, and prints its ms/step and the speedup.
 With fewer cores than ranks the processes share cores: compare columns at
 the same rank count only. --torch-threads runs PyTorch as one process with
 as many threads as shdc has ranks (torch.set_num_threads), instead of as
@@ -25,6 +37,8 @@ build, `--build-only DIR` builds shdc's binaries (and copies shdc, which
 explain and trace-summary need, and gpt2.shd) into DIR with a manifest
 (gpt.json, merged with one already there) and runs nothing; `--run-from
 DIR` runs from there.
+Timings taken while other work loads the machine are noisy: the MFU
+column divides by a rate measured under the same load.
 """
 import argparse
 import json
@@ -44,13 +58,60 @@ OPT = dict(bind="none", run_from=None, exes={})   # set by main
 ENV = dict(os.environ, SHD_QUIET="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
 
-# The demo model (gpt2.shd's defaults) and a larger one.
+# The demo model (gpt2.shd's defaults) and larger ones.
 CONFIGS = {
     "demo": dict(V=256, T=64, L=4, NH=4, C=128, B=16),
     "large": dict(V=256, T=256, L=4, NH=6, C=384, B=8),
     # the large model on a batch that divides by 16 ranks (not run by default)
     "large-b16": dict(V=256, T=256, L=4, NH=6, C=384, B=16),
+    "c384t128": dict(V=256, T=128, L=6, NH=6, C=384, B=16),
+    "c768t256": dict(V=256, T=256, L=4, NH=12, C=768, B=8),
 }
+
+
+def params(cfg):
+    """The parameters of gpt2.shd's model."""
+    V, T, L, C = cfg["V"], cfg["T"], cfg["L"], cfg["C"]
+    per_layer = 4 * C + (3 * C * C + 3 * C) + (C * C + C) + (4 * C * C + 4 * C) + (4 * C * C + C)
+    return V * C + T * C + L * per_layer + 2 * C
+
+
+def model_flops(cfg):
+    """FLOPs of one training step: 6 per parameter and token, and attention's
+    12 * L * T * C per token (PaLM's MFU count; causal masking not subtracted)."""
+    tokens = cfg["B"] * cfg["T"]
+    return 6 * params(cfg) * tokens + 12 * cfg["L"] * cfg["T"] * cfg["C"] * tokens
+
+
+def gemm_shapes(cfg, n):
+    """The step's GEMMs on one of n data-parallel ranks: each forward product
+    (M tokens, N outputs, K inputs, the weight transposed as gpt2.shd stores
+    it) and its two backward products (input and weight gradients)."""
+    M = cfg["B"] // n * cfg["T"]
+    C, V = cfg["C"], cfg["V"]
+    fwd = [(3 * C, C), (C, C), (4 * C, C), (C, 4 * C), (V, C)]
+    out = []
+    for N, K in fwd:
+        out += ["%d,%d,%d,0,1" % (M, N, K), "%d,%d,%d,0,0" % (M, K, N), "%d,%d,%d,1,0" % (N, K, M)]
+    return out
+
+
+def sgemm_rate_build(d):
+    exe = os.path.join(d, "sgemm_rate")
+    sh(["mpicc", "-std=c11", "-O2", "-o", exe, os.path.join(ROOT, "bench", "sgemm_rate.c")] +
+       subprocess.run(["pkg-config", "--cflags", "--libs", "openblas"], capture_output=True,
+                      text=True).stdout.split())
+    return exe
+
+
+def sgemm_rate(n, cfg, d):
+    """GFLOP/s of sgemm per rank at the model's shapes, n ranks at once."""
+    exe = os.path.join(OPT["run_from"] or d, "sgemm_rate")
+    if not os.path.exists(exe):
+        exe = sgemm_rate_build(d)
+    out = mpirun(n, [exe, "2"] + gemm_shapes(cfg, n))
+    rates = [float(x) for x in re.findall(r"sgemm GFLOP/s (\S+)", out)]
+    return statistics.mean(rates)
 
 
 def sh(cmd, env=None, timeout=3600):
@@ -73,14 +134,26 @@ def median_ms(ts):
 
 # ---- shdc -------------------------------------------------------------------------------------------------------
 
-def shdc_build(name, cfg, n, d):
-    exe = os.path.join(d, "gpt_%s_%d" % (name, n))
+def shdc_build(name, cfg, n, d, shdc=None, tag=""):
+    exe = os.path.join(d, "gpt_%s_%d%s" % (name, n, tag))
     defs = sum((["-D", "%s=%d" % kv] for kv in cfg.items()), [])
-    sh([SHDC, "build", GPT2, "--mesh", "data=%d,model=1" % n, "-o", exe] + defs)
+    sh([shdc or SHDC, "build", GPT2, "--mesh", "data=%d,model=1" % n, "-o", exe] + defs)
     return exe
 
 
-def shdc_run(name, cfg, n, steps, d):
+def step_ms(exe, n, steps, d, extra_env=None, wrap=()):
+    """The median step of a run (its metrics file), and the run's output."""
+    metrics = os.path.join(d, "metrics_%s.jsonl" % os.path.basename(exe))
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    out = mpirun(n, list(wrap) + [exe, "--steps=%d" % steps, "--data=", "--val=", "--metrics=" + metrics], extra_env)
+    with open(metrics) as f:
+        return median_ms([m["ms"] for m in map(json.loads, f) if "ms" in m]), out
+
+
+def shdc_run(name, cfg, n, steps, d, shdc=None, tag=""):
+    if tag:   # a baseline (another shdc): the step only
+        return dict(ms=step_ms(shdc_build(name, cfg, n, d, shdc, tag), n, steps, d)[0])
     if OPT["run_from"]:
         exe = OPT["exes"].get("%s:%d" % (name, n))
         if exe is None:
@@ -90,26 +163,41 @@ def shdc_run(name, cfg, n, steps, d):
         exe = shdc_build(name, cfg, n, d)
     defs = sum((["-D", "%s=%d" % kv] for kv in cfg.items()), [])
     mesh = "data=%d,model=1" % n
-    src = GPT2
-    metrics = os.path.join(d, "metrics_%s_%d.jsonl" % (name, n))
-    if os.path.exists(metrics):
-        os.remove(metrics)
-    args = [exe, "--steps=%d" % steps, "--data=", "--val=", "--metrics=" + metrics]
     # GNU time reports each rank's peak resident set (KiB).
-    out = mpirun(n, [shutil.which("time") or "/usr/bin/time", "-f", "maxrss_kib %M"] + args, {"SHD_TRACE": "1"})
-    with open(metrics) as f:
-        ms = median_ms([m["ms"] for m in map(json.loads, f) if "ms" in m])
+    ms, out = step_ms(exe, n, steps, d, {"SHD_TRACE": "1"},
+                      [shutil.which("time") or "/usr/bin/time", "-f", "maxrss_kib %M"])
     rss = max(int(x) for x in re.findall(r"maxrss_kib (\d+)", out)) / 1024
     peak = max(int(x) for x in re.findall(r"rank \d+: peak_bytes=(\d+)", out)) / 2**20
-    ex = sh([SHDC, "explain", src, "--mesh", mesh] + defs)
+    ex = sh([SHDC, "explain", GPT2, "--mesh", mesh] + defs)
     main_peak = re.search(r"^fn main\n(?:.*\n)*?\s+peak live arrays per rank: (\d+) bytes", ex, re.M)
     explain_peak = int(main_peak.group(1)) / 2**20 if main_peak else float("nan")
-    # The share of the step in GEMM, from the timeline of a shorter run.
-    trace = os.path.join(d, "run_%d.json" % n)
-    mpirun(n, [exe, "--steps=4", "--data=", "--val="], {"SHD_TRACE": trace})
-    summ = sh([SHDC, "trace-summary", trace])
-    gemm = gemm_share(summ)
-    return dict(ms=ms, rss=rss, peak=peak, explain_peak=explain_peak, gemm=gemm, summary=summ)
+    # The share of the step in GEMM, from the timeline of a shorter run; the
+    # bytes a step allocates, from the timelines of 4 and 6 steps (their
+    # difference over 2: the steady state, start-up left out).
+    alloc = []
+    for k in (4, 6):
+        trace = os.path.join(d, "run_%s_%d_%d.json" % (name, n, k))
+        mpirun(n, [exe, "--steps=%d" % k, "--data=", "--val="], {"SHD_TRACE": trace})
+        alloc.append(allocated_bytes(trace))
+        if k == 4:
+            summ = sh([SHDC, "trace-summary", trace])
+            gemm = gemm_share(summ)
+    return dict(ms=ms, rss=rss, peak=peak, explain_peak=explain_peak, gemm=gemm, summary=summ,
+                alloc=(alloc[1] - alloc[0]) / 2 / 2**20)
+
+
+def allocated_bytes(trace):
+    """Bytes taken from the buffer cache on rank 0: the rises of the timeline's
+    live-array-bytes counter, added up."""
+    with open(trace) as f:
+        doc = json.load(f)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    total, last = 0, 0
+    for e in sorted((e for e in events if e.get("ph") == "C" and e.get("pid") == 0), key=lambda e: e["ts"]):
+        b = e["args"]["bytes"]
+        total += max(b - last, 0)
+        last = b
+    return total
 
 
 def gemm_share(summary):
@@ -202,6 +290,7 @@ def build_only(a):
             man = json.load(f)
     shutil.copy2(SHDC, os.path.join(d, "shdc"))
     shutil.copy2(GPT2, os.path.join(d, "gpt2.shd"))
+    sgemm_rate_build(d)
     for name in a.configs:
         cfg = CONFIGS[name]
         for n in a.ranks:
@@ -218,6 +307,8 @@ def main():
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--configs", nargs="+", default=["demo", "large"], choices=list(CONFIGS))
+    ap.add_argument("--baseline", metavar="SHDC", help="also time the step as this shdc compiles it")
+    ap.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     ap.add_argument("--summary", action="store_true", help="also print shdc's trace-summary")
     ap.add_argument("--torch-threads", action="store_true",
                     help="PyTorch as one process of as many threads as shdc's ranks (not DDP ranks)")
@@ -237,9 +328,16 @@ def main():
         OPT["exes"] = man["exes"]
     print("PyTorch: %s" % ("one process, as many threads as ranks" if a.torch_threads else
                            "DistributedDataParallel, one thread per rank"))
-    print("| model | ranks | shdc ms/step | PyTorch ms/step | shdc tokens/s | PyTorch tokens/s | PyTorch / shdc | "
-          "shdc share in GEMM | peak RSS MiB/rank shdc, PyTorch | shdc arrays MiB/rank measured, explain |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    cols = ["model", "ranks", "shdc ms/step", "GFLOP/step", "achieved GFLOP/s", "sgemm GFLOP/s (per core x ranks)",
+            "MFU vs machine"]
+    if a.baseline:
+        cols += ["baseline ms/step", "speedup"]
+    if not a.no_torch:
+        cols += ["PyTorch ms/step", "PyTorch / shdc"]
+    cols += ["shdc share in GEMM", "MiB allocated/step", "peak RSS MiB/rank shdc%s" % ("" if a.no_torch else ", PyTorch"),
+             "shdc arrays MiB/rank measured, explain"]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
     port = 29500 + os.getpid() % 1000
     with tempfile.TemporaryDirectory() as d:
         for name in a.configs:
@@ -249,12 +347,25 @@ def main():
                 if cfg["B"] % n:
                     print("| %s | %d | skipped: B=%d does not divide by %d ranks |" % (desc, n, cfg["B"], n))
                     continue
+                r0 = sgemm_rate(n, cfg, d)
                 s = shdc_run(name, cfg, n, a.steps, d)
-                t = torch_run(cfg, n, a.steps, d, port + n, a.torch_threads)
-                tok = cfg["B"] * cfg["T"]
-                print("| %s | %d | %.1f | %.1f | %.0f | %.0f | %.2f | %.0f%% | %.0f, %.0f | %.1f, %.1f |" %
-                      (desc, n, s["ms"], t["ms"], tok / s["ms"] * 1000, tok / t["ms"] * 1000, t["ms"] / s["ms"],
-                       100 * s["gemm"], s["rss"], t["rss"], s["peak"], s["explain_peak"]), flush=True)
+                r1 = sgemm_rate(n, cfg, d)
+                rate = (r0 + r1) / 2 * n
+                flops = model_flops(cfg)
+                achieved = flops / s["ms"] / 1e6
+                row = [desc, "%d" % n, "%.1f" % s["ms"], "%.2f" % (flops / 1e9), "%.1f" % achieved,
+                       "%.1f" % rate, "%.0f%%" % (100 * achieved / rate)]
+                if a.baseline:
+                    b = shdc_run(name, cfg, n, a.steps, d, a.baseline, "_base")
+                    row += ["%.1f" % b["ms"], "%.2f" % (b["ms"] / s["ms"])]
+                rss = "%.0f" % s["rss"]
+                if not a.no_torch:
+                    t = torch_run(cfg, n, a.steps, d, port + n, a.torch_threads)
+                    row += ["%.1f" % t["ms"], "%.2f" % (t["ms"] / s["ms"])]
+                    rss += ", %.0f" % t["rss"]
+                row += ["%.0f%%" % (100 * s["gemm"]), "%.1f" % s["alloc"], rss,
+                        "%.1f, %.1f" % (s["peak"], s["explain_peak"])]
+                print("| " + " | ".join(row) + " |", flush=True)
                 if a.summary:
                     print(s["summary"])
 

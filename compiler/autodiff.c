@@ -124,6 +124,12 @@ Inst *ad_emit(AD *a, int op, int n, Value **args, Type t) {
 
 Value *ad_emit1(AD *a, int op, int n, Value **args, Type t) { return ad_emit(a, op, n, args, t)->results[0]; }
 
+Inst *ad_emit_n(AD *a, int op, int n, Value **args, int nresults, const Type *types) {
+  Inst *in = ir_emit(a->mod, a->b, op, a->pos, n, args, nresults, types);
+  grow(a);
+  return in;
+}
+
 Value *ad_const(AD *a, DType dt, double x) {
   Inst *in = ad_emit(a, IR_CONST, 0, NULL, ty_scalar(dt));
   in->fval = x;
@@ -247,6 +253,16 @@ void ad_add_ct(AD *a, Value *primal, Value *c) {
   Inst *in = ad_emit(a, IR_BINARY, 2, (Value *[]){prev, c}, want);
   in->fn = BIN_ADD;
   a->ct[primal->id] = in->results[0];
+}
+
+/* Replaces the cotangent accumulated for primal by ct, which already
+ * includes it (a VJP that adds its part in place, e.g. into a window). */
+void ad_set_ct(AD *a, Value *primal, Value *ct) {
+  grow(a);
+  if (!a->active[primal->id] || !is_float_value(primal))
+    return;
+  Type want = ty_ct(&primal->type);
+  a->ct[primal->id] = ad_to_type(a, ct, &want);
 }
 
 Value *ad_ct(AD *a, Value *primal) {

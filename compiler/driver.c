@@ -15,6 +15,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <libgen.h>
 #include <pthread.h>
 #include <sys/stat.h>
@@ -167,36 +168,65 @@ static bool middle(Compilation *c, bool partition) {
 
 /* The C compiler's command line: SHDC_CC (default mpicc), the options of
  * the build, SHDC_CFLAGS split at blanks (e.g. -march=native, or -Wall
- * -Werror as the tests use to keep the generated C warning-free). */
-static const char **cc_argv(const RuntimePaths *rp, const char *cfile, const char *out, const char *opt) {
+ * -Werror as the tests use to keep the generated C warning-free). With
+ * compile_only, `-c` of the one input to the object `out`; otherwise the
+ * inputs (C files or objects) linked to `out` with the runtime. */
+static const char **cc_command(const RuntimePaths *rp, const char *const *inputs, int ninputs, const char *out,
+                               const char *opt, bool compile_only) {
   const char *cc = getenv("SHDC_CC") && *getenv("SHDC_CC") ? getenv("SHDC_CC") : "mpicc";
-  const char **argv = arena_alloc(sizeof(char *) * 80);
+  int cap = 80 + ninputs;
+  const char **argv = arena_alloc(sizeof(char *) * (size_t)cap);
   int argc = 0;
-  const char *fixed[] = {cc, "-std=c11", opt, "-fno-math-errno", arena_printf("-I%s", rp->inc), "-o", out, cfile,
-                         rp->lib, "-lopenblas", "-lm"};
+  /* No generated code reads errno or the floating-point exception flags,
+   * so the loop vectoriser may evaluate both arms of a conditional (GELU's
+   * tanh, where, relu): without -fno-trapping-math it leaves such loops
+   * scalar. -fopenmp-simd honours the loop groups' `omp simd` pragmas (the
+   * row sums' reductions vectorised; no OpenMP run time). */
+  const char *fixed[] = {cc, "-std=c11", opt, "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd",
+                         arena_printf("-I%s", rp->inc), "-o", out};
   for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
     argv[argc++] = fixed[i];
+  if (compile_only)
+    argv[argc++] = "-c";
+  for (int i = 0; i < ninputs; i++)
+    argv[argc++] = inputs[i];
+  if (!compile_only) {
+    argv[argc++] = rp->lib;
+    argv[argc++] = "-lopenblas";
+    argv[argc++] = "-lm";
+  }
+  int limit = cap - 2;
 #ifdef SHDC_PROGRAM_CFLAGS
   /* A sanitizer build of shdc links programs against the sanitizer build of
    * the runtime, so it compiles them with the same flags. */
   char *san = arena_strdup(SHDC_PROGRAM_CFLAGS);
-  for (char *tok = strtok(san, " \t"); tok && argc < 40; tok = strtok(NULL, " \t"))
+  for (char *tok = strtok(san, " \t"); tok && argc < limit - 40; tok = strtok(NULL, " \t"))
     argv[argc++] = tok;
 #endif
   char *extra = getenv("SHDC_CFLAGS") ? arena_strdup(getenv("SHDC_CFLAGS")) : NULL;
   for (char *tok = extra ? strtok(extra, " \t\n") : NULL; tok; tok = strtok(NULL, " \t\n")) {
-    if (argc == 78)
-      drv_io_error("SHDC_CFLAGS has more than %d flags", 78 - (int)(sizeof fixed / sizeof *fixed));
+    if (argc == limit)
+      drv_io_error("SHDC_CFLAGS has more than %d flags", limit - argc);
     argv[argc++] = tok;
   }
   argv[argc] = NULL;
   return argv;
 }
 
+static const char **cc_argv(const RuntimePaths *rp, const char *cfile, const char *out, const char *opt) {
+  return cc_command(rp, &cfile, 1, out, opt, false);
+}
+
 /* Runs argv; 0 when it succeeds. A program that cannot be started at all
  * (exec's errno comes back through a close-on-exec pipe) is an I/O error
  * that names it; `quiet` sends its output to /dev/null. */
-static int run_tool(const char **argv, bool quiet) {
+typedef struct {
+  pid_t pid;
+  int fd;                /* exec's errno comes back through it */
+  const char *name;
+} Tool;
+
+static Tool start_tool(const char **argv, bool quiet) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0)
     drv_io_error("pipe: %s", strerror(errno));
@@ -217,17 +247,23 @@ static int run_tool(const char **argv, bool quiet) {
     _exit(127);
   }
   close(fds[1]);
+  return (Tool){pid, fds[0], argv[0]};
+}
+
+static int finish_tool(Tool t) {
   int err = 0;
-  ssize_t n = read(fds[0], &err, sizeof err);
-  close(fds[0]);
+  ssize_t n = read(t.fd, &err, sizeof err);
+  close(t.fd);
   int status;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+  while (waitpid(t.pid, &status, 0) < 0 && errno == EINTR)
     ;
   if (n == (ssize_t)sizeof err)
-    drv_io_error("cannot run the C compiler '%s'%s: %s%s", argv[0], getenv("SHDC_CC") ? " (SHDC_CC)" : "", strerror(err),
+    drv_io_error("cannot run the C compiler '%s'%s: %s%s", t.name, getenv("SHDC_CC") ? " (SHDC_CC)" : "", strerror(err),
              getenv("SHDC_CC") ? "" : "; install Open MPI (apt-get install libopenmpi-dev) or set SHDC_CC");
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+
+static int run_tool(const char **argv, bool quiet) { return finish_tool(start_tool(argv, quiet)); }
 
 /* shdc's private directory under TMPDIR (files.c), made on first use:
  * the generated C and the toolchain probe live there. */
@@ -263,29 +299,101 @@ static int cc_failed(const RuntimePaths *rp, const char *cfile, const char *opt)
   diag_ice("the C compiler failed on the generated code, kept in %s", cfile);
 }
 
+static void find_runtime(RuntimePaths *rp) {
+  if (!drv_find_runtime(rp))
+    drv_io_error("cannot find the runtime (include/shdrt.h and libshdrt.a) in %s; reinstall shdc, or set SHDC_HOME to "
+             "the directory that holds them", rp->searched);
+}
+
 /* The program is linked in a private directory beside -o (so the rename
  * stays in one file system and nothing planted at a name is written
  * through), then renamed over -o when that is absent or a regular file. */
-static int run_cc(const char *cfile, const char *out, const char *opt) {
-  RuntimePaths rp;
-  if (!drv_find_runtime(&rp))
-    drv_io_error("cannot find the runtime (include/shdrt.h and libshdrt.a) in %s; reinstall shdc, or set SHDC_HOME to "
-             "the directory that holds them", rp.searched);
+static const char *private_prog(const char *out) {
   const char *dir = file_private_dir(out);
   if (!dir)
     drv_io_error("cannot write %s: %s", out, strerror(errno));
-  const char *prog = file_private_path(dir, "prog");
-  if (run_tool(cc_argv(&rp, cfile, prog, opt), false) != 0)
-    return cc_failed(&rp, cfile, opt);
+  return file_private_path(dir, "prog");
+}
+
+static void replace_output(const char *prog, const char *out) {
   const char *bad = shd_file_unreplaceable(out);
   if (bad)
     drv_io_error("cannot write %s: %s %s", out, out, bad);
   if (rename(prog, out) != 0)
     drv_io_error("cannot write %s: %s", out, strerror(errno));
+}
+
+static int run_cc(const char *cfile, const char *out, const char *opt) {
+  RuntimePaths rp;
+  find_runtime(&rp);
+  const char *prog = private_prog(out);
+  if (run_tool(cc_argv(&rp, cfile, prog, opt), false) != 0)
+    return cc_failed(&rp, cfile, opt);
+  replace_output(prog, out);
+  return 0;
+}
+
+/* How many C compilers a build runs at once: SHDC_JOBS, else the cores
+ * this process may run on (at most 16). */
+static int build_jobs(void) {
+  const char *j = getenv("SHDC_JOBS");
+  if (j && *j) {
+    char *end;
+    long n = strtol(j, &end, 10);
+    if (*end || n < 1 || n > 16)
+      drv_usage_error("SHDC_JOBS=%s: expected a number of compiler jobs from 1 to 16", j);
+    return (int)n;
+  }
+  cpu_set_t set;
+  int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > 16 ? 16 : n;
+}
+
+/* The program as `jobs` translation units in shdc's private directory,
+ * compiled at once and linked as run_cc links: the functions' copies for
+ * each instruction set spread over the machine's cores
+ * (emit_module_parts). On a compiler failure the files stay for the
+ * report. */
+static int build_parts(Compilation *c, const char *out, const char *opt, int jobs) {
+  const char **cfiles = arena_alloc(sizeof(char *) * (size_t)jobs), **objs = arena_alloc(sizeof(char *) * (size_t)jobs);
+  FILE **outs = arena_alloc(sizeof(FILE *) * (size_t)jobs);
+  for (int p = 0; p < jobs; p++) {
+    cfiles[p] = file_private_path(work_dir(), arena_printf("part%d.c", p));
+    objs[p] = file_private_path(work_dir(), arena_printf("part%d.o", p));
+    int fd = open(cfiles[p], O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    outs[p] = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!outs[p])
+      drv_io_error("cannot write %s: %s", cfiles[p], strerror(errno));
+  }
+  emit_module_parts(c->mod, c->src, jobs, outs);
+  for (int p = 0; p < jobs; p++)
+    if (fflush(outs[p]) != 0 || ferror(outs[p]) || fclose(outs[p]) != 0)
+      drv_io_error("cannot write %s: %s", cfiles[p], strerror(errno));
+  if (diag_error_count())   /* e.g. the peak memory check's sum overflowed */
+    return 1;
+  RuntimePaths rp;
+  find_runtime(&rp);
+  Tool *t = arena_alloc(sizeof(Tool) * (size_t)jobs);
+  for (int p = 0; p < jobs; p++)
+    t[p] = start_tool(cc_command(&rp, &cfiles[p], 1, objs[p], opt, true), false);
+  int bad = -1;
+  for (int p = 0; p < jobs; p++)
+    if (finish_tool(t[p]) != 0 && bad < 0)
+      bad = p;
+  if (bad >= 0)
+    return cc_failed(&rp, cfiles[bad], opt);
+  const char *prog = private_prog(out);
+  if (run_tool(cc_command(&rp, objs, jobs, prog, opt, false), false) != 0)
+    return cc_failed(&rp, cfiles[0], opt);
+  replace_output(prog, out);
   return 0;
 }
 
 static int do_build(Compilation *c, const Options *o) {
+  const char *opt = o->opt ? o->opt : "-O3";
+  int jobs = build_jobs();
+  if (jobs > 1 && !o->keep_c)
+    return build_parts(c, o->out, opt, jobs);
   const char *cfile = o->keep_c ? arena_printf("%s.c", o->out) : file_private_path(work_dir(), "prog.c");
   FileOut kept;
   FILE *f = NULL;
@@ -309,7 +417,7 @@ static int do_build(Compilation *c, const Options *o) {
   }
   if (diag_error_count())   /* e.g. the peak memory check's sum overflowed */
     return 1;
-  return run_cc(cfile, o->out, o->opt ? o->opt : "-O3");
+  return run_cc(cfile, o->out, opt);
 }
 
 static bool has_main(Compilation *c) {

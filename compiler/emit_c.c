@@ -20,27 +20,9 @@
  * The C is deterministic and readable: DSL names survive in C names and
  * every statement has its source line above it.
  */
-#include "shdc.h"
+#include "emit_internal.h"
 
-struct Emit {
-  FILE *out;
-  const Module *mod;
-  const Mesh *m;
-  const SourceFile *src;
-  int indent;
-  int last_line;
-  int tmp;
-  /* liveness of the block being emitted, by value id */
-  int *last_use;
-  bool *owned;
-  bool *fused;         /* by value id: computed inside its one consumer's loop */
-  int *uses;           /* by value id, over the whole module */
-  int cap;
-  int *fuse_uses, *fuse_site, *fuse_depth;   /* plan_fusion's by-id scratch, cleared per block */
-  const Inst *cur;     /* the instruction being emitted, and its index */
-  int cur_idx;
-  const IrBlock *main_body;   /* a loop directly in it is a training loop: a trace span per step */
-};
+/* struct Emit: emit_internal.h */
 
 /* The values of a block released after each of its instructions, in
  * definition order: vals[at[i] .. at[i + 1]). */
@@ -77,7 +59,7 @@ const char *emit_vname(const Value *v) {
   return arena_printf("v%d", v->id);
 }
 
-static const char *fname(const Func *f) { return arena_printf("shd_fn_%s", f->name); }
+const char *emit_fname(const Func *f) { return arena_printf("shd_fn_%s", f->name); }
 
 /* The C type of a scalar of type t (a str is a shd_str held by value); an
  * array is a pointer to it. */
@@ -275,7 +257,7 @@ static const char *index_expr(Emit *e, const Value *op, const Type *res) {
   for (int d = 0; same && d < res->rank; d++)
     same = rs[d] == os[d];
   if (same)
-    return "i";
+    return e->flat ? e->flat : "i";
   Str b = {0};
   int64_t stride = 1;
   bool any = false;
@@ -295,7 +277,12 @@ static const char *index_expr(Emit *e, const Value *op, const Type *res) {
 
 static const char *elementwise_expr(Emit *e, const Inst *in) { return op_def(in->op)->expr(e, in); }
 
+static const char *group_operand(Emit *e, const Value *op);
+
 const char *emit_operand_at(Emit *e, const Value *op, const Type *res) {
+  const char *g = group_operand(e, op);
+  if (g)
+    return g;
   if (e->fused[op->id])
     return arena_printf("(%s)", elementwise_expr(e, op->def));
   const char *ix = index_expr(e, op, res);
@@ -449,6 +436,464 @@ static void emit_elementwise(Emit *e, const Inst *in) {
   emit_line(e, "shd_span_end();");
 }
 
+/* ---- loop groups ----------------------------------------------------------------------------- */
+
+/* Elementwise instructions of one local shape (the domain) and the sums of
+ * such values over its trailing dims, in one block, are emitted as one
+ * loop nest: a loop over the rows (the leading k dims), in it one pass over
+ * each row's columns per round of row sums (their operands computed in the
+ * pass), the row-shaped values as scalars, and a last pass writing the
+ * full-shaped values other code reads. So a LayerNorm or RMSNorm forward or
+ * backward, a softmax-like row computation, or an optimizer update of
+ * several results (AdamW's m, v and parameter) reads its rows once from
+ * memory and writes only what is used outside; values used only inside
+ * the group get no buffer. Without row sums the group is a single loop
+ * over the domain (k = -1) writing several results. Members are
+ * elementwise instructions (of the domain's shape, or of the rows' shape
+ * once k is known), sums over the trailing dims (float), and reshapes of
+ * row values; the group is emitted at its last member, so each member's
+ * operands are defined by then; an instruction outside the group that
+ * reads a member ends the group before it. */
+enum { GROUP_MAX = 96 };
+
+typedef struct Group {
+  int first, last;          /* instruction indices in the block */
+  int k;                    /* row dims (leading); -1: no row sums, one flat pass */
+  int rank;
+  int64_t dom[MAX_RANK];    /* local shape of the full values */
+  const Inst **mem;         /* members, in block order */
+  int n, cap;
+  int *stage;               /* per member: the pass after which it is known (row) or in which it is used (full) */
+  int nstages;
+  bool ok;
+} Group;
+
+typedef enum { ROLE_NONE, ROLE_FULL, ROLE_ROW } Role;
+
+/* The role a value of type t would have in group g: full (the domain's
+ * shape), row (the rows' shape, keepdims or not), or none. */
+static Role shape_role(Emit *e, const Group *g, const Type *t) {
+  if (t->rank == 0)
+    return ROLE_NONE;
+  int64_t s[MAX_RANK];
+  ty_local_shape(e->m, t, s);
+  if (t->rank == g->rank) {
+    bool same = true;
+    for (int d = 0; d < t->rank; d++)
+      same &= s[d] == g->dom[d];
+    if (same)
+      return ROLE_FULL;
+  }
+  if (g->k < 1)
+    return ROLE_NONE;
+  if (t->rank == g->k || t->rank == g->rank) {
+    for (int d = 0; d < t->rank; d++)
+      if (s[d] != (d < g->k ? g->dom[d] : 1))
+        return ROLE_NONE;
+    return ROLE_ROW;
+  }
+  return ROLE_NONE;
+}
+
+/* Group numbers are per block, and a nested block's group may read a
+ * member of its enclosing block's group of the same number: membership is
+ * the number and the block (e->group_block, the block planned or emitted). */
+static bool is_member(Emit *e, const Value *v, int gi) {
+  return e->gmember[v->id] == gi + 1 && v->def && v->def->parent == e->group_block;
+}
+
+/* The trailing dims k.. a float sum of x reduces, or 0 when it is not one. */
+static int row_sum_split(Emit *e, const Inst *in) {
+  if (in->op != IR_REDUCE || in->fn != RED_SUM || !is_array(in->results[0]) || !ty_is_float(in->args[0]->type.dtype))
+    return 0;
+  int r = in->args[0]->type.rank, k = r;
+  while (k > 0 && (in->mask & (1u << (k - 1))))
+    k--;
+  if (k < 1 || k == r || in->mask != (((1u << r) - 1) & ~((1u << k) - 1)))
+    return 0;
+  return k;
+}
+
+static void group_add(Group *g, const Inst *in, int idx) {
+  if (g->n == g->cap) {
+    g->cap = g->cap ? 2 * g->cap : 8;
+    g->mem = realloc(g->mem, sizeof(Inst *) * (size_t)g->cap);
+    if (!g->mem)
+      diag_ice("out of memory");
+  }
+  if (!g->n)
+    g->first = idx;
+  g->mem[g->n++] = in;
+  g->last = idx;
+}
+
+/* Whether `in` can join group g (index gi), as which role; a group still
+ * without row sums may take its first one (which fixes k). */
+static Role joins(Emit *e, Group *g, int gi, const Inst *in, int *new_k) {
+  *new_k = g->k;
+  if (g->n >= GROUP_MAX)
+    return ROLE_NONE;
+  int k = row_sum_split(e, in);
+  if (k) {
+    Group probe = *g;
+    if (probe.k < 0)
+      probe.k = k;
+    if (probe.k != k || shape_role(e, &probe, &in->args[0]->type) != ROLE_FULL ||
+        shape_role(e, &probe, &in->results[0]->type) != ROLE_ROW)
+      return ROLE_NONE;
+    *new_k = k;
+    return ROLE_ROW;
+  }
+  if (in->op == IR_RESHAPE) {
+    if (!is_member(e, in->args[0], gi) || shape_role(e, g, &in->args[0]->type) != ROLE_ROW)
+      return ROLE_NONE;
+    return shape_role(e, g, &in->results[0]->type) == ROLE_ROW ? ROLE_ROW : ROLE_NONE;
+  }
+  if (!is_elementwise(in) || !is_array(in->results[0]) || e->fused[in->results[0]->id])
+    return ROLE_NONE;
+  return shape_role(e, g, &in->results[0]->type);
+}
+
+static void start_group(Emit *e, Group *g, const Inst *in) {
+  memset(g, 0, sizeof *g);
+  g->k = -1;
+  const Type *t = row_sum_split(e, in) ? &in->args[0]->type : &in->results[0]->type;
+  g->rank = t->rank;
+  ty_local_shape(e->m, t, g->dom);
+  if (row_sum_split(e, in))
+    g->k = row_sum_split(e, in);
+}
+
+/* The members a value's expression reads, through fused producers: calls
+ * fn on each operand value that is not itself fused. */
+static void leaf_operands(Emit *e, const Inst *in, void (*fn)(Emit *, const Value *, void *), void *arg) {
+  for (int k = 0; k < in->nargs; k++) {
+    const Value *v = in->args[k];
+    if (e->fused[v->id] && v->def)
+      leaf_operands(e, v->def, fn, arg);
+    else
+      fn(e, v, arg);
+  }
+}
+
+typedef struct {
+  int gi, stage;
+  int *inside;     /* by value id: uses by members */
+} StageScan;
+
+static void note_operand(Emit *e, const Value *v, void *arg) {
+  StageScan *sc = arg;
+  if (!is_member(e, v, sc->gi))
+    return;
+  sc->inside[v->id]++;
+  int st = e->fuse_depth[v->id];   /* the member's stage (fuse_depth is free scratch here) */
+  if (st > sc->stage)
+    sc->stage = st;
+}
+
+/* Decides the stages and which members need a buffer; false when the group
+ * is not worth a loop nest of its own (one member). */
+static bool finish_group(Emit *e, Group *g, int gi) {
+  if (g->n < 2) {
+    for (int i = 0; i < g->n; i++)
+      e->gmember[g->mem[i]->results[0]->id] = 0;
+    return false;
+  }
+  g->stage = calloc((size_t)g->n + 1, sizeof(int));
+  int *inside = e->fuse_uses;   /* by value id; zero outside plan_fusion */
+  StageScan sc = {gi, 0, inside};
+  for (int i = 0; i < g->n; i++) {
+    const Inst *m = g->mem[i];
+    sc.stage = 0;
+    leaf_operands(e, m, note_operand, &sc);
+    int st = sc.stage + (row_sum_split(e, m) ? 1 : 0);
+    g->stage[i] = st;
+    e->fuse_depth[m->results[0]->id] = st;
+    if (st > g->nstages)
+      g->nstages = st;
+  }
+  for (int i = 0; i < g->n; i++) {
+    const Value *v = g->mem[i]->results[0];
+    e->nobuf[v->id] = inside[v->id] == e->uses[v->id];
+    inside[v->id] = 0;
+    e->fuse_depth[v->id] = 0;
+  }
+  g->ok = true;
+  return true;
+}
+
+typedef struct {
+  int gi;
+  bool hit;
+} MemberScan;
+
+static void note_member(Emit *e, const Value *v, void *arg) {
+  MemberScan *ms = arg;
+  ms->hit |= is_member(e, v, ms->gi);
+}
+
+/* Groups the block's elementwise instructions and row sums (after
+ * plan_fusion); extends the operands' lifetimes to the groups' emission
+ * points. */
+typedef struct {
+  const IrBlock *b;
+  int gi, last;
+} LastUse;
+
+/* An operand from outside the group, defined in the block or one of its
+ * arguments (a loop carry that a later instruction may take in place),
+ * lives until the group is emitted. */
+static void extend_last_use(Emit *e, const Value *v, void *arg) {
+  const LastUse *lu = arg;
+  if (((v->def && v->def->parent == lu->b) || v->arg_of == lu->b) && !is_member(e, v, lu->gi) &&
+      e->last_use[v->id] < lu->last)
+    e->last_use[v->id] = lu->last;
+}
+
+static void plan_groups(Emit *e, const IrBlock *b, Group **out, int *nout) {
+  e->group_block = b;
+  Group *gs = NULL, cur;
+  int ng = 0, cap = 0;
+  bool open = false;
+  for (int i = 0; i < b->insts.len; i++) {
+    const Inst *in = b->insts.data[i];
+    if (in->nresults && e->fused[in->results[0]->id])
+      continue;
+    if (open) {
+      int nk;
+      Role r = joins(e, &cur, ng, in, &nk);
+      if (r != ROLE_NONE) {
+        cur.k = nk;
+        group_add(&cur, in, i);
+        e->gmember[in->results[0]->id] = ng + 1;
+        continue;
+      }
+      MemberScan ms = {ng, false};
+      leaf_operands(e, in, note_member, &ms);
+      bool candidate = (is_elementwise(in) && in->nresults && is_array(in->results[0])) || row_sum_split(e, in);
+      if (ms.hit || in->nregions || in->op == IR_CALL || candidate) {
+        if (finish_group(e, &cur, ng)) {
+          if (ng == cap) {
+            cap = cap ? 2 * cap : 4;
+            gs = realloc(gs, sizeof(Group) * (size_t)cap);
+          }
+          gs[ng++] = cur;
+        } else {
+          free(cur.mem);
+        }
+        open = false;
+      }
+    }
+    if (!open && ((is_elementwise(in) && in->nresults && is_array(in->results[0])) || row_sum_split(e, in))) {
+      start_group(e, &cur, in);
+      group_add(&cur, in, i);
+      e->gmember[in->results[0]->id] = ng + 1;
+      open = true;
+    }
+  }
+  if (open) {
+    if (finish_group(e, &cur, ng)) {
+      if (ng == cap) {
+        cap = cap ? 2 * cap : 4;
+        gs = realloc(gs, sizeof(Group) * (size_t)cap);
+      }
+      gs[ng++] = cur;
+    } else {
+      free(cur.mem);
+    }
+  }
+  /* Members read their operands, and are made, at the group's last member. */
+  for (int gi = 0; gi < ng; gi++) {
+    Group *g = &gs[gi];
+    for (int m = 0; m < g->n; m++) {
+      int id = g->mem[m]->results[0]->id;
+      if (e->last_use[id] < g->last)
+        e->last_use[id] = g->last;
+    }
+    /* through fused producers: their operands are read in the group's loop too */
+    LastUse lu = {b, gi, g->last};
+    for (int m = 0; m < g->n; m++)
+      leaf_operands(e, g->mem[m], extend_last_use, &lu);
+  }
+  *out = gs;
+  *nout = ng;
+}
+
+static void free_groups(Group *gs, int n) {
+  for (int i = 0; i < n; i++) {
+    free(gs[i].mem);
+    free(gs[i].stage);
+  }
+  free(gs);
+}
+
+/* A member's value inside its group's loops: a local of the pass (full) or
+ * a scalar of the row (row). */
+static const char *group_operand(Emit *e, const Value *op) {
+  const Group *g = e->cur_group;
+  if (!g || !is_member(e, op, (int)(g - e->groups)))
+    return NULL;
+  bool row = op->type.rank != g->rank || shape_role(e, g, &op->type) == ROLE_ROW;
+  return arena_printf("%s_%s", vname(op), row ? "s" : "l");
+}
+
+static bool is_row_member(Emit *e, const Group *g, const Inst *m) {
+  return row_sum_split(e, m) || m->op == IR_RESHAPE || shape_role(e, g, &m->results[0]->type) == ROLE_ROW;
+}
+
+/* The full members needed in a pass: those the given values read, through
+ * members, marked in need[] (by member index). */
+static void need_full(Emit *e, const Group *g, int gi, const Value *v, bool *need) {
+  if (!is_member(e, v, gi)) {
+    if (e->fused[v->id] && v->def)
+      for (int k = 0; k < v->def->nargs; k++)
+        need_full(e, g, gi, v->def->args[k], need);
+    return;
+  }
+  for (int m = 0; m < g->n; m++)
+    if (g->mem[m]->results[0] == v) {
+      if (need[m] || is_row_member(e, g, g->mem[m]))
+        return;
+      need[m] = true;
+      for (int k = 0; k < g->mem[m]->nargs; k++)
+        need_full(e, g, gi, g->mem[m]->args[k], need);
+      return;
+    }
+}
+
+static void emit_locals(Emit *e, const Group *g, const bool *need) {
+  for (int m = 0; m < g->n; m++)
+    if (need[m]) {
+      const Value *v = g->mem[m]->results[0];
+      emit_line(e, "const %s %s_l = %s;", ctype(&v->type), vname(v), elementwise_expr(e, g->mem[m]));
+    }
+}
+
+/* Opens the loops over dims from..rank-1 of the domain; `simd` puts the
+ * vectorisation pragma (with its reductions) on the innermost. */
+static void open_cols(Emit *e, const Group *g, int from, const char *simd) {
+  for (int d = from; d < g->rank; d++) {
+    if (d == g->rank - 1 && simd)
+      emit_line(e, "#pragma omp simd%s", simd);
+    emit_line(e, "for (int64_t i%d = 0; i%d < %lld; i%d++) {", d, d, (long long)g->dom[d], d);
+    e->indent += 2;
+  }
+  Str flat = {0};
+  int64_t stride = 1;
+  for (int d = g->rank - 1; d >= 0; d--) {
+    str_printf(&flat, "%s%si%d", flat.len ? " + " : "", stride == 1 ? "" : arena_printf("%lld * ", (long long)stride), d);
+    stride *= g->dom[d];
+  }
+  emit_line(e, "const int64_t i = %s;", str_cstr(&flat));
+  free(flat.buf);
+}
+
+static void emit_group(Emit *e, const Group *g) {
+  int gi = (int)(g - e->groups);
+  emit_line(e, "/* one loop nest: lines %d to %d */", g->mem[0]->pos.line, g->mem[g->n - 1]->pos.line);
+  for (int m = 0; m < g->n; m++) {
+    const Value *v = g->mem[m]->results[0];
+    if (!e->nobuf[v->id])
+      emit_def_array(e, v, false);
+  }
+  emit_line(e, "shd_span_begin(SHD_SPAN_ELEMENTWISE, \"elementwise\", %d);", g->mem[0]->pos.line);
+  e->cur_group = g;
+  bool *need = calloc((size_t)g->n + 1, sizeof(bool));
+  if (g->k < 0) {
+    bool dims = false;
+    for (int m = 0; m < g->n; m++)
+      dims |= needs_dims(e, g->mem[m]);
+    Type dom = g->mem[0]->results[0]->type;
+    int n = open_loops(e, &dom, dims);
+    for (int m = 0; m < g->n; m++)
+      need[m] = true;
+    emit_locals(e, g, need);
+    for (int m = 0; m < g->n; m++) {
+      const Value *v = g->mem[m]->results[0];
+      if (!e->nobuf[v->id])
+        emit_line(e, "%s[i] = %s_l;", vname(v), vname(v));
+    }
+    close_loops(e, n);
+  } else {
+    for (int d = 0; d < g->k; d++) {
+      emit_line(e, "for (int64_t i%d = 0; i%d < %lld; i%d++) {", d, d, (long long)g->dom[d], d);
+      e->indent += 2;
+    }
+    Str rows = {0};
+    int64_t stride = 1;
+    for (int d = g->k - 1; d >= 0; d--) {
+      str_printf(&rows, "%s%si%d", rows.len ? " + " : "", stride == 1 ? "" : arena_printf("%lld * ", (long long)stride), d);
+      stride *= g->dom[d];
+    }
+    emit_line(e, "const int64_t ir = %s;", str_cstr(&rows));
+    emit_line(e, "(void)ir;");
+    free(rows.buf);
+    for (int st = 0; st <= g->nstages; st++) {
+      if (st > 0) {
+        /* the row sums of this stage, their operands computed in one pass */
+        Str red = {0};
+        memset(need, 0, sizeof(bool) * (size_t)g->n);
+        for (int m = 0; m < g->n; m++)
+          if (g->stage[m] == st && row_sum_split(e, g->mem[m])) {
+            const Value *v = g->mem[m]->results[0];
+            emit_line(e, "double %s_a = 0;", vname(v));
+            str_printf(&red, "%s%s_a", red.len ? ", " : "", vname(v));
+            need_full(e, g, gi, g->mem[m]->args[0], need);
+          }
+        open_cols(e, g, g->k, arena_printf(" reduction(+:%s)", str_cstr(&red)));
+        free(red.buf);
+        e->flat = "i";
+        emit_locals(e, g, need);
+        for (int m = 0; m < g->n; m++)
+          if (g->stage[m] == st && row_sum_split(e, g->mem[m])) {
+            const Value *x = g->mem[m]->args[0];
+            emit_line(e, "%s_a += (double)%s;", vname(g->mem[m]->results[0]), emit_operand_at(e, x, &x->type));
+          }
+        close_loops(e, g->rank - g->k);
+      }
+      e->flat = "ir";
+      for (int m = 0; m < g->n; m++) {
+        const Inst *in = g->mem[m];
+        const Value *v = in->results[0];
+        if (g->stage[m] != st || !is_row_member(e, g, in))
+          continue;
+        const char *x = row_sum_split(e, in) ? arena_printf("(%s)%s_a", ctype(&v->type), vname(v))
+                        : in->op == IR_RESHAPE ? group_operand(e, in->args[0])
+                                               : elementwise_expr(e, in);
+        emit_line(e, "const %s %s_s = %s;", ctype(&v->type), vname(v), x);
+        if (!e->nobuf[v->id])
+          emit_line(e, "%s[ir] = %s_s;", vname(v), vname(v));
+      }
+    }
+    /* the last pass: the full values read outside the group */
+    memset(need, 0, sizeof(bool) * (size_t)g->n);
+    bool any = false;
+    for (int m = 0; m < g->n; m++) {
+      const Value *v = g->mem[m]->results[0];
+      if (!is_row_member(e, g, g->mem[m]) && !e->nobuf[v->id]) {
+        need_full(e, g, gi, v, need);
+        any = true;
+      }
+    }
+    if (any) {
+      open_cols(e, g, g->k, "");
+      e->flat = "i";
+      emit_locals(e, g, need);
+      for (int m = 0; m < g->n; m++) {
+        const Value *v = g->mem[m]->results[0];
+        if (need[m] && !e->nobuf[v->id])
+          emit_line(e, "%s[i] = %s_l;", vname(v), vname(v));
+      }
+      close_loops(e, g->rank - g->k);
+    }
+    close_loops(e, g->k);
+  }
+  free(need);
+  e->cur_group = NULL;
+  e->flat = NULL;
+  emit_line(e, "shd_span_end();");
+}
+
 /* ---- liveness ----------------------------------------------------------------------------------- */
 
 /* Lists, once per block, the values whose last use is each index, so that
@@ -490,7 +935,7 @@ static void release_dead(Emit *e, const Releases *rel, int idx, const Inst *skip
       emit_line(e, "shd_release(%s);", vname(v));
       continue;
     }
-    if (!is_array(v) || !e->owned[v->id] || e->fused[v->id])
+    if (!is_array(v) || !e->owned[v->id] || e->fused[v->id] || e->nobuf[v->id])
       continue;
     bool moved = false;
     for (int a = 0; skip_moved && a < skip_moved->nargs; a++)
@@ -543,18 +988,32 @@ void emit_view(Emit *e, const Inst *in) {
 
 static void emit_block(Emit *e, const IrBlock *b, const char **yield_to);
 
+/* A loop-carried argument of a for body (not its index): the loop holds
+ * one reference to it until the iteration ends. */
+bool emit_carry_arg(const Value *v, const IrBlock *b) {
+  return !v->def && v->arg_of == b && b->owner && b->owner->op == IR_FOR && v->index > 0;
+}
+
+static int inst_index(Emit *e, const Inst *in) {
+  if (in == e->cur)
+    return e->cur_idx;
+  const IrBlock *b = in->parent;
+  for (int i = 0; i < b->insts.len; i++)
+    if (b->insts.data[i] == in)
+      return i;
+  return -1;
+}
+
+bool emit_can_steal(Emit *e, const Value *v, const Inst *in) {
+  if (emit_carry_arg(v, in->parent))
+    return e->last_use[v->id] == inst_index(e, in);
+  return emit_is_last_use(e, v, in);
+}
+
 bool emit_is_last_use(Emit *e, const Value *v, const Inst *in) {
   if (!v->def || v->def->parent != in->parent || !e->owned[v->id])
     return false;
-  const IrBlock *b = in->parent;
-  int idx = -1;
-  if (in == e->cur)
-    idx = e->cur_idx;
-  else
-    for (int i = 0; i < b->insts.len; i++)
-      if (b->insts.data[i] == in)
-        idx = i;
-  return e->last_use[v->id] == idx;
+  return e->last_use[v->id] == inst_index(e, in);
 }
 
 /* Hands v over to `dest`: a move when this is v's last use, else a new
@@ -633,7 +1092,7 @@ static void emit_call(Emit *e, const Inst *in) {
     const Value *r = in->results[k];
     emit_line(e, "%s%s %s;", ctype(&r->type), is_array(r) ? " *" : "", vname(r));
   }
-  str_printf(&s, "%s(", fname(in->callee));
+  str_printf(&s, "%s(", emit_fname(in->callee));
   for (int k = 0; k < in->nargs; k++)
     str_printf(&s, "%s%s", k ? ", " : "", vname(in->args[k]));
   for (int k = 0; k < in->nresults; k++)
@@ -709,6 +1168,15 @@ static void emit_inst(Emit *e, const Inst *in, const char **yield_to) {
   const Value *r = in->nresults ? in->results[0] : NULL;
   if (r && e->fused[r->id])
     return;
+  if (r && e->gmember[r->id]) {
+    /* a loop group is emitted at its last member */
+    const Group *g = &e->groups[e->gmember[r->id] - 1];
+    if (g->mem[g->n - 1] == in) {
+      emit_source_line(e, in);
+      emit_group(e, g);
+    }
+    return;
+  }
   emit_source_line(e, in);
   /* The timeline (SHD_TRACE=FILE.json) names the line of each GEMM and collective. */
   const OpDef *def = op_def(in->op);
@@ -753,9 +1221,15 @@ static void emit_inst(Emit *e, const Inst *in, const char **yield_to) {
 static void emit_block(Emit *e, const IrBlock *b, const char **yield_to) {
   ir_last_uses(b, e->last_use);
   plan_fusion(e, b);
+  Group *gs;
+  int ng;
+  plan_groups(e, b, &gs, &ng);
   Releases rel = plan_releases(e, b);
   for (int i = 0; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];
+    e->groups = gs;   /* again after a nested block's emission */
+    e->ngroups = ng;
+    e->group_block = b;
     if (in->op == IR_YIELD && yield_to) {
       /* Declare the hand-over targets of a for before filling them. */
       const Inst *owner = b->owner;
@@ -776,12 +1250,16 @@ static void emit_block(Emit *e, const IrBlock *b, const char **yield_to) {
   }
   free(rel.vals);
   free(rel.at);
+  free_groups(gs, ng);
 }
 
 /* ---- functions and the file ---------------------------------------------------------------------- */
 
-static void signature(Emit *e, const Func *f) {
-  W("static void %s(", fname(f));
+/* The C prototype of f: static in a one-file program; in a program of
+ * several translation units external, and named NAME__SUFFIX for one
+ * instruction set's copy (suffix NULL: the entry everyone calls). */
+void emit_signature_named(Emit *e, const Func *f, bool external, const char *name) {
+  W("%svoid %s(", external ? "" : "static ", name);
   int n = 0;
   for (int i = 0; i < f->body->nargs; i++) {
     const Value *p = f->body->args[i];
@@ -796,6 +1274,12 @@ static void signature(Emit *e, const Func *f) {
   W(")");
 }
 
+void emit_signature_as(Emit *e, const Func *f, bool external, const char *suffix) {
+  emit_signature_named(e, f, external, suffix ? arena_printf("%s__%s", emit_fname(f), suffix) : emit_fname(f));
+}
+
+static void signature(Emit *e, const Func *f) { emit_signature_as(e, f, false, NULL); }
+
 static void mark_owned(Emit *e, const IrBlock *b) {
   for (int i = 0; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];
@@ -806,13 +1290,8 @@ static void mark_owned(Emit *e, const IrBlock *b) {
   }
 }
 
-static void emit_func(Emit *e, const Func *f) {
-  W("\n/* %s%s */\n", f->name, f->generated ? " (generated by autodiff)" : "");
-  /* Each function is compiled for several instruction sets and the loader
-   * picks the best the CPU has: vectorised elementwise loops without tying
-   * the binary to the build machine's CPU. */
-  W("SHD_CLONES\n");
-  signature(e, f);
+/* f's body, from its opening brace to its closing one. */
+void emit_func_body(Emit *e, const Func *f) {
   W(" {\n");
   e->indent = 2;
   e->last_line = 0;
@@ -820,6 +1299,16 @@ static void emit_func(Emit *e, const Func *f) {
   emit_block(e, f->body, NULL);
   e->indent = 0;
   W("}\n");
+}
+
+static void emit_func(Emit *e, const Func *f) {
+  W("\n/* %s%s */\n", f->name, f->generated ? " (generated by autodiff)" : "");
+  /* Each function is compiled for several instruction sets and the loader
+   * picks the best the CPU has: vectorised elementwise loops without tying
+   * the binary to the build machine's CPU. */
+  W("SHD_CLONES\n");
+  signature(e, f);
+  emit_func_body(e, f);
 }
 
 static void mark_callees(const IrBlock *b, const PtrMap *index, bool *live, int *work, int *n) {
@@ -837,7 +1326,7 @@ static void mark_callees(const IrBlock *b, const PtrMap *index, bool *live, int 
 
 /* By function index: what main reaches (everything when there is no
  * main), by a worklist over the calls: linear in the program. */
-static bool *reachable(const Module *mod, const Func *mainf) {
+bool *emit_reachable(const Module *mod, const Func *mainf) {
   int nf = mod->funcs.len, n = 0;
   bool *live = calloc((size_t)nf + 1, sizeof(bool));
   int *work = malloc(sizeof(int) * (size_t)(nf + 1));
@@ -860,8 +1349,9 @@ static bool *reachable(const Module *mod, const Func *mainf) {
 
 /* main: the runtime starts, runs what the families set up (the table of
  * the program's args, which checks the command line: op_io.c), checks the
- * memory `explain` predicts against the host's, then runs fn main. */
-static void emit_main(Emit *e, FILE *o, const Module *mod, const Func *mainf, const bool *live) {
+ * memory `explain` predicts against the host's, then runs fn main. The
+ * families' declarations go to e's file before it. */
+void emit_main_fn(Emit *e, FILE *o, const Module *mod, const Func *mainf, const bool *live) {
   const OpFamily *const *fams = op_families();
   int nf = 0;
   while (fams[nf])
@@ -876,32 +1366,65 @@ static void emit_main(Emit *e, FILE *o, const Module *mod, const Func *mainf, co
       fprintf(o, "  %s\n", setup[i]);
   fprintf(o, "  shd_check_memory(%lldull);\n", (long long)explain_func_peak(mod, mainf));
   fprintf(o, "  shd_span_begin(SHD_SPAN_CALL, \"main\", %d);\n  %s();\n  shd_span_end();\n", mainf->pos.line,
-          fname(mainf));
+          emit_fname(mainf));
   fprintf(o, "  shd_finalize();\n  return 0;\n}\n");
   free(setup);
 }
 
-void emit_module(FILE *out, const Module *mod, const SourceFile *file) {
-  Emit e;
-  memset(&e, 0, sizeof e);
-  e.out = out;
-  e.mod = mod;
-  e.m = &mod->mesh;
-  e.src = file;
-  e.cap = mod->next_value + 1;
-  e.last_use = calloc((size_t)e.cap, sizeof(int));
-  e.owned = calloc((size_t)e.cap, sizeof(bool));
-  e.fused = calloc((size_t)e.cap, sizeof(bool));
-  e.uses = calloc((size_t)e.cap, sizeof(int));
-  e.fuse_uses = calloc((size_t)e.cap, sizeof(int));
-  e.fuse_site = calloc((size_t)e.cap, sizeof(int));
-  e.fuse_depth = calloc((size_t)e.cap, sizeof(int));
-  FILE *o = out;
+void emit_state_init(Emit *e, FILE *out, const Module *mod, const SourceFile *file) {
+  memset(e, 0, sizeof *e);
+  e->out = out;
+  e->mod = mod;
+  e->m = &mod->mesh;
+  e->src = file;
+  e->cap = mod->next_value + 1;
+  e->last_use = calloc((size_t)e->cap, sizeof(int));
+  e->owned = calloc((size_t)e->cap, sizeof(bool));
+  e->fused = calloc((size_t)e->cap, sizeof(bool));
+  e->uses = calloc((size_t)e->cap, sizeof(int));
+  e->fuse_uses = calloc((size_t)e->cap, sizeof(int));
+  e->fuse_site = calloc((size_t)e->cap, sizeof(int));
+  e->fuse_depth = calloc((size_t)e->cap, sizeof(int));
+  e->gmember = calloc((size_t)e->cap, sizeof(int));
+  e->nobuf = calloc((size_t)e->cap, sizeof(bool));
+  for (int i = 0; i < mod->funcs.len; i++)
+    ir_count_uses(((Func *)mod->funcs.data[i])->body, e->uses);
+  const Func *mainf = emit_main_func(mod);
+  e->main_body = mainf ? mainf->body : NULL;
+}
+
+void emit_state_fini(Emit *e) {
+  free(e->last_use);
+  free(e->owned);
+  free(e->fused);
+  free(e->uses);
+  free(e->fuse_uses);
+  free(e->fuse_site);
+  free(e->fuse_depth);
+  free(e->gmember);
+  free(e->nobuf);
+}
+
+/* What every translation unit starts with: the includes, the ABI check,
+ * the clones' attribute and the families' preambles. */
+void emit_file_header(Emit *e, const SourceFile *file) {
+  FILE *o = e->out;
   fprintf(o, "/* Generated by shdc from %s: do not edit. */\n", file ? comment_text(file->name, strlen(file->name)) : "?");
   fprintf(o, "#include <math.h>\n#include <stdbool.h>\n#include <stdint.h>\n#include <string.h>\n#include \"shdrt.h\"\n\n");
   fprintf(o, "#if !defined(SHD_ABI_VERSION) || SHD_ABI_VERSION != %d\n#error \"this C was generated for runtime ABI %d, "
              "but the shdrt.h found is another version: use the shdrt.h installed with this shdc\"\n#endif\n\n",
           drv_abi_version(), drv_abi_version());
+  fprintf(o, "#if defined(__x86_64__) && defined(__GNUC__) && !defined(SHD_NO_CLONES)\n"
+             "#define SHD_CLONES __attribute__((target_clones(\"default\", \"avx2\", \"avx512f\")))\n"
+             "#define SHD_SPLIT_CLONES 1\n"
+             "#else\n#define SHD_CLONES\n#endif\n\n");
+  for (const OpFamily *const *f = op_families(); *f; f++)
+    if ((*f)->preamble)
+      (*f)->preamble(e);
+  fprintf(o, "\n");
+}
+
+void emit_mesh_table(FILE *o, const Module *mod) {
   fprintf(o, "static const char *const shd_mesh_names[] = {");
   for (int a = 0; a < mod->mesh.naxes; a++)
     fprintf(o, "%s\"%s\"", a ? ", " : "", mod->mesh.names[a]);
@@ -909,22 +1432,24 @@ void emit_module(FILE *out, const Module *mod, const SourceFile *file) {
   for (int a = 0; a < mod->mesh.naxes; a++)
     fprintf(o, "%s%d", a ? ", " : "", mod->mesh.sizes[a]);
   fprintf(o, "};\n\n");
-  fprintf(o, "#if defined(__x86_64__) && defined(__GNUC__) && !defined(SHD_NO_CLONES)\n"
-             "#define SHD_CLONES __attribute__((target_clones(\"default\", \"avx2\", \"avx512f\")))\n"
-             "#else\n#define SHD_CLONES\n#endif\n\n");
-  for (const OpFamily *const *f = op_families(); *f; f++)
-    if ((*f)->preamble)
-      (*f)->preamble(&e);
-  fprintf(o, "\n");
-  const Func *mainf = NULL;
+}
+
+const Func *emit_main_func(const Module *mod) {
   for (int i = 0; i < mod->funcs.len; i++)
     if (((Func *)mod->funcs.data[i])->is_main)
-      mainf = mod->funcs.data[i];
+      return mod->funcs.data[i];
+  return NULL;
+}
+
+void emit_module(FILE *out, const Module *mod, const SourceFile *file) {
+  Emit e;
+  emit_state_init(&e, out, mod, file);
+  FILE *o = out;
+  emit_file_header(&e, file);
+  emit_mesh_table(o, mod);
+  const Func *mainf = emit_main_func(mod);
   /* Only what main reaches (everything when there is no main). */
-  e.main_body = mainf ? mainf->body : NULL;
-  bool *live = reachable(mod, mainf);
-  for (int i = 0; i < mod->funcs.len; i++)
-    ir_count_uses(((Func *)mod->funcs.data[i])->body, e.uses);
+  bool *live = emit_reachable(mod, mainf);
   for (int i = 0; i < mod->funcs.len; i++)
     if (live[i]) {
       if (!mainf)
@@ -936,13 +1461,48 @@ void emit_module(FILE *out, const Module *mod, const SourceFile *file) {
     if (live[i])
       emit_func(&e, mod->funcs.data[i]);
   if (mainf)
-    emit_main(&e, o, mod, mainf, live);
+    emit_main_fn(&e, o, mod, mainf, live);
   free(live);
-  free(e.last_use);
-  free(e.owned);
-  free(e.fused);
-  free(e.uses);
-  free(e.fuse_uses);
-  free(e.fuse_site);
-  free(e.fuse_depth);
+  emit_state_fini(&e);
 }
+
+/* ---- the plan, for explain ------------------------------------------------------------------------ */
+
+/* explain simulates the generated code's buffers: it needs the same
+ * fusion and loop groups, computed here by the same functions. */
+struct EmitPlanner {
+  Emit e;
+  int *own_last_use;
+};
+
+EmitPlanner *emit_planner_new(const Module *mod) {
+  EmitPlanner *p = calloc(1, sizeof *p);
+  if (!p)
+    diag_ice("out of memory");
+  emit_state_init(&p->e, NULL, mod, NULL);
+  p->own_last_use = p->e.last_use;
+  return p;
+}
+
+int *emit_plan_block(EmitPlanner *p, const IrBlock *b, int *last_use) {
+  Emit *e = &p->e;
+  e->last_use = last_use;
+  plan_fusion(e, b);
+  Group *gs;
+  int ng;
+  plan_groups(e, b, &gs, &ng);
+  int *at = malloc(sizeof(int) * (size_t)(b->insts.len + 1));
+  if (!at)
+    diag_ice("out of memory");
+  for (int i = 0; i < b->insts.len; i++) {
+    const Inst *in = b->insts.data[i];
+    int g = in->nresults ? e->gmember[in->results[0]->id] : 0;
+    at[i] = g ? gs[g - 1].last : i;
+  }
+  free_groups(gs, ng);
+  e->last_use = p->own_last_use;
+  return at;
+}
+
+bool emit_planned_nobuf(const EmitPlanner *p, const Value *v) { return p->e.fused[v->id] || p->e.nobuf[v->id]; }
+bool emit_planned_member(const EmitPlanner *p, const Value *v) { return p->e.gmember[v->id] != 0; }

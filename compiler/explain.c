@@ -146,6 +146,16 @@ typedef struct {
   const Module *mod;
   int64_t *bytes;      /* by buffer */
   int *refs;
+  /* A loop's accumulator updated in place (dynamic_update_slice or an
+   * all-reduce taking its carry's buffer) is copied in the first iteration,
+   * while the initial value is still held, and taken in the later ones: such
+   * a buffer of the body is marked with the loop's depth, and peak2 is the
+   * peak of the live bytes not counting the marked ones (stolen), which the
+   * later iterations reach. */
+  int *steal_of;       /* by buffer: the loop depth whose later iterations take it, or 0 */
+  EmitPlanner *plan;   /* the emitter's fusion and loop groups */
+  int depth;
+  int64_t stolen, peak2;
   int nbufs, capbufs;
   int *buf_of;         /* by value id */
   int *last_use;       /* by value id, for the block defining it */
@@ -195,6 +205,8 @@ static void bump(Sim *s) {
   for (int i = 0; i < s->nwatch; i++)
     if (!s->watch[i]->hit && s->live >= s->watch[i]->target)
       site_snapshot(s, s->watch[i]);
+  if (s->live - s->stolen > s->peak2)
+    s->peak2 = s->live - s->stolen;
 }
 
 static int buf_entry(Sim *s, int64_t bytes, const Value *v) {
@@ -203,12 +215,14 @@ static int buf_entry(Sim *s, int64_t bytes, const Value *v) {
     s->bytes = realloc(s->bytes, sizeof(int64_t) * (size_t)s->capbufs);
     s->refs = realloc(s->refs, sizeof(int) * (size_t)s->capbufs);
     s->val = realloc(s->val, sizeof(Value *) * (size_t)s->capbufs);
-    if (!s->bytes || !s->refs || !s->val)
+    s->steal_of = realloc(s->steal_of, sizeof(int) * (size_t)s->capbufs);
+    if (!s->bytes || !s->refs || !s->val || !s->steal_of)
       diag_ice("out of memory");
   }
   s->bytes[s->nbufs] = bytes;
   s->refs[s->nbufs] = 1;
   s->val[s->nbufs] = v;
+  s->steal_of[s->nbufs] = 0;
   return s->nbufs++;
 }
 
@@ -225,8 +239,11 @@ static void buf_retain(Sim *s, int b) {
 }
 
 static void buf_release(Sim *s, int b) {
-  if (b >= 0 && --s->refs[b] == 0)
+  if (b >= 0 && --s->refs[b] == 0) {
     s->live -= s->bytes[b];
+    if (s->depth && s->steal_of[b] == s->depth)
+      s->stolen -= s->bytes[b];
+  }
 }
 
 static void sim_block(Sim *s, const IrBlock *b, int *yield_bufs);
@@ -316,8 +333,10 @@ static void sim_for(Sim *s, const Inst *in) {
   }
   s->buf_of[body->args[0]->id] = -1;
   int first_fresh = s->nbufs, push0 = s->npushes;
-  int64_t live0 = s->live, peak0 = s->peak;
-  s->peak = s->live;
+  int64_t live0 = s->live, peak0 = s->peak, stolen0 = s->stolen, peak2_0 = s->peak2;
+  s->peak = s->peak2 = s->live;
+  s->stolen = 0;
+  s->depth++;
   int loop = s->track ? ptrmap_get(&s->loop_map, in) : -1;
   Watch body_watch = {0};
   if (s->track == 2 && loop >= 0 && s->nwatch < 64) {
@@ -328,7 +347,12 @@ static void sim_for(Sim *s, const Inst *in) {
   sim_block(s, body, next);
   if (s->track == 2 && loop >= 0 && s->nwatch && s->watch[s->nwatch - 1] == &body_watch)
     s->nwatch--;
-  int64_t extra = s->peak - live0, net = s->live - live0;
+  int64_t extra = s->peak - live0, net = s->live - live0, extra2 = s->peak2 - live0;
+  for (int b = first_fresh; b < s->nbufs; b++)
+    if (s->steal_of[b] == s->depth)
+      s->steal_of[b] = 0;
+  s->depth--;
+  s->stolen = stolen0;
   if (s->track == 1) {
     if (loop < 0) {
       loop = s->nloops++;
@@ -357,7 +381,10 @@ static void sim_for(Sim *s, const Inst *in) {
   }
   tape_iterations(s, in, push0);
   int64_t start2 = s->live;
-  add_live(s, extra, in->pos);
+  s->peak2 = peak2_0;
+  if (live0 + extra - stolen0 > s->peak2)
+    s->peak2 = live0 + extra - stolen0;
+  add_live(s, extra2, in->pos);
   s->bump_body = body_watch.hit ? &body_watch : NULL;
   bump(s);
   s->bump_body = NULL;
@@ -384,16 +411,18 @@ static void sim_for(Sim *s, const Inst *in) {
 
 static void sim_if(Sim *s, const Inst *in) {
   /* Peak of the larger branch; the state after is the then-branch's. */
-  int64_t live0 = s->live, peak0 = s->peak;
+  int64_t live0 = s->live, peak0 = s->peak, stolen0 = s->stolen, peak2_0 = s->peak2;
   int *outs = arena_alloc(sizeof(int) * (size_t)(in->nresults + 1));
   int saved_n = s->nbufs, saved_pushes = s->npushes;
   int *saved_refs = malloc(sizeof(int) * (size_t)(s->nbufs + 1));
   if (s->nbufs)
     memcpy(saved_refs, s->refs, sizeof(int) * (size_t)s->nbufs);
   sim_block(s, in->regions[1], outs);
-  int64_t else_peak = s->peak;
+  int64_t else_peak = s->peak, else_peak2 = s->peak2;
   s->live = live0;
   s->peak = peak0;
+  s->stolen = stolen0;
+  s->peak2 = peak2_0;
   if (saved_n)
     memcpy(s->refs, saved_refs, sizeof(int) * (size_t)saved_n);
   s->nbufs = saved_n;
@@ -402,6 +431,8 @@ static void sim_if(Sim *s, const Inst *in) {
   sim_block(s, in->regions[0], outs);
   if (else_peak > s->peak)
     s->peak = else_peak;
+  if (else_peak2 > s->peak2)
+    s->peak2 = else_peak2;
   for (int k = 0; k < in->nresults; k++)
     s->buf_of[in->results[k]->id] = outs[k];
 }
@@ -409,10 +440,24 @@ static void sim_if(Sim *s, const Inst *in) {
 static void sim_results(Sim *s, const Inst *in, int idx) {
   for (int k = 0; k < in->nresults; k++) {
     const Value *r = in->results[k];
-    EmitResult kind = emit_result_kind(s->mod, in, k);
+    if (r->type.rank && emit_planned_nobuf(s->plan, r)) {
+      s->buf_of[r->id] = -1;   /* computed inside its consumer's loop */
+      continue;
+    }
+    EmitResult kind = emit_planned_member(s->plan, r) ? EMIT_ALLOC : emit_result_kind(s->mod, in, k);
     if (kind == EMIT_STEAL_OR_ALLOC) {
       const Value *x = in->args[0];
       int bx = s->buf_of[x->id];
+      if (s->depth && emit_carry_arg(x, in->parent) && s->last_use[x->id] == idx && bx >= 0) {
+        /* a copy now, the carry's own buffer in the later iterations */
+        int b = buf_entry(s, local_bytes(s->mod, &r->type), r);
+        s->steal_of[b] = s->depth;
+        s->stolen += s->bytes[b];
+        add_live(s, s->bytes[b], in->pos);
+        bump(s);
+        s->buf_of[r->id] = b;
+        continue;
+      }
       bool dies = x->def && x->def->parent == in->parent && s->last_use[x->id] == idx;
       kind = dies && bx >= 0 && s->refs[bx] == 1 ? EMIT_VIEW : EMIT_ALLOC;
     }
@@ -497,6 +542,21 @@ static void sim_inst(Sim *s, const Inst *in, int i, int *yield_bufs) {
 static void sim_block(Sim *s, const IrBlock *b, int *yield_bufs) {
   int n = b->insts.len;
   ir_last_uses(b, s->last_use);
+  int *at = emit_plan_block(s->plan, b, s->last_use);
+  /* the instructions made at each index, in order (a loop group's members
+   * at its last one) */
+  int *head = malloc(sizeof(int) * (size_t)(n + 1)), *tail = malloc(sizeof(int) * (size_t)(n + 1)),
+      *next = malloc(sizeof(int) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++)
+    head[i] = tail[i] = next[i] = -1;
+  for (int j = 0; j < n; j++) {
+    int i = at[j];
+    if (tail[i] < 0)
+      head[i] = j;
+    else
+      next[tail[i]] = j;
+    tail[i] = j;
+  }
   int *dying = malloc(sizeof(int) * (size_t)(n + 1));
   for (int i = 0; i < n; i++)
     dying[i] = -1;
@@ -511,17 +571,24 @@ static void sim_block(Sim *s, const IrBlock *b, int *yield_bufs) {
     }
   }
   for (int i = 0; i < n; i++) {
-    s->cur = b->insts.data[i];
-    sim_inst(s, b->insts.data[i], i, yield_bufs);
+    for (int j = head[i]; j >= 0; j = next[j]) {
+      s->cur = b->insts.data[j];
+      sim_inst(s, b->insts.data[j], i, yield_bufs);
+    }
     for (int v = dying[i]; v >= 0; v = s->dead_next[v])
       buf_release(s, s->buf_of[v]);
   }
   free(dying);
+  free(head);
+  free(tail);
+  free(next);
+  free(at);
 }
 
 static void summarise(Sim *s, const Func *f, Summary *sm) {
   s->nbufs = s->npushes = 0;
-  s->live = s->peak = 0;
+  s->live = s->peak = s->peak2 = s->stolen = 0;
+  s->depth = 0;
   s->fn = f;
   s->cur = NULL;
   /* Parameters are the caller's buffers: counted, never released here. */
@@ -578,6 +645,7 @@ static Sim *sim_module(const Module *mod) {
   free(s->bytes);
   free(s->refs);
   free(s->val);
+  free(s->steal_of);
   free(s->buf_of);
   free(s->last_use);
   free(s->dead_next);
@@ -592,6 +660,7 @@ static Sim *sim_module(const Module *mod) {
   s->buf_of = calloc(nv, sizeof(int));
   s->last_use = calloc(nv, sizeof(int));
   s->dead_next = calloc(nv, sizeof(int));
+  s->plan = emit_planner_new(mod);
   summarise_all(s);
   return s;
 }

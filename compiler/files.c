@@ -67,7 +67,7 @@ FILE *file_open_regular(const char *path, long long max, const char **why, long 
 
 /* ---- what to remove at exit ------------------------------------------------------------------ */
 
-#define MAX_MADE 16
+#define MAX_MADE 40   /* a parallel build: two files per compiler job (at most 16), and the directories */
 
 static struct {
   char path[MAX_MADE][4300];

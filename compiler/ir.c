@@ -281,7 +281,7 @@ static void note_block_uses(const IrBlock *inner, int idx, const IrBlock *outer,
 static void note_uses(const Inst *in, int idx, const IrBlock *b, int *last_use) {
   for (int i = 0; i < in->nargs; i++) {
     const Value *v = in->args[i];
-    if (v->def && v->def->parent == b)
+    if ((v->def && v->def->parent == b) || v->arg_of == b)
       last_use[v->id] = idx;
   }
   for (int r = 0; r < in->nregions; r++)
@@ -384,6 +384,8 @@ void ir_count_uses(const IrBlock *b, int *uses) {
 }
 
 void ir_last_uses(const IrBlock *b, int *last_use) {
+  for (int k = 0; k < b->nargs; k++)
+    last_use[b->args[k]->id] = -1;
   for (int i = 0; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];
     for (int k = 0; k < in->nresults; k++)

@@ -663,109 +663,108 @@ static Value *lower_einsum(Lower *L, Expr *e) {
 
 /* The transpose of dot_general: a dot of the cotangent with the other
  * operand, whose result type is the differentiated operand's cotangent type
- * (typing-rules 4.2). */
-static void vjp_dot(AD *a, Inst *in, Value *g) {
-  const DotDims *d = &in->dot;
-  Value *x = ad_primal(a, in->args[0]), *y = ad_primal(a, in->args[1]);
+ * (typing-rules 4.2). Of the two operand orders, the one whose result
+ * comes out in the operand's dim order is taken, so no transpose follows
+ * (the weight gradient of `x @ w` with w stored [out, in] is gᵀx, not
+ * (xᵀg)ᵀ); else the cotangent first, and a transpose. */
+typedef struct {
+  bool g_first;          /* the cotangent is the left operand */
+  DotDims nd;
+  int where[MAX_RANK];   /* where each of the target's dims lands in the new dot's result */
+} VjpDot;
+
+/* The dims of `t` in order that `used` does not mark. */
+static int free_dims(const Type *t, const bool *used, int *out) {
+  int n = 0;
+  for (int i = 0; i < t->rank; i++)
+    if (!used[i])
+      out[n++] = i;
+  return n;
+}
+
+/* For side 0 (x's cotangent, from g and y) or side 1 (y's, from x and g). */
+static VjpDot vjp_dot_plan(const DotDims *d, const Type *x, const Type *y, int side, bool g_first) {
+  VjpDot v = {.g_first = g_first};
   int nb = d->nbatch;
   bool used_x[MAX_RANK] = {0}, used_y[MAX_RANK] = {0};
   for (int i = 0; i < nb; i++)
     used_x[d->lhs_batch[i]] = used_y[d->rhs_batch[i]] = true;
   for (int i = 0; i < d->ncontract; i++)
     used_x[d->lhs_contract[i]] = used_y[d->rhs_contract[i]] = true;
-  int fx[MAX_RANK], nfx = 0, fy[MAX_RANK], nfy = 0;
-  for (int i = 0; i < x->type.rank; i++)
-    if (!used_x[i])
-      fx[nfx++] = i;
-  for (int i = 0; i < y->type.rank; i++)
-    if (!used_y[i])
-      fy[nfy++] = i;
+  int fx[MAX_RANK], fy[MAX_RANK], nfx = free_dims(x, used_x, fx), nfy = free_dims(y, used_y, fy);
+  /* The other operand's dims kept in the result, in its own order: y's
+   * contracting dims (side 0) or x's (side 1). */
+  const Type *other = side ? x : y;
+  const int *ocon = side ? d->lhs_contract : d->rhs_contract, *tcon = side ? d->rhs_contract : d->lhs_contract;
+  int kept[MAX_RANK], nk = 0;
+  for (int k = 0; k < other->rank; k++)
+    for (int i = 0; i < d->ncontract; i++)
+      if (ocon[i] == k)
+        kept[nk++] = k;
+  /* g's dims kept: the target's free dims (g dims nb.. for x, nb+nfx.. for y) */
+  int ng = side ? nfy : nfx;
+  const int *tfree = side ? fy : fx;
+  const int *tbatch = side ? d->rhs_batch : d->lhs_batch, *obatch = side ? d->lhs_batch : d->rhs_batch;
+  int o_off = side ? nb : nb + nfx;      /* g's dims contracted with the other's free dims */
+  const int *ofree = side ? fx : fy;
+  int nof = side ? nfx : nfy;
+  DotDims *nd = &v.nd;
+  nd->nbatch = nb;
+  for (int i = 0; i < nb; i++) {
+    nd->lhs_batch[i] = g_first ? i : obatch[i];
+    nd->rhs_batch[i] = g_first ? obatch[i] : i;
+  }
+  for (int i = 0; i < nof; i++) {
+    nd->lhs_contract[nd->ncontract] = g_first ? o_off + i : ofree[i];
+    nd->rhs_contract[nd->ncontract++] = g_first ? ofree[i] : o_off + i;
+  }
+  for (int i = 0; i < nb; i++)
+    v.where[tbatch[i]] = i;
+  int g_at = g_first ? nb : nb + nk, o_at = g_first ? nb + ng : nb;
+  for (int i = 0; i < ng; i++)
+    v.where[tfree[i]] = g_at + i;
+  for (int j = 0; j < nk; j++)
+    for (int i = 0; i < d->ncontract; i++)
+      if (ocon[i] == kept[j])
+        v.where[tcon[i]] = o_at + j;
+  return v;
+}
+
+static bool is_identity(const int *perm, int n) {
+  for (int k = 0; k < n; k++)
+    if (perm[k] != k)
+      return false;
+  return true;
+}
+
+static void vjp_dot(AD *a, Inst *in, Value *g) {
+  const DotDims *d = &in->dot;
+  Value *x = ad_primal(a, in->args[0]), *y = ad_primal(a, in->args[1]);
   for (int side = 0; side < 2; side++) {
     Value *primal = in->args[side];
     if (!ad_wants_ct(a, primal))
       continue;
-    /* side 0: ct_x = dot(g, y) contracting g's y-free dims with y's free
-     * dims; side 1: ct_y = dot(x, g) contracting x's free dims with g's
-     * x-free dims. */
-    Value *other = side ? x : y;
     const Type *target = &primal->type;
-    DotDims nd = {0};
-    nd.nbatch = nb;
-    for (int i = 0; i < nb; i++) {
-      nd.lhs_batch[i] = side ? d->lhs_batch[i] : i;
-      nd.rhs_batch[i] = side ? i : d->rhs_batch[i];
+    VjpDot v = vjp_dot_plan(d, &x->type, &y->type, side, true);
+    if (!is_identity(v.where, target->rank)) {
+      VjpDot w = vjp_dot_plan(d, &x->type, &y->type, side, false);
+      if (is_identity(w.where, target->rank))
+        v = w;
     }
-    if (!side) {
-      for (int i = 0; i < nfy; i++) {
-        nd.lhs_contract[nd.ncontract] = nb + nfx + i;
-        nd.rhs_contract[nd.ncontract++] = fy[i];
-      }
-    } else {
-      for (int i = 0; i < nfx; i++) {
-        nd.lhs_contract[nd.ncontract] = fx[i];
-        nd.rhs_contract[nd.ncontract++] = nb + i;
-      }
-    }
-    /* The new dot's result order and where each of target's dims lands. */
-    int where[MAX_RANK];
-    int pos = nb;
-    if (!side) {
-      /* (batch, x free (g's), y's remaining = y's contracting, in y order) */
-      for (int i = 0; i < nb; i++)
-        where[d->lhs_batch[i]] = i;
-      for (int i = 0; i < nfx; i++)
-        where[fx[i]] = pos++;
-      int ycon[MAX_RANK], nyc = 0;
-      for (int k = 0; k < y->type.rank; k++) {
-        bool is_c = false;
-        for (int i = 0; i < d->ncontract; i++)
-          is_c |= d->rhs_contract[i] == k;
-        if (is_c)
-          ycon[nyc++] = k;
-      }
-      for (int j = 0; j < nyc; j++)
-        for (int i = 0; i < d->ncontract; i++)
-          if (d->rhs_contract[i] == ycon[j])
-            where[d->lhs_contract[i]] = pos + j;
-    } else {
-      /* (batch, x's remaining = x's contracting in x order, y free (g's)) */
-      for (int i = 0; i < nb; i++)
-        where[d->rhs_batch[i]] = i;
-      int xcon[MAX_RANK], nxc = 0;
-      for (int k = 0; k < x->type.rank; k++) {
-        bool is_c = false;
-        for (int i = 0; i < d->ncontract; i++)
-          is_c |= d->lhs_contract[i] == k;
-        if (is_c)
-          xcon[nxc++] = k;
-      }
-      for (int j = 0; j < nxc; j++)
-        for (int i = 0; i < d->ncontract; i++)
-          if (d->lhs_contract[i] == xcon[j])
-            where[d->rhs_contract[i]] = pos + j;
-      pos += nxc;
-      for (int i = 0; i < nfy; i++)
-        where[fy[i]] = pos++;
-    }
+    Value *other = side ? x : y;
     Type ctt = ty_ct(target);
     Type dt = ctt;
     for (int k = 0; k < target->rank; k++) {
-      dt.shape[where[k]] = ctt.shape[k];
-      dt.spec[where[k]] = ctt.spec[k];
+      dt.shape[v.where[k]] = ctt.shape[k];
+      dt.spec[v.where[k]] = ctt.spec[k];
     }
-    Value *ops[2] = {side ? other : g, side ? g : other};
+    Value *ops[2] = {v.g_first ? g : other, v.g_first ? other : g};
     Inst *di = ad_emit(a, IR_DOT, 2, ops, dt);
-    di->dot = nd;
+    di->dot = v.nd;
     Value *r = di->results[0];
-    bool ident = true;
-    int perm[MAX_RANK];
-    for (int k = 0; k < target->rank; k++) {
-      perm[k] = where[k];
-      ident &= perm[k] == k;
-    }
-    if (!ident) {
+    if (!is_identity(v.where, target->rank)) {
       Inst *t = ad_emit(a, IR_TRANSPOSE, 1, &r, ctt);
-      memcpy(t->perm, perm, sizeof t->perm);
+      memcpy(t->perm, v.where, sizeof t->perm);
       r = t->results[0];
     }
     ad_add_ct(a, primal, r);
@@ -1023,10 +1022,25 @@ static void work_dot(const Module *mod, const Inst *in, double *dot, double *ew)
   *dot += 2 * (double)ty_local_count(&mod->mesh, &in->results[0]->type) * k;
 }
 
+/* The axes the contracting dims are split over, alike on both operands
+ * (0 when they differ: the partitioner gathers instead). */
+static AxisSet dot_partial_axes(const Inst *d) {
+  AxisSet A = 0;
+  for (int i = 0; i < d->dot.ncontract; i++) {
+    DimSpec l = d->args[0]->type.spec[d->dot.lhs_contract[i]], r = d->args[1]->type.spec[d->dot.rhs_contract[i]];
+    if (!l.n && !r.n)
+      continue;
+    if (!ty_spec_equal(l, r))
+      return 0;
+    A |= ty_spec_axes(l);
+  }
+  return A;
+}
+
 static const OpDef ops[] = {
     {.op = IR_DOT, .name = "dot", .flags = OPF_OUT_SHARDING | OPF_TRACE_LINE, .print = print_dot, .vjp = vjp_dot,
      .partition = part_dot, .emit = emit_dot_inst, .temp_bytes = dot_temp_bytes, .infer = infer_dot,
-     .work = work_dot},
+     .work = work_dot, .partial_axes = dot_partial_axes},
     {0},
 };
 

@@ -337,6 +337,8 @@ static bool rule_select(RuleCtx *c, const Type *const *ops, Type *out) {
 }
 
 /* op: a BinOp, or -1 for where(cond, a, b). */
+bool rule_reduced_common(RuleCtx *c, int n, Type *eff, AxisSet *R) { return elementwise_reduced(c, n, eff, 0, R); }
+
 bool rule_elementwise(RuleCtx *c, int op, int n, const Type *const *ops, Type *out) {
   if (op < 0)
     return rule_select(c, ops, out);

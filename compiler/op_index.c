@@ -924,12 +924,39 @@ static Value *lower_split(Lower *L, Expr *e) {
 
 /* ---- transposes (4.2) ---------------------------------------------------------------------- */
 
+static Value *ad_dupdate(AD *a, Value *x, Value *u, Value **args, int r, const Type *t);
+
+/* Whether the cotangent prev of x (type t) can take the cotangent of its
+ * window of type w in place (dupdate(prev, window(prev) + g)): the dims the
+ * window cuts are unsharded, so no rows change owner. */
+static bool window_in_place(const Value *prev, const Type *t, const Type *w) {
+  if (!prev || !ty_equal(&prev->type, t))
+    return false;
+  for (int d = 0; d < t->rank; d++)
+    if (w->shape[d] != t->shape[d] && t->spec[d].n)
+      return false;
+  return true;
+}
+
 static void vjp_slice(AD *a, Inst *in, Value *g) {
   Value *x = in->args[0];
   if (!ad_wants_ct(a, x))
     return;
   const Type *X = &x->type, *Y = &in->results[0]->type;
   int r = X->rank;
+  Type t = ty_ct(X);
+  Value *prev = ad_ct(a, x);
+  if (window_in_place(prev, &t, Y)) {
+    /* prev + pad(g) is g added into prev's window (as in vjp_dslice) */
+    Inst *w = ad_emit(a, IR_SLICE, 1, &prev, ty_ct(Y));
+    w->iv = copy_iv(in->iv, r);
+    w->niv = r;
+    Value **args = arena_alloc(sizeof(Value *) * (size_t)(r + 3));
+    for (int d = 0; d < r; d++)
+      args[2 + d] = ad_const(a, DT_I32, (double)in->iv[d]);
+    ad_set_ct(a, x, ad_dupdate(a, prev, ad_bin(a, BIN_ADD, w->results[0], g), args, r, &t));
+    return;
+  }
   Inst *p = ad_emit(a, IR_PAD, 1, &g, ty_ct(X));
   p->iv = arena_alloc(sizeof(int64_t) * (size_t)(2 * r + 1));
   for (int d = 0; d < r; d++) {
@@ -980,6 +1007,19 @@ static void vjp_dslice(AD *a, Inst *in, Value *g) {
   int r = x->type.rank;
   Type t = ty_ct(&x->type);
   Value **args = primal_starts(a, in, 1, 2);
+  Value *prev = ad_ct(a, x);
+  if (window_in_place(prev, &t, &in->results[0]->type)) {
+    /* prev + dupdate(zeros, g, s) is dupdate(prev, dslice(prev, s) + g, s):
+     * a pass over the window instead of two over the whole array (a layer
+     * loop's gradient of its stacked weights, x[l], would otherwise zero
+     * and add all L layers at every layer), in place when prev is not
+     * shared, as a reverse loop's accumulator is not. */
+    Value **sargs = primal_starts(a, in, 1, 1);
+    sargs[0] = prev;
+    Value *w = ad_emit1(a, IR_DSLICE, r + 1, sargs, ty_ct(&in->results[0]->type));
+    ad_set_ct(a, x, ad_dupdate(a, prev, ad_bin(a, BIN_ADD, w, g), args, r, &t));
+    return;
+  }
   ad_add_ct(a, x, ad_dupdate(a, ad_zeros(a, &t), g, args, r, &t));
 }
 
@@ -1329,7 +1369,7 @@ static void emit_dupdate(Emit *e, const Inst *in) {
   const Value *x = in->args[0], *u = in->args[1], *r = in->results[0];
   int64_t n = emit_local_count(e, &r->type);
   emit_line(e, "%s *%s;", ctype(r), vname(r));
-  if (emit_is_last_use(e, x, in)) {
+  if (emit_can_steal(e, x, in)) {
     emit_line(e, "if (shd_unique(%s)) {", vname(x));
     emit_line(e, "  %s = %s;", vname(r), vname(x));
     emit_line(e, "  shd_retain(%s);", vname(r));
@@ -1338,7 +1378,7 @@ static void emit_dupdate(Emit *e, const Inst *in) {
   }
   emit_line(e, "%s = shd_alloc(%lld * sizeof(%s));", vname(r), (long long)n, ctype(r));
   emit_line(e, "memcpy(%s, %s, %lld * sizeof(%s));", vname(r), vname(x), (long long)n, ctype(r));
-  if (emit_is_last_use(e, x, in)) {
+  if (emit_can_steal(e, x, in)) {
     emit_indent(e, -2);
     emit_line(e, "}");
   }

@@ -2,6 +2,13 @@
  * changing any value.
  *
  * Before partitioning (opt_global):
+ *   - a sum of several products that each leave a partial sum over the
+ *     same axes (their contracting dims split alike on both sides), which
+ *     the partitioner would reduce one by one, is summed while pending and
+ *     reduced once: autodiff builds these where a value replicated over an
+ *     axis feeds several products whose weights are split over it (the
+ *     Megatron block input feeding Q, K, V or gate and up), so the
+ *     backward pass all-reduces each such value once, as Megatron-LM does.
  *   - a reshard whose operand is a reduction, contraction or reshape used
  *     nowhere else becomes that operation's result type, as if the program
  *     had annotated it (language.md §4): sum-then-slice becomes a
@@ -124,6 +131,198 @@ static void fold_block(Module *mod, IrBlock *b, int *uses) {
   }
 }
 
+/* ---- one reduction for a sum of pending products ------------------------------------------- */
+
+/* The mesh axes over which the local product computing v (used once, in
+ * b) leaves a partial sum before the partitioner reduces it to v's type:
+ * a contraction whose contracting dims are split alike on both operands
+ * (the Megatron input gradient: the cotangent of a column-parallel
+ * product's output against its weight, both split over the hidden dim),
+ * also through a transpose or a size-1 reshape of it (fold_to's forms).
+ * 0 when there is none, or when v's type already uses those axes. */
+static AxisSet natural_pending(const Value *v, const IrBlock *b, const int *uses) {
+  const Inst *d = v->def;
+  if (!d || d->parent != b || uses[v->id] != 1 || v->type.U || v->type.R)
+    return 0;
+  const OpDef *od = op_def(d->op);
+  Type operand;
+  if (od && od->operand_for)   /* a transpose, a size-1 reshape */
+    return od->operand_for(d, &v->type, &operand) ? natural_pending(d->args[0], b, uses) : 0;
+  AxisSet A = od && od->partial_axes ? od->partial_axes(d) : 0;
+  return A & (ty_dim_axes(&v->type) | v->type.V) ? 0 : A;
+}
+
+typedef struct {
+  Value *v;
+  bool neg;
+} Term;
+
+/* The terms of the sum rooted at `in` (+ and - of one type, inner sums
+ * used once in b), in order. */
+static void sum_terms(Inst *in, const IrBlock *b, const int *uses, Vec *terms, Vec *inner, bool neg) {
+  for (int k = 0; k < 2; k++) {
+    Value *a = in->args[k];
+    bool n = neg ^ (k == 1 && in->fn == BIN_SUB);
+    Inst *d = a->def;
+    if (d && d->parent == b && d->op == IR_BINARY && (d->fn == BIN_ADD || d->fn == BIN_SUB) && uses[a->id] == 1 &&
+        ty_equal(&a->type, &in->results[0]->type)) {
+      vec_push(inner, d);
+      sum_terms(d, b, uses, terms, inner, n);
+      continue;
+    }
+    Term *t = arena_alloc(sizeof *t);
+    *t = (Term){a, n};
+    vec_push(terms, t);
+  }
+}
+
+static bool is_sum(const Inst *in) {
+  return in->op == IR_BINARY && (in->fn == BIN_ADD || in->fn == BIN_SUB) && in->nresults == 1 &&
+         in->results[0]->type.kind == TY_ARRAY;
+}
+
+static Inst *new_inst(Module *mod, IrBlock *b, int op, Pos pos, int n, Value **args, Type t, Vec *out) {
+  Inst *in = ir_emit(mod, NULL, op, pos, n, args, 1, &t);
+  in->parent = b;
+  vec_push(out, in);
+  return in;
+}
+
+/* A sum of several terms that are each a product's partial sum over the
+ * same axes A, reduced one by one to the sum's type by the partitioner,
+ * becomes one pending sum reduced once: the terms take the pending type
+ * (as fold_to types them), are added while pending, one reshard reduces
+ * them, and the other terms are added after it. Autodiff builds such sums
+ * where a value replicated over A feeds several products whose weights
+ * are split over A (Megatron's Q, K, V or gate and up projections): one
+ * all-reduce per value instead of one per product. The new instructions
+ * take the root's place; the root's uses are renamed through `renamed`. */
+static bool pend_sum(Module *mod, IrBlock *b, Inst *root, int *uses, Vec *out, PtrMap *renamed, Vec *to) {
+  Type T = root->results[0]->type;
+  if (T.U || T.R || T.weak)
+    return false;
+  Vec terms = {0}, inner = {0};
+  sum_terms(root, b, uses, &terms, &inner, false);
+  /* the axes most terms are pending over */
+  AxisSet best = 0;
+  int nbest = 0;
+  for (int i = 0; i < terms.len; i++) {
+    Term *t = terms.data[i];
+    AxisSet A = t->neg || !ty_equal(&t->v->type, &T) ? 0 : natural_pending(t->v, b, uses);
+    int n = 0;
+    for (int j = 0; A && j < terms.len; j++) {
+      Term *u = terms.data[j];
+      n += !u->neg && ty_equal(&u->v->type, &T) && natural_pending(u->v, b, uses) == A;
+    }
+    if (n > nbest) {
+      nbest = n;
+      best = A;
+    }
+  }
+  Type P = T;
+  P.U |= best;
+  bool *in_group = calloc((size_t)terms.len + 1, sizeof(bool));
+  int ngroup = 0;
+  for (int i = 0; best && i < terms.len; i++) {
+    Term *t = terms.data[i];
+    in_group[i] = !t->neg && ty_equal(&t->v->type, &T) && natural_pending(t->v, b, uses) == best &&
+                  fold_to(t->v, &P, b, uses, 0, false);
+    ngroup += in_group[i];
+  }
+  /* the other terms must add back to T as they did */
+  for (int i = 0; ngroup >= 2 && i < terms.len; i++) {
+    Term *t = terms.data[i];
+    /* T op term, typed by the registry (the IR_BINARY the sum is made of) */
+    Inst probe = {.op = IR_BINARY, .fn = t->neg ? BIN_SUB : BIN_ADD, .nargs = 2,
+                  .args = (Value *[]){root->results[0], t->v}};
+    Type r = {0};
+    if (!in_group[i] && (!ir_infer(mod, &probe, &r) || !ty_equal(&r, &T)))
+      ngroup = 0;
+  }
+  bool done = ngroup >= 2;
+  if (done) {
+    Value *s = NULL;
+    for (int i = 0; i < terms.len; i++) {
+      if (!in_group[i])
+        continue;
+      Term *t = terms.data[i];
+      fold_to(t->v, &P, b, uses, 0, true);
+      s = s ? new_inst(mod, b, IR_BINARY, root->pos, 2, (Value *[]){s, t->v}, P, out)->results[0] : t->v;
+      if (s != t->v)
+        s->def->fn = BIN_ADD;
+    }
+    Value *r = new_inst(mod, b, IR_RESHARD, root->pos, 1, &s, T, out)->results[0];
+    for (int i = 0; i < terms.len; i++) {
+      Term *t = terms.data[i];
+      if (in_group[i])
+        continue;
+      Inst *a = new_inst(mod, b, IR_BINARY, root->pos, 2, (Value *[]){r, t->v}, T, out);
+      a->fn = t->neg ? BIN_SUB : BIN_ADD;
+      r = a->results[0];
+    }
+    /* the old sum's inner nodes are dead: dropped with the root */
+    for (int i = 0; i < inner.len; i++)
+      ((Inst *)inner.data[i])->op = IR__CORE;
+    ptrmap_put(renamed, root->results[0], to->len);
+    vec_push(to, r);
+  }
+  free(in_group);
+  free(terms.data);
+  free(inner.data);
+  return done;
+}
+
+static void pend_sums_block(Module *mod, IrBlock *b, int *uses, PtrMap *renamed, Vec *to) {
+  Vec out = {0};
+  for (int i = 0; i < b->insts.len; i++) {
+    Inst *in = b->insts.data[i];
+    for (int r = 0; r < in->nregions; r++)
+      pend_sums_block(mod, in->regions[r], uses, renamed, to);
+  }
+  /* A sum used once by a sum of the same type is a term of that one: only
+   * the outermost sums are roots. */
+  PtrMap inner = {0};
+  for (int i = 0; i < b->insts.len; i++) {
+    Inst *in = b->insts.data[i];
+    for (int k = 0; is_sum(in) && k < 2; k++) {
+      Inst *d = in->args[k]->def;
+      if (d && d->parent == b && is_sum(d) && uses[in->args[k]->id] == 1 &&
+          ty_equal(&in->args[k]->type, &in->results[0]->type))
+        ptrmap_put(&inner, d, 1);
+    }
+  }
+  for (int i = 0; i < b->insts.len; i++) {
+    Inst *in = b->insts.data[i];
+    if (in->op == IR__CORE)
+      continue;
+    if (is_sum(in) && ptrmap_get(&inner, in) < 0 && pend_sum(mod, b, in, uses, &out, renamed, to))
+      continue;
+    vec_push(&out, in);
+  }
+  /* drop the dead inner sums marked above (they precede their roots) */
+  int k = 0;
+  for (int i = 0; i < out.len; i++)
+    if (((Inst *)out.data[i])->op != IR__CORE)
+      out.data[k++] = out.data[i];
+  out.len = k;
+  free(b->insts.data);
+  b->insts = out;
+  ptrmap_free(&inner);
+}
+
+static void rename_block(IrBlock *b, const PtrMap *renamed, const Vec *to) {
+  for (int i = 0; i < b->insts.len; i++) {
+    Inst *in = b->insts.data[i];
+    for (int k = 0; k < in->nargs; k++) {
+      int j;
+      while ((j = ptrmap_get(renamed, in->args[k])) >= 0)
+        in->args[k] = to->data[j];
+    }
+    for (int r = 0; r < in->nregions; r++)
+      rename_block(in->regions[r], renamed, to);
+  }
+}
+
 /* in's operands through repl (a value replaced by another, by id). */
 static void rename_args(Inst *in, Value **repl) {
   for (int k = 0; k < in->nargs; k++)
@@ -192,6 +391,17 @@ static void each_func(Module *mod, void (*fn)(Module *, Func *, Scratch *)) {
   for (int i = 0; i < mod->funcs.len; i++) {
     Func *f = mod->funcs.data[i];
     fn(mod, f, &sc);
+    if (mod->next_value + 1 > n) {
+      /* the pass made values: their (zero) entries, for the clearing below */
+      int m = mod->next_value + 1;
+      sc.uses = realloc(sc.uses, sizeof(int) * (size_t)m);
+      sc.repl = realloc(sc.repl, sizeof(Value *) * (size_t)m);
+      if (!sc.uses || !sc.repl)
+        diag_ice("out of memory");
+      memset(sc.uses + n, 0, sizeof(int) * (size_t)(m - n));
+      memset(sc.repl + n, 0, sizeof(Value *) * (size_t)(m - n));
+      n = m;
+    }
     ir_clear_ids(f->body, sc.uses, sizeof(int));
     ir_clear_ids(f->body, sc.repl, sizeof(Value *));
   }
@@ -203,6 +413,17 @@ static void fold_func(Module *mod, Func *f, Scratch *sc) {
   ir_count_uses(f->body, sc->uses);
   fold_block(mod, f->body, sc->uses);
   forward_identity(f->body, sc->repl);
+}
+
+static void pend_func(Module *mod, Func *f, Scratch *sc) {
+  ir_count_uses(f->body, sc->uses);
+  PtrMap renamed = {0};
+  Vec to = {0};
+  pend_sums_block(mod, f->body, sc->uses, &renamed, &to);
+  if (to.len)
+    rename_block(f->body, &renamed, &to);
+  ptrmap_free(&renamed);
+  free(to.data);
 }
 
 static void merge_all_reduces(IrBlock *b, int *uses) {
@@ -287,7 +508,10 @@ static void dce_func(Module *mod, Func *f, Scratch *sc) {
     ;
 }
 
-void opt_global(Module *mod) { each_func(mod, fold_func); }
+void opt_global(Module *mod) {
+  each_func(mod, pend_func);
+  each_func(mod, fold_func);
+}
 
 void opt_module(Module *mod) { each_func(mod, dce_func); }
 

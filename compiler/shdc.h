@@ -893,6 +893,7 @@ typedef enum {
   IR_BASE_CONTRACTION = 0x580,
   IR_BASE_COLLECTIVE = 0x5c0,
   IR_BASE_IO = 0x600,
+  IR_BASE_ATTENTION = 0x640,
   IR__LIMIT = 0x800
 } Opcode;
 
@@ -986,10 +987,11 @@ void ir_print_ints(FILE *out, const char *name, const int *v, int n);
 void ir_print_module(FILE *out, const Module *mod);
 void ir_print_func(FILE *out, const Module *mod, const Func *f);
 const char *ir_opname(int op);
-/* For the values defined in b (results of its instructions): the index of
- * the instruction of b that uses them last, counting uses inside nested
- * blocks as uses by the instruction that owns the block; unused values get
- * their defining index. last_use is indexed by value id. */
+/* For the values defined in b (results of its instructions) and b's
+ * arguments: the index of the instruction of b that uses them last,
+ * counting uses inside nested blocks as uses by the instruction that owns
+ * the block; unused results get their defining index, unused arguments -1.
+ * last_use is indexed by value id. */
 void ir_last_uses(const IrBlock *b, int *last_use);
 /* Zeroes the entry (elem bytes) of every value b defines or uses, nested
  * blocks included: passes keep one by-id array for the module and clear
@@ -1119,6 +1121,10 @@ typedef struct OpDef {
    * size-1 dims): the type operand 0 needs for the result to have type t,
    * false when there is none; optimize.c folds an out_sharding through it. */
   bool (*operand_for)(const Inst *in, const Type *t, Type *operand);
+  /* A contraction: the mesh axes over which its local product is a partial
+   * sum (its contracting dims split alike on both operands), 0 when none;
+   * optimize.c adds such products before one reduction. */
+  AxisSet (*partial_axes)(const Inst *in);
   /* The types of in's results from its operands and attributes (JAX's
    * abstract evaluation), for the IR verifier (ir_verify_types) and for
    * what autodiff builds (ad_infer). On entry out[k] is result k's declared
@@ -1253,6 +1259,12 @@ bool rule_argreduce(RuleCtx *c, int redop, const Type *x, int dim, Type *out);
 bool rule_cumsum(RuleCtx *c, const Type *x, int dim, Type *out);
 /* op_softmax.c: kind 0 softmax, 1 log_softmax, 2 logsumexp along dim. */
 bool rule_softmax(RuleCtx *c, int kind, const Type *x, int dim, Type *out);
+/* The reduced rule every multi-operand operation shares (typing-rules
+ * 3.5): the operands' R sets agree, and no operand is replicated, sharded
+ * or varying over them; *R is the result's. eff as rule_vma_unify gives. */
+bool rule_reduced_common(RuleCtx *c, int n, Type *eff, AxisSet *R);
+/* op_attention.c: dot_product_attention (language.md §9.9). */
+bool rule_attention(RuleCtx *c, const Type *q, const Type *k, const Type *v, Type *out);
 bool rule_transpose(RuleCtx *c, const Type *x, const int *perm, Type *out);
 /* op_shape.c's transpose (attr perm), which contractions emit too. */
 enum { IR_TRANSPOSE = IR_BASE_SHAPE + 1 };
@@ -1288,7 +1300,7 @@ bool op_shift_plan(const Mesh *m, DimSpec xs, DimSpec ts, int64_t n_out, DimSpec
  * The families (op_*.c), listed by ops.c. */
 extern const OpFamily op_elementwise_family, op_unary_family, op_contraction_family, op_reduction_family,
     op_shape_family, op_collective_family, op_creation_family, op_io_family, op_softmax_family, op_index_family,
-    op_gather_family, op_shift_family, op_string_family;
+    op_gather_family, op_shift_family, op_string_family, op_attention_family;
 
 /* ---- lower.c: typed AST to global IR ------------------------------------ */
 
@@ -1331,9 +1343,13 @@ bool ad_wants_ct(AD *a, const Value *primal);   /* active and float */
  * result's cotangent with this. */
 Value *ad_ct(AD *a, Value *primal);
 void ad_add_ct(AD *a, Value *primal, Value *ct);
+/* Replaces the accumulated cotangent by ct, which already includes it. */
+void ad_set_ct(AD *a, Value *primal, Value *ct);
 /* Adds g, summed over the dims broadcasting stretched, to primal. */
 void ad_add_ct_unbroadcast(AD *a, Value *primal, Value *g);
 Inst *ad_emit(AD *a, int op, int nargs, Value **args, Type t);
+/* The same with several results (an instruction like attention_grad). */
+Inst *ad_emit_n(AD *a, int op, int nargs, Value **args, int nresults, const Type *types);
 Value *ad_emit1(AD *a, int op, int nargs, Value **args, Type t);
 /* op (attribute fn) on args, its result typed by its OpDef.infer; operands
  * with pending sums or reduced marks the rules do not combine are used in
@@ -1422,6 +1438,10 @@ int64_t explain_bytes_sent(const Module *mod, const Inst *in);
 /* ---- emit_c.c ----------------------------------------------------------- */
 
 void emit_module(FILE *out, const Module *mod, const SourceFile *file);
+/* The same program as nparts translation units (a build compiles them at
+ * once): each function's copy for each instruction set goes to one of
+ * them, balanced by size; the first holds main. The module has a main. */
+void emit_module_parts(const Module *mod, const SourceFile *file, int nparts, FILE **outs);
 
 /* Builders for the families' emit functions. */
 __attribute__((format(printf, 2, 3))) void emit_line(Emit *e, const char *fmt, ...);
@@ -1448,6 +1468,13 @@ void emit_def_array(Emit *e, const Value *v, bool zero);   /* declares and alloc
 void emit_def_alias(Emit *e, const Value *v, const Value *of);   /* a view sharing of's buffer */
 void emit_def_scalar(Emit *e, const Value *v);             /* declares a scalar */
 bool emit_is_last_use(Emit *e, const Value *v, const Inst *in);
+/* Whether in may take v's buffer when no one else refers to it
+ * (shd_unique): in is v's last use, v being a value the block owns or the
+ * carry of the loop whose body the block is (the loop's reference lasts
+ * until the iteration ends, so taking the buffer means sharing it). */
+bool emit_can_steal(Emit *e, const Value *v, const Inst *in);
+/* The same test on the IR alone, for explain's simulation. */
+bool emit_carry_arg(const Value *v, const IrBlock *b);
 /* An operand's value at element i of res's loop nest (fused producers inline). */
 const char *emit_operand_at(Emit *e, const Value *op, const Type *res);
 int emit_tmp(Emit *e);                                     /* a fresh number for t%d */
@@ -1455,6 +1482,18 @@ int emit_tmp_count(Emit *e);                               /* how many were take
 const Mesh *emit_mesh(Emit *e);
 const Module *emit_module_of(Emit *e);
 FILE *emit_out(Emit *e);
+/* The emitter's plan of a block (elementwise fusion, loop groups), for
+ * explain's simulation of the buffers. emit_plan_block extends last_use
+ * (ir_last_uses' result) to where the code really reads each value, and
+ * returns, by instruction index, where each instruction's results are
+ * made (its own index, or its loop group's last member; malloc'd). A
+ * planned value needs no buffer (computed inside its consumer's loop), or
+ * is a group member (a new buffer, at the group). */
+typedef struct EmitPlanner EmitPlanner;
+EmitPlanner *emit_planner_new(const Module *mod);
+int *emit_plan_block(EmitPlanner *p, const IrBlock *b, int *last_use);
+bool emit_planned_nobuf(const EmitPlanner *p, const Value *v);
+bool emit_planned_member(const EmitPlanner *p, const Value *v);
 /* Reshape, retype, pcast: the result shares operand 0's buffer. */
 void emit_view(Emit *e, const Inst *in);
 EmitResult emit_result_kind(const Module *mod, const Inst *in, int k);

@@ -500,6 +500,26 @@ void shd_argreduce_group(const void *x, int32_t *idx, shd_dtype dt,
 /* y = the running sum of x along n (from the end when reverse). */
 void shd_cumsum(const void *x, void *y, shd_dtype dt, bool reverse,
                 int64_t outer, int64_t n, int64_t inner);
+
+/* ---- k_attention.c: fused attention ------------------------------------ */
+
+/* softmax(scale * q kᵀ + mask) v without the T x S score matrix (flash
+ * attention). q, out: [B, T, N, H]; k, v: [B, S, K, H]; lse: [B, T, N], the
+ * log-sum-exp of each query row's scores, which the gradient needs. Query
+ * head n uses key/value head (qoff + n) / group. causal hides keys s > t.
+ * f32 and f64. */
+void shd_attention(const void *q, const void *k, const void *v, void *out,
+                   void *lse, shd_dtype dt, int64_t B, int64_t T, int64_t S,
+                   int64_t N, int64_t K, int64_t H, int64_t group,
+                   int64_t qoff, bool causal, double scale);
+/* The gradient from q, k, v, the result o, lse and o's cotangent g: dq, dk,
+ * dv (each overwritten; dk and dv sum over the query heads of a group). */
+void shd_attention_grad(const void *q, const void *k, const void *v,
+                        const void *o, const void *lse, const void *g,
+                        void *dq, void *dk, void *dv, shd_dtype dt, int64_t B,
+                        int64_t T, int64_t S, int64_t N, int64_t K, int64_t H,
+                        int64_t group, int64_t qoff, bool causal,
+                        double scale);
 /* ---- timeline.c: SHD_TRACE=FILE.json, a Chrome trace-event timeline ------
  *
  * Generated code marks spans: each function call (with the call's source

@@ -405,6 +405,35 @@ softmax2 = [
 FILES["gc_softmax_2d"] = ("softmax, log_softmax, logsumexp, keepdims and cumsum on a 2-D mesh, dims sharded over "
                           "one and two axes.", MESH2, softmax2)
 
+# ---- fused attention ----------------------------------------------------------------------------
+AQ, AK = "f64[2@X, 3, 4@Y, 2]", "f64[2@X, 5, 4@Y, 2]"
+GQ, GK = "f64[2@X, 5, 4@Y, 2]", "f64[2@X, 4, 2, 2]"
+SQ, SK = "f64[2@X, 3, 8@Y, 2]", "f64[2@X, 4, 4@Y, 2]"
+RX, RZ = "f64[2, 3, 2, 2]<R:Y>", "f64[2, 8@Y]"
+attention = [
+    Case("attention", [("q", AQ, N(AQ, 140)), ("k", AK, N(AK, 141)), ("v", AK, N(AK, 142))],
+         "let o = dot_product_attention(q, k, v)\nreturn sum(o * cos(o))", wrt=(0, 1, 2)),
+    Case("attention_gqa_causal", [("q", GQ, N(GQ, 143)), ("k", GK, N(GK, 144)), ("v", GK, N(GK, 145))],
+         "let o = dot_product_attention(q, k, v, causal=true, scale=0.7)\nreturn sum(o * sin(o))", wrt=(0, 1, 2),
+         note="Key/value heads replicated while the query heads are split: dk, dv are partial sums over Y."),
+    Case("attention_gqa_split", [("q", SQ, N(SQ, 146)), ("k", SK, N(SK, 147)), ("v", SK, N(SK, 148))],
+         "let o = dot_product_attention(q, k, v, causal=true)\nreturn sum(o * cos(o))", wrt=(0, 1, 2)),
+    Case("attention_reduced", [("x", RX, "reshard(%s, %s)" % (N("f64[2, 3, 2, 2]", 149), RX)), ("z", RZ, N(RZ, 150))],
+         "let o = dot_product_attention(x, x, x, causal=true)\nlet y = einsum(\"btnh,bc->ctnh\", o, z)\n"
+         "return sum(y * y)",
+         note="A reduced operand: the cotangent stays a pending sum (no all-reduce)."),
+]
+FILES["gc_attention"] = dict(
+    title="dot_product_attention: plain, causal with a scale, grouped-query with the key/value heads replicated or "
+          "split like the query heads, a reduced operand.", mesh=MESH2, cases=attention,
+    extra_bottom="// The backward communicates only where dk, dv are partial sums (replicated key heads).\n"
+                 "// MESH: X=2,Y=4\n"
+                 "// EXPLAIN: ^fn f_attention_grad_0_1_2 \n// EXPLAIN-COUNT: 0 all_\n"
+                 "// EXPLAIN: ^fn f_attention_gqa_causal_grad_0_1_2 \n"
+                 "// EXPLAIN-COUNT: 2 all_reduce\\.sum +over \\(Y\\) .* f64\\[1,4,2,2\\]<U:Y> -> f64\\[1,4,2,2\\]\n"
+                 "// EXPLAIN: ^fn f_attention_gqa_split_grad_0_1_2 \n// EXPLAIN-COUNT: 0 all_\n"
+                 "// EXPLAIN: ^fn f_attention_reduced_grad_0 \n// EXPLAIN-COUNT: 0 all_")
+
 # ---- shape and representation changes ----------------------------------------------------------
 S2 = "f64[8@X, 4@Y]"
 shapes = [

@@ -30,6 +30,7 @@ one-device build's within f32 tolerance:
 Every run is bounded in time; the namespaces are removed on every exit
 path. Without the privilege to make namespaces the test is skipped.
 """
+import json
 import os
 import re
 import subprocess
@@ -65,6 +66,14 @@ def local_run(exe, n, args, cwd, timeout=300):
     if rc != 0:
         sys.exit("one-device run of %s: exit %s\n%s%s" % (exe, rc, out, err))
     return out
+
+
+class Metrics:
+    """A run's --metrics file (JSON Lines, rank 0's), as gptlib reads losses
+    from it."""
+    def __init__(self, path):
+        with open(path, encoding="utf-8") as f:
+            self.metrics = [json.loads(line) for line in f]
 
 
 def saved(d):
@@ -154,17 +163,19 @@ def gpt2(shdc, cl, d):
     dirs = {k: os.path.join(g, k) for k in ("ck", "ck_shm", "ck_resumed")}
     for p in dirs.values():
         os.makedirs(p)
-    ref = local_run(one, 1, base + ["--steps=6"], g)
+    m = {k: os.path.join(g, k + ".jsonl") for k in ("ref", "whole", "again")}
+    local_run(one, 1, base + ["--steps=6", "--metrics=" + m["ref"]], g)
     local_run(exe, 4, base + ["--steps=3", "--save=" + dirs["ck_shm"], "--save-every=3"], g)
-    ok1, whole = cl.run(exe, 4, base + ["--steps=6"], g, "gpt2 data=2,model=2, 6 steps")
+    ok1, _ = cl.run(exe, 4, base + ["--steps=6", "--metrics=" + m["whole"]], g, "gpt2 data=2,model=2, 6 steps")
     ok2, first = cl.run(exe, 4, base + ["--steps=3", "--save=" + dirs["ck"], "--save-every=3"], g,
                         "gpt2 data=2,model=2, 3 steps and a checkpoint")
     if not (ok1 and ok2):
         return
-    ok3, again = cl.run(exe, 4, base + ["--steps=6", "--resume=" + dirs["ck"], "--save=" + dirs["ck_resumed"],
-                                        "--save-every=6"], g, "gpt2 data=2,model=2, resumed")
+    ok3, _ = cl.run(exe, 4, base + ["--steps=6", "--resume=" + dirs["ck"], "--save=" + dirs["ck_resumed"],
+                                    "--save-every=6", "--metrics=" + m["again"]], g, "gpt2 data=2,model=2, resumed")
     if not ok3:
         return
+    ref, whole, again = (Metrics(m[k]) for k in ("ref", "whole", "again"))
     w, r = gptlib.loss_text(whole), gptlib.loss_text(again)
     check(sorted(r) == [3, 4, 5] and all(r[s] == w[s] for s in r),
           "resumed across hosts: losses %s, uninterrupted %s" % (r, w))

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""bench/build.py: how long `shdc build` takes, at the default level (-O3).
+
+For each program: the wall-clock seconds and the CPU seconds (shdc and the
+C compilers it runs, user + system) of `shdc build`, the median of
+--repeat runs, for this shdc with one compiler job (SHDC_JOBS=1: the whole
+program as one translation unit) and with its default (one job per core:
+the program split into that many units compiled at once), and optionally
+for another shdc (--baseline, e.g. a build of main).
+
+  bench/build.py [--repeat 3] [--baseline SHDC] [PROGRAM.shd ...]
+
+The default program is dsl-examples/gpt2.shd. On a machine shared with
+other work the wall-clock column is noisy; the CPU column is not, and on an
+idle machine with N cores the wall-clock time of the split build tends to
+its CPU time over N.
+"""
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def one_build(shdc, src, jobs, d):
+    env = dict(os.environ)
+    if jobs:
+        env["SHDC_JOBS"] = str(jobs)
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.run([shdc, "build", src, "-o", os.path.join(d, "prog")], capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode:
+        sys.exit("shdc build %s failed:\n%s" % (src, p.stderr[-3000:]))
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("programs", nargs="*", default=[os.path.join(ROOT, "dsl-examples", "gpt2.shd")])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--baseline", metavar="SHDC")
+    a = ap.parse_args()
+    shdc = os.path.join(ROOT, "build", "shdc")
+    variants = []
+    if a.baseline:
+        variants.append(("baseline", a.baseline, None))
+    variants += [("SHDC_JOBS=1", shdc, 1), ("default jobs (%d cores)" % len(os.sched_getaffinity(0)), shdc, None)]
+    print("| program | shdc | wall s | CPU s |")
+    print("|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as d:
+        for src in a.programs:
+            for name, exe, jobs in variants:
+                runs = [one_build(exe, src, jobs, d) for _ in range(a.repeat)]
+                lines = sum(1 for _ in subprocess.run([exe, "emit-c", src], capture_output=True,
+                                                      text=True).stdout.splitlines())
+                print("| %s (%d lines of C) | %s | %.1f | %.1f |" %
+                      (os.path.relpath(src, ROOT), lines, name, statistics.median(r[0] for r in runs),
+                       statistics.median(r[1] for r in runs)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

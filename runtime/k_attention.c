@@ -1,0 +1,367 @@
+/* k_attention.c: fused scaled dot-product attention (jax.nn.dot_product_
+ * attention's layout) and its derivative, without ever forming the T x S
+ * score matrix (flash attention: Dao et al. 2022, FlashAttention-2's loop
+ * order for the backward pass).
+ *
+ * Layout (local blocks, row-major): q, out [B, T, N, H]; k, v [B, S, K, H];
+ * lse [B, T, N] (the log-sum-exp of each query row's scaled scores, which
+ * the backward pass recomputes the probabilities from). Query head n uses
+ * key/value head (qoff + n) / G, G = N_global / K_global (grouped-query
+ * attention); qoff places this rank's query heads relative to its key
+ * heads (0 when both are split alike, the first query head's global index
+ * when the key heads are replicated). causal hides keys s > t (top-left
+ * aligned, as JAX's mask).
+ *
+ * Forward, per (batch, head) and block of SHD_ATTN_BQ query rows: for each
+ * block of SHD_ATTN_BK keys that a causal mask does not hide entirely, the
+ * score block scale * Q Kᵀ (one GEMM, operands read in place with their
+ * strides), the causal mask on the diagonal block, the online softmax
+ * (running row max and sum; the accumulator rescaled when the max grows),
+ * and acc += P V (one GEMM); finally out = acc / sum and lse = max +
+ * log(sum). Backward, per (batch, head): D = rowsum(dO * O), then for each
+ * key block and each query block that sees it: P = exp(scale Q Kᵀ - lse),
+ * dV += Pᵀ dO, dP = dO Vᵀ, dS = P * (dP - D), dQ += scale dS K, dK +=
+ * scale dSᵀ Q: five GEMMs on blocks in cache, the elementwise steps one
+ * pass each over the block. dK and dV of a key head collect the
+ * contributions of every query head of its group.
+ *
+ * Speed: the products are OpenBLAS GEMMs on blocks that stay in L2; the
+ * row statistics, exp and rescaling run over contiguous rows with
+ * independent lanes (as k_reduce.c's row kernels), which the compiler turns
+ * into vector code; f32 exp is shdrt.h's vectorisable shd_expf. Every
+ * function is compiled for the default, AVX2 and AVX-512 instruction sets,
+ * the loader choosing.
+ *
+ * Numerics: scores, probabilities and the accumulator are in the array's
+ * dtype (as PyTorch's CPU flash attention); row sums accumulate in double.
+ * A NaN in a row makes that row's output and lse NaN; a row whose keys are
+ * all masked cannot occur (key 0 is always visible), except with S = 0,
+ * where the output is 0 and lse -inf (the empty softmax).
+ *
+ * Invariants: each call allocates exactly shd_attention_scratch_bytes
+ * (attention_blocks.h) from the buffer cache and releases it before it
+ * returns, which is what `shdc explain` counts; each call is one timeline
+ * span (SHD_TRACE=FILE.json), its GEMMs inside it, not separate spans.
+ */
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "attention_blocks.h"
+#include "shdrt_internal.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+#define CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
+#else
+#define CLONES
+#endif
+
+#define KERNEL static inline __attribute__((always_inline))
+
+enum { LANES = 16, BQ = SHD_ATTN_BQ, BK = SHD_ATTN_BK };
+
+typedef struct {
+    int64_t B, T, S, N, K, H, G, qoff;
+} Dims;
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ---- BLAS on blocks ---------------------------------------------------------- */
+
+KERNEL void gemm_float(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                       int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+                (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+KERNEL void gemm_double(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
+                        int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc)
+{
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+                (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+/* ---- row kernels ------------------------------------------------------------------ */
+
+/* The max of a contiguous row in GCC's vector extensions (the loop
+ * vectoriser leaves a float compare-and-select reduction scalar). A NaN is
+ * skipped here; it still reaches the output through exp (NaN - m). */
+typedef float vf32 __attribute__((vector_size(32)));
+typedef int32_t vi32 __attribute__((vector_size(32)));
+typedef double vf64 __attribute__((vector_size(32)));
+typedef int64_t vi64 __attribute__((vector_size(32)));
+
+#define DEFINE_ROWMAX(T, VT, VI)                                                        \
+    KERNEL T rowmax_##T(const T *restrict x, int64_t n)                                 \
+    {                                                                                   \
+        enum { W = sizeof(VT) / sizeof(T) };                                            \
+        VT a0, a1, v;                                                                   \
+        for (int k = 0; k < W; k++) a0[k] = -INFINITY;                                  \
+        a1 = a0;                                                                        \
+        int64_t j = 0;                                                                  \
+        for (; j + 2 * W <= n; j += 2 * W) {                                            \
+            VI m;                                                                       \
+            memcpy(&v, x + j, sizeof v);                                                \
+            m = v > a0;                                                                 \
+            a0 = (VT)(((VI)v & m) | ((VI)a0 & ~m));                                     \
+            memcpy(&v, x + j + W, sizeof v);                                            \
+            m = v > a1;                                                                 \
+            a1 = (VT)(((VI)v & m) | ((VI)a1 & ~m));                                     \
+        }                                                                               \
+        T r = -INFINITY;                                                                \
+        for (int k = 0; k < W; k++) {                                                   \
+            r = a0[k] > r ? a0[k] : r;                                                  \
+            r = a1[k] > r ? a1[k] : r;                                                  \
+        }                                                                               \
+        for (; j < n; j++) r = x[j] > r ? x[j] : r;                                     \
+        return r;                                                                       \
+    }
+
+DEFINE_ROWMAX(float, vf32, vi32)
+DEFINE_ROWMAX(double, vf64, vi64)
+
+static inline float exp_f32(float x) { return shd_expf(x); }
+static inline double exp_f64(double x) { return exp(x); }
+
+#define DEFINE_ROWS(T, EXP)                                                              \
+    /* x = exp(x - m) in place; returns the row's sum (lanes, added in double) */       \
+    KERNEL double rexp_##T(T *restrict x, T m, int64_t n)                                \
+    {                                                                                    \
+        T p[LANES] = { 0 };                                                              \
+        int64_t j = 0;                                                                   \
+        for (; j + LANES <= n; j += LANES)                                               \
+            for (int k = 0; k < LANES; k++) {                                            \
+                T e = EXP(x[j + k] - m);                                                 \
+                x[j + k] = e;                                                            \
+                p[k] += e;                                                               \
+            }                                                                            \
+        double s = 0;                                                                    \
+        for (; j < n; j++) {                                                             \
+            T e = EXP(x[j] - m);                                                         \
+            x[j] = e;                                                                    \
+            s += (double)e;                                                              \
+        }                                                                                \
+        for (int k = 0; k < LANES; k++) s += (double)p[k];                               \
+        return s;                                                                        \
+    }                                                                                    \
+    /* sum of x * y over a row, in double lanes */                                       \
+    KERNEL double rdot_##T(const T *restrict x, const T *restrict y, int64_t n)          \
+    {                                                                                    \
+        double p[LANES] = { 0 };                                                         \
+        int64_t j = 0;                                                                   \
+        for (; j + LANES <= n; j += LANES)                                               \
+            for (int k = 0; k < LANES; k++) p[k] += (double)x[j + k] * (double)y[j + k]; \
+        for (; j < n; j++) p[0] += (double)x[j] * (double)y[j];                          \
+        double s = 0;                                                                    \
+        for (int k = 0; k < LANES; k++) s += p[k];                                       \
+        return s;                                                                        \
+    }
+
+DEFINE_ROWS(float, exp_f32)
+DEFINE_ROWS(double, exp_f64)
+
+/* ---- forward ----------------------------------------------------------------------- */
+
+#define DEFINE_FORWARD(FT, EXP)                                                                      \
+    KERNEL void forward_##FT(const FT *q, const FT *k, const FT *v, FT *o, FT *lse, const Dims *d,        \
+                            bool causal, FT scale, FT *restrict sb, FT *restrict acc,                   \
+                            double *restrict mrow, double *restrict lrow)                            \
+    {                                                                                               \
+        const int64_t H = d->H, ldq = d->N * H, ldk = d->K * H;                                     \
+        for (int64_t b = 0; b < d->B; b++)                                                          \
+            for (int64_t n = 0; n < d->N; n++) {                                                    \
+                int64_t kh = (d->qoff + n) / d->G;                                                  \
+                const FT *qb = q + b * d->T * ldq + n * H;                                           \
+                const FT *kb = k + b * d->S * ldk + kh * H, *vb = v + b * d->S * ldk + kh * H;       \
+                FT *ob = o + b * d->T * ldq + n * H, *lb = lse + b * d->T * d->N + n;                \
+                for (int64_t t0 = 0; t0 < d->T; t0 += BQ) {                                         \
+                    int64_t bq = min64(BQ, d->T - t0);                                              \
+                    int64_t send = causal ? min64(d->S, t0 + bq) : d->S;                            \
+                    for (int64_t i = 0; i < bq; i++) {                                              \
+                        mrow[i] = -INFINITY;                                                        \
+                        lrow[i] = 0;                                                                \
+                    }                                                                               \
+                    memset(acc, 0, sizeof(FT) * (size_t)(bq * H));                                   \
+                    for (int64_t s0 = 0; s0 < send; s0 += BK) {                                     \
+                        int64_t bk = min64(BK, send - s0);                                          \
+                        gemm_##FT(false, true, bq, bk, H, scale, qb + t0 * ldq, ldq, kb + s0 * ldk,  \
+                                 ldk, 0, sb, bk);                                                   \
+                        if (causal && s0 + bk - 1 > t0)                                             \
+                            for (int64_t i = 0; i < bq; i++) {                                      \
+                                int64_t from = t0 + i - s0 + 1;                                     \
+                                for (int64_t j = from < 0 ? 0 : from; j < bk; j++)                  \
+                                    sb[i * bk + j] = -INFINITY;                                     \
+                            }                                                                       \
+                        for (int64_t i = 0; i < bq; i++) {                                          \
+                            FT *row = sb + i * bk;                                                   \
+                            double mx = rowmax_##FT(row, bk), mold = mrow[i];                        \
+                            double mnew = mx > mold ? mx : mold;                                    \
+                            if (mnew == -INFINITY) {                                                \
+                                memset(row, 0, sizeof(FT) * (size_t)bk);                             \
+                                continue;                                                           \
+                            }                                                                       \
+                            FT ms = isfinite(mnew) ? (FT)mnew : 0;                                    \
+                            double s = rexp_##FT(row, ms, bk);                                       \
+                            FT alpha = mold == -INFINITY ? 0 : (FT)exp(mold - (double)ms);            \
+                            lrow[i] = lrow[i] * (double)alpha + s;                                  \
+                            mrow[i] = ms;                                                           \
+                            if (alpha != 1) {                                                       \
+                                FT *ar = acc + i * H;                                                \
+                                for (int64_t h = 0; h < H; h++) ar[h] *= alpha;                     \
+                            }                                                                       \
+                        }                                                                           \
+                        gemm_##FT(false, false, bq, H, bk, 1, sb, bk, vb + s0 * ldk, ldk, 1, acc, H); \
+                    }                                                                               \
+                    for (int64_t i = 0; i < bq; i++) {                                              \
+                        FT inv = (FT)(1.0 / lrow[i]);                                                 \
+                        FT *orow = ob + (t0 + i) * ldq;                                              \
+                        const FT *ar = acc + i * H;                                                  \
+                        for (int64_t h = 0; h < H; h++) orow[h] = ar[h] * inv;                      \
+                        lb[(t0 + i) * d->N] = (FT)(mrow[i] + log(lrow[i]));                          \
+                    }                                                                               \
+                }                                                                                   \
+            }                                                                                       \
+    }
+
+DEFINE_FORWARD(float, exp_f32)
+DEFINE_FORWARD(double, exp_f64)
+
+/* ---- backward ---------------------------------------------------------------------- */
+
+#define DEFINE_BACKWARD(FT, EXP)                                                                     \
+    KERNEL void backward_##FT(const FT *q, const FT *k, const FT *v, const FT *o, const FT *lse,          \
+                             const FT *g, FT *dq, FT *dk, FT *dv, const Dims *d, bool causal, FT scale,  \
+                             FT *restrict pb, FT *restrict dpb, double *restrict D)                   \
+    {                                                                                               \
+        const int64_t H = d->H, ldq = d->N * H, ldk = d->K * H;                                     \
+        for (int64_t b = 0; b < d->B; b++)                                                          \
+            for (int64_t n = 0; n < d->N; n++) {                                                    \
+                int64_t kh = (d->qoff + n) / d->G;                                                  \
+                int64_t qo = b * d->T * ldq + n * H, ko = b * d->S * ldk + kh * H;                  \
+                const FT *lb = lse + b * d->T * d->N + n;                                            \
+                for (int64_t t = 0; t < d->T; t++)                                                  \
+                    D[t] = rdot_##FT(g + qo + t * ldq, o + qo + t * ldq, H);                         \
+                for (int64_t s0 = 0; s0 < d->S; s0 += BK) {                                         \
+                    int64_t bk = min64(BK, d->S - s0);                                              \
+                    const FT *kj = k + ko + s0 * ldk, *vj = v + ko + s0 * ldk;                       \
+                    FT *dkj = dk + ko + s0 * ldk, *dvj = dv + ko + s0 * ldk;                         \
+                    for (int64_t t0 = causal ? s0 / BQ * BQ : 0; t0 < d->T; t0 += BQ) {             \
+                        int64_t bq = min64(BQ, d->T - t0);                                          \
+                        const FT *qi = q + qo + t0 * ldq, *gi = g + qo + t0 * ldq;                   \
+                        gemm_##FT(false, true, bq, bk, H, scale, qi, ldq, kj, ldk, 0, pb, bk);       \
+                        for (int64_t i = 0; i < bq; i++) {                                          \
+                            FT *row = pb + i * bk, l = lb[(t0 + i) * d->N];                          \
+                            int64_t vis = causal ? min64(bk, t0 + i - s0 + 1) : bk;                 \
+                            if (vis < 0) vis = 0;                                                   \
+                            for (int64_t j = 0; j < vis; j++) row[j] = EXP(row[j] - l);             \
+                            for (int64_t j = vis; j < bk; j++) row[j] = 0;                          \
+                        }                                                                           \
+                        gemm_##FT(true, false, bk, H, bq, 1, pb, bk, gi, ldq, 1, dvj, ldk);          \
+                        gemm_##FT(false, true, bq, bk, H, 1, gi, ldq, vj, ldk, 0, dpb, bk);          \
+                        for (int64_t i = 0; i < bq; i++) {                                          \
+                            FT di = (FT)D[t0 + i], *dr = dpb + i * bk;                                \
+                            const FT *pr = pb + i * bk;                                              \
+                            for (int64_t j = 0; j < bk; j++) dr[j] = pr[j] * (dr[j] - di);          \
+                        }                                                                           \
+                        gemm_##FT(false, false, bq, H, bk, scale, dpb, bk, kj, ldk, 1, dq + qo + t0 * ldq, \
+                                 ldq);                                                              \
+                        gemm_##FT(true, false, bk, H, bq, scale, dpb, bk, qi, ldq, 1, dkj, ldk);     \
+                    }                                                                               \
+                }                                                                                   \
+            }                                                                                       \
+    }
+
+DEFINE_BACKWARD(float, exp_f32)
+DEFINE_BACKWARD(double, exp_f64)
+
+/* ---- checks and the entry points ---------------------------------------------------- */
+
+static Dims dims_of(shd_dtype dt, int64_t B, int64_t T, int64_t S, int64_t N, int64_t K, int64_t H, int64_t G,
+                    int64_t qoff, const char *what)
+{
+    if (dt != SHD_F32 && dt != SHD_F64)
+        shd_fatal("%s: dtype %s is not a float", what, shd_dtype_name(dt));
+    if (B < 0 || T < 0 || S < 0 || N < 0 || K <= 0 || H < 0 || G <= 0)
+        shd_fatal("%s: bad sizes B=%lld T=%lld S=%lld N=%lld K=%lld H=%lld G=%lld", what, (long long)B,
+                  (long long)T, (long long)S, (long long)N, (long long)K, (long long)H, (long long)G);
+    if (N * H > INT_MAX || K * H > INT_MAX || T > INT_MAX || S > INT_MAX)
+        shd_fatal("%s: a row of %lld or %lld elements exceeds the BLAS integer range", what, (long long)(N * H),
+                  (long long)(K * H));
+    if (N && (qoff < 0 || (qoff + N - 1) / G >= K))
+        shd_fatal("%s: query heads %lld..%lld (group size %lld) need key heads this rank does not hold (%lld)", what,
+                  (long long)qoff, (long long)(qoff + N - 1), (long long)G, (long long)K);
+    return (Dims){B, T, S, N, K, H, G, qoff};
+}
+
+CLONES static void attention_impl(const void *q, const void *k, const void *v, void *out, void *lse,
+                                  shd_dtype dt, const Dims *d, bool causal, double scale)
+{
+    size_t es = dt == SHD_F32 ? sizeof(float) : sizeof(double);
+    int64_t rows = d->B * d->T * d->N;
+    if (!rows)
+        return;
+    if (!d->S || !d->H) {
+        /* the empty softmax: weights over no keys, or values of no size */
+        memset(out, 0, es * (size_t)(rows * d->H));
+        for (int64_t i = 0; i < rows; i++) {
+            double l = d->S ? log((double)d->S) : -INFINITY;
+            if (dt == SHD_F32) ((float *)lse)[i] = (float)l;
+            else ((double *)lse)[i] = l;
+        }
+        return;
+    }
+    int64_t bq = min64(BQ, d->T), bk = min64(BK, d->S);
+    char *scratch = shd_alloc((size_t)shd_attention_scratch_bytes(0, d->T, d->S, d->H, es));
+    double *mrow = (double *)scratch, *lrow = mrow + bq;
+    void *sb = lrow + bq, *acc = (char *)sb + es * (size_t)(bq * bk);
+    if (dt == SHD_F32)
+        forward_float(q, k, v, out, lse, d, causal, (float)scale, sb, acc, mrow, lrow);
+    else
+        forward_double(q, k, v, out, lse, d, causal, scale, sb, acc, mrow, lrow);
+    shd_release(scratch);
+}
+
+CLONES static void attention_grad_impl(const void *q, const void *k, const void *v, const void *o,
+                                       const void *lse, const void *g, void *dq, void *dk, void *dv,
+                                       shd_dtype dt, const Dims *d, bool causal, double scale)
+{
+    size_t es = dt == SHD_F32 ? sizeof(float) : sizeof(double);
+    memset(dq, 0, es * (size_t)(d->B * d->T * d->N * d->H));
+    memset(dk, 0, es * (size_t)(d->B * d->S * d->K * d->H));
+    memset(dv, 0, es * (size_t)(d->B * d->S * d->K * d->H));
+    if (!d->B || !d->T || !d->S || !d->N || !d->H)
+        return;
+    int64_t bq = min64(BQ, d->T), bk = min64(BK, d->S);
+    char *scratch = shd_alloc((size_t)shd_attention_scratch_bytes(1, d->T, d->S, d->H, es));
+    double *D = (double *)scratch;
+    void *pb = D + d->T, *dpb = (char *)pb + es * (size_t)(bq * bk);
+    if (dt == SHD_F32)
+        backward_float(q, k, v, o, lse, g, dq, dk, dv, d, causal, (float)scale, pb, dpb, D);
+    else
+        backward_double(q, k, v, o, lse, g, dq, dk, dv, d, causal, scale, pb, dpb, D);
+    shd_release(scratch);
+}
+
+void shd_attention(const void *q, const void *k, const void *v, void *out, void *lse, shd_dtype dt, int64_t B,
+                   int64_t T, int64_t S, int64_t N, int64_t K, int64_t H, int64_t group, int64_t qoff, bool causal,
+                   double scale)
+{
+    Dims d = dims_of(dt, B, T, S, N, K, H, group, qoff, "dot_product_attention");
+    shd_span_begin(SHD_SPAN_COMPUTE, "attention", 0);
+    shd_span_args(B * N, T, S);
+    attention_impl(q, k, v, out, lse, dt, &d, causal, scale);
+    shd_span_end();
+}
+
+void shd_attention_grad(const void *q, const void *k, const void *v, const void *o, const void *lse, const void *g,
+                        void *dq, void *dk, void *dv, shd_dtype dt, int64_t B, int64_t T, int64_t S, int64_t N,
+                        int64_t K, int64_t H, int64_t group, int64_t qoff, bool causal, double scale)
+{
+    Dims d = dims_of(dt, B, T, S, N, K, H, group, qoff, "dot_product_attention's gradient");
+    shd_span_begin(SHD_SPAN_COMPUTE, "attention_grad", 0);
+    shd_span_args(B * N, T, S);
+    attention_grad_impl(q, k, v, o, lse, g, dq, dk, dv, dt, &d, causal, scale);
+    shd_span_end();
+}
