@@ -275,9 +275,9 @@ static FuncDecl *instantiate(TcCtx *c, FuncDecl *g, Type *targs, Pos site) {
   depth++;
   diag_push_note(site, arena_printf("in %s called from %s:%d:%d", binding_text(c, g, targs),
                                     site.file ? site.file->name : "?", site.line, site.col));
-  f->ok = tc_check_signature(&ic, f);
+  f->ok = tc_up.check_signature(&ic, f);
   f->checked = true;
-  tc_check_body(&ic, f);
+  tc_up.check_body(&ic, f);
   diag_pop_note();
   depth--;
   return f;
@@ -297,14 +297,14 @@ static Type *bind_tparams(TcCtx *c, Expr *call, FuncDecl *g, Expr **args, int na
     int k = param_tparam(g, p->type);
     if (k < 0)
       continue;
-    Type t = tc_expr(c, args[i]);
+    Type t = tc_up.expr(c, args[i]);
     args[i]->pretyped = true;   /* the arguments' check types it again: once */
     if (t.kind == TY_ERROR) {
       ok = false;
       continue;
     }
     if (t.kind != TY_ARRAY && t.kind != TY_STRUCT && t.kind != TY_STRING) {
-      tc_want_array(c, args[i], &t, arena_printf("argument '%.*s' of %s", p->name.len, p->name.start, fname));
+      tc_up.want_array(c, args[i], &t, arena_printf("argument '%.*s' of %s", p->name.len, p->name.start, fname));
       ok = false;
       continue;
     }
@@ -332,7 +332,7 @@ static bool right_count(TcCtx *c, Expr *call, FuncDecl *g, Expr **args, int narg
   diag_error(call->pos, "E_ARG", "%.*s takes %d argument%s but %d %s given", g->name.len, g->name.start,
              g->params.len, g->params.len == 1 ? "" : "s", nargs, nargs == 1 ? "was" : "were");
   for (int i = 0; i < nargs; i++)
-    tc_expr(c, args[i]);
+    tc_up.expr(c, args[i]);
   return false;
 }
 
@@ -423,7 +423,7 @@ FuncDecl *tc_instantiate_manual(TcCtx *c, Expr *call, FuncDecl *f, Expr **args, 
   Type *argtypes = arena_alloc(sizeof(Type) * (size_t)(nargs + 1));
   bool ok = true;
   for (int i = 0; i < nargs; i++) {
-    argtypes[i] = args[i]->pretyped ? *args[i]->ty : tc_expr(c, args[i]);
+    argtypes[i] = args[i]->pretyped ? *args[i]->ty : tc_up.expr(c, args[i]);
     args[i]->pretyped = true;
     argtypes[i].weak = false;
     ok &= argtypes[i].kind != TY_ERROR;
@@ -472,7 +472,7 @@ FuncDecl *tc_instantiate_manual(TcCtx *c, Expr *call, FuncDecl *f, Expr **args, 
   ic.mesh = c->mesh;
   depth++;
   bool mine = diag_push_redirect(call->pos, arena_printf("in %s (called from this manual body)", fname));
-  inst->ok = tc_check_signature(&ic, inst);
+  inst->ok = tc_up.check_signature(&ic, inst);
   /* The parameters: the arguments' device-local types; a type of the
    * callee's own may not mention a manual axis. */
   for (int i = 0; inst->ok && i < nargs; i++) {
@@ -502,7 +502,7 @@ FuncDecl *tc_instantiate_manual(TcCtx *c, Expr *call, FuncDecl *f, Expr **args, 
   inst->checked = true;
   if (inst->ok) {
     int errs = diag_error_count();
-    tc_check_body(&ic, inst);
+    tc_up.check_body(&ic, inst);
     inst->ok = diag_error_count() == errs;
   }
   if (mine)

@@ -785,6 +785,29 @@ const Type *tc_out_annot(TcCtx *c, const Type *annot, AxisSet V, AxisSet U, Axis
 /* tc.c, for instance.c: a function's signature and body */
 bool tc_check_signature(TcCtx *c, FuncDecl *f);
 void tc_check_body(TcCtx *c, FuncDecl *f);
+/* The typechecker's entry points that its lower layers call back up
+ * through: tc_struct.c (struct operations, typed leaf by leaf) and
+ * instance.c (a generic or manual-call instance's signature and body) are
+ * called by the expression typer and need it back. They reach it only
+ * through this table, which tc_program fills (tc.c), never by name: so the
+ * files that call each other stay tc, tc_args and tc_expr, and the two
+ * lower layers depend on the typer's interface, not on its files (the
+ * layering test counts symbol references). */
+typedef struct {
+  Symbol *(*lookup)(TcCtx *c, const char *name);
+  Symbol *(*global)(const char *name);
+  bool (*is_duplicate)(const void *decl);
+  void (*add_global)(Symbol *s);
+  bool (*resolve_type)(TcCtx *c, TypeExpr *te, Type *out);
+  Type (*expr)(TcCtx *c, Expr *e);
+  Type (*expr_with)(TcCtx *c, Expr *e, const Type *annot);
+  Type (*expr_annot)(TcCtx *c, Expr *e, const Type *annot, const char *where);
+  Type (*expr_unannotated)(TcCtx *c, Expr *e);
+  bool (*want_array)(TcCtx *c, Expr *e, const Type *t, const char *what);
+  bool (*check_signature)(TcCtx *c, FuncDecl *f);
+  void (*check_body)(TcCtx *c, FuncDecl *f);
+} TcUp;
+extern TcUp tc_up;   /* defined in tc_struct.c, filled by tc_program */
 /* instance.c: the one place where functions are instantiated: a generic
  * function per distinct binding of its type parameters (language.md §9.3).
  * An instance is an ordinary function (a copy of the body, checked once,

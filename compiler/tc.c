@@ -989,6 +989,8 @@ static void check_recursion(Program *p) {
 }
 
 bool tc_program(Program *p, Mesh *mesh_out, const char *mesh_override, const Vec *defines) {
+  tc_up = (TcUp){tc_lookup, tc_global, tc_is_duplicate, tc_add_global, tc_resolve_type, tc_expr, tc_expr_with,
+                 tc_expr_annot, tc_expr_unannotated, tc_want_array, tc_check_signature, tc_check_body};
   TcCtx c;
   memset(&c, 0, sizeof c);
   c.prog = p;

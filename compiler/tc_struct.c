@@ -22,6 +22,8 @@
  */
 #include "shdc.h"
 
+TcUp tc_up;
+
 #define TS(t) ty_str(c->mesh, (t))
 
 /* Leaves a struct may have (after nesting and stacking): a program cannot
@@ -45,7 +47,7 @@ static bool stack_dims(TcCtx *c, TypeExpr *te, Type *dims) {
   fake.nannots = 0;
   AxisSet saved = c->manual;
   c->manual = 0;   /* global dims; a manual body localises the whole type */
-  bool ok = tc_resolve_type(c, &fake, dims);
+  bool ok = tc_up.resolve_type(c, &fake, dims);
   c->manual = saved;
   return ok;
 }
@@ -75,11 +77,11 @@ static const char *struct_cycle(StructDecl *from, StructDecl *to) {
 /* A field's type: an array type, or a (stacked) struct, resolved first. */
 static bool field_type(TcCtx *c, StructDecl *owner, TypeExpr *te, Type *out) {
   if (!te->named)
-    return tc_resolve_type(c, te, out);
+    return tc_up.resolve_type(c, te, out);
   char *name = tok_str(te->name);
-  Symbol *s = tc_global(name);
+  Symbol *s = tc_up.global(name);
   if (!s || s->kind != SYM_STRUCT)
-    return tc_resolve_type(c, te, out);   /* reports what the name is */
+    return tc_up.resolve_type(c, te, out);   /* reports what the name is */
   if (s->sdecl->state == 1) {
     diag_error(te->pos, "E_NAME", "%s", struct_cycle(owner, s->sdecl));
     return false;
@@ -180,8 +182,8 @@ void tc_structs(TcCtx *c) {
   for (int i = 0; i < p->structs.len; i++) {
     StructDecl *d = p->structs.data[i];
     char *name = tok_str(d->name);
-    Symbol *prev = tc_global(name);
-    if (tc_is_duplicate(d)) {
+    Symbol *prev = tc_up.global(name);
+    if (tc_up.is_duplicate(d)) {
       d->state = 2;
       continue;
     }
@@ -198,7 +200,7 @@ void tc_structs(TcCtx *c) {
     s->pos = d->name.pos;
     s->sdecl = d;
     s->type.kind = TY_FUNC;   /* not a value */
-    tc_add_global(s);
+    tc_up.add_global(s);
   }
   AxisSet saved = c->manual;
   c->manual = 0;
@@ -212,7 +214,7 @@ void tc_structs(TcCtx *c) {
 bool tc_resolve_named(TcCtx *c, TypeExpr *te, Type *out) {
   *out = ty_error();
   char *name = tok_str(te->name);
-  Symbol *s = tc_lookup(c, name);
+  Symbol *s = tc_up.lookup(c, name);
   if (!s) {
     diag_error(te->pos, "E_NAME", "unknown type '%s'; a type is a dtype (f32, f64, i32, bool, str), a struct or a "
                                   "type parameter", name);
@@ -285,9 +287,9 @@ static bool expr_dim(Expr *e, DimExpr *d) {
 
 bool tc_type_of_arg(TcCtx *c, Expr *a, Type *out, bool report) {
   if (a->kind == EX_TYPE)
-    return tc_resolve_type(c, a->type, out);
+    return tc_up.resolve_type(c, a->type, out);
   Expr *name = a->kind == EX_INDEX ? a->lhs : a;
-  Symbol *s = name->kind == EX_NAME ? tc_lookup(c, name->str) : NULL;
+  Symbol *s = name->kind == EX_NAME ? tc_up.lookup(c, name->str) : NULL;
   if (!s || (s->kind != SYM_STRUCT && s->kind != SYM_TYPE)) {
     if (report)
       diag_error(a->pos, "E_ARG", "expected a type here, e.g. f32[8@X,4] or a struct name");
@@ -303,7 +305,7 @@ bool tc_type_of_arg(TcCtx *c, Expr *a, Type *out, bool report) {
       }
       parse_type_dim(NULL, te, d, ((Expr *)a->args.data[i])->pos);
     }
-  return tc_resolve_type(c, te, out);
+  return tc_up.resolve_type(c, te, out);
 }
 
 /* ---- fields and construction -------------------------------------------------- */
@@ -361,7 +363,7 @@ static void unknown_field(TcCtx *c, Pos pos, Token tok, const StructDef *d, cons
 }
 
 Type tc_field(TcCtx *c, Expr *e) {
-  Type t = tc_expr(c, e->lhs);
+  Type t = tc_up.expr(c, e->lhs);
   if (t.kind == TY_ERROR)
     return t;
   if (t.kind != TY_STRUCT) {
@@ -388,7 +390,7 @@ Type tc_construct(TcCtx *c, Expr *e, Symbol *s, const Type *annot) {
     if (((Expr *)e->args.data[i])->kind != EX_KWARG) {
       for (int j = 0; j < e->args.len; j++) {
         Expr *a = e->args.data[j];
-        tc_expr_unannotated(c, a->kind == EX_KWARG ? a->lhs : a);
+        tc_up.expr_unannotated(c, a->kind == EX_KWARG ? a->lhs : a);
       }
       if (d)
         diag_error(((Expr *)e->args.data[i])->pos, "E_ARG", "construct a struct by keyword, every field once: "
@@ -397,7 +399,7 @@ Type tc_construct(TcCtx *c, Expr *e, Symbol *s, const Type *annot) {
     }
   if (!d) {
     for (int j = 0; j < e->args.len; j++)
-      tc_expr_unannotated(c, ((Expr *)e->args.data[j])->lhs);
+      tc_up.expr_unannotated(c, ((Expr *)e->args.data[j])->lhs);
     return ty_error();
   }
   Type decl = ty_struct(d, 0, NULL, NULL);
@@ -415,13 +417,13 @@ Type tc_construct(TcCtx *c, Expr *e, Symbol *s, const Type *annot) {
     int f = ty_find_field(d, a->str);
     if (f < 0) {
       unknown_field(c, a->pos, a->tok, d, a->str);
-      tc_expr_unannotated(c, a->lhs);
+      tc_up.expr_unannotated(c, a->lhs);
       ok = false;
       continue;
     }
     if (vals[f]) {
       diag_error(a->pos, "E_ARG", "%s: field '%s' is given twice; give each field once", d->name, a->str);
-      tc_expr_unannotated(c, a->lhs);
+      tc_up.expr_unannotated(c, a->lhs);
       ok = false;
       continue;
     }
@@ -429,7 +431,7 @@ Type tc_construct(TcCtx *c, Expr *e, Symbol *s, const Type *annot) {
     Type ft = ty_field(want, f);
     const char *outer = diag_set_field(NULL);
     diag_set_field(outer ? arena_printf("%s.%s", outer, a->str) : a->str);
-    Type t = tc_expr_annot(c, a->lhs, &ft, arena_printf("%s(...)", d->name));
+    Type t = tc_up.expr_annot(c, a->lhs, &ft, arena_printf("%s(...)", d->name));
     diag_set_field(outer);
     ok &= t.kind != TY_ERROR;
   }
@@ -499,7 +501,7 @@ Type tc_struct_index(TcCtx *c, Expr *e, const Type *t, const Type *annot) {
   if (nidx > t->rank) {
     for (int i = 0; i < nidx; i++)
       if (((Expr *)e->args.data[i])->kind != EX_SLICE)
-        tc_expr(c, e->args.data[i]);
+        tc_up.expr(c, e->args.data[i]);
     diag_error(e->pos, "E_ARG", "%s is %s, stacked in %d dim%s: index only those (here %d indices); to index a "
                "field, write %s.FIELD[...]",
                tc_expr_text(e->lhs), TS(t), t->rank, t->rank == 1 ? "" : "s", nidx, tc_expr_text(e->lhs));
@@ -513,7 +515,7 @@ Type tc_struct_index(TcCtx *c, Expr *e, const Type *t, const Type *annot) {
       vec_push(&idx, a);
       continue;
     }
-    Type it = tc_expr(c, a);
+    Type it = tc_up.expr(c, a);
     if (it.kind == TY_ERROR)
       return ty_error();
     vec_push(&idx, leaf_of(a, -1));
@@ -531,7 +533,7 @@ Type tc_struct_index(TcCtx *c, Expr *e, const Type *t, const Type *annot) {
     vec_push(&e->leaves, le);
     diag_set_field(leaf_path(e->lhs, k));
     const Type *la = annot && annot->kind == TY_STRUCT && annot->nelems == nl ? &annot->elems[k] : NULL;
-    leaves[k] = tc_expr_with(c, le, la);
+    leaves[k] = tc_up.expr_with(c, le, la);
     ok = leaves[k].kind != TY_ERROR;
   }
   diag_set_field(saved);
@@ -645,7 +647,7 @@ static void resolve_type_names(TcCtx *c, Expr *e) {
     Expr *name = a->kind == EX_INDEX ? a->lhs : a;
     if (name->kind != EX_NAME)
       continue;
-    Symbol *s = tc_lookup(c, name->str);
+    Symbol *s = tc_up.lookup(c, name->str);
     if (!s || (s->kind != SYM_STRUCT && s->kind != SYM_TYPE))
       continue;
     Type t;
@@ -731,7 +733,7 @@ static Type lift_elementwise(TcCtx *c, Expr *e, Expr **ops[], int nops, const Ty
       *lops[j] = (*ops[j])->ty->kind == TY_STRUCT ? leaf_of(*ops[j], k) : shared[j];
     vec_push(&e->leaves, le);
     diag_set_field(st->sdef->leaf_paths[k]);
-    leaves[k] = tc_expr(c, le);
+    leaves[k] = tc_up.expr(c, le);
     ok = leaves[k].kind != TY_ERROR;
     if (ok && leaves[k].kind != TY_ARRAY)
       diag_ice("a leaf operation gave a non-array");
@@ -754,7 +756,7 @@ static Type lift_creation(TcCtx *c, Expr *e, const Type *st) {
     if (a->kind == EX_TYPE)
       continue;
     Expr *v = a->kind == EX_KWARG ? a->lhs : a;
-    Type t = tc_expr(c, v);
+    Type t = tc_up.expr(c, v);
     ok &= t.kind != TY_ERROR;
     if (a->kind == EX_KWARG) {
       Expr *kw = copy_node(a);
@@ -778,7 +780,7 @@ static Type lift_creation(TcCtx *c, Expr *e, const Type *st) {
       le->ival = leaf_stream(st->sdef->leaf_paths[k]);
     vec_push(&e->leaves, le);
     diag_set_field(st->sdef->leaf_paths[k]);
-    leaves[k] = tc_expr(c, le);
+    leaves[k] = tc_up.expr(c, le);
     ok = leaves[k].kind != TY_ERROR;
   }
   diag_set_field(saved);
@@ -896,7 +898,7 @@ static Type lift_sum(TcCtx *c, Expr *e, Expr *x, const Type *st) {
   }
   Expr *total = add_tree(e->pos, reduced, 0, ng);
   vec_push(&e->leaves, total);
-  return tc_expr(c, total);
+  return tc_up.expr(c, total);
 }
 
 bool tc_struct_op(TcCtx *c, Expr *e, const Type *annot, Type *out) {
@@ -933,7 +935,7 @@ bool tc_struct_op(TcCtx *c, Expr *e, const Type *annot, Type *out) {
   const Type *st = NULL;
   bool bad = false;
   for (int j = 0; j < nops; j++) {
-    Type t = tc_expr(c, *ops[j]);
+    Type t = tc_up.expr(c, *ops[j]);
     bad |= t.kind == TY_ERROR;
     if (t.kind == TY_STRUCT && !st)
       st = (*ops[j])->ty;
@@ -997,25 +999,25 @@ Type tc_struct_save(TcCtx *c, Expr *e, Expr *dir, Expr *x, const BuiltinDef *beg
                     const BuiltinDef *commit_row) {
   const Type *st = x->ty;
   Expr *begin = call_internal(e->pos, begin_row, leaf_of(dir, -1), NULL);
-  if (tc_expr(c, begin).kind == TY_ERROR)
+  if (tc_up.expr(c, begin).kind == TY_ERROR)
     return ty_error();
   Expr *tmp = leaf_of(begin, -1);
   bool ok = true;
   for (int k = 0; k < st->nelems && ok; k++) {
     Expr *s = call2(e->pos, "save", leaf_file(e->pos, tmp, st->sdef->leaf_paths[k]), leaf_of(x, k));
     vec_push(&e->leaves, s);
-    ok = tc_expr(c, s).kind != TY_ERROR;
+    ok = tc_up.expr(c, s).kind != TY_ERROR;
   }
   Expr *commit = call_internal(e->pos, commit_row, tmp, leaf_of(dir, -1));
   vec_push(&e->leaves, commit);
-  ok = ok && tc_expr(c, commit).kind != TY_ERROR;
+  ok = ok && tc_up.expr(c, commit).kind != TY_ERROR;
   return ok ? ty_void() : ty_error();
 }
 
 Type tc_struct_load(TcCtx *c, Expr *e, Expr *dir, const Type *annot) {
   int nl = annot->nelems;
   Type *leaves = arena_alloc(sizeof(Type) * (size_t)(nl + 1));
-  if (tc_expr(c, dir).kind == TY_ERROR)
+  if (tc_up.expr(c, dir).kind == TY_ERROR)
     return ty_error();
   Expr *d = leaf_of(dir, -1);
   const char *saved = diag_set_field(NULL);
@@ -1024,7 +1026,7 @@ Type tc_struct_load(TcCtx *c, Expr *e, Expr *dir, const Type *annot) {
     Expr *l = call2(e->pos, "load", leaf_file(e->pos, d, annot->sdef->leaf_paths[k]), NULL);
     vec_push(&e->leaves, l);
     diag_set_field(annot->sdef->leaf_paths[k]);
-    leaves[k] = tc_expr_with(c, l, &annot->elems[k]);
+    leaves[k] = tc_up.expr_with(c, l, &annot->elems[k]);
     ok = leaves[k].kind != TY_ERROR;
   }
   diag_set_field(saved);

@@ -155,7 +155,7 @@ def main():
             spoil()
             p = subprocess.run(MPI + ["2", exe, "--case=1"], cwd=work, env=env, capture_output=True, text=True,
                                timeout=300)
-            if p.returncode == 0 or not re.search(r"^shdc: rank \d+: " + pattern, p.stderr, re.M):
+            if p.returncode == 0 or not re.search(r"^ck: rank \d+: " + pattern, p.stderr, re.M):
                 failures.append("%s: exit %d, expected /%s/:\n%s" % (name, p.returncode, pattern, p.stderr))
     if failures:
         print("\n".join(failures))
