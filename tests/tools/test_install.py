@@ -41,7 +41,8 @@ FILES = ["bin/shdc", "lib/libshdrt.a", "include/shdrt.h", "share/man/man1/shdc.1
          "share/nvim/site/syntax/shd.vim", "share/nvim/site/ftdetect/shd.vim",
          "share/shdc/editors/vscode/package.json", "share/shdc/editors/vscode/language-configuration.json",
          "share/shdc/editors/vscode/syntaxes/shd.tmLanguage.json", "share/shdc/editors/vscode/extension.js",
-         "share/doc/shdc/README.md", "share/shdc/lib/std/nn.shd", "share/shdc/lib/std/optim.shd"] + \
+         "share/doc/shdc/README.md", "share/shdc/lib/std/nn.shd", "share/shdc/lib/std/optim.shd",
+         "share/shdc/lib/std/progress.shd"] + \
         ["share/doc/shdc/" + f for f in sorted(os.listdir(os.path.join(ROOT, "docs"))) if f.endswith(".md")]
 
 # A program that only the installed standard library lets compile.
