@@ -769,6 +769,20 @@ static void emit_locals(Emit *e, const Group *g, const bool *need) {
     }
 }
 
+/* The row-major index of the domain's first n dims from the loop
+ * counters i0..i{n-1}: "i1 + 8 * i0". */
+static const char *flat_index(const Group *g, int n) {
+  Str flat = {0};
+  int64_t stride = 1;
+  for (int d = n - 1; d >= 0; d--) {
+    str_printf(&flat, "%s%si%d", flat.len ? " + " : "", stride == 1 ? "" : arena_printf("%lld * ", (long long)stride), d);
+    stride *= g->dom[d];
+  }
+  const char *r = arena_strdup(str_cstr(&flat));
+  free(flat.buf);
+  return r;
+}
+
 /* Opens the loops over dims from..rank-1 of the domain; `simd` puts the
  * vectorisation pragma (with its reductions) on the innermost. */
 static void open_cols(Emit *e, const Group *g, int from, const char *simd) {
@@ -778,14 +792,7 @@ static void open_cols(Emit *e, const Group *g, int from, const char *simd) {
     emit_line(e, "for (int64_t i%d = 0; i%d < %lld; i%d++) {", d, d, (long long)g->dom[d], d);
     e->indent += 2;
   }
-  Str flat = {0};
-  int64_t stride = 1;
-  for (int d = g->rank - 1; d >= 0; d--) {
-    str_printf(&flat, "%s%si%d", flat.len ? " + " : "", stride == 1 ? "" : arena_printf("%lld * ", (long long)stride), d);
-    stride *= g->dom[d];
-  }
-  emit_line(e, "const int64_t i = %s;", str_cstr(&flat));
-  free(flat.buf);
+  emit_line(e, "const int64_t i = %s;", flat_index(g, g->rank));
 }
 
 static void emit_group(Emit *e, const Group *g) {
@@ -819,15 +826,8 @@ static void emit_group(Emit *e, const Group *g) {
       emit_line(e, "for (int64_t i%d = 0; i%d < %lld; i%d++) {", d, d, (long long)g->dom[d], d);
       e->indent += 2;
     }
-    Str rows = {0};
-    int64_t stride = 1;
-    for (int d = g->k - 1; d >= 0; d--) {
-      str_printf(&rows, "%s%si%d", rows.len ? " + " : "", stride == 1 ? "" : arena_printf("%lld * ", (long long)stride), d);
-      stride *= g->dom[d];
-    }
-    emit_line(e, "const int64_t ir = %s;", str_cstr(&rows));
+    emit_line(e, "const int64_t ir = %s;", flat_index(g, g->k));
     emit_line(e, "(void)ir;");
-    free(rows.buf);
     for (int st = 0; st <= g->nstages; st++) {
       if (st > 0) {
         /* the row sums of this stage, their operands computed in one pass */

@@ -76,6 +76,11 @@ class Metrics:
             self.metrics = [json.loads(line) for line in f]
 
 
+def tree(d):
+    """The files under d, as sorted paths relative to it."""
+    return sorted(os.path.relpath(os.path.join(r, f), d) for r, _, fs in os.walk(d) for f in fs)
+
+
 def saved(d):
     return {f: np.load(os.path.join(d, f)) for f in sorted(os.listdir(d)) if f.endswith(".npy")}
 
@@ -185,12 +190,20 @@ def gpt2(shdc, cl, d):
         failures.append(str(e))
     step = np.load(os.path.join(dirs["ck"], "step.npy"))
     check(int(step) == 3, "the checkpoint's step.npy holds %r" % step)
-    files = sorted(os.listdir(dirs["ck"]))
-    check(files == sorted(os.listdir(dirs["ck_shm"])) and len(files) == 3 * 16 + 1,
-          "the checkpoint across hosts holds %s, on one machine %s" % (files, sorted(os.listdir(dirs["ck_shm"]))))
-    for f in files:
+    # DIR/step.npy, and DIR/step_000003/ with every parameter and moment
+    # and the manifest (which names the run's own --save and --metrics).
+    files, files_shm = tree(dirs["ck"]), tree(dirs["ck_shm"])
+    arrays = [f for f in files if f.endswith(".npy")]
+    check(files == files_shm and len(arrays) == 3 * 16 + 1 and "step_000003/manifest.json" in files,
+          "the checkpoint across hosts holds %s, on one machine %s" % (files, files_shm))
+    for f in arrays:
         a, b = (open(os.path.join(x, f), "rb").read() for x in (dirs["ck"], dirs["ck_shm"]))
         check(a == b, "checkpoint file %s written across hosts differs from the one written on one machine" % f)
+    if "step_000003/manifest.json" in files and "step_000003/manifest.json" in files_shm:
+        a, b = (json.load(open(os.path.join(x, "step_000003", "manifest.json"))) for x in (dirs["ck"], dirs["ck_shm"]))
+        same = {k: (a.get(k), b.get(k)) for k in ("step", "loss", "mesh", "config", "ranks")}
+        check(all(x == y for x, y in same.values()) and a.get("step") == 3,
+              "the manifests across hosts and on one machine differ: %s" % same)
     print("gpt2 data=2,model=2 on %d hosts: checkpoint written across hosts and resumed; losses bitwise equal to "
           "the uninterrupted run and equal to one device's within f32 tolerance" % len(cl.h.names))
 
