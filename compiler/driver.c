@@ -166,11 +166,34 @@ static bool middle(Compilation *c, bool partition) {
 
 /* ---- build: emit C, then mpicc ----------------------------------------------------- */
 
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n > k && !strcmp(s + n - k, suffix);
+}
+
+/* A word of SHDC_CFLAGS that names a file for the program (a source,
+ * object or library: x.c, x.o, x.a, x.so, x.so.N) rather than an option or
+ * an option's argument: the link step takes it, each translation unit's
+ * `-c` does not (gcc refuses -o with -c and several inputs). */
+static bool link_input(const char *tok, const char *prev) {
+  static const char *const takes_arg[] = {"-o",      "-x",      "-include", "-imacros",  "-MF", "-MT",
+                                          "-MQ",     "-I",      "-L",       "-D",        "-U",  "-isystem",
+                                          "-iquote", "-idirafter", "-Xlinker", "-Xpreprocessor"};
+  if (tok[0] == '-')
+    return false;
+  for (size_t i = 0; prev && i < sizeof takes_arg / sizeof *takes_arg; i++)
+    if (!strcmp(prev, takes_arg[i]))
+      return false;
+  return ends_with(tok, ".c") || ends_with(tok, ".o") || ends_with(tok, ".a") || ends_with(tok, ".so") ||
+         strstr(tok, ".so.");
+}
+
 /* The C compiler's command line: SHDC_CC (default mpicc), the options of
  * the build, SHDC_CFLAGS split at blanks (e.g. -march=native, or -Wall
- * -Werror as the tests use to keep the generated C warning-free). With
- * compile_only, `-c` of the one input to the object `out`; otherwise the
- * inputs (C files or objects) linked to `out` with the runtime. */
+ * -Werror as the tests use to keep the generated C warning-free; files it
+ * names are linked into the program). With compile_only, `-c` of the one
+ * input to the object `out`; otherwise the inputs (C files or objects)
+ * linked to `out` with the runtime. */
 static const char **cc_command(const RuntimePaths *rp, const char *const *inputs, int ninputs, const char *out,
                                const char *opt, bool compile_only) {
   const char *cc = getenv("SHDC_CC") && *getenv("SHDC_CC") ? getenv("SHDC_CC") : "mpicc";
@@ -204,9 +227,12 @@ static const char **cc_command(const RuntimePaths *rp, const char *const *inputs
     argv[argc++] = tok;
 #endif
   char *extra = getenv("SHDC_CFLAGS") ? arena_strdup(getenv("SHDC_CFLAGS")) : NULL;
-  for (char *tok = extra ? strtok(extra, " \t\n") : NULL; tok; tok = strtok(NULL, " \t\n")) {
+  const char *prev = NULL;
+  for (char *tok = extra ? strtok(extra, " \t\n") : NULL; tok; prev = tok, tok = strtok(NULL, " \t\n")) {
+    if (compile_only && link_input(tok, prev))
+      continue;
     if (argc == limit)
-      drv_io_error("SHDC_CFLAGS has more than %d flags", limit - argc);
+      drv_io_error("SHDC_CFLAGS has more words than the %d it may add", limit - (ninputs + 15));
     argv[argc++] = tok;
   }
   argv[argc] = NULL;

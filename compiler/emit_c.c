@@ -622,6 +622,27 @@ static bool finish_group(Emit *e, Group *g, int gi) {
   return true;
 }
 
+/* An instruction a loop group can hold: an elementwise array result or a
+ * row sum over trailing dims. */
+static bool group_candidate(Emit *e, const Inst *in) {
+  return (is_elementwise(in) && in->nresults && is_array(in->results[0])) || row_sum_split(e, in);
+}
+
+/* Ends the group being built: kept in gs when worth a loop nest. */
+static void close_group(Emit *e, Group *cur, Group **gs, int *ng, int *cap) {
+  if (!finish_group(e, cur, *ng)) {
+    free(cur->mem);
+    return;
+  }
+  if (*ng == *cap) {
+    *cap = *cap ? 2 * *cap : 4;
+    *gs = realloc(*gs, sizeof(Group) * (size_t)*cap);
+    if (!*gs)
+      diag_ice("out of memory");
+  }
+  (*gs)[(*ng)++] = *cur;
+}
+
 typedef struct {
   int gi;
   bool hit;
@@ -670,38 +691,20 @@ static void plan_groups(Emit *e, const IrBlock *b, Group **out, int *nout) {
       }
       MemberScan ms = {ng, false};
       leaf_operands(e, in, note_member, &ms);
-      bool candidate = (is_elementwise(in) && in->nresults && is_array(in->results[0])) || row_sum_split(e, in);
-      if (ms.hit || in->nregions || in->op == IR_CALL || candidate) {
-        if (finish_group(e, &cur, ng)) {
-          if (ng == cap) {
-            cap = cap ? 2 * cap : 4;
-            gs = realloc(gs, sizeof(Group) * (size_t)cap);
-          }
-          gs[ng++] = cur;
-        } else {
-          free(cur.mem);
-        }
+      if (ms.hit || in->nregions || in->op == IR_CALL || group_candidate(e, in)) {
+        close_group(e, &cur, &gs, &ng, &cap);
         open = false;
       }
     }
-    if (!open && ((is_elementwise(in) && in->nresults && is_array(in->results[0])) || row_sum_split(e, in))) {
+    if (!open && group_candidate(e, in)) {
       start_group(e, &cur, in);
       group_add(&cur, in, i);
       e->gmember[in->results[0]->id] = ng + 1;
       open = true;
     }
   }
-  if (open) {
-    if (finish_group(e, &cur, ng)) {
-      if (ng == cap) {
-        cap = cap ? 2 * cap : 4;
-        gs = realloc(gs, sizeof(Group) * (size_t)cap);
-      }
-      gs[ng++] = cur;
-    } else {
-      free(cur.mem);
-    }
-  }
+  if (open)
+    close_group(e, &cur, &gs, &ng, &cap);
   /* Members read their operands, and are made, at the group's last member. */
   for (int gi = 0; gi < ng; gi++) {
     Group *g = &gs[gi];

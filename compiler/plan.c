@@ -300,6 +300,16 @@ static bool read_row(FILE *f, Row *r) {
   return ok && (r->error || k == r->nf);
 }
 
+/* Compiles r's layout and fills its row, or its error. */
+static void compile_and_measure(const PlanArgs *a, const Walk *w, Row *r) {
+  const char *err = NULL;
+  const Module *mod = a->compile(a->ctx, r->mesh, &err);
+  if (!mod)
+    r->error = err ? err : "does not compile";
+  else
+    measure(w, mod, r);
+}
+
 static void layout(const Walk *w, const PlanArgs *a, Row *r) {
   int fds[2];
   fflush(stdout);   /* a child that exits must not write the parent's buffers again */
@@ -308,23 +318,13 @@ static void layout(const Walk *w, const PlanArgs *a, Row *r) {
   if (pid == 0) {
     close(fds[0]);
     FILE *f = fdopen(fds[1], "w");
-    const char *err = NULL;
-    const Module *mod = a->compile(a->ctx, r->mesh, &err);
-    if (!mod)
-      r->error = err ? err : "does not compile";
-    else
-      measure(w, mod, r);
+    compile_and_measure(a, w, r);
     if (f)
       send_row(f, r);
     _exit(f && fclose(f) == 0 ? 0 : 3);
   }
   if (pid < 0) {   /* no process to be had: compile it here */
-    const char *err = NULL;
-    const Module *mod = a->compile(a->ctx, r->mesh, &err);
-    if (!mod)
-      r->error = err ? err : "does not compile";
-    else
-      measure(w, mod, r);
+    compile_and_measure(a, w, r);
     return;
   }
   close(fds[1]);

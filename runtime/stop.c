@@ -79,8 +79,8 @@ bool shd_stop_requested(void)
         return false;
     g_agreed = true;
     if (shd_world_rank() == 0) {
-        fprintf(stderr, "shdc: rank 0: stop requested (%s): stop_requested() is true on every rank from here on\n",
-                signal_name(any));
+        fprintf(stderr, "%s: rank 0: stop requested (%s): stop_requested() is true on every rank from here on\n",
+                shd_program_name(), signal_name(any));
         fflush(stderr);
     }
     return true;

@@ -21,7 +21,6 @@ Every run is bounded in time; a run that overstays is killed with its
 process group and fails the test.
 """
 import os
-import queue
 import re
 import signal
 import subprocess
@@ -50,38 +49,42 @@ def check(cond, what):
 
 
 class Job:
-    """mpirun in its own process group, its output read as it comes."""
+    """mpirun in its own process group. Each rank writes its stdout and
+    stderr straight to files (RANKFILES.out.R, .err.R): mpirun forwards the
+    ranks' output through its daemon, and once it is told to stop it may
+    close that path before the ranks print their last lines, so what a rank
+    printed after the signal is read from its own files."""
 
-    def __init__(self, exe, n, args, cwd, mpirun=()):
-        self.p = subprocess.Popen(MPIRUN + list(mpirun) + ["-np", str(n), exe] + args, cwd=cwd, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
-        self.lines, self.err = queue.Queue(), []
-        self.out = []
-        threading.Thread(target=self._read, args=(self.p.stdout, self.lines), daemon=True).start()
-        threading.Thread(target=lambda: self.err.extend(self.p.stderr), daemon=True).start()
+    def __init__(self, exe, n, args, cwd, mpirun=(), name="job"):
+        self.base = os.path.join(cwd, name)
+        wrap = ["sh", "-c", 'exec "$0" "$@" >"%s.out.$OMPI_COMM_WORLD_RANK" 2>"%s.err.$OMPI_COMM_WORLD_RANK"'
+                % (self.base, self.base)]
+        self.n = n
+        self.p = subprocess.Popen(MPIRUN + list(mpirun) + ["-np", str(n)] + wrap + [exe] + args, cwd=cwd,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
+                                  start_new_session=True)
+        self.launcher = []
+        threading.Thread(target=lambda: self.launcher.extend(self.p.stdout), daemon=True).start()
 
-    @staticmethod
-    def _read(f, q):
-        for line in f:
-            q.put(line)
-        q.put(None)
+    def _read(self, kind, rank=0):
+        try:
+            with open("%s.%s.%d" % (self.base, kind, rank)) as f:
+                return f.read()
+        except OSError:
+            return ""
 
     def wait_line(self, pattern, timeout=120):
         end = time.time() + timeout
         while time.time() < end:
-            try:
-                line = self.lines.get(timeout=max(0.01, end - time.time()))
-            except queue.Empty:
-                break
-            if line is None:
-                return False
-            self.out.append(line)
-            if re.search(pattern, line):
+            if re.search(pattern, self._read("out"), re.M):
                 return True
+            if self.p.poll() is not None:
+                return bool(re.search(pattern, self._read("out"), re.M))
+            time.sleep(0.02)
         return False
 
     def ranks(self):
-        """The rank processes: mpirun's children."""
+        """The rank processes: mpirun's children (sh exec'd the program)."""
         try:
             with open("/proc/%d/task/%d/children" % (self.p.pid, self.p.pid)) as f:
                 return [int(x) for x in f.read().split()]
@@ -89,6 +92,8 @@ class Job:
             return []
 
     def finish(self, timeout=120):
+        """mpirun's exit status (None: killed after timeout), rank 0's
+        stdout, and every rank's stderr with mpirun's own output."""
         try:
             rc = self.p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -96,15 +101,8 @@ class Job:
             self.p.wait()
             rc = None
         time.sleep(0.2)
-        while True:
-            try:
-                line = self.lines.get(timeout=1)
-            except queue.Empty:
-                break
-            if line is None:
-                break
-            self.out.append(line)
-        return rc, "".join(self.out), "".join(self.err)
+        err = "".join(self._read("err", r) for r in range(self.n)) + "".join(self.launcher)
+        return rc, self._read("out"), err
 
 
 def losses(out):
@@ -116,7 +114,7 @@ def stop_run(exe, d, name, send, mpirun=()):
     checks the stop; returns the step of the checkpoint (None on failure)."""
     ck = os.path.join(d, name)
     os.makedirs(ck)
-    job = Job(exe, 2, ["--steps=1000000", "--save=" + ck], d, mpirun)
+    job = Job(exe, 2, ["--steps=1000000", "--save=" + ck], d, mpirun, name)
     if not check(job.wait_line(r"^step 2 loss"), "%s: no step 2 in the output" % name):
         job.finish(5)
         return None, ck
@@ -196,7 +194,7 @@ def main():
         # Without stop_requested: SIGTERM ends the job at once.
         dp = testlib.build(exe, os.path.join(ROOT, "dsl-examples", "mlp_dp.shd"), os.path.join(d, "dp"), "--mesh",
                            "data=2", "-D", "B=256", "-D", "F=256")
-        job = Job(dp, 2, ["--steps=1000000"], d)
+        job = Job(dp, 2, ["--steps=1000000"], d, name="mlp_dp")
         if check(job.wait_line(r"^step 2 loss"), "mlp_dp: no step 2"):
             t0 = time.time()
             job.p.send_signal(signal.SIGTERM)

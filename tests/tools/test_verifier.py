@@ -98,6 +98,8 @@ def main():
             print("cannot link the verifier test:\n" + p.stderr)
             sys.exit(1)
         for case, verify, rc, pattern in CASES:
+            if verify == "0" and flags:
+                continue   # the sanitizer build is compiled with -DSHDC_VERIFY: types are always checked
             env = dict(os.environ, SHDC_VERIFY=verify, ASAN_OPTIONS="detect_leaks=0")
             r = subprocess.run([exe, case], capture_output=True, text=True, env=env, timeout=60)
             if r.returncode != rc or not re.search(pattern, r.stdout + r.stderr, re.M):
