@@ -7,10 +7,11 @@ of 2.5 (above it in the first steps, below it later: both branches run).
 Every step's loss, gradient norm and learning rate agree within f32
 tolerance on one rank and at data=2,model=2 (data x Megatron tensor
 parallel, grouped-query heads split over model); so do the parameters
-after training (the last checkpoint against the reference's --save). A
-checkpoint written at step 4 of the schedule by the one-rank program
-(--steps=4 --decay-steps=8) resumes at data=2,model=2 and continues as
-the reference does."""
+after training (the last checkpoint against the reference's --save). The
+other two layouts split the run: data=2,model=1 (data parallel) trains the
+first 4 steps of the schedule (--steps=4 --decay-steps=8) and saves a
+checkpoint, which data=1,model=2 (tensor parallel) resumes; both halves
+agree with the reference."""
 import argparse
 import os
 import re
@@ -90,14 +91,20 @@ def main():
             check_params("llama.shd at %s after %d steps" % (tag, STEPS), gptlib.state_dir(ck, STEPS), ref_dir)
             print("llama.shd at %s: %d steps (losses, gradient norms, learning rates, parameters) agree with "
                   "PyTorch (loss %.4f -> %.4f)" % (tag, STEPS, want[0][0], want[STEPS - 1][0]))
+        # The first half of the schedule data parallel, the second tensor parallel.
+        for dm, mm in ((2, 1), (1, 2)):
+            exes[dm, mm] = gptlib.build(a.shdc, LLAMA, {"data": dm, "model": mm},
+                                        os.path.join(d, "llama_%d_%d" % (dm, mm)), cfg=CFG)
         half = os.path.join(d, "half")
-        gptlib.run(exes[1, 1], 1, base + ["--steps=4", "--decay-steps=%d" % STEPS, "--save=" + half,
-                                          "--save-every=4"], cwd=d)
-        out = gptlib.run(exes[2, 2], 4, base + ["--steps=%d" % STEPS, "--resume=" + half, "--save=" + half,
+        out = gptlib.run(exes[2, 1], 2, base + ["--steps=4", "--decay-steps=%d" % STEPS, "--save=" + half,
+                                                "--save-every=4"], cwd=d)
+        check_run("data=2,model=1, the first 4 steps of 8", out, want, range(4))
+        out = gptlib.run(exes[1, 2], 2, base + ["--steps=%d" % STEPS, "--resume=" + half, "--save=" + half,
                                                 "--save-every=%d" % STEPS], cwd=d)
-        check_run("written on one rank at step 4, resumed at data=2,model=2", out, want, range(4, STEPS))
-        check_params("resumed at data=2,model=2, after %d steps" % STEPS, gptlib.state_dir(half, STEPS), ref_dir)
-        print("a checkpoint of step 4 written on one rank resumes at data=2,model=2 as PyTorch continues")
+        check_run("written at data=2,model=1 at step 4, resumed at data=1,model=2", out, want, range(4, STEPS))
+        check_params("resumed at data=1,model=2, after %d steps" % STEPS, gptlib.state_dir(half, STEPS), ref_dir)
+        print("data=2,model=1 trains the first 4 steps of the schedule and its checkpoint resumes at "
+              "data=1,model=2, as PyTorch trains and continues")
 
 
 if __name__ == "__main__":
