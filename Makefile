@@ -271,11 +271,16 @@ san:
 # The whole suite through the ASan/UBSan build: shdc, the runtime and its
 # unit tests, and every program the tests build (the sanitizer build of
 # shdc compiles programs with the same flags against build/san/libshdrt.a).
-# The test-only npm tools are the normal build's.
+# The test-only npm tools are the normal build's. A .shd test's program is
+# built and run at its all-ones mesh and its largest RUN mesh only (the
+# normal pass compares every mesh; this one looks for memory errors and
+# undefined behaviour, and building with the sanitizers is slow): SAN_MESHES=all
+# runs them all.
+SAN_MESHES ?= ends
 test-san: san $(B)/stamp-deps-test $(B)/stamp-npm
 	$(MAKE) B=$(B)/san SAN="$(SANFLAGS)" OPT="$(SAN_OPT)" runtime-tests
 	ln -sfn ../npm $(B)/san/npm
-	$(SAN_ENV) "$$(tools/find-python)" tests/run.py -j $(TESTJOBS) --shdc $(B)/san/shdc --build $(B)/san $(TESTFLAGS)
+	$(SAN_ENV) "$$(tools/find-python)" tests/run.py -j $(TESTJOBS) --meshes=$(SAN_MESHES) --shdc $(B)/san/shdc --build $(B)/san $(TESTFLAGS)
 
 # Through the sanitizer build: every test program truncated and mutated
 # (shdc must answer each with diagnostics, never crash or hang), then

@@ -300,6 +300,7 @@ class ShdTest:
         self.runs, self.refs, self.stdout, self.runfail = [], [], [], []
         self.stdout_not, self.build_flags, self.trace = [], [], []
         self.args, self.mesh, self.tol, self.same_stdout = [], None, None, False
+        self.meshes = "all"       # --meshes
         self.mesh_dependent = []
         self.serial = None
         self.tmp = None           # the test's temporary directory, once made
@@ -500,6 +501,17 @@ class ShdTest:
             raise Failure("run with --mesh %s exited %d:\n%s%s" % (mesh, res.rc, res.out, res.err), cmds)
         return d, res.out, cmds
 
+    def largest_mesh(self, ones):
+        """The RUN mesh of the most devices (the last of equals) other than
+        the all-ones one: with --meshes=ends the only other mesh run."""
+        def devices(m):
+            n = 1
+            for p in m.split(","):
+                n *= int(p.split("=")[1])
+            return n
+        others = [m for m in self.runs if m != ones]
+        return max(reversed(others), key=devices) if others else None
+
     def ones_mesh(self):
         m = self.runs[0]
         return ",".join(p.split("=")[0] + "=1" for p in m.split(","))
@@ -571,7 +583,7 @@ class ShdTest:
                 raise Failure("REF needs NumPy (apt-get install python3-numpy)")
             with_cmds(ref_cmds, self.check_refs, ref, ones)
         for k, mesh in enumerate(self.runs):
-            if mesh == ones:
+            if mesh == ones or (self.meshes == "ends" and mesh != self.largest_mesh(ones)):
                 continue
             d, out, cmds = self.execute(mesh, "m%d" % k)
             self.check_stdout(out, mesh, cmds)
@@ -803,11 +815,12 @@ class Runner:
 class ShdJob:
     """A .shd test: parsed when it runs, so that a malformed one fails alone."""
 
-    def __init__(self, shdc):
-        self.shdc = shdc
+    def __init__(self, shdc, meshes):
+        self.shdc, self.meshes = shdc, meshes
 
     def __call__(self, path, ctx):
         t = ShdTest(path, self.shdc)
+        t.meshes = self.meshes
         ctx["tmp"] = lambda: t.tmp
         t.run_all()
 
@@ -836,6 +849,10 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="run N tests at a time (default 1)")
     ap.add_argument("--keep", action="store_true", help="keep every test's temporary directory")
+    ap.add_argument("--meshes", choices=("all", "ends"), default="all",
+                    help="the RUN meshes a .shd test builds and runs: all of them (default), or the all-ones one "
+                         "and the largest (the sanitizer pass: memory errors and undefined behaviour, not numerics, "
+                         "which the normal pass checks on every mesh)")
     ap.add_argument("patterns", nargs="*", help="run only tests whose path contains one of these (or these files)")
     a = ap.parse_args()
     if a.jobs < 1:
@@ -857,7 +874,7 @@ def main():
         rt, scripts, docs = pick(rt), pick(scripts), pick(docs)
     if np is None:
         print("warning: NumPy is missing, so results are not compared with references (apt-get install python3-numpy)")
-    shd = ShdJob(shdc)
+    shd = ShdJob(shdc, a.meshes)
     jobs = [Job(t, lambda t, ctx: runtime_test(t, build), file_directive(t, "SERIAL")) for t in rt]
     jobs += [Job(t, lambda t, ctx: script_test(t, shdc), file_directive(t, "SERIAL")) for t in scripts]
     jobs += [Job(t, shd, file_directive(t, "SERIAL")) for t in tests]

@@ -5,7 +5,8 @@ ordinary comment that looks like a directive and a malformed value fails each
 of them, naming the file and line, and still runs the good test beside them;
 a failing test prints commands that, pasted into a shell, show the failure
 again; --keep keeps a passing test's temporary directory, a failing test's
-is kept anyway; -j 2 runs the same tests to the same verdicts; and the
+is kept anyway; -j 2 runs the same tests to the same verdicts;
+--meshes=ends builds the all-ones and the largest RUN mesh only; and the
 directives tests/README.md documents are exactly those the runner knows."""
 import os
 import re
@@ -105,6 +106,21 @@ def main():
                 if s.returncode != 0 or not re.search(r"= fill", s.stdout):
                     failures.append("-j %s: the printed command %r did not show the IR (exit %d):\n%s%s"
                                     % (jobs, cmd, s.returncode, s.stdout, s.stderr))
+        # --meshes=ends (the sanitizer pass) builds and runs the all-ones mesh
+        # and the largest RUN mesh only (the last of equals); the default, every one.
+        f = os.path.join(d, "meshes.shd")
+        with open(f, "w") as fh:
+            fh.write("// RUN: X=2 | X=1 | X=4 | X=2\n// REF: ref_x = np.ones(8, np.float32)\n" + PROG.replace(
+                "mesh {X: 2}", "mesh {X: 4}"))
+        for opt, want in (("--meshes=ends", ["prog_m2", "prog_ref"]),
+                          ("--meshes=all", ["prog_m0", "prog_m2", "prog_m3", "prog_ref"])):
+            p = runner(["--shdc", shdc, "--keep", opt, f], d)
+            m = re.search(r"its files are in (\S+)", p.stdout)
+            built = sorted(x for x in os.listdir(m.group(1)) if x.startswith("prog_")) if m else None
+            if p.returncode != 0 or built != want:
+                failures.append("%s: exit %d, built %s, expected %s:\n%s" % (opt, p.returncode, built, want, p.stdout))
+            if m:
+                shutil.rmtree(m.group(1), ignore_errors=True)
         # Without --keep a passing test leaves nothing behind (in a temporary
         # directory of its own: the suite's other tests use the shared one).
         own = tempfile.mkdtemp(prefix="runner-tmp-")
