@@ -6,7 +6,8 @@ of them, naming the file and line, and still runs the good test beside them;
 a failing test prints commands that, pasted into a shell, show the failure
 again; --keep keeps a passing test's temporary directory, a failing test's
 is kept anyway; -j 2 runs the same tests to the same verdicts;
---meshes=ends builds the all-ones and the largest RUN mesh only; and the
+--meshes=ends builds the all-ones and the largest RUN mesh only,
+--meshes=largest the largest alone (with its REF checks); and the
 directives tests/README.md documents are exactly those the runner knows."""
 import os
 import re
@@ -106,13 +107,14 @@ def main():
                 if s.returncode != 0 or not re.search(r"= fill", s.stdout):
                     failures.append("-j %s: the printed command %r did not show the IR (exit %d):\n%s%s"
                                     % (jobs, cmd, s.returncode, s.stdout, s.stderr))
-        # --meshes=ends (the sanitizer pass) builds and runs the all-ones mesh
-        # and the largest RUN mesh only (the last of equals); the default, every one.
+        # --meshes=ends builds and runs the all-ones mesh and the largest RUN
+        # mesh only (the last of equals), --meshes=largest (the sanitizer
+        # pass) the largest alone; the default, every one.
         f = os.path.join(d, "meshes.shd")
         with open(f, "w") as fh:
             fh.write("// RUN: X=2 | X=1 | X=4 | X=2\n// REF: ref_x = np.ones(8, np.float32)\n" + PROG.replace(
                 "mesh {X: 2}", "mesh {X: 4}"))
-        for opt, want in (("--meshes=ends", ["prog_m2", "prog_ref"]),
+        for opt, want in (("--meshes=ends", ["prog_m2", "prog_ref"]), ("--meshes=largest", ["prog_largest"]),
                           ("--meshes=all", ["prog_m0", "prog_m2", "prog_m3", "prog_ref"])):
             p = runner(["--shdc", shdc, "--keep", opt, f], d)
             m = re.search(r"its files are in (\S+)", p.stdout)
