@@ -276,12 +276,14 @@ san:
 # checks (the normal pass compares every mesh with the all-ones build;
 # this one looks for memory errors and undefined behaviour, and building
 # with the sanitizers is slow): SAN_MESHES=ends adds the all-ones build and
-# the comparison, SAN_MESHES=all every mesh.
+# the comparison, SAN_MESHES=all every mesh. SHD_TEST_SAMPLE=4: the
+# diagnostics fuzz test checks every fourth of its inputs (`make fuzz`
+# checks them all, and more).
 SAN_MESHES ?= largest
 test-san: san $(B)/stamp-deps-test $(B)/stamp-npm
 	$(MAKE) B=$(B)/san SAN="$(SANFLAGS)" OPT="$(SAN_OPT)" runtime-tests
 	ln -sfn ../npm $(B)/san/npm
-	$(SAN_ENV) "$$(tools/find-python)" tests/run.py -j $(TESTJOBS) --meshes=$(SAN_MESHES) --shdc $(B)/san/shdc --build $(B)/san $(TESTFLAGS)
+	$(SAN_ENV) SHD_TEST_SAMPLE=4 "$$(tools/find-python)" tests/run.py -j $(TESTJOBS) --meshes=$(SAN_MESHES) --shdc $(B)/san/shdc --build $(B)/san $(TESTFLAGS)
 
 # Through the sanitizer build: every test program truncated and mutated
 # (shdc must answer each with diagnostics, never crash or hang), then

@@ -89,8 +89,8 @@ BASE_ENV = {"SHD_QUIET": "1", "OMPI_MCA_btl_vader_single_copy_mechanism": "none"
                            "-Wno-unused-parameter -Wvla",
             "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 # Settings of the caller's environment a pasted command needs as well (the
-# sanitizer build's exit codes).
-PASSED_ENV = ("ASAN_OPTIONS", "UBSAN_OPTIONS")
+# sanitizer build's exit codes, the sanitizer pass's sampling).
+PASSED_ENV = ("ASAN_OPTIONS", "UBSAN_OPTIONS", "SHD_TEST_SAMPLE")
 
 
 class Failure(Exception):

@@ -4,7 +4,8 @@ programs of tests/errors/test_fuzz.py, checked with --diagnostics=json and
 --diagnostics=sarif, always give exit 0 or 1 and a well-formed document
 whose diagnostics are the plain format's; every fix's range lies inside the
 file, its start before its end, and the edited program is checked again
-without a crash. `make fuzz` runs it through the sanitizer build too."""
+without a crash. `make fuzz` runs it through the sanitizer build too;
+`make test-san` checks every fourth input (SHD_TEST_SAMPLE)."""
 import argparse
 import glob
 import json
@@ -76,7 +77,14 @@ def main():
     ap.add_argument("--mutations", type=int, default=15)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--all", action="store_true", help="every .shd in tests/ and dsl-examples/ as a source")
+    # make test-san sets SHD_TEST_SAMPLE=4: through the sanitizer build each
+    # input takes ten times as long, and every input is past 10 minutes
+    # there; the normal pass and `make fuzz` check every one.
+    ap.add_argument("--every", type=int, default=int(os.environ.get("SHD_TEST_SAMPLE") or 1), metavar="K",
+                    help="check every K-th input only (default: $SHD_TEST_SAMPLE or 1)")
     a = ap.parse_args()
+    if a.every < 1:
+        ap.error("--every needs K >= 1")
     sources = SOURCES + ["tests/errors/sharding.shd", "tests/errors/unreduced.shd"]
     if a.all:
         sources = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests", "**", "*.shd"),
@@ -84,7 +92,9 @@ def main():
     failures, n = [], 0
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "fuzz.shd")
-        for name, text in cases(sources, a.mutations, a.seed):
+        for i, (name, text) in enumerate(cases(sources, a.mutations, a.seed)):
+            if i % a.every:
+                continue
             with open(path, "w", encoding="latin-1", errors="replace") as f:
                 f.write(text)
             with open(path, encoding="latin-1") as f:
