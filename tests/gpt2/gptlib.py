@@ -35,6 +35,14 @@ class Failure(Exception):
     pass
 
 
+def require_torch(who):
+    """Ends the test with a message when PyTorch (the reference) is missing."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        sys.exit("%s: PyTorch is missing (Debian's python3-torch; tools/install-deps installs it)" % who)
+
+
 def sh(cmd, cwd=None, timeout=300, check=True):
     p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=ENV)
     if check and p.returncode:

@@ -24,10 +24,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shdc", required=True)
     a = ap.parse_args()
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        sys.exit("test_ref_torch: PyTorch is missing (Debian's python3-torch; tools/install-deps installs it)")
+    gptlib.require_torch("test_ref_torch")
     with tempfile.TemporaryDirectory() as d:
         init = gptlib.make_init(os.path.join(d, "init"), TINY, seed=3)
         batches = gptlib.text_batches(os.path.join(d, "b.npy"), STEPS, TINY["B"], TINY["T"], seed=4)

@@ -62,10 +62,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shdc", required=True)
     a = ap.parse_args()
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        sys.exit("test_ref_torch: PyTorch is missing (Debian's python3-torch; tools/install-deps installs it)")
+    gptlib.require_torch("test_ref_torch")
     with tempfile.TemporaryDirectory() as d:
         init = os.path.join(d, "init")
         sizes = ["--%s=%d" % (k, CFG[k]) for k in ("V", "L", "C", "NH", "KV", "F")]
