@@ -504,13 +504,8 @@ class ShdTest:
     def largest_mesh(self, ones):
         """The RUN mesh of the most devices (the last of equals) other than
         the all-ones one: with --meshes=ends the only other mesh run."""
-        def devices(m):
-            n = 1
-            for p in m.split(","):
-                n *= int(p.split("=")[1])
-            return n
         others = [m for m in self.runs if m != ones]
-        return max(reversed(others), key=devices) if others else None
+        return max(reversed(others), key=self.ranks) if others else None
 
     def ones_mesh(self):
         m = self.runs[0]
@@ -576,13 +571,16 @@ class ShdTest:
 
     def check_runs(self):
         ones = self.ones_mesh()
+        largest = self.largest_mesh(ones)
+        if self.refs and np is None:
+            raise Failure("REF needs NumPy (apt-get install python3-numpy)")
         if self.meshes == "largest":
             # The sanitizer pass: one build, at the mesh of the most devices,
             # its output and REF checks; no comparison with other meshes.
-            mesh = self.largest_mesh(ones) or ones
+            mesh = largest or ones
             d, out, cmds = self.execute(mesh, "largest")
             self.check_stdout(out, mesh, cmds)
-            if self.refs and np is not None:
+            if self.refs:
                 with_cmds(cmds, self.check_refs, d, mesh)
             for rf in self.runfail:
                 self.check_runfail(rf)
@@ -590,11 +588,9 @@ class ShdTest:
         ref, ref_out, ref_cmds = self.execute(ones, "ref")
         self.check_stdout(ref_out, ones, ref_cmds)
         if self.refs:
-            if np is None:
-                raise Failure("REF needs NumPy (apt-get install python3-numpy)")
             with_cmds(ref_cmds, self.check_refs, ref, ones)
         for k, mesh in enumerate(self.runs):
-            if mesh == ones or (self.meshes == "ends" and mesh != self.largest_mesh(ones)):
+            if mesh == ones or (self.meshes == "ends" and mesh != largest):
                 continue
             d, out, cmds = self.execute(mesh, "m%d" % k)
             self.check_stdout(out, mesh, cmds)
