@@ -54,7 +54,9 @@ static void list_block(Report *r, const IrBlock *b, const char *ctx);
 
 /* " of FILE" for a position in an imported file (a std/nn.shd function
  * inlined into the program's step), "" in the program's own: a bare line
- * number would point into the wrong file. */
+ * number would point into the wrong file. A collective's own file goes at
+ * the end of its line, after the loop or branch it is in, so the columns
+ * before stay as they were. */
 static const char *of_file(Pos p) {
   return p.file && p.file->order > 0 ? arena_printf(" of %s", p.file->name) : "";
 }
@@ -80,8 +82,8 @@ static void list_inst(Report *r, const Inst *in, const char *ctx) {
     const char *where = *of_file(in->pos) ? arena_printf("   (line %d%s)", in->pos.line, of_file(in->pos)) : "";
     fprintf(r->out, "  line %-4d %-18s over (%s)%*s %12lld bytes/rank%s   %s -> %s%s%s\n", in->pos.line, kind,
             in->naxes == 0 ? "mesh" : str_cstr(&axes), (int)(8 - (in->naxes == 0 ? 4 : axes.len)), "",
-            (long long)bytes, est, ty_local_str(m, &in->args[0]->type), ty_local_str(m, &in->results[0]->type), where,
-            ctx);
+            (long long)bytes, est, ty_local_str(m, &in->args[0]->type), ty_local_str(m, &in->results[0]->type), ctx,
+            where);
     free(axes.buf);
     r->count++;
     if (__builtin_add_overflow(r->bytes, bytes, &r->bytes)) {

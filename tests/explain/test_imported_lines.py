@@ -59,10 +59,10 @@ def main():
         lines = [l for l in body.group(1).split("\n") if "all_reduce" in l]
         nn = re.escape(os.path.join(os.path.realpath(testlib.ROOT), "lib", "std", "nn.shd"))
         lib = re.escape(os.path.join(os.path.realpath(d), "lib", "loop.shd"))
-        want = [r" -> f32   \(line \d+ of %s\)   \(in the loop at line 6\)$" % nn,
+        want = [r" -> f32   \(in the loop at line 6\)   \(line \d+ of %s\)$" % nn,
                 r" -> f32   \(line \d+ of %s\)$" % nn,
                 r"^  line 9 +all_reduce\.sum .* -> f32$",
-                r"^  line 5 +all_reduce\.sum .* -> f32   \(line 5 of %s\)   \(in the loop at line 4 of %s\)$" % (lib, lib)]
+                r"^  line 5 +all_reduce\.sum .* -> f32   \(in the loop at line 4 of %s\)   \(line 5 of %s\)$" % (lib, lib)]
         if len(lines) != len(want) or any(not re.search(w, l) for w, l in zip(want, lines)):
             sys.exit("explain's collectives of f:\n%s\nexpected, in order:\n%s" % ("\n".join(lines), "\n".join(want)))
         print("explain names the imported file of %d of %d collectives" % (3, len(lines)))
