@@ -52,6 +52,15 @@ typedef struct {
 
 static void list_block(Report *r, const IrBlock *b, const char *ctx);
 
+/* " of FILE" for a position in an imported file (a std/nn.shd function
+ * inlined into the program's step), "" in the program's own: a bare line
+ * number would point into the wrong file. A collective's own file goes at
+ * the end of its line, after the loop or branch it is in, so the columns
+ * before stay as they were. */
+static const char *of_file(Pos p) {
+  return p.file && p.file->order > 0 ? arena_printf(" of %s", p.file->name) : "";
+}
+
 static void list_inst(Report *r, const Inst *in, const char *ctx) {
   if (is_collective(in->op)) {
     const Mesh *m = &r->mod->mesh;
@@ -70,9 +79,11 @@ static void list_inst(Report *r, const Inst *in, const char *ctx) {
       r->seconds += sec;
       est = arena_printf("  est %10s %-18s", net_seconds_str(sec), *algo ? algo : "-");
     }
-    fprintf(r->out, "  line %-4d %-18s over (%s)%*s %12lld bytes/rank%s   %s -> %s%s\n", in->pos.line, kind,
+    const char *where = *of_file(in->pos) ? arena_printf("   (line %d%s)", in->pos.line, of_file(in->pos)) : "";
+    fprintf(r->out, "  line %-4d %-18s over (%s)%*s %12lld bytes/rank%s   %s -> %s%s%s\n", in->pos.line, kind,
             in->naxes == 0 ? "mesh" : str_cstr(&axes), (int)(8 - (in->naxes == 0 ? 4 : axes.len)), "",
-            (long long)bytes, est, ty_local_str(m, &in->args[0]->type), ty_local_str(m, &in->results[0]->type), ctx);
+            (long long)bytes, est, ty_local_str(m, &in->args[0]->type), ty_local_str(m, &in->results[0]->type), ctx,
+            where);
     free(axes.buf);
     r->count++;
     if (__builtin_add_overflow(r->bytes, bytes, &r->bytes)) {
@@ -81,9 +92,10 @@ static void list_inst(Report *r, const Inst *in, const char *ctx) {
     }
   }
   for (int k = 0; k < in->nregions; k++) {
-    const char *inner = in->op == IR_FOR ? arena_printf("   (in the loop at line %d)", in->pos.line)
-                                         : arena_printf("   (in the %s branch at line %d)", k ? "else" : "then",
-                                                        in->pos.line);
+    const char *inner = in->op == IR_FOR ? arena_printf("   (in the loop at line %d%s)", in->pos.line,
+                                                        of_file(in->pos))
+                                         : arena_printf("   (in the %s branch at line %d%s)", k ? "else" : "then",
+                                                        in->pos.line, of_file(in->pos));
     list_block(r, in->regions[k], inner);
   }
 }
