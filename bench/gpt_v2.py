@@ -6,13 +6,17 @@ same collectives, bitwise the same losses (tests/gpt2/test_v1_v2.py), so
 any difference in time is what the structs cost.
 
 Both builds run in turn, several rounds (the machine's load changes between
-rounds, not within one), each printing its per-step times (--timing); the
+rounds, not within one), each writing its per-step times (--metrics); the
 table gives each one's median ms/step over the rounds and the ratio of the
 two medians, and the peak of live arrays that `shdc explain` predicts.
 
-  bench/gpt_v2.py [--ranks 1 2] [--steps 12] [--rounds 3] [--configs demo large]
+  bench/gpt_v2.py [--ranks 1 2] [--steps 12] [--rounds 3] [--configs demo large] [--bind-to core]
+
+On a machine that can run but not build (as bench/gpt.py): --build-only DIR
+here, then --run-from DIR there with the same --configs and --ranks.
 """
 import argparse
+import json
 import os
 import re
 import statistics
@@ -26,35 +30,64 @@ PROGRAMS = [("v1 (arrays)", os.path.join(gpt.ROOT, "tests", "gpt2", "gpt2_v1.shd
             ("v2 (structs)", os.path.join(gpt.ROOT, "dsl-examples", "gpt2.shd"))]
 
 
+def build(d, configs, ranks):
+    """Builds both programs for each configuration and rank count into d;
+    returns {(config, ranks): ([exe, exe], [peak MiB, peak MiB])}."""
+    shdc = os.path.join(gpt.B, "shdc")
+    out = {}
+    for name in configs:
+        defs = sum((["-D", "%s=%d" % kv] for kv in gpt.CONFIGS[name].items()), [])
+        for n in ranks:
+            mesh = "data=%d,model=1" % n
+            exes, peaks = [], []
+            for k, (_, src) in enumerate(PROGRAMS):
+                exe = os.path.join(d, "v%d_%s_%d" % (k + 1, name, n))
+                gpt.sh([shdc, "build", src, "--mesh", mesh, "-o", exe] + defs)
+                ex = gpt.sh([shdc, "explain", src, "--mesh", mesh] + defs)
+                m = re.search(r"^fn main\n(?:.*\n)*?\s+peak live arrays per rank: (\d+) bytes", ex, re.M)
+                exes.append(os.path.basename(exe))
+                peaks.append(int(m.group(1)) / 2**20)
+            out["%s/%d" % (name, n)] = (exes, peaks)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--configs", nargs="+", default=["demo"])
+    ap.add_argument("--bind-to", default="none", help="mpirun's --bind-to (none, core)")
+    ap.add_argument("--build-only", metavar="DIR", help="build the binaries into DIR (with gpt_v2.json); run nothing")
+    ap.add_argument("--run-from", metavar="DIR", help="run the binaries --build-only made in DIR (no shdc needed)")
     a = ap.parse_args()
-    shdc = os.path.join(gpt.B, "shdc")
+    gpt.OPT["bind"] = a.bind_to
+    if a.build_only:
+        d = os.path.abspath(a.build_only)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "gpt_v2.json"), "w") as f:
+            json.dump(build(d, a.configs, a.ranks), f, indent=1)
+        print("built into %s; run: bench/gpt_v2.py --run-from %s (with the same --configs and --ranks)" % (d, d))
+        return
     print("| model | ranks | v1 ms/step | v2 ms/step | v2 / v1 | explain peak MiB v1, v2 |")
     print("|---|---|---|---|---|---|")
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.abspath(a.run_from) if a.run_from else tmp
+        if a.run_from:
+            with open(os.path.join(d, "gpt_v2.json")) as f:
+                built = json.load(f)
+        else:
+            built = build(d, a.configs, a.ranks)
         for name in a.configs:
             cfg = gpt.CONFIGS[name]
-            defs = sum((["-D", "%s=%d" % kv] for kv in cfg.items()), [])
             for n in a.ranks:
-                mesh = "data=%d,model=1" % n
-                exes, peaks, times = [], [], [[] for _ in PROGRAMS]
-                for k, (_, src) in enumerate(PROGRAMS):
-                    exe = os.path.join(d, "p%d_%d" % (k, n))
-                    gpt.sh([shdc, "build", src, "--mesh", mesh, "-o", exe] + defs)
-                    exes.append(exe)
-                    ex = gpt.sh([shdc, "explain", src, "--mesh", mesh] + defs)
-                    m = re.search(r"^fn main\n(?:.*\n)*?\s+peak live arrays per rank: (\d+) bytes", ex, re.M)
-                    peaks.append(int(m.group(1)) / 2**20)
+                if "%s/%d" % (name, n) not in built:
+                    sys.exit("%s: no binaries for %s at %d ranks (build them with --build-only)" % (d, name, n))
+                exes, peaks = built["%s/%d" % (name, n)]
+                times = [[] for _ in PROGRAMS]
                 for _ in range(a.rounds):
                     for k, exe in enumerate(exes):
-                        out = gpt.mpirun(n, [exe, "--steps=%d" % a.steps, "--timing=true", "--data=", "--val="])
-                        ts = [float(x) for x in re.findall(r"^step \d+ loss \S+ ms (\S+)", out, re.M)]
-                        times[k].append(gpt.median_ms(ts))
+                        times[k].append(gpt.step_ms(os.path.join(d, exe), n, a.steps, tmp)[0])
                 ms = [statistics.median(t) for t in times]
                 print("| %s (%s) | %d | %.1f | %.1f | %.3f | %.2f, %.2f |" % (
                     name, " ".join("%s=%d" % kv for kv in cfg.items() if kv[0] in ("C", "T", "L", "B")), n,

@@ -18,7 +18,8 @@ A one-node cluster (munged, slurmctld, slurmd) in a temporary directory
   train_mpirun.sbatch (`--signal=B:USR1@50` and a trap that passes USR1 to
   mpirun), the same checkpoint before the limit, and the job COMPLETED;
   both checkpoints resume. The test renices these jobs' processes to 19
-  (scontrol listpids) so that their minute of training yields the CPU;
+  (scontrol listpids) so that their minute of training yields the CPU, and
+  back to 0 once a job prints that it was asked to stop;
 - the job scripts are docs/cluster.md's, verbatim.
 
 Without root or the Slurm and munge packages the test is skipped.
@@ -78,19 +79,28 @@ def job_dir(d, name, exe, prog):
 
 
 class Renice(threading.Thread):
-    """Keeps the processes of some jobs at nice 19 until stopped."""
+    """Keeps the processes of the time-limit jobs at nice 19 while they
+    train, so that the other checks get the CPU, and at nice 0 from the
+    moment a job's output says it was asked to stop: a job starved by
+    other work at its limit would miss its own deadline (the checkpoint
+    and the exit must fit in the time before the limit or KillWait)."""
 
-    def __init__(self, slurm, jobids):
+    def __init__(self, slurm, jobs):
         super().__init__(daemon=True)
-        self.slurm, self.jobids, self.done = slurm, jobids, threading.Event()
+        self.slurm, self.jobs, self.done = slurm, jobs, threading.Event()
 
     def run(self):
         while not self.done.wait(0.5):
-            for j in self.jobids:
+            for j, w in self.jobs:
+                try:
+                    with open(os.path.join(w, "slurm-%s.out" % j)) as f:
+                        stopping = "stop requested" in f.read()
+                except OSError:
+                    stopping = False
                 p = clusterlib.sh(["scontrol", "listpids", j], check=False, env=self.slurm.env)
                 for pid in re.findall(r"^(\d+)\s", p.stdout, re.M):
                     try:
-                        os.setpriority(os.PRIO_PROCESS, int(pid), 19)
+                        os.setpriority(os.PRIO_PROCESS, int(pid), 0 if stopping else 19)
                     except OSError:
                         pass
 
@@ -152,7 +162,7 @@ def main():
             testlib.skip("cannot start a Slurm cluster: %s" % e)
         try:
             jobs = limit_jobs(slurm, ckpt, d)
-            renice = Renice(slurm, [j for j, _ in jobs.values()])
+            renice = Renice(slurm, list(jobs.values()))
             renice.start()
             t0 = time.time()
 

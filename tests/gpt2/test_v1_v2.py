@@ -10,10 +10,10 @@ step_STEP/NAME.npy against the struct checkpoint's leaf), on one
 device and in the 2-D layout. And `shdc explain` of both: the same
 collectives (kind, axes, bytes and shapes; line numbers and order aside:
 in gpt2_fsdp.shd the layer functions gather their own weights) in main,
-the loss and its gradient, and a peak of live arrays in main
-and in the gradient no higher than version 1's (within 1%: the leaves of
-the structs are ordered by decay group, so a few small slices live a
-little longer or shorter)."""
+the loss and its gradient, and a peak of live arrays in main and in the
+gradient no higher than version 1's: the same at GPT-2 124M's sizes
+(explain only); at the tiny sizes the runs use, the gradient's is a
+little lower on some meshes."""
 import argparse
 import os
 import re
@@ -30,10 +30,13 @@ STEPS = 4
 V1 = {gptlib.GPT2: os.path.join(gptlib.HERE, "gpt2_v1.shd"), gptlib.FSDP: os.path.join(gptlib.HERE, "gpt2_fsdp_v1.shd")}
 
 
-def explain(shdc, src, mesh):
+GPT2_124M = dict(TINY, C=768, NH=12, L=12, T=1024, B=16)
+
+
+def explain(shdc, src, mesh, sizes=TINY):
     """{function: ([(kind, axes, bytes, shapes)...], peak bytes)} from `shdc explain`."""
     cmd = [shdc, "explain", src, "--mesh", ",".join("%s=%d" % kv for kv in mesh.items())]
-    for kv in TINY.items():
+    for kv in sizes.items():
         cmd += ["-D", "%s=%d" % kv]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=gptlib.ENV).stdout
     fns, cur = {}, None
@@ -51,9 +54,9 @@ def explain(shdc, src, mesh):
     return fns
 
 
-def same_explain(shdc, src, mesh):
-    what = "%s at %s" % (os.path.basename(src), mesh)
-    e1, e2 = explain(shdc, V1[src], mesh), explain(shdc, src, mesh)
+def same_explain(shdc, src, mesh, sizes=TINY):
+    what = "%s at %s%s" % (os.path.basename(src), mesh, " (GPT-2 124M)" if sizes is GPT2_124M else "")
+    e1, e2 = explain(shdc, V1[src], mesh, sizes), explain(shdc, src, mesh, sizes)
     grad = [f for f in e1 if f.startswith("loss_value_and_grad")]
     if len(grad) != 1 or grad[0] not in e2:
         raise Failure("%s: no common gradient function in explain (%s, %s)" % (what, sorted(e1), sorted(e2)))
@@ -63,7 +66,7 @@ def same_explain(shdc, src, mesh):
                 what, f, e1[f][0], e2[f][0]))
     for f in ("main", grad[0]):
         p1, p2 = e1[f][1][0], e2[f][1][0]
-        if p2 > p1 + 0.01 * p1:
+        if p2 > p1 or (sizes is GPT2_124M and p2 != p1):
             raise Failure("%s: explain's peak of %s is %d bytes, version 1's %d" % (what, f, p2, p1))
     print("%s: explain's collectives the same, peaks of main and the gradient %s" % (
         what, ", ".join("%d (version 1: %d)" % (e2[f][1][0], e1[f][1][0]) for f in ("main", grad[0]))))
@@ -79,6 +82,7 @@ def main():
         for src in (gptlib.GPT2, gptlib.FSDP):
             for mesh in ({"data": 1, "model": 1}, {"data": 2, "model": 2}, {"data": 4, "model": 1}):
                 same_explain(a.shdc, src, mesh)
+                same_explain(a.shdc, src, mesh, GPT2_124M)
         for src, meshes in ((gptlib.GPT2, [(1, 1), (2, 2)]), (gptlib.FSDP, [(2, 2)])):
             for dm, mm in meshes:
                 mesh = {"data": dm, "model": mm}
