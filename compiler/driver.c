@@ -523,21 +523,27 @@ int drv_check_text(const char *name, const char *text, const char *max_memory, c
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-/* For the language server (lsp_query.c): the front end on src, and with
- * full check's later stages too, the diagnostics going where diagout
- * records them. The program (NULL only if it could not be parsed at all)
- * and whether it was typechecked (no syntax errors); *mesh its mesh. */
-Program *drv_analyze(SourceFile *src, Mesh *mesh, bool full, bool *typed) {
+/* For the language server (lsp_query.c): the front end on src (imports
+ * looked up as check looks them up, incdirs its -I directories), and with
+ * full (the diagnostics) check's later stages too, the diagnostics going
+ * where diagout records them. The program (NULL only if it could not be
+ * parsed at all) and whether it was typechecked in *typed; *mesh its mesh.
+ * The diagnostics are check's: nothing is typechecked after a syntax or
+ * import error. A query (not full) typechecks a document that parsed even
+ * when an import failed, so hover and definition still answer for what the
+ * document and the files that could be imported declare. */
+Program *drv_analyze(SourceFile *src, const Vec *incdirs, Mesh *mesh, bool full, bool *typed) {
   Compilation c;
   memset(&c, 0, sizeof c);
   c.src = src;
   diag_reset();
   c.prog = parse_file(src);
   Vec none = {0};
-  if (c.prog && !diag_error_count())
-    import_program(c.prog, &none);
+  bool parsed = c.prog && !diag_error_count();
+  if (parsed)
+    import_program(c.prog, incdirs ? incdirs : &none);
   diagout_program(c.prog);
-  *typed = c.prog && !diag_error_count();
+  *typed = parsed && (!diag_error_count() || !full);
   if (*typed) {
     if (tc_program(c.prog, &c.mesh, NULL, &none) && full)
       middle(&c, c.prog->diverge_in_partial_manual);

@@ -16,6 +16,11 @@
  * closes it. A library may not declare a mesh ([E_MESH] at the import, a
  * note at the mesh): a library is mesh-independent.
  *
+ * Every import records the file it names (ImportDecl.real), and the
+ * program's imports list grows by those of each file read, so a tool (the
+ * language server) can follow the chain from any imported file back to the
+ * program's own import of it.
+ *
  * Invariants: every file is read and parsed at most once; the import chain
  * is at most MAX_IMPORT_DEPTH deep (an error at the import past it), and
  * every file read obeys the driver's rules (a regular file of at most 8
@@ -151,6 +156,7 @@ static void import_one(Importer *im, const SourceFile *from, ImportDecl *d) {
     return;
   }
   free(tried.buf);
+  d->real = arena_strdup(real);
   FileEntry *f = find_file(im, real);
   if (f && f->state == 2) {
     free(real);
@@ -179,6 +185,8 @@ static void import_one(Importer *im, const SourceFile *from, ImportDecl *d) {
   free(real);
   int errs = diag_error_count();
   Program *p = parse_file(sf);
+  for (int i = 0; p && i < p->imports.len; i++)
+    vec_push(&im->into->imports, p->imports.data[i]);
   if (diag_error_count() == errs && p->mesh) {
     diag_error(d->pos, "E_MESH", "the imported file \"%s\" declares a mesh; a library is mesh-independent (its "
                "functions are generic or use replicated types): remove the mesh from it", d->path);

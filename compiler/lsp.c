@@ -5,7 +5,9 @@
  * whole or ranged edits, didClose) and answers initialize, shutdown, exit,
  * textDocument/hover, definition, documentSymbol and codeAction, and
  * publishes each document's diagnostics after it changes (the same as
- * `shdc check`, with their fixes as quick-fix code actions).
+ * `shdc check`, with their fixes as quick-fix code actions), and every
+ * document's after any file is saved (a document reads the files it
+ * imports from the disk).
  *
  * Every answer about a program is computed in a child process (fork): the
  * child runs the compiler's front end (and, for diagnostics, check's later
@@ -59,6 +61,7 @@ static struct {
   LspEncoding enc;
   LspDoc *docs;
   int ndocs;
+  const Vec *incdirs;       /* -I DIR: where imports are looked for */
 } S;
 
 /* ---- writing ------------------------------------------------------------------ */
@@ -290,7 +293,7 @@ static json_t *run_query(const LspDoc *d, LspQuery q, int64_t line, int64_t ch, 
       dup2(null, 1);
       dup2(null, 2);
     }
-    json_t *answer = lsp_answer(d, q, line, ch, S.enc);
+    json_t *answer = lsp_answer(d, S.incdirs, q, line, ch, S.enc);
     int rc = json_dumpfd(answer ? answer : json_null(), fds[1], JSON_COMPACT | JSON_ENCODE_ANY);
     _exit(rc == 0 ? 0 : 3);
   }
@@ -362,8 +365,9 @@ static void publish_dirty(void) {
 /* ---- requests ----------------------------------------------------------------------- */
 
 static json_t *capabilities(void) {
-  return json_pack("{s:s, s:{s:b, s:i}, s:b, s:b, s:b, s:{s:[s]}}", "positionEncoding",
+  return json_pack("{s:s, s:{s:b, s:i, s:{s:b}}, s:b, s:b, s:b, s:{s:[s]}}", "positionEncoding",
                    S.enc == ENC_UTF8 ? "utf-8" : "utf-16", "textDocumentSync", "openClose", 1, "change", 2,
+                   "save", "includeText", 0,
                    "hoverProvider", 1, "definitionProvider", 1, "documentSymbolProvider", 1,
                    "codeActionProvider", "codeActionKinds", "quickfix");
 }
@@ -578,6 +582,13 @@ static void did_close(json_t *params) {
   *d = S.docs[--S.ndocs];
 }
 
+/* A saved file may be imported by any open document, which reads it from
+ * the disk: every document is analysed again. */
+static void did_save(void) {
+  for (int i = 0; i < S.ndocs; i++)
+    S.docs[i].dirty = true;
+}
+
 /* ---- dispatch ----------------------------------------------------------------------------- */
 
 static void dispatch(json_t *msg) {
@@ -626,7 +637,9 @@ static void dispatch(json_t *msg) {
       did_change(params);
     else if (!strcmp(method, "textDocument/didClose"))
       did_close(params);
-    /* initialized, $/cancelRequest, didSave, ...: nothing to do */
+    else if (!strcmp(method, "textDocument/didSave"))
+      did_save();
+    /* initialized, $/cancelRequest, ...: nothing to do */
     return;
   }
   if (!strcmp(method, "initialize"))
@@ -646,8 +659,9 @@ static void dispatch(json_t *msg) {
     respond_error(id, RPC_METHOD_NOT_FOUND, "shdc does not implement %s", method);
 }
 
-int lsp_main(void) {
+int lsp_main(const Vec *incdirs) {
   signal(SIGPIPE, SIG_IGN);
+  S.incdirs = incdirs;
   S.in = 0;
   for (;;) {
     char *body = NULL;

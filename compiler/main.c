@@ -43,7 +43,8 @@ static const char usage[] =
     "  explain-error [CODE]   what an error code means: the rule, a program with the\n"
     "                         error, its message and the fix (no CODE: list them; --all)\n"
     "  lsp                    a Language Server Protocol server on stdin/stdout (editors:\n"
-    "                         diagnostics and fixes, hover types, definitions, symbols)\n"
+    "                         diagnostics and fixes, hover types, definitions, symbols;\n"
+    "                         -I DIR as for check)\n"
     "\n"
     "options:\n"
     "  --mesh AXIS=N,...      override mesh axis sizes (e.g. --mesh data=2,model=1)\n"
@@ -277,7 +278,7 @@ static int drv_main(int argc, char **argv) {
   if (!strcmp(o.cmd, "lsp")) {
     if (o.files.len)
       drv_usage_error("lsp takes no FILE: it talks the Language Server Protocol on stdin and stdout");
-    return lsp_main();
+    return lsp_main(&o.incdirs);
   }
   bool known = false;
   for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)

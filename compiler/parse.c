@@ -491,6 +491,7 @@ void parse_import(ParseCtx *pc, Token kw, Token path) {
     return;
   }
   add_item(pc, ITEM_IMPORT, d);
+  vec_push(&pc->prog->imports, d);
 }
 
 void parse_manual(ParseCtx *pc, FuncDecl *f, Token kw, Vec *axes) {

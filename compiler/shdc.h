@@ -374,6 +374,7 @@ typedef struct StructDecl {
 typedef struct {
   Pos pos;
   const char *path;    /* as written */
+  const char *real;    /* import.c: the file it names (real path), NULL when not found */
 } ImportDecl;
 
 /* A top-level declaration, in the order the program declares them (an
@@ -393,6 +394,7 @@ typedef struct {
   Vec funcs;           /* FuncDecl * */
   Vec structs;         /* StructDecl * */
   Vec items_order;     /* Item *, in declaration order (imports merged by import.c) */
+  Vec imports;         /* ImportDecl *: this file's, then (import.c) those of every file it imports */
   /* set by the typechecker: a partial manual body has varying control flow,
    * so `check` partitions too, to find implicit collectives under it */
   bool diverge_in_partial_manual;
@@ -1686,12 +1688,13 @@ const char *drv_docs_dir(void);
  * diagnostics), in a child process: its exit status (0, 1 or 2), and the
  * plain diagnostics it printed in *out (malloc'd). */
 int drv_check_text(const char *name, const char *text, const char *max_memory, char **out);
-/* main.c, for the language server: the front end on src (and with full,
- * check's later stages); whether it typechecked (no syntax errors) in
- * *typed; the program, NULL only when nothing parsed. */
-Program *drv_analyze(SourceFile *src, Mesh *mesh, bool full, bool *typed);
-/* lsp.c: `shdc lsp`, the server's loop; the exit status. */
-int lsp_main(void);
+/* driver.c, for the language server: the front end on src, imports looked
+ * up in incdirs (-I) as check does (and with full, check's later stages);
+ * whether it typechecked in *typed; the program, NULL only when nothing
+ * parsed. */
+Program *drv_analyze(SourceFile *src, const Vec *incdirs, Mesh *mesh, bool full, bool *typed);
+/* lsp.c: `shdc lsp [-I DIR]...`, the server's loop; the exit status. */
+int lsp_main(const Vec *incdirs);
 /* explain_error.c: `shdc explain-error [CODE | --all]`; the exit status. */
 int drv_explain_error(const char *code, bool all);
 typedef struct {

@@ -4,7 +4,9 @@
 Each recorded session in tests/tools/lsp/*.json is played to `shdc lsp`
 over a pipe, with its documents written to a scratch directory outside the
 project (their file: URIs are what the session names $URI(FILE), their text
-$TEXT(FILE)); messages marked "$raw" go as they are (headers included). The
+$TEXT(FILE); a FILE may be in a subdirectory, and the session's "args" are
+given to `shdc lsp`, $DIR the scratch directory: `-I $DIR/lib`); messages
+marked "$raw" go as they are (headers included). The
 server's messages must contain the session's "expect" list in order (each
 expected object a partial match: the keys it names, lists element by
 element, "$MATCH(regex)" for text), none of its "absent" ones, and the
@@ -12,7 +14,13 @@ server must exit with the session's status. The sessions cover a whole
 editing session (diagnostics and their fixes as code actions, hover,
 definition, symbols, incremental edits, close), malformed and out-of-order
 messages (each a JSON-RPC error, never a crash), UTF-16 and UTF-8
-positions.
+positions, and version 2: structs (hover with their fields, nested and
+stacked), field access, generic functions (the instance a call was checked
+with, a place in a generic body once per instance), imports of a user file
+(through -I) and of the standard library (definition in whichever file
+declares it), the symbols of structs, and documents whose imports are
+missing, cyclic or broken, with unknown fields and an error inside an
+imported generic function (each diagnostic where the document causes it).
 
 Then the messages of every session, mutated (cut short, bytes changed,
 headers lost) with a fixed seed, are played to one server, followed by a
@@ -80,9 +88,9 @@ def matches(want, got):
     return want == got and type(want) is type(got)
 
 
-def play(shdc, stdin, timeout=300):
+def play(shdc, stdin, timeout=300, args=()):
     try:
-        p = subprocess.run([shdc, "lsp"], input=stdin, capture_output=True, timeout=timeout)
+        p = subprocess.run([shdc, "lsp"] + list(args), input=stdin, capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None
     return p
@@ -97,16 +105,18 @@ def run_session(shdc, path, tmp, failures):
     files = {}
     for fname, text in s["files"].items():
         p = os.path.join(d, fname)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
         with open(p, "w", encoding="utf-8") as f:
             f.write(text)
         files[fname] = ("file://" + urllib.parse.quote(p), text)
+    args = [a.replace("$DIR", d) for a in s.get("args", [])]
     stdin = b""
     for m in s["send"]:
         if isinstance(m, dict) and "$raw" in m:
             stdin += m["$raw"].encode("utf-8")
         else:
             stdin += frame(json.dumps(substitute(m, files), ensure_ascii=False).encode("utf-8"))
-    p = play(shdc, stdin)
+    p = play(shdc, stdin, args=args)
     if p is None:
         failures.append("%s: the server did not finish" % name)
         return

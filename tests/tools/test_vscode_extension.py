@@ -5,7 +5,8 @@ editors/vscode/extension.js is loaded by node with stand-ins for the
 modules VS Code provides (tests/tools/vscode_ext.js) and activated as VS
 Code does for a .shd file: it creates one LanguageClient for the language
 shd whose server is `shdc lsp` over stdio (`shdc` from PATH by default,
-the setting shd.server.path otherwise) and starts it; deactivate stops it.
+the setting shd.server.path otherwise, with -I DIR for each directory of
+the setting shd.importPaths) and starts it; deactivate stops it.
 The command it was given, run with the tested shdc, answers initialize
 (text sync, hover, definition, symbols, code actions) and shutdown, and
 exits 0. package.json names the script, its activation on the language and
@@ -48,17 +49,18 @@ def main():
         failures.append("the client with the default setting: %s" % first)
     if {"scheme": "file", "language": "shd"} not in first["clientOptions"]["documentSelector"] or first["id"] != "shd":
         failures.append("the client's documents: %s" % first["clientOptions"])
-    if second["serverOptions"]["run"]["command"] != shdc or not second["started"] or not second["stopped"] or \
-            log["subscriptions"] < 1:
+    if second["serverOptions"]["run"]["command"] != shdc or second["serverOptions"]["run"]["args"] != \
+            ["lsp", "-I", EXT] or not second["started"] or not second["stopped"] or log["subscriptions"] < 1:
         failures.append("with shd.server.path: %s (subscriptions %d)" % (second, log["subscriptions"]))
     out = log["server"]["stdout"]
-    caps = re.search(r'"capabilities":\{[^{]*"textDocumentSync":\{[^}]*\}[^}]*"hoverProvider":true', out)
+    caps = re.search(r'"capabilities":\{[^{]*"textDocumentSync":\{[^{}]*(\{[^{}]*\}[^{}]*)*\}[^}]*"hoverProvider":true',
+                     out)
     if log["server"]["status"] != 0 or not caps or '"id":2,"result":null' not in out.replace(" ", ""):
         failures.append("the server the extension starts: %s" % log["server"])
     if failures:
         print("\n".join(failures))
         sys.exit(1)
-    print("the VS Code extension starts `shdc lsp` (default and configured path), and that server answers")
+    print("the VS Code extension starts `shdc lsp` (default and configured path, import paths), and that server answers")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 // would for a .shd file, and prints what it did as JSON: the client's id,
 // name, server options and document selector, whether it was started and
 // stopped. Then it runs the server command the client was given (with
-// shd.server.path set to argv[3]) and sends initialize, shutdown and exit
+// shd.server.path set to argv[3], shd.importPaths to [EXTENSION_DIR]) and sends initialize, shutdown and exit
 // over stdio, printing the server's answers: the extension and the server
 // fit. Usage: node vscode_ext.js EXTENSION_DIR SHDC
 'use strict';
@@ -15,6 +15,7 @@ const extDir = process.argv[2];
 const shdc = process.argv[3];
 const log = { clients: [] };
 let setting;
+let importPaths;
 
 class LanguageClient {
   constructor(id, name, serverOptions, clientOptions) {
@@ -27,7 +28,11 @@ class LanguageClient {
 
 const stubs = {
   'vscode': {
-    workspace: { getConfiguration: (section) => ({ get: (key) => (section === 'shd' && key === 'server.path' ? setting : undefined) }) },
+    workspace: {
+      getConfiguration: (section) => ({
+        get: (key) => (section !== 'shd' ? undefined : key === 'server.path' ? setting : key === 'importPaths' ? importPaths : undefined),
+      }),
+    },
   },
   'vscode-languageclient/node': { LanguageClient, TransportKind: { stdio: 0, ipc: 1, pipe: 2, socket: 3 } },
 };
@@ -48,6 +53,7 @@ function frame(obj) {
   await ext.activate(context);                 // default: shdc on PATH
   await ext.deactivate();
   setting = shdc;                              // shd.server.path
+  importPaths = [extDir];                      // shd.importPaths: -I DIR
   await ext.activate(context);
   const opts = log.clients[1].serverOptions.run;
   const input = Buffer.concat([
