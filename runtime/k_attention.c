@@ -49,17 +49,10 @@
 #include <string.h>
 
 #include "attention_blocks.h"
+#include "k_rows.h"
 #include "shdrt_internal.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
-#define CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
-#else
-#define CLONES
-#endif
-
-#define KERNEL static inline __attribute__((always_inline))
-
-enum { LANES = 16, BQ = SHD_ATTN_BQ, BK = SHD_ATTN_BK };
+enum { BQ = SHD_ATTN_BQ, BK = SHD_ATTN_BK };
 
 typedef struct {
     int64_t B, T, S, N, K, H, G, qoff;
@@ -88,10 +81,6 @@ KERNEL void gemm_double(bool ta, bool tb, int64_t M, int64_t N, int64_t K, doubl
 /* The max of a contiguous row in GCC's vector extensions (the loop
  * vectoriser leaves a float compare-and-select reduction scalar). A NaN is
  * skipped here; it still reaches the output through exp (NaN - m). */
-typedef float vf32 __attribute__((vector_size(32)));
-typedef int32_t vi32 __attribute__((vector_size(32)));
-typedef double vf64 __attribute__((vector_size(32)));
-typedef int64_t vi64 __attribute__((vector_size(32)));
 
 #define DEFINE_ROWMAX(T, VT, VI)                                                        \
     KERNEL T rowmax_##T(const T *restrict x, int64_t n)                                 \
@@ -122,8 +111,6 @@ typedef int64_t vi64 __attribute__((vector_size(32)));
 DEFINE_ROWMAX(float, vf32, vi32)
 DEFINE_ROWMAX(double, vf64, vi64)
 
-static inline float exp_f32(float x) { return shd_expf(x); }
-static inline double exp_f64(double x) { return exp(x); }
 
 #define DEFINE_ROWS(T, EXP)                                                              \
     /* x = exp(x - m) in place; returns the row's sum (lanes, added in double) */       \
@@ -144,18 +131,6 @@ static inline double exp_f64(double x) { return exp(x); }
             s += (double)e;                                                              \
         }                                                                                \
         for (int k = 0; k < LANES; k++) s += (double)p[k];                               \
-        return s;                                                                        \
-    }                                                                                    \
-    /* sum of x * y over a row, in double lanes */                                       \
-    KERNEL double rdot_##T(const T *restrict x, const T *restrict y, int64_t n)          \
-    {                                                                                    \
-        double p[LANES] = { 0 };                                                         \
-        int64_t j = 0;                                                                   \
-        for (; j + LANES <= n; j += LANES)                                               \
-            for (int k = 0; k < LANES; k++) p[k] += (double)x[j + k] * (double)y[j + k]; \
-        for (; j < n; j++) p[0] += (double)x[j] * (double)y[j];                          \
-        double s = 0;                                                                    \
-        for (int k = 0; k < LANES; k++) s += p[k];                                       \
         return s;                                                                        \
     }
 

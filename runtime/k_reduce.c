@@ -36,25 +36,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "k_rows.h"
 #include "shdrt_internal.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
-#define CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
-#else
-#define CLONES
-#endif
-
-/* The kernels are inlined into each exported function, so that every
- * instruction-set clone of it gets its own vector code. */
-#define KERNEL static inline __attribute__((always_inline))
-
-enum { LANES = 16, BLOCK = 1024, CHUNK = 256 };
+enum { BLOCK = 1024, CHUNK = 256 };
 
 /* ---- exp in f32, vectorisable --------------------------------------------- */
 
-static inline float exp_f32(float x) { return shd_expf(x); }   /* shdrt.h: vectorises */
-
-static inline double exp_f64(double x) { return exp(x); }
 
 /* IEEE 754-2019 maximum and minimum: a NaN wins, and -0 < +0, so a max
  * or min (its sign of zero included) is the same whatever order values are
@@ -71,10 +59,6 @@ static inline double exp_f64(double x) { return exp(x); }
 /* In GCC's vector extensions: the loop vectoriser does not turn a
  * NaN-propagating compare-and-select into vector code, these do (one
  * vector register per accumulator in every instruction-set clone). */
-typedef float vf32 __attribute__((vector_size(32)));
-typedef int32_t vi32 __attribute__((vector_size(32)));
-typedef double vf64 __attribute__((vector_size(32)));
-typedef int64_t vi64 __attribute__((vector_size(32)));
 
 #define DEFINE_VEXT(T, VT, VI)                                                          \
     KERNEL VT vsel_##T(VT a, VT v, int op)                                              \
@@ -114,8 +98,8 @@ DEFINE_VEXT(double, vf64, vi64)
 /* Defines, for element type T with exp EXP and log LOG:
  *   rmax_T(x, n): NaN-propagating max of a contiguous row
  *   rsum_T(x, n): sum of a contiguous row, accurate (blocks in double)
- *   rdot_T(x, y, n): sum of x*y
- *   and the strided versions over a chunk of w inner columns. */
+ *   and the strided versions over a chunk of w inner columns
+ * (rdot_T, the sum of x*y, is k_rows.h's). */
 #define DEFINE_ROWS(T, EXP, LOG)                                                       \
     KERNEL T rmax_##T(const T *restrict x, int64_t n) { return vext_##T(x, n, SHD_MAX); }      \
     KERNEL double rsum_##T(const T *restrict x, int64_t n)                             \
@@ -126,17 +110,6 @@ DEFINE_VEXT(double, vf64, vi64)
         for (; j + LANES <= n; j += LANES)                                             \
             for (int k = 0; k < LANES; k++) p[k] += (double)x[j + k];                  \
         for (; j < n; j++) p[0] += (double)x[j];                                       \
-        double total = p[0];                                                           \
-        for (int k = 1; k < LANES; k++) total += p[k];                                 \
-        return total;                                                                  \
-    }                                                                                  \
-    KERNEL double rdot_##T(const T *restrict x, const T *restrict y, int64_t n)        \
-    {                                                                                  \
-        double p[LANES] = { 0 };                                                       \
-        int64_t j = 0;                                                                 \
-        for (; j + LANES <= n; j += LANES)                                             \
-            for (int k = 0; k < LANES; k++) p[k] += (double)x[j + k] * (double)y[j + k]; \
-        for (; j < n; j++) p[0] += (double)x[j] * (double)y[j];                        \
         double total = p[0];                                                           \
         for (int k = 1; k < LANES; k++) total += p[k];                                 \
         return total;                                                                  \

@@ -148,28 +148,6 @@ static void check_block(const char *what, const char *path, int rank,
  * 2^30-element pieces. The caller frees what they return. */
 #define PIECE ((int64_t)1 << 30)
 
-/* n consecutive copies of et (extent es bytes). */
-static MPI_Datatype big_contiguous(int64_t n, MPI_Datatype et, size_t es)
-{
-    MPI_Datatype t;
-    if (n <= INT_MAX) {
-        MPI_Type_contiguous((int)n, et, &t);
-        return t;
-    }
-    MPI_Datatype piece, body, rest;
-    MPI_Type_contiguous((int)PIECE, et, &piece);
-    MPI_Type_contiguous((int)(n / PIECE), piece, &body);
-    MPI_Type_contiguous((int)(n % PIECE), et, &rest);
-    int lens[2] = { 1, 1 };
-    MPI_Aint disps[2] = { 0, (MPI_Aint)((size_t)(n / PIECE * PIECE) * es) };
-    MPI_Datatype types[2] = { body, rest };
-    MPI_Type_create_struct(n % PIECE ? 2 : 1, lens, disps, types, &t);
-    MPI_Type_free(&piece);
-    MPI_Type_free(&body);
-    MPI_Type_free(&rest);
-    return t;
-}
-
 /* n copies of inner, stride bytes apart. */
 static MPI_Datatype big_hvector(int64_t n, MPI_Aint stride, MPI_Datatype inner)
 {
@@ -190,6 +168,12 @@ static MPI_Datatype big_hvector(int64_t n, MPI_Aint stride, MPI_Datatype inner)
     MPI_Type_free(&body);
     MPI_Type_free(&rest);
     return t;
+}
+
+/* n consecutive copies of et (extent es bytes): the hvector of stride es. */
+static MPI_Datatype big_contiguous(int64_t n, MPI_Datatype et, size_t es)
+{
+    return big_hvector(n, (MPI_Aint)es, et);
 }
 
 /* The block (shape at offset) of a C-order array of gshape as a file
