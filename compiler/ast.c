@@ -30,6 +30,37 @@ const char *ast_binop_text(int op) {
   return op >= 0 && op < BIN__COUNT ? names[op] : "?";
 }
 
+/* A type as written in the source (f32[8@X, 4]<U:Y>, Block[L@pipe], str):
+ * the text fixes, notes and the editor's hover quote. */
+void ast_type_text(Str *s, const TypeExpr *t) {
+  if (!t) {
+    str_printf(s, "?");
+    return;
+  }
+  if (t->named)
+    str_printf(s, "%.*s", t->name.len, t->name.start);
+  else
+    str_printf(s, "%s", t->str ? "str" : ty_dtype_name(t->dtype));
+  for (int d = 0; d < t->rank && t->dims; d++) {
+    const DimExpr *de = &t->dims[d];
+    str_printf(s, "%s%.*s", d ? ", " : "[", de->size.len, de->size.start);
+    if (de->naxes)
+      str_printf(s, "@%s", de->paren ? "(" : "");
+    for (int i = 0; i < de->naxes; i++)
+      str_printf(s, "%s%.*s", i ? "," : "", de->axes[i].len, de->axes[i].start);
+    if (de->paren)
+      str_putc(s, ')');
+  }
+  if (t->rank && t->dims)
+    str_putc(s, ']');
+  for (int k = 0; k < t->nannots && t->annots; k++) {
+    str_printf(s, "<%c:", t->annots[k].kind);
+    for (int i = 0; i < t->annots[k].naxes; i++)
+      str_printf(s, "%s%.*s", i ? "," : "", t->annots[k].axes[i].len, t->annots[k].axes[i].start);
+    str_putc(s, '>');
+  }
+}
+
 bool tok_eq(Token t, const char *s) {
   return (int)strlen(s) == t.len && memcmp(t.start, s, (size_t)t.len) == 0;
 }

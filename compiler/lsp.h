@@ -121,8 +121,6 @@ const FuncDecl *lsp_decl_of(const FuncDecl *f);
 const FuncDecl *lsp_func_named(const LspCtx *c, const char *name, int len);
 const StructDecl *lsp_struct_named(const LspCtx *c, const char *name, int len);
 const StructDecl *lsp_struct_of(const LspCtx *c, const StructDef *d);
-/* A type as written (f32[N@X, 4], Block[L], P). */
-void lsp_type_expr(Str *s, const TypeExpr *t);
 
 /* ---- lsp_hover.c ---------------------------------------------------------------------- */
 

@@ -78,7 +78,7 @@ static void written_fields(Str *s, const StructDecl *sd) {
   for (int f = 0; f < n; f++) {
     const Param *p = sd->fields.data[f];
     str_printf(s, "    %.*s: ", p->name.len, p->name.start);
-    lsp_type_expr(s, p->type);
+    ast_type_text(s, p->type);
     str_putc(s, '\n');
   }
   if (n < sd->fields.len)
@@ -213,7 +213,7 @@ void lsp_signature(Str *s, const LspCtx *c, const FuncDecl *f, bool fence) {
     if (typed)
       str_printf(s, "%s", f->param_types ? lsp_type_text(c, &f->param_types[k]) : "?");
     else
-      lsp_type_expr(s, p->type);
+      ast_type_text(s, p->type);
   }
   str_printf(s, ")");
   for (int k = 0; k < f->nresults; k++) {
@@ -222,7 +222,7 @@ void lsp_signature(Str *s, const LspCtx *c, const FuncDecl *f, bool fence) {
     if (typed)
       str_printf(s, "%s", f->result_types ? lsp_type_text(c, &f->result_types[k]) : "?");
     else
-      lsp_type_expr(s, f->results[k]);
+      ast_type_text(s, f->results[k]);
     if (tuple && k == f->nresults - 1)
       str_printf(s, ")");
   }
@@ -316,7 +316,7 @@ static void field_markdown(Str *s, const LspCtx *c, const Occ *o) {
   if (o->fty.kind != TY_ERROR)
     str_printf(s, "%s", lsp_type_text(c, &o->fty));
   else
-    lsp_type_expr(s, p->type);
+    ast_type_text(s, p->type);
   str_printf(s, "\n```\nfield %d of struct `%.*s`", o->field + 1, sd->name.len, sd->name.start);
   if (o->kind == OC_FIELD && sd->def && o->fty.kind != TY_ERROR &&
       !ty_equal(&o->fty, &sd->def->field_types[o->field]))

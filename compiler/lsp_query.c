@@ -503,7 +503,7 @@ static json_t *struct_symbol(const LspCtx *c, const StructDecl *sd) {
       detail = lsp_type_text(c, &sd->def->field_types[f]);
     else {
       Str t = {0};
-      lsp_type_expr(&t, p->type);
+      ast_type_text(&t, p->type);
       detail = arena_strdup(str_cstr(&t));
       free(t.buf);
     }
@@ -532,7 +532,7 @@ static json_t *func_symbol(const LspCtx *c, const FuncDecl *f) {
     const char *detail_k = pa->sym ? lsp_type_text(c, &pa->sym->type) : NULL;
     if (!pa->sym) {
       Str t = {0};
-      lsp_type_expr(&t, pa->type);
+      ast_type_text(&t, pa->type);
       detail_k = arena_strdup(str_cstr(&t));
       free(t.buf);
     }

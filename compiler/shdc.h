@@ -403,6 +403,7 @@ typedef struct {
 Expr *ast_expr(ExprKind kind, Pos pos);
 Stmt *ast_stmt(StmtKind kind, Pos pos);
 const char *ast_binop_text(int op);
+void ast_type_text(Str *s, const TypeExpr *t);
 bool tok_eq(Token t, const char *s);
 char *tok_str(Token t);
 

@@ -227,34 +227,6 @@ static void text_list(Str *s, const Vec *v) {
   }
 }
 
-/* A type as written (f32[8@X, 4]<U:Y>), for fixes that quote a call. */
-static void type_text(Str *s, const TypeExpr *t) {
-  if (t->named)
-    str_printf(s, "%.*s", t->name.len, t->name.start);
-  else
-    str_printf(s, "%s", ty_dtype_name(t->dtype));
-  if (t->rank)
-    str_putc(s, '[');
-  for (int d = 0; d < t->rank; d++) {
-    const DimExpr *de = &t->dims[d];
-    str_printf(s, "%s%.*s", d ? ", " : "", de->size.len, de->size.start);
-    if (de->naxes)
-      str_printf(s, "@%s", de->paren ? "(" : "");
-    for (int i = 0; i < de->naxes; i++)
-      str_printf(s, "%s%.*s", i ? "," : "", de->axes[i].len, de->axes[i].start);
-    if (de->paren)
-      str_putc(s, ')');
-  }
-  if (t->rank)
-    str_putc(s, ']');
-  for (int k = 0; k < t->nannots; k++) {
-    str_printf(s, "<%c:", t->annots[k].kind);
-    for (int i = 0; i < t->annots[k].naxes; i++)
-      str_printf(s, "%s%.*s", i ? "," : "", t->annots[k].axes[i].len, t->annots[k].axes[i].start);
-    str_putc(s, '>');
-  }
-}
-
 static void text_of(Str *s, const Expr *e) {
   switch (e->kind) {
   case EX_STRING: str_printf(s, "\"%s\"", e->str); return;
@@ -272,8 +244,8 @@ static void text_of(Str *s, const Expr *e) {
   case EX_KWARG: str_printf(s, "%s=", e->str); text_of(s, e->lhs); return;
   case EX_TUPLE: str_putc(s, '('); text_list(s, &e->args); str_putc(s, ')'); return;
   case EX_LIST: str_putc(s, '['); text_list(s, &e->args); str_putc(s, ']'); return;
-  case EX_AS: str_putc(s, '('); text_of(s, e->lhs); str_printf(s, " as "); type_text(s, e->type); str_putc(s, ')'); return;
-  case EX_TYPE: type_text(s, e->type); return;
+  case EX_AS: str_putc(s, '('); text_of(s, e->lhs); str_printf(s, " as "); ast_type_text(s, e->type); str_putc(s, ')'); return;
+  case EX_TYPE: ast_type_text(s, e->type); return;
   case EX_INDEX: text_of(s, e->lhs); str_putc(s, '['); text_list(s, &e->args); str_putc(s, ']'); return;
   case EX_FIELD: text_of(s, e->lhs); str_printf(s, ".%s", e->str); return;
   case EX_LEAF:
