@@ -32,6 +32,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,4 +191,12 @@ void shd_agree(const char *msg)
         shd_fatal("%s", msg);
     MPI_Barrier(MPI_COMM_WORLD);   /* ended by that rank's MPI_Abort */
     shd_fatal("aborted after an error on rank %d", first);
+}
+
+void shd_msgf(char *msg, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, SHD_MSG_LEN, fmt, ap);
+    va_end(ap);
 }

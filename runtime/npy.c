@@ -52,18 +52,6 @@
 
 #define MAGIC "\x93NUMPY"
 #define MAGIC_LEN 6
-#define MSG_LEN 1024
-
-/* Messages may be cut at MSG_LEN; formatting through a va_list keeps
- * -Wformat-truncation quiet about that deliberate bound. */
-__attribute__((format(printf, 2, 3)))
-static void msgf(char *msg, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, MSG_LEN, fmt, ap);
-    va_end(ap);
-}
 
 static const char *mpi_error(int rc, char *buf)
 {
@@ -314,7 +302,7 @@ typedef struct {
     const char *path;
     shd_temp t;            /* the temporary: its name on every rank, its identity */
     size_t total;          /* bytes of the complete file */
-    char msg[MSG_LEN];     /* this rank's first failure, "" if none */
+    char msg[SHD_MSG_LEN]; /* this rank's first failure, "" if none */
 } save_job;
 
 __attribute__((format(printf, 2, 3)))
@@ -322,12 +310,12 @@ static void save_fail(save_job *j, const char *fmt, ...)
 {
     if (j->msg[0])
         return;
-    char cause[MSG_LEN];
+    char cause[SHD_MSG_LEN];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(cause, sizeof cause, fmt, ap);
     va_end(ap);
-    msgf(j->msg, "save(\"%s\"): %s", j->path, cause);
+    shd_msgf(j->msg, "save(\"%s\"): %s", j->path, cause);
 }
 
 static void save_check_mpi(save_job *j, int rc, const char *what)
@@ -571,12 +559,12 @@ static bool header_matches(const char *path, const shd_npy_header *h, shd_dtype 
         strcmp(h->descr + 1, "i1") != 0 && strcmp(h->descr + 1, "u1") != 0) {
         char q[128];
         descr_quoted(h, q, sizeof q);
-        msgf(msg, "load(\"%s\"): file is big-endian (%s); save "
+        shd_msgf(msg, "load(\"%s\"): file is big-endian (%s); save "
                  "it little-endian (a.astype('<%.*s'))", path, q, (int)strcspn(q + 2, "'."), q + 2);
         return false;
     }
     if (h->fortran) {
-        msgf(msg, "load(\"%s\"): file is in Fortran order; save it "
+        shd_msgf(msg, "load(\"%s\"): file is in Fortran order; save it "
                  "in C order (np.ascontiguousarray)", path);
         return false;
     }
@@ -589,7 +577,7 @@ static bool header_matches(const char *path, const shd_npy_header *h, shd_dtype 
     descr_name(h, fe, sizeof fe);
     type_text(ft, sizeof ft, fe, h->rank, h->shape);
     type_text(pt, sizeof pt, shd_dtype_name(dt), rank, gshape);
-    msgf(msg, "load(\"%s\"): file has %s, program expects %s",
+    shd_msgf(msg, "load(\"%s\"): file has %s, program expects %s",
              path, ft, pt);
     return false;
 }
@@ -600,7 +588,7 @@ static long read_preamble(FILE *f, const char *what, const char *path, shd_npy_h
 {
     unsigned char pre[12];
     if (fread(pre, 1, 8, f) != 8 || memcmp(pre, MAGIC, MAGIC_LEN) != 0) {
-        msgf(msg, "%s(\"%s\"): not a .npy file", what, path);
+        shd_msgf(msg, "%s(\"%s\"): not a .npy file", what, path);
         return -1;
     }
     size_t hlen, at;
@@ -611,7 +599,7 @@ static long read_preamble(FILE *f, const char *what, const char *path, shd_npy_h
         hlen = pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
         at = 12;
     } else {
-        msgf(msg, "%s(\"%s\"): unsupported .npy version %d.%d", what, path, pre[6], pre[7]);
+        shd_msgf(msg, "%s(\"%s\"): unsupported .npy version %d.%d", what, path, pre[6], pre[7]);
         return -1;
     }
     char *dict = hlen < (1u << 24) ? malloc(hlen + 1) : NULL;
@@ -621,7 +609,7 @@ static long read_preamble(FILE *f, const char *what, const char *path, shd_npy_h
         ok = shd_npy_parse_header(dict, hlen, h, &why);
     free(dict);
     if (!ok) {
-        msgf(msg, "%s(\"%s\"): malformed .npy header: %s", what, path, why);
+        shd_msgf(msg, "%s(\"%s\"): malformed .npy header: %s", what, path, why);
         return -1;
     }
     return (long)(at + hlen);
@@ -635,14 +623,14 @@ static FILE *open_npy(const char *what, const char *path, char *msg)
     int fd = open(path, O_RDONLY | O_NONBLOCK);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        msgf(msg, "%s(\"%s\"): cannot open: %s", what, path, fd < 0 ? strerror(errno) : "not a regular file");
+        shd_msgf(msg, "%s(\"%s\"): cannot open: %s", what, path, fd < 0 ? strerror(errno) : "not a regular file");
         if (fd >= 0)
             close(fd);
         return NULL;
     }
     FILE *f = fdopen(fd, "rb");
     if (!f) {
-        msgf(msg, "%s(\"%s\"): cannot open: %s", what, path, strerror(errno));
+        shd_msgf(msg, "%s(\"%s\"): cannot open: %s", what, path, strerror(errno));
         close(fd);
     }
     return f;
@@ -666,7 +654,7 @@ static bool read_npy(const char *what, const char *path, npy_file *nf, char *msg
     nf->off = read_preamble(f, what, path, &nf->h, msg);
     bool ok = nf->off >= 0;
     if (ok && fstat(fileno(f), &nf->st) != 0) {
-        msgf(msg, "%s(\"%s\"): cannot read its size: %s", what, path, strerror(errno));
+        shd_msgf(msg, "%s(\"%s\"): cannot read its size: %s", what, path, strerror(errno));
         ok = false;
     }
     fclose(f);
@@ -692,7 +680,7 @@ static bool fits(const char *path, const npy_file *nf, shd_dtype dt, int rank, c
     if (start && h->rank == rank)
         for (int d = 0; d < rank; d++)
             if (start[d] < 0 || start[d] > h->shape[d] - gshape[d]) {
-                msgf(msg, "load(\"%s\"): the window of %lld from %lld along dim %d does not fit the file's %lld",
+                shd_msgf(msg, "load(\"%s\"): the window of %lld from %lld along dim %d does not fit the file's %lld",
                      path, (long long)gshape[d], (long long)start[d], d, (long long)h->shape[d]);
                 return false;
             }
@@ -707,10 +695,10 @@ static bool fits(const char *path, const npy_file *nf, shd_dtype dt, int rank, c
         descr_name(h, fe, sizeof fe);
         type_text(ft, sizeof ft, fe, h->rank, h->shape);
         if (counted)
-            msgf(msg, "load(\"%s\"): file is truncated (%lld bytes; its header's %s needs %lld after the %ld-byte "
+            shd_msgf(msg, "load(\"%s\"): file is truncated (%lld bytes; its header's %s needs %lld after the %ld-byte "
                  "header)", path, (long long)nf->st.st_size, ft, (long long)need, nf->off);
         else
-            msgf(msg, "load(\"%s\"): file is truncated (%lld bytes; its header's %s would need more than 2^63 "
+            shd_msgf(msg, "load(\"%s\"): file is truncated (%lld bytes; its header's %s would need more than 2^63 "
                  "bytes)", path, (long long)nf->st.st_size, ft);
         return false;
     }
@@ -725,10 +713,10 @@ static bool fits(const char *path, const npy_file *nf, shd_dtype dt, int rank, c
  * being read with the other file's dtype and data offset. */
 static MPI_File open_checked(const char *path, const int64_t *id, int line)
 {
-    char msg[MSG_LEN] = "", err[MPI_MAX_ERROR_STRING];
+    char msg[SHD_MSG_LEN] = "", err[MPI_MAX_ERROR_STRING];
     int e = shd_world_rank() == 0 ? 0 : visible(path, R_OK);
     if (e)
-        msgf(msg, "load(\"%s\"): this rank cannot read it (%s), rank 0 can: every rank reads its block from the file, "
+        shd_msgf(msg, "load(\"%s\"): this rank cannot read it (%s), rank 0 can: every rank reads its block from the file, "
              "so it must be at this path on every host (a file system they all share, or the same copy on each)", path,
              strerror(e));
     shd_agree(e ? msg : NULL);
@@ -738,14 +726,14 @@ static MPI_File open_checked(const char *path, const int64_t *id, int line)
     bool seen = stat(path, &st) == 0;
     bool same = same_identity(&st, id);   /* collective on first use: every rank calls it */
     if (rc != MPI_SUCCESS)
-        msgf(msg, "load(\"%s\"): cannot open: %s", path, mpi_error(rc, err));
+        shd_msgf(msg, "load(\"%s\"): cannot open: %s", path, mpi_error(rc, err));
     else if (!seen || !same)
-        msgf(msg, "load(\"%s\"): the file was replaced while it was being opened (rank 0 had checked the header "
+        shd_msgf(msg, "load(\"%s\"): the file was replaced while it was being opened (rank 0 had checked the header "
              "of the file that was there before); nothing was read", path);
     if (msg[0] && line) {
-        char inner[MSG_LEN];
+        char inner[SHD_MSG_LEN];
         memcpy(inner, msg, sizeof inner);
-        msgf(msg, "line %d: %s", line, inner);
+        shd_msgf(msg, "line %d: %s", line, inner);
     }
     shd_agree(msg[0] ? msg : NULL);
     return fh;
@@ -756,7 +744,7 @@ static MPI_File open_checked(const char *path, const int64_t *id, int line)
 static void read_block(MPI_File fh, const char *path, long off, void *local, shd_dtype dt, int rank,
                        const int64_t *fshape, const int64_t *offset, const int64_t *shape)
 {
-    char msg[MSG_LEN], err[MPI_MAX_ERROR_STRING];
+    char msg[SHD_MSG_LEN], err[MPI_MAX_ERROR_STRING];
     size_t es = shd_dtype_size(dt);
     int64_t count = shd_shape_count(rank, shape);
     MPI_Datatype et = elem_type(dt), ft;
@@ -764,7 +752,7 @@ static void read_block(MPI_File fh, const char *path, long off, void *local, shd
     int rc2 = MPI_SUCCESS;
     int64_t got = transfer_all(fh, local, rc == MPI_SUCCESS ? count : 0, et, es, false, &rc2);
     rc = rc == MPI_SUCCESS ? rc2 : rc;
-    msgf(msg, "load(\"%s\"): read failed: %s", path,
+    shd_msgf(msg, "load(\"%s\"): read failed: %s", path,
          rc != MPI_SUCCESS ? mpi_error(rc, err) : "the file ended early");
     if (rc == MPI_SUCCESS && got != count)
         rc = MPI_ERR_IO;
@@ -784,7 +772,7 @@ void shd_load_npy(const char *path, void *local, shd_dtype dt, int rank,
                   const int64_t *shape)
 {
     check_block("load", path, rank, gshape, offset, shape);
-    char msg[MSG_LEN];
+    char msg[SHD_MSG_LEN];
     int64_t got[4] = { 0, 0, 0, 0 };   /* data offset, device, inode, size */
     bool ok = true;
     if (shd_world_rank() == 0) {
@@ -834,13 +822,13 @@ void shd_load_npy_window(const char *path, void *local, shd_dtype dt, int rank, 
                          const int64_t *offset, const int64_t *shape, const int64_t *start, int line)
 {
     check_block("load", path, rank, gshape, offset, shape);
-    char msg[MSG_LEN] = "";
+    char msg[SHD_MSG_LEN] = "";
     /* the data offset, whether the open file serves, its device, inode and
      * size, the file's shape */
     int64_t got[5 + SHD_MAX_RANK] = {0}, foff[SHD_MAX_RANK];
     npy_file fresh;
     if (shd_world_rank() == 0) {
-        char inner[MSG_LEN];
+        char inner[SHD_MSG_LEN];
         bool reuse = g_win.path && strcmp(g_win.path, path) == 0 && same_file(path, &g_win.nf);
         const npy_file *nf = reuse ? &g_win.nf : &fresh;
         if ((reuse || read_npy("load", path, &fresh, inner)) && fits(path, nf, dt, rank, gshape, start, inner)) {
@@ -852,7 +840,7 @@ void shd_load_npy_window(const char *path, void *local, shd_dtype dt, int rank, 
             for (int d = 0; d < rank; d++)
                 got[5 + d] = nf->h.shape[d];
         } else
-            msgf(msg, "line %d: %s", line, inner);
+            shd_msgf(msg, "line %d: %s", line, inner);
     }
     shd_agree(msg[0] ? msg : NULL);
     MPI_Bcast(got, 5 + rank, MPI_INT64_T, 0, MPI_COMM_WORLD);
@@ -884,11 +872,11 @@ static int64_t header_dim(const char *path, int k, char *msg)
         char ft[640], fe[128];
         descr_name(&h, fe, sizeof fe);
         type_text(ft, sizeof ft, fe, h.rank, h.shape);
-        msgf(msg, "load_dim(\"%s\"): the file's array %s has no dim %d", path, ft, k);
+        shd_msgf(msg, "load_dim(\"%s\"): the file's array %s has no dim %d", path, ft, k);
         return -1;
     }
     if (h.shape[k] > INT32_MAX) {
-        msgf(msg, "load_dim(\"%s\"): dim %d of the file's array is %lld, more than an i32 holds", path, k,
+        shd_msgf(msg, "load_dim(\"%s\"): dim %d of the file's array is %lld, more than an i32 holds", path, k,
              (long long)h.shape[k]);
         return -1;
     }
@@ -897,13 +885,13 @@ static int64_t header_dim(const char *path, int k, char *msg)
 
 int32_t shd_npy_dim(const char *path, int k, int line)
 {
-    char msg[MSG_LEN];
+    char msg[SHD_MSG_LEN];
     int64_t n = 0;
     if (shd_world_rank() == 0) {
-        char inner[MSG_LEN];
+        char inner[SHD_MSG_LEN];
         n = header_dim(path, k, inner);
         if (n < 0)
-            msgf(msg, "line %d: %s", line, inner);
+            shd_msgf(msg, "line %d: %s", line, inner);
     }
     shd_agree(n < 0 ? msg : NULL);
     MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);

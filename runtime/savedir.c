@@ -24,7 +24,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <stdarg.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,18 +33,6 @@
 
 #include "shdrt_internal.h"
 
-#define MSG_LEN 1024
-
-/* Messages may be cut at MSG_LEN; formatting through a va_list keeps
- * -Wformat-truncation quiet about that deliberate bound. */
-__attribute__((format(printf, 2, 3)))
-static void msgf(char *msg, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, MSG_LEN, fmt, ap);
-    va_end(ap);
-}
 
 /* DIR's parent and last name: "a/b/c" -> "a/b", "c"; "c" -> ".", "c"; a
  * trailing '/' is dropped. */
@@ -101,24 +88,24 @@ static void sweep(const char *parent, const char *base)
 void shd_savedir_begin(shd_str *tmp, const shd_str *dir, int line)
 {
     const char *path = shd_str_path(dir, "save", line);
-    char msg[MSG_LEN] = "";
+    char msg[SHD_MSG_LEN] = "";
     if (shd_world_rank() == 0) {
         char parent[SHD_STR_MAX], base[SHD_STR_MAX];
         split_path(path, parent, sizeof parent, base, sizeof base);
         struct stat st;
         if (!base[0] || !strcmp(base, ".") || !strcmp(base, ".."))
-            msgf(msg, "line %d: save(\"%s\"): a struct is saved to a directory of its own; name one, "
+            shd_msgf(msg, "line %d: save(\"%s\"): a struct is saved to a directory of its own; name one, "
                      "e.g. \"ckpt/params\"", line, path);
         else if (lstat(path, &st) == 0 && !S_ISDIR(st.st_mode))
-            msgf(msg, "line %d: save(\"%s\"): %s exists and is not a directory; a struct is saved as "
+            shd_msgf(msg, "line %d: save(\"%s\"): %s exists and is not a directory; a struct is saved as "
                      "a directory of .npy files", line, path, path);
         else if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
-            msgf(msg, "line %d: save(\"%s\"): cannot save into %s: %s", line, path, parent,
+            shd_msgf(msg, "line %d: save(\"%s\"): cannot save into %s: %s", line, path, parent,
                  stat(parent, &st) != 0 ? strerror(errno) : "not a directory");
         else if ((size_t)snprintf(tmp->s, SHD_STR_MAX, "%s/.%s.shd-save-XXXXXX", parent, base) >= SHD_STR_MAX - 16)
-            msgf(msg, "line %d: save(\"%s\"): the path is too long", line, path);
+            shd_msgf(msg, "line %d: save(\"%s\"): the path is too long", line, path);
         else if ((sweep(parent, base), !mkdtemp(tmp->s)))
-            msgf(msg, "line %d: save(\"%s\"): cannot create a directory in %s: %s", line, path,
+            shd_msgf(msg, "line %d: save(\"%s\"): cannot create a directory in %s: %s", line, path,
                      parent, strerror(errno));
         else {
             mode_t um = umask(0);
@@ -152,7 +139,7 @@ static int remove_one(const char *path, const struct stat *st, int flag, struct 
 void shd_savedir_commit(const shd_str *tmp, const shd_str *dir, int line)
 {
     const char *path = shd_str_path(dir, "save", line);
-    char msg[MSG_LEN] = "";
+    char msg[SHD_MSG_LEN] = "";
     if (shd_world_rank() == 0) {
         char parent[SHD_STR_MAX], base[SHD_STR_MAX];
         split_path(path, parent, sizeof parent, base, sizeof base);
@@ -160,11 +147,11 @@ void shd_savedir_commit(const shd_str *tmp, const shd_str *dir, int line)
         struct stat st;
         bool existed = lstat(path, &st) == 0;
         if (!existed && rename(tmp->s, path) != 0)
-            msgf(msg, "line %d: save(\"%s\"): cannot rename %s to it: %s", line, path, tmp->s,
+            shd_msgf(msg, "line %d: save(\"%s\"): cannot rename %s to it: %s", line, path, tmp->s,
                      strerror(errno));
         if (existed && renameat2(AT_FDCWD, tmp->s, AT_FDCWD, path, RENAME_EXCHANGE) != 0) {
             int err = errno;
-            msgf(msg, "line %d: save(\"%s\"): cannot replace the directory with the new one "
+            shd_msgf(msg, "line %d: save(\"%s\"): cannot replace the directory with the new one "
                      "(%s): %s", line, path, tmp->s,
                      err == EINVAL || err == ENOSYS ? "this file system cannot exchange two directories in one step, "
                                                       "so it cannot replace a checkpoint atomically; save to a new "

@@ -76,6 +76,10 @@ void shd_guard_cleanup(void);
  * reports it through shd_fatal and every rank stops; NULL everywhere
  * returns. */
 void shd_agree(const char *msg);
+/* guard.c: formats a message into msg[SHD_MSG_LEN], cut there on purpose
+ * (through a va_list, which keeps -Wformat-truncation quiet about it). */
+#define SHD_MSG_LEN 1024
+__attribute__((format(printf, 2, 3))) void shd_msgf(char *msg, const char *fmt, ...);
 
 /* npy.c: closes the file a window load keeps open (collective; shd_finalize). */
 void shd_npy_fini(void);
