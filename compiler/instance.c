@@ -232,20 +232,9 @@ static const char *instance_name(const Program *p, const FuncDecl *g) {
   }
 }
 
-static FuncDecl *instantiate(TcCtx *c, FuncDecl *g, Type *targs, Pos site) {
-  for (int i = 0; i < instances.len; i++) {
-    Instance *in = instances.data[i];
-    bool same = in->g == g;
-    for (int k = 0; same && k < g->ntparams; k++)
-      same = ty_equal(&in->targs[k], &targs[k]);
-    if (same)
-      return in->inst;
-  }
-  if (depth >= MAX_INST_DEPTH) {
-    diag_error(site, "E_NAME", "generic functions instantiate each other more than %d deep here (a function "
-               "that calls itself, with ever new types?); %s", MAX_INST_DEPTH, binding_text(c, g, targs));
-    return NULL;
-  }
+/* A copy of g's declaration for the type arguments targs (one per type
+ * parameter, bound in its own scope), added to the program's functions. */
+static FuncDecl *new_instance(TcCtx *c, FuncDecl *g, Type *targs) {
   FuncDecl *f = clone_func(g);
   f->generic = g;
   f->targs = targs;
@@ -260,18 +249,42 @@ static FuncDecl *instantiate(TcCtx *c, FuncDecl *g, Type *targs, Pos site) {
     vec_push(&sc->syms, s);
   }
   f->tscope = sc;
+  vec_push(&c->prog->funcs, f);
+  return f;
+}
+
+/* A checking context of an instance's own, on the caller's program and mesh. */
+static TcCtx instance_ctx(const TcCtx *c) {
+  TcCtx ic;
+  memset(&ic, 0, sizeof ic);
+  ic.prog = c->prog;
+  ic.mesh = c->mesh;
+  return ic;
+}
+
+static FuncDecl *instantiate(TcCtx *c, FuncDecl *g, Type *targs, Pos site) {
+  for (int i = 0; i < instances.len; i++) {
+    Instance *in = instances.data[i];
+    bool same = in->g == g;
+    for (int k = 0; same && k < g->ntparams; k++)
+      same = ty_equal(&in->targs[k], &targs[k]);
+    if (same)
+      return in->inst;
+  }
+  if (depth >= MAX_INST_DEPTH) {
+    diag_error(site, "E_NAME", "generic functions instantiate each other more than %d deep here (a function "
+               "that calls itself, with ever new types?); %s", MAX_INST_DEPTH, binding_text(c, g, targs));
+    return NULL;
+  }
+  FuncDecl *f = new_instance(c, g, targs);
   Instance *in = arena_alloc(sizeof *in);
   in->g = g;
   in->targs = targs;
   in->inst = f;
   vec_push(&instances, in);
-  vec_push(&c->prog->funcs, f);
   /* Checked now, in a context of its own: the caller's is in the middle of
    * its body. */
-  TcCtx ic;
-  memset(&ic, 0, sizeof ic);
-  ic.prog = c->prog;
-  ic.mesh = c->mesh;
+  TcCtx ic = instance_ctx(c);
   depth++;
   diag_push_note(site, arena_printf("in %s called from %s:%d:%d", binding_text(c, g, targs),
                                     site.file ? site.file->name : "?", site.line, site.col));
@@ -442,22 +455,9 @@ FuncDecl *tc_instantiate_manual(TcCtx *c, Expr *call, FuncDecl *f, Expr **args, 
                "here", MAX_INST_DEPTH);
     return NULL;
   }
-  inst = clone_func(f);
-  inst->generic = f;
-  inst->targs = targs;
+  inst = new_instance(c, f, targs);
   inst->view_manual = M;
   inst->manual_set = M;
-  inst->cname = instance_name(c->prog, f);
-  Scope *sc = arena_alloc(sizeof *sc);
-  for (int k = 0; k < f->ntparams; k++) {
-    Symbol *s = arena_alloc(sizeof *s);
-    s->kind = SYM_TYPE;
-    s->name = tok_str(f->tparams[k]);
-    s->pos = f->tparams[k].pos;
-    s->type = targs[k];
-    vec_push(&sc->syms, s);
-  }
-  inst->tscope = sc;
   Instance *rec = arena_alloc(sizeof *rec);
   rec->g = f;
   rec->manual = M;
@@ -465,11 +465,7 @@ FuncDecl *tc_instantiate_manual(TcCtx *c, Expr *call, FuncDecl *f, Expr **args, 
   rec->nargs = nargs;
   rec->inst = inst;
   vec_push(&instances, rec);
-  vec_push(&c->prog->funcs, inst);
-  TcCtx ic;
-  memset(&ic, 0, sizeof ic);
-  ic.prog = c->prog;
-  ic.mesh = c->mesh;
+  TcCtx ic = instance_ctx(c);
   depth++;
   bool mine = diag_push_redirect(call->pos, arena_printf("in %s (called from this manual body)", fname));
   inst->ok = tc_up.check_signature(&ic, inst);
