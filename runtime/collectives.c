@@ -547,6 +547,25 @@ static void reduce_scatter_ring(const block_set *b, void *out, shd_dtype dt,
     }
 }
 
+/* What reduce_scatter and all_to_all do first: dim (described as `dimname`,
+ * its layout l) must divide into the G members' blocks; the bytes moved are
+ * traced; a group of one copies in to out. Returns the array's bytes, or 0
+ * when nothing is left to do (one member, or an empty array). */
+static size_t split_start(const char *what, const char *dimname, int dim, layout l, int G,
+                          const void *in, void *out, int rank, const int64_t *shape, size_t es)
+{
+    if (l.rows % G != 0)
+        shd_fatal("%s: %s %d has size %lld, not divisible by the group size %d",
+                  what, dimname, dim, (long long)l.rows, G);
+    size_t n = (size_t)shd_shape_count(rank, shape) * es;
+    shd_trace_add(what, (size_t)(G - 1) * n / (size_t)G);
+    if (G > 1)
+        return n;
+    if (n)
+        memcpy(out, in, n);
+    return 0;
+}
+
 static void reduce_scatter_impl(const void *in, void *out, shd_dtype dt, shd_redop op,
                         int rank, const int64_t *shape, int dim,
                         const int *axes, int naxes)
@@ -554,15 +573,7 @@ static void reduce_scatter_impl(const void *in, void *out, shd_dtype dt, shd_red
     int G = shd_group_size(axes, naxes);
     size_t es = shd_dtype_size(dt);
     layout l = layout_of(rank, shape, dim, es, "reduce_scatter");
-    if (l.rows % G != 0)
-        shd_fatal("reduce_scatter: dim %d has size %lld, not divisible by the "
-                  "group size %d", dim, (long long)l.rows, G);
-    size_t n = (size_t)shd_shape_count(rank, shape) * es;
-    shd_trace_add("reduce_scatter", (size_t)(G - 1) * n / (size_t)G);
-    if (G == 1) {
-        memcpy(out, in, n);
-        return;
-    }
+    size_t n = split_start("reduce_scatter", "dim", dim, l, G, in, out, rank, shape, es);
     if (n == 0)
         return;
     MPI_Comm comm = shd_group_comm(axes, naxes);
@@ -625,15 +636,7 @@ static void all_to_all_impl(const void *in, void *out, shd_dtype dt, int rank,
     size_t es = shd_dtype_size(dt);
     layout ls = layout_of(rank, shape, split, es, "all_to_all");
     (void)layout_of(rank, shape, concat, es, "all_to_all");
-    if (ls.rows % G != 0)
-        shd_fatal("all_to_all: split dim %d has size %lld, not divisible by "
-                  "the group size %d", split, (long long)ls.rows, G);
-    size_t n = (size_t)shd_shape_count(rank, shape) * es;
-    shd_trace_add("all_to_all", (size_t)(G - 1) * n / (size_t)G);
-    if (G == 1) {
-        memcpy(out, in, n);
-        return;
-    }
+    size_t n = split_start("all_to_all", "split dim", split, ls, G, in, out, rank, shape, es);
     if (n == 0)
         return;
     MPI_Comm comm = shd_group_comm(axes, naxes);
