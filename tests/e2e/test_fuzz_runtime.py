@@ -122,7 +122,7 @@ def mutate(rnd, valid):
             for _ in range(rnd.randint(1, 3)):
                 i = rnd.randrange(min(len(data), head_end + 1))
                 data[i] = rnd.randrange(256)
-        elif r < 0.5:   # the header length or version
+        elif r < 0.5 and len(data) >= 10:   # the header length or version (of a file not cut before them)
             if rnd.random() < 0.5:
                 data[8:10] = rnd.randrange(65536).to_bytes(2, "little")
             else:
