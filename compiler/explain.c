@@ -79,7 +79,8 @@ static void list_inst(Report *r, const Inst *in, const char *ctx) {
       r->seconds += sec;
       est = arena_printf("  est %10s %-18s", net_seconds_str(sec), *algo ? algo : "-");
     }
-    const char *where = *of_file(in->pos) ? arena_printf("   (line %d%s)", in->pos.line, of_file(in->pos)) : "";
+    const char *of = of_file(in->pos);
+    const char *where = *of ? arena_printf("   (line %d%s)", in->pos.line, of) : "";
     fprintf(r->out, "  line %-4d %-18s over (%s)%*s %12lld bytes/rank%s   %s -> %s%s%s\n", in->pos.line, kind,
             in->naxes == 0 ? "mesh" : str_cstr(&axes), (int)(8 - (in->naxes == 0 ? 4 : axes.len)), "",
             (long long)bytes, est, ty_local_str(m, &in->args[0]->type), ty_local_str(m, &in->results[0]->type), ctx,
@@ -91,11 +92,11 @@ static void list_inst(Report *r, const Inst *in, const char *ctx) {
       r->bytes = INT64_MAX;
     }
   }
+  const char *of = in->nregions ? of_file(in->pos) : "";
   for (int k = 0; k < in->nregions; k++) {
-    const char *inner = in->op == IR_FOR ? arena_printf("   (in the loop at line %d%s)", in->pos.line,
-                                                        of_file(in->pos))
+    const char *inner = in->op == IR_FOR ? arena_printf("   (in the loop at line %d%s)", in->pos.line, of)
                                          : arena_printf("   (in the %s branch at line %d%s)", k ? "else" : "then",
-                                                        in->pos.line, of_file(in->pos));
+                                                        in->pos.line, of);
     list_block(r, in->regions[k], inner);
   }
 }

@@ -223,6 +223,12 @@ static bool index_construction(LspIndex *ix, const Expr *e) {
   return true;
 }
 
+/* Every argument (or element, or index) of e. */
+static void index_args(LspIndex *ix, const Expr *e) {
+  for (int i = 0; i < e->args.len; i++)
+    index_expr(ix, e->args.data[i]);
+}
+
 static void index_expr(LspIndex *ix, const Expr *e) {
   if (!e)
     return;
@@ -248,16 +254,14 @@ static void index_expr(LspIndex *ix, const Expr *e) {
     } else {
       index_expr(ix, e->callee);
     }
-    for (int i = 0; i < e->args.len; i++)
-      index_expr(ix, e->args.data[i]);
+    index_args(ix, e);
     return;
   case EX_KWARG:
     index_expr(ix, e->lhs);
     return;
   case EX_TUPLE:
   case EX_LIST:
-    for (int i = 0; i < e->args.len; i++)
-      index_expr(ix, e->args.data[i]);
+    index_args(ix, e);
     return;
   case EX_TYPE:
     index_type(ix, e->type);
@@ -270,8 +274,7 @@ static void index_expr(LspIndex *ix, const Expr *e) {
   case EX_INDEX:
     add(ix, OC_EXPR, e->tok.pos, e->tok.len)->e = e;
     index_expr(ix, e->lhs);
-    for (int i = 0; i < e->args.len; i++)
-      index_expr(ix, e->args.data[i]);
+    index_args(ix, e);
     return;
   case EX_SLICE:
     index_expr(ix, e->lhs);
