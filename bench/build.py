@@ -10,7 +10,8 @@ for another shdc (--baseline, e.g. a build of main).
 
   bench/build.py [--repeat 3] [--baseline SHDC] [PROGRAM.shd ...]
 
-The default program is dsl-examples/gpt2.shd. On a machine shared with
+The default programs are dsl-examples/gpt2.shd and dsl-examples/llama.shd
+(at their default sizes). On a machine shared with
 other work the wall-clock column is noisy; the CPU column is not, and on an
 idle machine with N cores the wall-clock time of the split build tends to
 its CPU time over N.
@@ -43,7 +44,8 @@ def one_build(shdc, src, jobs, d):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("programs", nargs="*", default=[os.path.join(ROOT, "dsl-examples", "gpt2.shd")])
+    ap.add_argument("programs", nargs="*", default=[os.path.join(ROOT, "dsl-examples", p)
+                                                    for p in ("gpt2.shd", "llama.shd")])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--baseline", metavar="SHDC")
     a = ap.parse_args()

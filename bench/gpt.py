@@ -1,31 +1,58 @@
 #!/usr/bin/env python3
-"""bench/gpt.py: the GPT-2 training step of dsl-examples/gpt2.shd as shdc
-compiles it, against this machine's matrix-multiply rate and against the
-same model in PyTorch (tests/gpt2/ref_torch.py's forward pass, AdamW over
-the same two parameter groups; DistributedDataParallel over gloo across
-ranks), data parallel at each rank count, one thread per rank on both
-sides.
+"""bench/gpt.py: the training steps of dsl-examples/gpt2.shd and
+dsl-examples/llama.shd as shdc compiles them, against this machine's
+matrix-multiply rate and against the same models in PyTorch, data parallel
+at each rank count, one thread per rank on both sides.
+
+The PyTorch peers are the tests' independent references: GPT-2 is
+tests/gpt2/ref_torch.py's forward pass with AdamW over the same two
+parameter groups; LLaMA is tests/llama/ref_torch.py's llama_loss (RMSNorm,
+rotary embeddings, grouped-query attention, SwiGLU, untied head) with
+AdamW over llama.shd's two groups (weight decay on Decay's matrices only)
+and the gradient clipped to a global norm of 1 (llama.shd's --clip
+default). Across ranks: DistributedDataParallel over gloo, one thread a
+rank. Both sides train on the same uniform random tokens.
 
 Per configuration and rank count: ms per step (median of the steps after
 the first two); the model's FLOPs per step (6 x parameters x tokens, plus
-attention's 12 x L x T x C per token, the usual MFU count); the GFLOP/s
-achieved; the rate of OpenBLAS sgemm at the model's GEMM shapes on this
-machine (bench/sgemm_rate.c: each forward product and its two backward
-products, one thread a rank, all ranks at once, measured just before and
-just after the step, averaged), times the ranks; and their ratio, the
-model FLOPs utilisation against this machine (MFU). Then PyTorch's
-ms/step, the share of shdc's step in GEMM (its timeline, `shdc
-trace-summary`), the MiB a step allocates from the buffer cache (the rises
-of the timeline's memory track, steps 5 and 6), peak resident memory per
-rank (both), and shdc's peak of
-live arrays per rank as measured (SHD_TRACE=1) and as `shdc explain`
-predicts it. Both sides train on the same uniform random tokens.
+attention's 12 x L x T x C per token, the usual MFU count; every parameter
+counts, embeddings included); the GFLOP/s achieved; the rate of OpenBLAS
+sgemm at the model's GEMM shapes on this machine (bench/sgemm_rate.c: each
+forward product and its two backward products, one thread a rank, all
+ranks at once, measured just before and just after the step, averaged),
+times the ranks; and their ratio, the model FLOPs utilisation against this
+machine (MFU). Then PyTorch's ms/step, the share of shdc's step in GEMM
+(its timeline, `shdc trace-summary`), the MiB a step allocates (rank 0's
+timeline, SHD_TRACE: the rises of its live-array-bytes counter inside
+steps 2 to 5 of a 6-step run, averaged; every array a step creates counts,
+whether the buffer cache hands out a reused block or a fresh one), peak
+resident memory per rank (both), and shdc's peak of live arrays per rank
+as measured (SHD_TRACE=1) and as `shdc explain` predicts it.
 
-  bench/gpt.py [--ranks 1 2] [--steps 12] [--configs demo large ...] [--torch-threads] [--bind-to core]
-               [--baseline SHDC] [--no-torch]
+  bench/gpt.py [--ranks 1 2] [--steps 12] [--configs demo large llama ...] [--torch-threads] [--bind-to core]
+               [--baseline SHDC [--baseline-src [MODEL=]FILE]] [--no-torch]
 
---baseline SHDC also times the step as another shdc (e.g. a build of main)
-compiles it, in the same run, and prints its ms/step and the speedup.
+Configurations (CONFIGS below): GPT-2's `demo` (gpt2.shd's defaults),
+`large` (C=384 T=256 L=4 NH=6 B=8; `large-b16` on a batch of 16),
+`c384t128` (C=384 T=128 L=6 B=16), `c768t256` (C=768 T=256 L=4 NH=12
+B=8); LLaMA's `llama` (llama.shd's defaults: C=128 T=64 L=4 NH=8 KV=2
+F=352 B=16) and `llama-c384` (C=384 T=256 L=4 NH=6 KV=2 F=1024 B=8);
+`tiny` and `llama-tiny` are smoke-check sizes (seconds, not measurements).
+
+--baseline SHDC also times the step as another shdc compiles it, in the
+same run, and prints its ms/step and the speedup (baseline / this). By
+default the baseline builds the same program; --baseline-src FILE (or
+MODEL=FILE, MODEL gpt2 or llama; plain FILE is for gpt2) gives it another,
+which must take the same -D sizes and --steps, --data=, --val= and
+--metrics= flags: an older shdc cannot parse today's language, so the
+baseline of an older shdc is that shdc's own version of the example.
+bench/baseline-shdc.sh REV DIR builds the shdc of commit REV into DIR (a
+git worktree) and prints the options; for the shdc before issue 15 (the
+first parent of merge 52a8e12):
+
+  bench/baseline-shdc.sh '52a8e12^1' /tmp/pre15
+  bench/gpt.py --baseline /tmp/pre15/build/shdc --baseline-src /tmp/pre15/dsl-examples/gpt2.shd ...
+
 With fewer cores than ranks the processes share cores: compare columns at
 the same rank count only. --torch-threads runs PyTorch as one process with
 as many threads as shdc has ranks (torch.set_num_threads), instead of as
@@ -33,12 +60,14 @@ many one-thread DDP ranks. A configuration whose batch does not divide by
 the rank count is skipped with a note.
 
 To measure on a machine that has MPI and OpenBLAS at run time but cannot
-build, `--build-only DIR` builds shdc's binaries (and copies shdc, which
-explain and trace-summary need, and gpt2.shd) into DIR with a manifest
-(gpt.json, merged with one already there) and runs nothing; `--run-from
-DIR` runs from there.
-Timings taken while other work loads the machine are noisy: the MFU
-column divides by a rate measured under the same load.
+build, `--build-only DIR` builds shdc's binaries (and the baseline's, with
+--baseline) into DIR with a manifest (gpt.json, merged with one already
+there), copies shdc, the programs and the standard library (explain and
+trace-summary need them) and the sgemm-rate probe, and runs nothing;
+`--run-from DIR` runs from there, the baseline columns for the rows whose
+baseline binaries the manifest has. Timings taken while other work loads
+the machine are noisy: the MFU column divides by a rate measured under the
+same load.
 """
 import argparse
 import json
@@ -52,26 +81,51 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B = os.path.join(ROOT, "build")
-sys.path.insert(0, os.path.join(ROOT, "tests", "gpt2"))
-SHDC, GPT2 = os.path.join(B, "shdc"), os.path.join(ROOT, "dsl-examples", "gpt2.shd")
-OPT = dict(bind="none", run_from=None, exes={})   # set by main
+SHDC = os.path.join(B, "shdc")
+# Each model: its program, and the directory of its PyTorch reference (ref_torch.py).
+MODELS = {
+    "gpt2": dict(src=os.path.join(ROOT, "dsl-examples", "gpt2.shd"), tests=os.path.join(ROOT, "tests", "gpt2")),
+    "llama": dict(src=os.path.join(ROOT, "dsl-examples", "llama.shd"), tests=os.path.join(ROOT, "tests", "llama")),
+}
+OPT = dict(bind="none", run_from=None, exes={}, base_exes={})   # set by main
 ENV = dict(os.environ, SHD_QUIET="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
 
-# The demo model (gpt2.shd's defaults) and larger ones.
+# The demo models (the programs' defaults) and larger ones; the rest of each
+# entry are the program's consts (-D NAME=VALUE).
 CONFIGS = {
-    "demo": dict(V=256, T=64, L=4, NH=4, C=128, B=16),
-    "large": dict(V=256, T=256, L=4, NH=6, C=384, B=8),
+    "demo": dict(model="gpt2", V=256, T=64, L=4, NH=4, C=128, B=16),
+    "large": dict(model="gpt2", V=256, T=256, L=4, NH=6, C=384, B=8),
     # the large model on a batch that divides by 16 ranks (not run by default)
-    "large-b16": dict(V=256, T=256, L=4, NH=6, C=384, B=16),
-    "c384t128": dict(V=256, T=128, L=6, NH=6, C=384, B=16),
-    "c768t256": dict(V=256, T=256, L=4, NH=12, C=768, B=8),
+    "large-b16": dict(model="gpt2", V=256, T=256, L=4, NH=6, C=384, B=16),
+    "c384t128": dict(model="gpt2", V=256, T=128, L=6, NH=6, C=384, B=16),
+    "c768t256": dict(model="gpt2", V=256, T=256, L=4, NH=12, C=768, B=8),
+    # LLaMA: F a multiple of 32; NH, KV, F, V divide by model, B by data
+    "llama": dict(model="llama", V=256, T=64, L=4, C=128, NH=8, KV=2, F=352, B=16),
+    "llama-c384": dict(model="llama", V=256, T=256, L=4, C=384, NH=6, KV=2, F=1024, B=8),
+    # smoke checks of the script itself
+    "tiny": dict(model="gpt2", V=64, T=16, L=2, NH=2, C=32, B=4),
+    "llama-tiny": dict(model="llama", V=64, T=16, L=2, C=32, NH=4, KV=2, F=64, B=4),
 }
 
 
+def consts(cfg):
+    return {k: v for k, v in cfg.items() if k != "model"}
+
+
+def describe(name, cfg):
+    keys = ("C", "T", "L", "NH", "KV", "F", "B") if cfg["model"] == "llama" else ("C", "T", "L", "NH", "B")
+    return "%s (%s)" % (name, " ".join("%s=%d" % (k, cfg[k]) for k in keys))
+
+
 def params(cfg):
-    """The parameters of gpt2.shd's model."""
+    """The parameters of the model: gpt2.shd's (tied embedding, biases,
+    LayerNorm) or llama.shd's (GQA, SwiGLU, untied head, RMSNorm gains)."""
     V, T, L, C = cfg["V"], cfg["T"], cfg["L"], cfg["C"]
+    if cfg["model"] == "llama":
+        kv, F = cfg["KV"] * (C // cfg["NH"]), cfg["F"]
+        per_layer = C * C + 2 * kv * C + C * C + 3 * F * C + 2 * C   # wq wk wv wo, w1 w3 w2, the gains
+        return 2 * V * C + L * per_layer + C
     per_layer = 4 * C + (3 * C * C + 3 * C) + (C * C + C) + (4 * C * C + 4 * C) + (4 * C * C + C)
     return V * C + T * C + L * per_layer + 2 * C
 
@@ -85,11 +139,16 @@ def model_flops(cfg):
 
 def gemm_shapes(cfg, n):
     """The step's GEMMs on one of n data-parallel ranks: each forward product
-    (M tokens, N outputs, K inputs, the weight transposed as gpt2.shd stores
-    it) and its two backward products (input and weight gradients)."""
+    (M tokens, N outputs, K inputs, the weight transposed as the programs
+    store it, [out, in]) and its two backward products (input and weight
+    gradients). Attention's products run in the attention kernel, not here."""
     M = cfg["B"] // n * cfg["T"]
     C, V = cfg["C"], cfg["V"]
-    fwd = [(3 * C, C), (C, C), (4 * C, C), (C, 4 * C), (V, C)]
+    if cfg["model"] == "llama":
+        kv, F = cfg["KV"] * (C // cfg["NH"]), cfg["F"]
+        fwd = [(C, C), (kv, C), (kv, C), (C, C), (F, C), (F, C), (C, F), (V, C)]
+    else:
+        fwd = [(3 * C, C), (C, C), (4 * C, C), (C, 4 * C), (V, C)]
     out = []
     for N, K in fwd:
         out += ["%d,%d,%d,0,1" % (M, N, K), "%d,%d,%d,0,0" % (M, K, N), "%d,%d,%d,1,0" % (N, K, M)]
@@ -134,10 +193,14 @@ def median_ms(ts):
 
 # ---- shdc -------------------------------------------------------------------------------------------------------
 
-def shdc_build(name, cfg, n, d, shdc=None, tag=""):
-    exe = os.path.join(d, "gpt_%s_%d%s" % (name, n, tag))
-    defs = sum((["-D", "%s=%d" % kv] for kv in cfg.items()), [])
-    sh([shdc or SHDC, "build", GPT2, "--mesh", "data=%d,model=1" % n, "-o", exe] + defs)
+def defines(cfg):
+    return sum((["-D", "%s=%d" % kv] for kv in consts(cfg).items()), [])
+
+
+def shdc_build(name, cfg, n, d, shdc=None, src=None, tag=""):
+    exe = os.path.join(d, "%s_%s_%d%s" % (cfg["model"], name, n, tag))
+    sh([shdc or SHDC, "build", src or MODELS[cfg["model"]]["src"], "--mesh", "data=%d,model=1" % n, "-o", exe]
+       + defines(cfg))
     return exe
 
 
@@ -151,53 +214,82 @@ def step_ms(exe, n, steps, d, extra_env=None, wrap=()):
         return median_ms([m["ms"] for m in map(json.loads, f) if "ms" in m]), out
 
 
-def shdc_run(name, cfg, n, steps, d, shdc=None, tag=""):
-    if tag:   # a baseline (another shdc): the step only
-        return dict(ms=step_ms(shdc_build(name, cfg, n, d, shdc, tag), n, steps, d)[0])
+def prebuilt(table, name, n):
+    exe = table.get("%s:%d" % (name, n))
+    return exe and os.path.join(OPT["run_from"], exe)
+
+
+def baseline_run(name, cfg, n, steps, d, base):
+    """The step as the baseline shdc builds its program: ms, or None when
+    --run-from's manifest has no baseline binary for this row."""
     if OPT["run_from"]:
-        exe = OPT["exes"].get("%s:%d" % (name, n))
+        exe = prebuilt(OPT["base_exes"], name, n)
+        if not exe:
+            return None
+    else:
+        exe = baseline_build(name, cfg, n, d, base)
+    return step_ms(exe, n, steps, d)[0]
+
+
+def baseline_build(name, cfg, n, d, base):
+    shdc, src = base["shdc"], base["src"].get(cfg["model"], MODELS[cfg["model"]]["src"])
+    exe = os.path.join(d, "%s_%s_%d_base" % (cfg["model"], name, n))
+    p = subprocess.run([shdc, "build", src, "--mesh", "data=%d,model=1" % n, "-o", exe] + defines(cfg),
+                       capture_output=True, text=True, env=ENV)
+    if p.returncode:
+        sys.exit("the baseline %s could not build %s for %s (an older shdc needs its own version of the program: "
+                 "--baseline-src %s=FILE):\n%s" % (shdc, src, name, cfg["model"], p.stderr[-3000:]))
+    return exe
+
+
+def shdc_run(name, cfg, n, steps, d):
+    src = MODELS[cfg["model"]]["src"]
+    if OPT["run_from"]:
+        exe = prebuilt(OPT["exes"], name, n)
         if exe is None:
             sys.exit("%s: no binary for %s at %d ranks (build it with --build-only)" % (OPT["run_from"], name, n))
-        exe = os.path.join(OPT["run_from"], exe)
     else:
         exe = shdc_build(name, cfg, n, d)
-    defs = sum((["-D", "%s=%d" % kv] for kv in cfg.items()), [])
     mesh = "data=%d,model=1" % n
     # GNU time reports each rank's peak resident set (KiB).
     ms, out = step_ms(exe, n, steps, d, {"SHD_TRACE": "1"},
                       [shutil.which("time") or "/usr/bin/time", "-f", "maxrss_kib %M"])
     rss = max(int(x) for x in re.findall(r"maxrss_kib (\d+)", out)) / 1024
     peak = max(int(x) for x in re.findall(r"rank \d+: peak_bytes=(\d+)", out)) / 2**20
-    ex = sh([SHDC, "explain", GPT2, "--mesh", mesh] + defs)
+    ex = sh([SHDC, "explain", src, "--mesh", mesh] + defines(cfg))
     main_peak = re.search(r"^fn main\n(?:.*\n)*?\s+peak live arrays per rank: (\d+) bytes", ex, re.M)
     explain_peak = int(main_peak.group(1)) / 2**20 if main_peak else float("nan")
-    # The share of the step in GEMM, from the timeline of a shorter run; the
-    # bytes a step allocates, from the timelines of 4 and 6 steps (their
-    # difference over 2: the steady state, start-up left out).
-    alloc = []
-    for k in (4, 6):
-        trace = os.path.join(d, "run_%s_%d_%d.json" % (name, n, k))
-        mpirun(n, [exe, "--steps=%d" % k, "--data=", "--val="], {"SHD_TRACE": trace})
-        alloc.append(allocated_bytes(trace))
-        if k == 4:
-            summ = sh([SHDC, "trace-summary", trace])
-            gemm = gemm_share(summ)
-    return dict(ms=ms, rss=rss, peak=peak, explain_peak=explain_peak, gemm=gemm, summary=summ,
-                alloc=(alloc[1] - alloc[0]) / 2 / 2**20)
+    # The share of the step in GEMM and the bytes a step allocates, from
+    # the timeline of a 6-step run (steps 2 to 5: start-up left out).
+    trace = os.path.join(d, "run_%s_%d.json" % (name, n))
+    mpirun(n, [exe, "--steps=6", "--data=", "--val="], {"SHD_TRACE": trace})
+    summ = sh([SHDC, "trace-summary", trace])
+    return dict(ms=ms, rss=rss, peak=peak, explain_peak=explain_peak, gemm=gemm_share(summ), summary=summ,
+                alloc=allocated_per_step(trace, 2) / 2**20)
 
 
-def allocated_bytes(trace):
-    """Bytes taken from the buffer cache on rank 0: the rises of the timeline's
-    live-array-bytes counter, added up."""
+def allocated_per_step(trace, first):
+    """Bytes rank 0 allocates per step, steps `first` on: the rises of the
+    timeline's live-array-bytes counter inside each step span, averaged
+    over those steps. The counter moves on every shd_alloc and
+    shd_release (runtime/alloc.c), so a rise is an array created, whether
+    the buffer cache reuses a block for it or not."""
     with open(trace) as f:
         doc = json.load(f)
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
-    total, last = 0, 0
-    for e in sorted((e for e in events if e.get("ph") == "C" and e.get("pid") == 0), key=lambda e: e["ts"]):
+    pid = doc.get("otherData", {}).get("first_pid", 1) if isinstance(doc, dict) else 1   # rank 0's process
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
+             if e.get("pid") == pid and e.get("ph") == "X" and e.get("cat") == "step" and e["args"]["step"] >= first]
+    if not steps:
+        sys.exit("%s: no step spans of step %d or later on rank 0" % (trace, first))
+    rises, last = [], 0
+    for e in sorted((e for e in events if e.get("ph") == "C" and e.get("pid") == pid), key=lambda e: e["ts"]):
         b = e["args"]["bytes"]
-        total += max(b - last, 0)
+        if b > last:
+            rises.append((e["ts"], b - last))
         last = b
-    return total
+    total = sum(r for ts, r in rises if any(lo <= ts <= hi for lo, hi in steps))
+    return total / len(steps)
 
 
 def gemm_share(summary):
@@ -227,10 +319,32 @@ torch.set_num_threads(%(threads)d)
 rank, world = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
 if world > 1:
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%(port)d", rank=rank, world_size=world)
-V, T, L, NH, C, B = (cfg[k] for k in ("V", "T", "L", "NH", "C", "B"))
-shapes = ref_torch.shapes(V, T, L, C)
+V, T, L, B = (cfg[k] for k in ("V", "T", "L", "B"))
 g = torch.Generator().manual_seed(0)
-class GPT(torch.nn.Module):
+%(model)s
+model = Net()
+net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
+opt = torch.optim.AdamW(param_groups(model), lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
+rng = np.random.default_rng(rank)
+ts = []
+for s in range(steps):
+    b = torch.from_numpy(rng.integers(0, V, size=(B // world, T + 1)))
+    t0 = time.perf_counter()
+    loss = net(b[:, :-1], b[:, 1:])
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if CLIP:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+    opt.step()
+    ts.append((time.perf_counter() - t0) * 1000)
+print(json.dumps({"rank": rank, "ms": ts, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}), flush=True)
+"""
+
+# gpt2.shd's model and initialisation; AdamW's groups; no clipping (gpt2.shd has none).
+GPT2_MODEL = r"""
+NH, C = cfg["NH"], cfg["C"]
+shapes = ref_torch.shapes(V, T, L, C)
+class Net(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.p = torch.nn.ParameterDict()
@@ -245,31 +359,49 @@ class GPT(torch.nn.Module):
             self.p[n] = torch.nn.Parameter(t)
     def forward(self, x, y):
         return ref_torch.gpt2_loss(torch, F, self.p, x, y, NH)
-model = GPT()
-net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
-groups = [{"params": [model.p[n] for n in ref_torch.NAMES if n in ref_torch.DECAY], "weight_decay": 0.1},
-          {"params": [model.p[n] for n in ref_torch.NAMES if n not in ref_torch.DECAY], "weight_decay": 0.0}]
-opt = torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
-rng = np.random.default_rng(rank)
-ts = []
-for s in range(steps):
-    b = torch.from_numpy(rng.integers(0, V, size=(B // world, T + 1)))
-    t0 = time.perf_counter()
-    loss = net(b[:, :-1], b[:, 1:])
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
-    ts.append((time.perf_counter() - t0) * 1000)
-print(json.dumps({"rank": rank, "ms": ts, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}), flush=True)
+def param_groups(m):
+    return [{"params": [m.p[n] for n in ref_torch.NAMES if n in ref_torch.DECAY], "weight_decay": 0.1},
+            {"params": [m.p[n] for n in ref_torch.NAMES if n not in ref_torch.DECAY], "weight_decay": 0.0}]
+CLIP = 0.0
+"""
+
+# llama.shd's model and initialisation (normal 0.02, wo and w2 0.02/sqrt(2L),
+# gains 1); AdamW with weight decay on Decay only; clipping at llama.shd's
+# default global norm 1.
+LLAMA_MODEL = r"""
+C, NH, KV, FH = cfg["C"], cfg["NH"], cfg["KV"], cfg["F"]
+shapes = ref_torch.shapes(V, L, C, NH, KV, FH)
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p = torch.nn.ParameterDict()   # its keys may not hold '.': d.h.wq is d_h_wq
+        for n, s in shapes.items():
+            if n in ref_torch.NODECAY:
+                t = torch.ones(s)
+            else:
+                std = 0.02 / math.sqrt(2 * L) if n in ("d.h.wo", "d.h.w2") else 0.02
+                t = torch.randn(s, generator=g) * std
+            self.p[n.replace(".", "_")] = torch.nn.Parameter(t)
+    def leaves(self):
+        return {n: self.p[n.replace(".", "_")] for n in shapes}
+    def forward(self, x, y):
+        return ref_torch.llama_loss(torch, F, self.leaves(), x, y, NH, KV)
+def param_groups(m):
+    p = m.leaves()
+    return [{"params": [p[n] for n in ref_torch.DECAY], "weight_decay": 0.1},
+            {"params": [p[n] for n in ref_torch.NODECAY], "weight_decay": 0.0}]
+CLIP = 1.0
 """
 
 
 def torch_run(cfg, n, steps, d, port, threads=False):
     """n one-thread DDP ranks, or with threads one process of n threads."""
     path = os.path.join(d, "worker.py")
+    model = LLAMA_MODEL if cfg["model"] == "llama" else GPT2_MODEL
+    src = WORKER % dict(tests=MODELS[cfg["model"]]["tests"], cfg=json.dumps(consts(cfg)), steps=steps,
+                        port=port, threads=n if threads else 1, model=model)
     with open(path, "w") as f:
-        f.write(WORKER % dict(tests=os.path.join(ROOT, "tests", "gpt2"), cfg=json.dumps(cfg), steps=steps,
-                              port=port, threads=n if threads else 1))
+        f.write(src)
     if threads:
         out = sh([sys.executable, path], dict(ENV, OMP_NUM_THREADS=str(n), OMPI_COMM_WORLD_RANK="0",
                                               OMPI_COMM_WORLD_SIZE="1"))
@@ -280,26 +412,70 @@ def torch_run(cfg, n, steps, d, port, threads=False):
     return dict(ms=ms, rss=max(r["rss"] for r in rows) / 1024)
 
 
-def build_only(a):
+# ---- --build-only -----------------------------------------------------------------------------------------------
+
+def build_only(a, base):
     d = os.path.abspath(a.build_only)
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, "gpt.json")
-    man = dict(shdc="shdc", gpt2="gpt2.shd", exes={})
+    man = dict(shdc="shdc", exes={})
     if os.path.exists(path):
         with open(path) as f:
             man = json.load(f)
+    man.setdefault("programs", {})
+    if "gpt2" in man:              # an older manifest's name for programs["gpt2"]
+        man["programs"].setdefault("gpt2", man.pop("gpt2"))
     shutil.copy2(SHDC, os.path.join(d, "shdc"))
-    shutil.copy2(GPT2, os.path.join(d, "gpt2.shd"))
+    strip(os.path.join(d, "shdc"))
+    # shdc finds the standard library (lib/std) at ../lib or share/shdc/lib beside it
+    shutil.copytree(os.path.join(ROOT, "lib"), os.path.join(d, "share", "shdc", "lib"), dirs_exist_ok=True)
+    for model in sorted({CONFIGS[c]["model"] for c in a.configs}):
+        man["programs"][model] = os.path.basename(MODELS[model]["src"])
+        shutil.copy2(MODELS[model]["src"], os.path.join(d, man["programs"][model]))
     sgemm_rate_build(d)
+    if base:
+        mb = man.setdefault("baseline", {"exes": {}})
+        mb["shdc"] = base["shdc"]
+        mb["src"] = {m: os.path.abspath(s) for m, s in base["src"].items()}
     for name in a.configs:
         cfg = CONFIGS[name]
         for n in a.ranks:
-            if cfg["B"] % n == 0:
-                man["exes"]["%s:%d" % (name, n)] = os.path.relpath(shdc_build(name, cfg, n, d), d)
-                print("built %s at %d ranks" % (name, n), flush=True)
+            if cfg["B"] % n:
+                print("skipped %s at %d ranks: B=%d does not divide by %d" % (name, n, cfg["B"], n))
+                continue
+            man["exes"]["%s:%d" % (name, n)] = os.path.relpath(strip(shdc_build(name, cfg, n, d)), d)
+            if base:
+                mb["exes"]["%s:%d" % (name, n)] = os.path.relpath(strip(baseline_build(name, cfg, n, d, base)), d)
+            print("built %s at %d ranks%s" % (name, n, " (and the baseline)" if base else ""), flush=True)
     with open(path, "w") as f:
         json.dump(man, f, indent=1)
     print("manifest: %s" % path)
+
+
+def strip(exe):
+    """Debug information off (the binaries travel): strip, where there is one."""
+    if shutil.which("strip"):
+        sh(["strip", "--strip-debug", exe])
+    return exe
+
+
+def baseline_opts(a):
+    """{"shdc": path, "src": {model: program}} of --baseline and --baseline-src."""
+    if not a.baseline:
+        if a.baseline_src:
+            sys.exit("--baseline-src needs --baseline SHDC")
+        return None
+    src = {}
+    for s in a.baseline_src or []:
+        model, _, f = s.partition("=") if s.split("=", 1)[0] in MODELS else ("", "", s)
+        model = model or "gpt2"
+        if not os.path.isfile(f):
+            sys.exit("--baseline-src %s: no such file" % s)
+        src[model] = os.path.abspath(f)
+    shdc = shutil.which(a.baseline) or a.baseline
+    if not os.path.isfile(shdc):
+        sys.exit("--baseline %s: no such shdc" % a.baseline)
+    return dict(shdc=os.path.abspath(shdc), src=src)
 
 
 def main():
@@ -308,6 +484,8 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--configs", nargs="+", default=["demo", "large"], choices=list(CONFIGS))
     ap.add_argument("--baseline", metavar="SHDC", help="also time the step as this shdc compiles it")
+    ap.add_argument("--baseline-src", metavar="[MODEL=]FILE", action="append",
+                    help="the program the baseline shdc builds for MODEL's configurations (gpt2 if not named)")
     ap.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     ap.add_argument("--summary", action="store_true", help="also print shdc's trace-summary")
     ap.add_argument("--torch-threads", action="store_true",
@@ -316,21 +494,30 @@ def main():
     ap.add_argument("--build-only", metavar="DIR", help="build shdc's binaries into DIR with a manifest; run nothing")
     ap.add_argument("--run-from", metavar="DIR", help="run shdc's binaries from a --build-only DIR")
     a = ap.parse_args()
-    global SHDC, GPT2
+    global SHDC
     OPT["bind"] = a.bind_to
+    base = baseline_opts(a)
     if a.build_only:
-        return build_only(a)
+        return build_only(a, base)
     if a.run_from:
+        if base:
+            sys.exit("--run-from takes the baseline's binaries from the manifest: build them with "
+                     "--build-only DIR --baseline SHDC")
         OPT["run_from"] = os.path.abspath(a.run_from)
         with open(os.path.join(OPT["run_from"], "gpt.json")) as f:
             man = json.load(f)
-        SHDC, GPT2 = os.path.join(OPT["run_from"], man["shdc"]), os.path.join(OPT["run_from"], man["gpt2"])
+        SHDC = os.path.join(OPT["run_from"], man["shdc"])
+        progs = man.get("programs", {"gpt2": man.get("gpt2", "gpt2.shd")})
+        for model, p in progs.items():
+            MODELS[model]["src"] = os.path.join(OPT["run_from"], p)
         OPT["exes"] = man["exes"]
+        OPT["base_exes"] = man.get("baseline", {}).get("exes", {})
+    with_base = base is not None or any("%s:%d" % (c, n) in OPT["base_exes"] for c in a.configs for n in a.ranks)
     print("PyTorch: %s" % ("one process, as many threads as ranks" if a.torch_threads else
                            "DistributedDataParallel, one thread per rank"))
     cols = ["model", "ranks", "shdc ms/step", "GFLOP/step", "achieved GFLOP/s", "sgemm GFLOP/s (per core x ranks)",
             "MFU vs machine"]
-    if a.baseline:
+    if with_base:
         cols += ["baseline ms/step", "speedup"]
     if not a.no_torch:
         cols += ["PyTorch ms/step", "PyTorch / shdc"]
@@ -342,7 +529,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         for name in a.configs:
             cfg = CONFIGS[name]
-            desc = "%s (C=%d T=%d L=%d NH=%d B=%d)" % (name, cfg["C"], cfg["T"], cfg["L"], cfg["NH"], cfg["B"])
+            desc = describe(name, cfg)
             for n in a.ranks:
                 if cfg["B"] % n:
                     print("| %s | %d | skipped: B=%d does not divide by %d ranks |" % (desc, n, cfg["B"], n))
@@ -355,9 +542,9 @@ def main():
                 achieved = flops / s["ms"] / 1e6
                 row = [desc, "%d" % n, "%.1f" % s["ms"], "%.2f" % (flops / 1e9), "%.1f" % achieved,
                        "%.1f" % rate, "%.0f%%" % (100 * achieved / rate)]
-                if a.baseline:
-                    b = shdc_run(name, cfg, n, a.steps, d, a.baseline, "_base")
-                    row += ["%.1f" % b["ms"], "%.2f" % (b["ms"] / s["ms"])]
+                if with_base:
+                    b = baseline_run(name, cfg, n, a.steps, d, base)
+                    row += ["%.1f" % b, "%.2f" % (b / s["ms"])] if b is not None else ["-", "-"]
                 rss = "%.0f" % s["rss"]
                 if not a.no_torch:
                     t = torch_run(cfg, n, a.steps, d, port + n, a.torch_threads)
