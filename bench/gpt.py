@@ -513,8 +513,14 @@ def main():
         OPT["exes"] = man["exes"]
         OPT["base_exes"] = man.get("baseline", {}).get("exes", {})
     with_base = base is not None or any("%s:%d" % (c, n) in OPT["base_exes"] for c in a.configs for n in a.ranks)
-    print("PyTorch: %s" % ("one process, as many threads as ranks" if a.torch_threads else
-                           "DistributedDataParallel, one thread per rank"))
+    if not a.no_torch:
+        print("PyTorch: %s" % ("one process, as many threads as ranks" if a.torch_threads else
+                               "DistributedDataParallel, one thread per rank"))
+    if base:
+        print("baseline: %s building %s" % (base["shdc"], ", ".join(
+            "%s=%s" % kv for kv in sorted(dict({m: v["src"] for m, v in MODELS.items()}, **base["src"]).items()))))
+    elif with_base:
+        print("baseline: the binaries of %s's manifest, built by %s" % (a.run_from, man["baseline"]["shdc"]))
     cols = ["model", "ranks", "shdc ms/step", "GFLOP/step", "achieved GFLOP/s", "sgemm GFLOP/s (per core x ranks)",
             "MFU vs machine"]
     if with_base:
