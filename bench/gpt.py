@@ -24,7 +24,7 @@ times the ranks; and their ratio, the model FLOPs utilisation against this
 machine (MFU). Then PyTorch's ms/step, the share of shdc's step in GEMM
 (its timeline, `shdc trace-summary`), the MiB a step allocates (rank 0's
 timeline, SHD_TRACE: the rises of its live-array-bytes counter inside
-steps 2 to 5 of a 6-step run, averaged; every array a step creates counts,
+steps 2 and 3 of a 4-step run, averaged; every array a step creates counts,
 whether the buffer cache hands out a reused block or a fresh one), peak
 resident memory per rank (both), and shdc's peak of live arrays per rank
 as measured (SHD_TRACE=1) and as `shdc explain` predicts it.
@@ -38,6 +38,7 @@ Configurations (CONFIGS below): GPT-2's `demo` (gpt2.shd's defaults),
 B=8); LLaMA's `llama` (llama.shd's defaults: C=128 T=64 L=4 NH=8 KV=2
 F=352 B=16) and `llama-c384` (C=384 T=256 L=4 NH=6 KV=2 F=1024 B=8);
 `tiny` and `llama-tiny` are smoke-check sizes (seconds, not measurements).
+The default: demo, large and llama at 1 and 2 ranks, 12 steps.
 
 --baseline SHDC also times the step as another shdc compiles it, in the
 same run, and prints its ms/step and the speedup (baseline / this). By
@@ -260,9 +261,9 @@ def shdc_run(name, cfg, n, steps, d):
     main_peak = re.search(r"^fn main\n(?:.*\n)*?\s+peak live arrays per rank: (\d+) bytes", ex, re.M)
     explain_peak = int(main_peak.group(1)) / 2**20 if main_peak else float("nan")
     # The share of the step in GEMM and the bytes a step allocates, from
-    # the timeline of a 6-step run (steps 2 to 5: start-up left out).
+    # the timeline of a 4-step run (steps 2 and 3: start-up left out).
     trace = os.path.join(d, "run_%s_%d.json" % (name, n))
-    mpirun(n, [exe, "--steps=6", "--data=", "--val="], {"SHD_TRACE": trace})
+    mpirun(n, [exe, "--steps=4", "--data=", "--val="], {"SHD_TRACE": trace})
     summ = sh([SHDC, "trace-summary", trace])
     return dict(ms=ms, rss=rss, peak=peak, explain_peak=explain_peak, gemm=gemm_share(summ), summary=summ,
                 alloc=allocated_per_step(trace, 2) / 2**20)
@@ -482,7 +483,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--configs", nargs="+", default=["demo", "large"], choices=list(CONFIGS))
+    ap.add_argument("--configs", nargs="+", default=["demo", "large", "llama"], choices=list(CONFIGS))
     ap.add_argument("--baseline", metavar="SHDC", help="also time the step as this shdc compiles it")
     ap.add_argument("--baseline-src", metavar="[MODEL=]FILE", action="append",
                     help="the program the baseline shdc builds for MODEL's configurations (gpt2 if not named)")
