@@ -8,7 +8,16 @@ program as one translation unit) and with its default (one job per core:
 the program split into that many units compiled at once), and optionally
 for another shdc (--baseline, e.g. a build of main).
 
-  bench/build.py [--repeat 3] [--baseline SHDC] [PROGRAM.shd ...]
+  bench/build.py [--repeat 3] [--baseline SHDC [--baseline-src FILE ...]] [PROGRAM.shd ...]
+
+An older shdc cannot parse today's programs (language v2): --baseline-src
+FILE gives the baseline its own version of the program of the same file
+name (bench/baseline-shdc.sh builds an older shdc in a worktree, whose
+dsl-examples/ has it); with --baseline-src the baseline builds only the
+programs it names. The shdc before issue 15:
+
+  bench/baseline-shdc.sh '52a8e12^1' /tmp/pre15
+  bench/build.py --baseline /tmp/pre15/build/shdc --baseline-src /tmp/pre15/dsl-examples/gpt2.shd
 
 The default programs are dsl-examples/gpt2.shd and dsl-examples/llama.shd
 (at their default sizes). On a machine shared with
@@ -48,19 +57,25 @@ def main():
                                                     for p in ("gpt2.shd", "llama.shd")])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--baseline", metavar="SHDC")
+    ap.add_argument("--baseline-src", metavar="FILE", action="append", default=[],
+                    help="the baseline builds FILE instead of the program of the same file name")
     a = ap.parse_args()
+    if a.baseline_src and not a.baseline:
+        sys.exit("--baseline-src needs --baseline SHDC")
+    base_src = {os.path.basename(f): f for f in a.baseline_src}
     shdc = os.path.join(ROOT, "build", "shdc")
-    variants = []
-    if a.baseline:
-        variants.append(("baseline", a.baseline, None))
-    variants += [("SHDC_JOBS=1", shdc, 1), ("default jobs (%d cores)" % len(os.sched_getaffinity(0)), shdc, None)]
     print("| program | shdc | wall s | CPU s |")
     print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as d:
         for src in a.programs:
-            for name, exe, jobs in variants:
-                runs = [one_build(exe, src, jobs, d) for _ in range(a.repeat)]
-                lines = sum(1 for _ in subprocess.run([exe, "emit-c", src], capture_output=True,
+            variants = []
+            if a.baseline and (not base_src or os.path.basename(src) in base_src):
+                variants.append(("baseline", a.baseline, None, base_src.get(os.path.basename(src), src)))
+            variants += [("SHDC_JOBS=1", shdc, 1, src),
+                         ("default jobs (%d cores)" % len(os.sched_getaffinity(0)), shdc, None, src)]
+            for name, exe, jobs, prog in variants:
+                runs = [one_build(exe, prog, jobs, d) for _ in range(a.repeat)]
+                lines = sum(1 for _ in subprocess.run([exe, "emit-c", prog], capture_output=True,
                                                       text=True).stdout.splitlines())
                 print("| %s (%d lines of C) | %s | %.1f | %.1f |" %
                       (os.path.relpath(src, ROOT), lines, name, statistics.median(r[0] for r in runs),
