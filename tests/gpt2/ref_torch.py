@@ -31,6 +31,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import reflib  # noqa: E402
+
 NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb",
          "fcprojw", "fcprojb", "lnfw", "lnfb"]
 DECAY = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
@@ -93,11 +96,8 @@ def train(a):
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(a.threads)
-    p = {n: torch.nn.Parameter(torch.from_numpy(np.load(os.path.join(a.init, n + ".npy")).astype(np.float32)))
-         for n in NAMES}
-    batches = np.load(a.batches)
-    if batches.dtype != np.int32 or batches.ndim != 3:
-        sys.exit("ref_torch: --batches must be i32 [steps, B, T+1], not %s %s" % (batches.dtype, batches.shape))
+    p = reflib.load_params(torch, a.init, NAMES)
+    batches = reflib.load_batches(a.batches, "[steps, B, T+1]")
     groups = [{"params": [p[n] for n in NAMES if n in DECAY], "weight_decay": a.wd},
               {"params": [p[n] for n in NAMES if n not in DECAY], "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.999), eps=1e-8, foreach=False)
@@ -109,22 +109,14 @@ def train(a):
         loss.backward()
         opt.step()
     if a.save:
-        os.makedirs(a.save, exist_ok=True)
-        for n in NAMES:
-            np.save(os.path.join(a.save, n + ".npy"), p[n].detach().numpy())
+        reflib.save_params(a.save, p, NAMES)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--init")
-    ap.add_argument("--batches")
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--wd", type=float, default=0.0)
+    reflib.add_common_args(ap, steps=20, lr=1e-3, wd=0.0)
     ap.add_argument("--nh", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--save", help="write the trained parameters here")
-    ap.add_argument("--make-init")
     ap.add_argument("--make-batches")
     ap.add_argument("--V", type=int, default=256)
     ap.add_argument("--T", type=int, default=16)
@@ -139,9 +131,7 @@ def main():
         make_batches(a.make_batches, a.V, a.B, a.T, a.steps, a.seed)
     if a.make_init or a.make_batches:
         return
-    if not a.init or not a.batches:
-        ap.error("--init and --batches are needed to train")
-    train(a)
+    reflib.train_or_usage(ap, a, train)
 
 
 if __name__ == "__main__":

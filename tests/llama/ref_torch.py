@@ -38,6 +38,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import reflib  # noqa: E402
+
 # The leaves of llama.shd's Llama struct: Decay (d) and NoDecay (n).
 DECAY = ["d.emb", "d.head", "d.h.wq", "d.h.wk", "d.h.wv", "d.h.wo", "d.h.w1", "d.h.w3", "d.h.w2"]
 NODECAY = ["n.h.attn", "n.h.mlp", "n.norm"]
@@ -121,11 +124,8 @@ def train(a):
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(a.threads)
-    p = {n: torch.nn.Parameter(torch.from_numpy(np.load(os.path.join(a.init, n + ".npy")).astype(np.float32)))
-         for n in LEAVES}
-    batches = np.load(a.batches)
-    if batches.dtype != np.int32 or batches.ndim != 3:
-        sys.exit("ref_torch: --batches must be i32 [steps, B, T+1], not %s %s" % (batches.dtype, batches.shape))
+    p = reflib.load_params(torch, a.init, LEAVES)
+    batches = reflib.load_batches(a.batches, "[steps, B, T+1]")
     groups = [{"params": [p[n] for n in DECAY], "weight_decay": a.wd},
               {"params": [p[n] for n in NODECAY], "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.999), eps=1e-8, foreach=False)
@@ -141,24 +141,16 @@ def train(a):
             g["lr"] = lr
         opt.step()
     if a.save:
-        os.makedirs(a.save, exist_ok=True)
-        for n in LEAVES:
-            np.save(os.path.join(a.save, n + ".npy"), p[n].detach().numpy())
+        reflib.save_params(a.save, p, LEAVES)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--init")
-    ap.add_argument("--batches")
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--lr", type=float, default=3e-3)
+    reflib.add_common_args(ap, steps=10, lr=3e-3, wd=0.1)
     ap.add_argument("--lr-min", type=float, default=3e-4)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--clip", type=float, default=1.0)
-    ap.add_argument("--wd", type=float, default=0.1)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--save", help="write the trained parameters here")
-    ap.add_argument("--make-init")
     ap.add_argument("--V", type=int, default=256)
     ap.add_argument("--L", type=int, default=2)
     ap.add_argument("--C", type=int, default=32)
@@ -170,9 +162,7 @@ def main():
     if a.make_init:
         make_init(a.make_init, a.V, a.L, a.C, a.NH, a.KV, a.F, a.seed)
         return
-    if not a.init or not a.batches:
-        ap.error("--init and --batches are needed to train")
-    train(a)
+    reflib.train_or_usage(ap, a, train)
 
 
 if __name__ == "__main__":

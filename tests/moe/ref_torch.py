@@ -29,6 +29,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import reflib  # noqa: E402
+
 NAMES = ["wte", "h.norm", "h.router", "h.ex.w1", "h.ex.w2", "normf", "head"]
 
 
@@ -85,11 +88,8 @@ def train(a):
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(1)
-    p = {n: torch.nn.Parameter(torch.from_numpy(np.load(os.path.join(a.init, n + ".npy")).astype(np.float32)))
-         for n in NAMES}
-    batches = np.load(a.batches)
-    if batches.dtype != np.int32 or batches.ndim != 3:
-        sys.exit("ref_torch: --batches must be i32 [steps, B, T], not %s %s" % (batches.dtype, batches.shape))
+    p = reflib.load_params(torch, a.init, NAMES)
+    batches = reflib.load_batches(a.batches, "[steps, B, T]")
     V = p["wte"].shape[0]
     E = p["h.router"].shape[1]
     T = batches.shape[2]
@@ -105,31 +105,21 @@ def train(a):
         loss.backward()
         opt.step()
     if a.save:
-        os.makedirs(a.save, exist_ok=True)
-        for n in NAMES:
-            np.save(os.path.join(a.save, n + ".npy"), p[n].detach().numpy())
+        reflib.save_params(a.save, p, NAMES)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--init")
-    ap.add_argument("--batches")
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--lr", type=float, default=0.003)
-    ap.add_argument("--wd", type=float, default=0.0)
+    reflib.add_common_args(ap, steps=10, lr=0.003, wd=0.0)
     ap.add_argument("--aux", type=float, default=0.01)
     ap.add_argument("--cf", type=int, default=125)
-    ap.add_argument("--save", help="write the trained parameters here")
-    ap.add_argument("--make-init")
     for k, v in dict(V=64, C=32, F=64, E=4, L=2, seed=0).items():
         ap.add_argument("--" + k, type=int, default=v)
     a = ap.parse_args()
     if a.make_init:
         make_init(a.make_init, a.V, a.C, a.F, a.E, a.L, a.seed)
         return
-    if not a.init or not a.batches:
-        ap.error("--init and --batches are needed to train")
-    train(a)
+    reflib.train_or_usage(ap, a, train)
 
 
 if __name__ == "__main__":
