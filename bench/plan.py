@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """bench/plan.py: `shdc plan`'s ranking of layouts against measured steps.
 
-For each configuration of dsl-examples/gpt2.shd (-D sizes):
+For each configuration (a program, dsl-examples/gpt2.shd or llama.shd, and
+its -D sizes; the configurations of one program are fitted together):
 
 1. the one-device build trains --steps steps; the median step (the steps
    after the first) and plan's FLOP counts of that configuration on one
    device give one equation T = dot/F + ew/E; the machine's two rates, F
    for contractions and E for elementwise work, are the non-negative least-squares fit
    over the configurations (so the one-device estimates are fitted, and
-   every multi-rank estimate is a prediction);
+   every multi-rank estimate is a prediction); each program gets its own
+   fit, since their mix of work differs;
 2. tools/calibrate-network measures the link (or --network FILE);
 3. for each rank count N of --ranks, `shdc plan --devices=N --flops=F,E
    --network=...` ranks the layouts that type-check; each is built and
@@ -35,8 +37,9 @@ build (no compiler, headers or shdc build there), split the work:
     bench/plan.py --run-from DIR --bind-to core [--ranks ...]      # there
 
 --build-only builds every layout that type-checks at 1 and each of
---ranks ranks, tools/calibrate-network's program, and copies shdc and
-gpt2.shd into DIR with a manifest (plan.json); it runs nothing. --run-from
+--ranks ranks, tools/calibrate-network's program, and copies shdc, the
+programs and the standard library into DIR with a manifest (plan.json); it
+runs nothing. --run-from
 takes everything from DIR (shdc plan runs there: it needs no compiler) and
 does steps 1-3 above. --flops F,E skips step 1's fit and uses the given
 rates.
@@ -55,14 +58,18 @@ import tempfile
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GPT2 = os.path.join(ROOT, "dsl-examples", "gpt2.shd")
+PROGRAMS = {p: os.path.join(ROOT, "dsl-examples", p + ".shd") for p in ("gpt2", "llama")}
 CONFIGS = {
-    # a small model on a large batch: data parallelism should win
-    "small-model": dict(V=256, T=64, L=2, NH=4, C=64, B=64),
+    # GPT-2: a small model on a large batch: data parallelism should win
+    "small-model": dict(program="gpt2", V=256, T=64, L=2, NH=4, C=64, B=64),
     # wide layers on a small batch: tensor parallelism should win
-    "wide-model": dict(V=256, T=32, L=2, NH=8, C=384, B=8),
+    "wide-model": dict(program="gpt2", V=256, T=32, L=2, NH=8, C=384, B=8),
     # the demo model (make demo): in between
-    "demo": dict(V=256, T=64, L=4, NH=4, C=128, B=16),
+    "demo": dict(program="gpt2", V=256, T=64, L=4, NH=4, C=128, B=16),
+    # LLaMA (grouped-query attention, SwiGLU; KV heads over `model` bound its size), the same three
+    "llama-small": dict(program="llama", V=256, T=64, L=2, NH=4, KV=4, C=64, F=192, B=64),
+    "llama-wide": dict(program="llama", V=256, T=32, L=2, NH=16, KV=8, C=384, F=1024, B=8),
+    "llama-demo": dict(program="llama", V=256, T=64, L=4, NH=8, KV=4, C=128, F=352, B=16),
 }
 MPIRUN = ["mpirun", "--oversubscribe", "--bind-to", "none"]   # --bind-to changes the last item
 ENV = dict(os.environ, SHD_QUIET="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -72,7 +79,8 @@ ENV = dict(os.environ, SHD_QUIET="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN
 def defs(cfg):
     out = []
     for k, v in cfg.items():
-        out += ["-D", "%s=%d" % (k, v)]
+        if k != "program":
+            out += ["-D", "%s=%d" % (k, v)]
     return out
 
 
@@ -83,8 +91,8 @@ def sh(cmd, **kw):
     return p.stdout
 
 
-def plan(shdc, cfg, n, flops, network, src=GPT2):
-    out = sh([shdc, "plan", src, "--devices=%d" % n, "--json", "--flops=" + flops, "--network=" + network] +
+def plan(shdc, cfg, n, flops, network, srcs=PROGRAMS):
+    out = sh([shdc, "plan", srcs[cfg["program"]], "--devices=%d" % n, "--json", "--flops=" + flops, "--network=" + network] +
              defs(cfg))
     return [l for l in json.loads(out)["layouts"] if l["type_checks"]]
 
@@ -93,24 +101,29 @@ def mesh_arg(m):
     return ",".join("%s=%d" % kv for kv in m.items())
 
 
-def exe_name(mesh):
-    return "gpt_" + mesh_arg(mesh).replace(",", "_").replace("=", "")
+def exe_name(cfg, mesh):
+    return cfg["program"] + "_" + mesh_arg(mesh).replace(",", "_").replace("=", "")
 
 
 def build(shdc, cfg, mesh, d):
-    exe = os.path.join(d, exe_name(mesh))
+    exe = os.path.join(d, exe_name(cfg, mesh))
     if not os.path.exists(exe):
-        sh([shdc, "build", GPT2, "--mesh", mesh_arg(mesh), "-o", exe] + defs(cfg))
+        sh([shdc, "build", PROGRAMS[cfg["program"]], "--mesh", mesh_arg(mesh), "-o", exe] + defs(cfg))
     return exe
 
 
 def step_ms(exe, n, steps, d):
-    """Median ms of the steps after the first."""
-    out = sh(MPIRUN + ["-np", str(n), exe, "--steps=%d" % steps,
-                       "--timing=true", "--data=", "--val="], cwd=d, timeout=1800)
-    ms = [float(x) for x in re.findall(r"^step \d+ loss \S+ ms (\S+)", out, re.M)]
+    """Median ms of the steps after the first (the program's --metrics file:
+    the progress line rounds to whole milliseconds)."""
+    metrics = os.path.join(d, "metrics.jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    out = sh(MPIRUN + ["-np", str(n), exe, "--steps=%d" % steps, "--data=", "--val=", "--metrics=" + metrics],
+             cwd=d, timeout=1800)
+    with open(metrics) as f:
+        ms = [m["ms"] for m in map(json.loads, f) if "ms" in m]
     if len(ms) != steps:
-        sys.exit("%s: %d steps timed in\n%s" % (exe, len(ms), out))
+        sys.exit("%s: %d steps timed in its metrics\n%s" % (exe, len(ms), out))
     return statistics.median(ms[1:])
 
 
@@ -162,10 +175,17 @@ def build_only(a, shdc):
     d = os.path.abspath(a.build_only)
     os.makedirs(d, exist_ok=True)
     shutil.copy2(shdc, os.path.join(d, "shdc"))
-    shutil.copy2(GPT2, os.path.join(d, "gpt2.shd"))
+    for src in PROGRAMS.values():
+        shutil.copy2(src, d)
+    # shdc finds the standard library at share/shdc/lib beside itself (the programs import std/)
+    lib = os.path.join(d, "share", "shdc", "lib")
+    if os.path.exists(lib):
+        shutil.rmtree(lib)
+    shutil.copytree(os.path.join(ROOT, "lib"), lib)
     sh([os.environ.get("MPICC", "mpicc"), "-std=c11", "-O2", "-o", os.path.join(d, "netcal"),
         os.path.join(ROOT, "bench", "netcal.c")])
-    man = dict(shdc="shdc", gpt2="gpt2.shd", netcal="netcal", configs={})
+    man = dict(shdc="shdc", programs={p: os.path.basename(s) for p, s in PROGRAMS.items()}, netcal="netcal",
+               configs={})
     for name in a.configs:
         cfg = CONFIGS[name]
         cd = os.path.join(d, name)
@@ -195,7 +215,7 @@ def main():
     ap.add_argument("--run-from", metavar="DIR", help="run the binaries of a --build-only DIR")
     a = ap.parse_args()
     MPIRUN[-1] = a.bind_to
-    shdc, src = os.path.abspath(a.shdc), GPT2
+    shdc, srcs = os.path.abspath(a.shdc), PROGRAMS
     if a.build_only:
         return build_only(a, shdc)
     man = None
@@ -203,7 +223,8 @@ def main():
         rd = os.path.abspath(a.run_from)
         with open(os.path.join(rd, "plan.json")) as f:
             man = json.load(f)
-        shdc, src = os.path.join(rd, man["shdc"]), os.path.join(rd, man["gpt2"])
+        shdc = os.path.join(rd, man["shdc"])
+        srcs = {p: os.path.join(rd, f) for p, f in man["programs"].items()}
         missing = [c for c in a.configs if c not in man["configs"]]
         if missing:
             sys.exit("%s: no binaries for %s (build them with --build-only)" % (rd, " ".join(missing)))
@@ -230,28 +251,33 @@ def main():
         print("network: %s" % " ".join(l.strip() for l in open(network) if not l.startswith("#")), flush=True)
         for name in a.configs:
             os.makedirs(os.path.join(d, name))
+        programs = sorted(set(CONFIGS[name]["program"] for name in a.configs))
         if a.flops:
-            flops = a.flops
-            print("given rates: --flops=%s" % flops, flush=True)
+            flops = {p: a.flops for p in programs}
+            print("given rates: --flops=%s" % a.flops, flush=True)
         else:
-            # 1. One device per configuration: the rates.
-            rows = []
-            for name in a.configs:
-                cfg = CONFIGS[name]
-                cd = os.path.join(d, name)
-                l1 = plan(shdc, cfg, 1, "1G", network, src)[0]
-                exe = exe_for(name, cfg, l1["mesh"], cd)
-                t = statistics.median(step_ms(exe, 1, a.steps, cd) for _ in range(a.repeat))
-                rows.append((l1["contraction_flops"], l1["elementwise_flops"], t / 1e3))
-                print("one device, %s: %.4g contraction FLOPs, %.4g elementwise operations, %.1f ms/step" %
-                      (name, rows[-1][0], rows[-1][1], t), flush=True)
-            A = np.array([[r[0], r[1]] for r in rows])
-            y = np.array([r[2] for r in rows])
-            inv = fit_inverse_rates(A, y)
-            F, E = 1 / inv[0], 1 / inv[1]
-            flops = "%.6g,%.6g" % (F, E)
-            print("fitted on one device: contractions %.2f GFLOP/s, elementwise work %.3f G/s (--flops=%s)" %
-                  (F / 1e9, E / 1e9, flops), flush=True)
+            # 1. One device per configuration: the rates, fitted per program.
+            flops = {}
+            for prog in programs:
+                rows = []
+                for name in a.configs:
+                    cfg = CONFIGS[name]
+                    if cfg["program"] != prog:
+                        continue
+                    cd = os.path.join(d, name)
+                    l1 = plan(shdc, cfg, 1, "1G", network, srcs)[0]
+                    exe = exe_for(name, cfg, l1["mesh"], cd)
+                    t = statistics.median(step_ms(exe, 1, a.steps, cd) for _ in range(a.repeat))
+                    rows.append((l1["contraction_flops"], l1["elementwise_flops"], t / 1e3))
+                    print("one device, %s: %.4g contraction FLOPs, %.4g elementwise operations, %.1f ms/step" %
+                          (name, rows[-1][0], rows[-1][1], t), flush=True)
+                A = np.array([[r[0], r[1]] for r in rows])
+                y = np.array([r[2] for r in rows])
+                inv = fit_inverse_rates(A, y)
+                F, E = 1 / inv[0], 1 / inv[1]
+                flops[prog] = "%.6g,%.6g" % (F, E)
+                print("fitted on one device (%s): contractions %.2f GFLOP/s, elementwise work %.3f G/s (--flops=%s)" %
+                      (prog, F / 1e9, E / 1e9, flops[prog]), flush=True)
         print("\n| model | ranks | layout | estimated ms/step | measured ms/step | place (est, meas) |"
               " fastest agrees | Kendall tau |")
         print("|---|---|---|---|---|---|---|---|")
@@ -259,7 +285,7 @@ def main():
             cfg = CONFIGS[name]
             cd = os.path.join(d, name)
             for n in a.ranks:
-                layouts = plan(shdc, cfg, n, flops, network, src)
+                layouts = plan(shdc, cfg, n, flops[cfg["program"]], network, srcs)
                 exes = [exe_for(name, cfg, l["mesh"], cd) for l in layouts]
                 runs = {i: [] for i in range(len(layouts))}
                 for _ in range(a.repeat):   # interleaved
