@@ -1,19 +1,31 @@
 #!/usr/bin/env python3
-"""Issue 14 item 3: the struct versions of the GPT-2 programs
-(dsl-examples/gpt2.shd, gpt2_fsdp.shd: language.md §9) against their
-version-1 programs (tests/gpt2/gpt2_v1.shd, gpt2_fsdp_v1.shd), from the same
---init directory (llm.c's layout) on the same --batches, 4 AdamW steps with
-weight decay: every loss (its --metrics line, exactly as computed) and
-every progress line printed are the same, and every parameter and AdamW
-moment after the last step is the same bytes (the version-1 checkpoint's
-step_STEP/NAME.npy against the struct checkpoint's leaf), on one
-device and in the 2-D layout. And `shdc explain` of both: the same
-collectives (kind, axes, bytes and shapes; line numbers and order aside:
-in gpt2_fsdp.shd the layer functions gather their own weights) in main,
-the loss and its gradient, and a peak of live arrays in main and in the
-gradient no higher than version 1's: the same at GPT-2 124M's sizes
-(explain only); at the tiny sizes the runs use, the gradient's is a
-little lower on some meshes."""
+"""Issue 14 item 3, issue 15 item 1: the struct versions of the GPT-2
+programs (dsl-examples/gpt2.shd, gpt2_fsdp.shd: language.md §9) against
+their version-1 programs (tests/gpt2/gpt2_v1.shd, gpt2_fsdp_v1.shd), from
+the same --init directory (llm.c's layout) on the same --batches, 4 AdamW
+steps with weight decay, on one device and in the 2-D layout.
+
+Version 1 computes attention as einsums with a materialised T x T score
+matrix, a mask and a softmax; version 2 calls dot_product_attention (flash
+attention: blocked, online softmax, never forming the scores). The model is
+the same but the order of the floating-point sums is not, so the two are
+compared within f32 tolerance, no longer bitwise: every loss within
+gptlib.compare's tolerance, every progress line the same but for its loss
+(printed to 3 decimals: at most one unit of the last digit apart), every
+parameter within test_ref_torch's tolerance (the key bias aside, for the
+reason given there) and every AdamW moment within rtol 1e-3 of its
+array's scale (the second moments are ~1e-9).
+
+And `shdc explain` of both: the same collectives (kind, axes, bytes and
+shapes; line numbers and order aside: in gpt2_fsdp.shd the layer
+functions gather their own weights) in main, the loss and its gradient.
+The peak of live arrays per rank in main and in the gradient is strictly
+lower than version 1's, and at GPT-2 124M's sizes (explain only) lower by
+at least the score matrices version 1 keeps for the backward pass, one
+f32[B/data, NH/model, T, T] per layer (9.0 GiB of 18.5 on one device):
+that is what flash attention saves. At the tiny sizes the runs use the
+peak is dominated by other arrays (the logits, the weights and moments),
+so only the strict drop is asserted there."""
 import argparse
 import os
 import re
@@ -64,12 +76,46 @@ def same_explain(shdc, src, mesh, sizes=TINY):
         if sorted(e1[f][0]) != sorted(e2[f][0]):
             raise Failure("%s: explain's collectives of %s differ:\nversion 1: %s\nversion 2: %s" % (
                 what, f, e1[f][0], e2[f][0]))
+    scores = sizes["L"] * (sizes["B"] // mesh["data"]) * (sizes["NH"] // mesh["model"]) * sizes["T"] ** 2 * 4
     for f in ("main", grad[0]):
         p1, p2 = e1[f][1][0], e2[f][1][0]
-        if p2 > p1 or (sizes is GPT2_124M and p2 != p1):
-            raise Failure("%s: explain's peak of %s is %d bytes, version 1's %d" % (what, f, p2, p1))
-    print("%s: explain's collectives the same, peaks of main and the gradient %s" % (
-        what, ", ".join("%d (version 1: %d)" % (e2[f][1][0], e1[f][1][0]) for f in ("main", grad[0]))))
+        if p2 >= p1 or (sizes is GPT2_124M and p1 - p2 < scores):
+            raise Failure("%s: explain's peak of %s is %d bytes, version 1's %d: expected lower%s" % (
+                what, f, p2, p1, " by at least the %d bytes of the score matrices" % scores
+                if sizes is GPT2_124M else ""))
+    print("%s: explain's collectives the same, peaks of main and the gradient %s (scores: %d)" % (
+        what, ", ".join("%d (version 1: %d)" % (e2[f][1][0], e1[f][1][0]) for f in ("main", grad[0])), scores))
+
+
+def same_progress(what, out1, out2):
+    """The progress lines are the same but for the loss printed, which may
+    be one unit of its last (third) decimal apart."""
+    lines = [[ln for ln in o.stdout.splitlines() if ln.startswith("step ")] for o in (out1, out2)]
+    num = re.compile(r"loss (\d+\.\d{3})")
+    if len(lines[0]) != STEPS or len(lines[1]) != STEPS:
+        raise Failure("%s: progress lines %s and %s, expected %d each" % (what, lines[1], lines[0], STEPS))
+    for a, b in zip(*lines):
+        la, lb = num.findall(a), num.findall(b)
+        if num.sub("loss", a) != num.sub("loss", b) or len(la) != 1 or len(lb) != 1 or \
+                abs(float(la[0]) - float(lb[0])) > 0.0015:
+            raise Failure("%s: the struct version's progress line %r, version 1's %r" % (what, b, a))
+
+
+def same_leaf(what, part, name, new, old):
+    """A parameter within test_ref_torch's tolerance, without the key bias
+    (its exact gradient is 0: softmax ignores a score added to every key of
+    a query, so AdamW turns rounding noise into +-lr steps); a moment within
+    rtol 1e-3 of the array's largest magnitude."""
+    if part == "p":
+        if name == "qkvb":
+            C = TINY["C"]
+            new, old = np.delete(new, np.s_[C:2 * C], 1), np.delete(old, np.s_[C:2 * C], 1)
+        ok = new.shape == old.shape and np.allclose(new, old, rtol=1e-3, atol=1e-5)
+    else:
+        ok = new.shape == old.shape and np.allclose(new, old, rtol=1e-3, atol=1e-3 * float(np.abs(old).max()))
+    if not ok:
+        raise Failure("%s differs from version 1's: %s against %s, max difference %g" % (
+            what, new.shape, old.shape, float(np.abs(old - new).max()) if new.shape == old.shape else -1.0))
 
 
 def main():
@@ -97,20 +143,18 @@ def main():
                                                           "--save-every=%d" % STEPS], cwd=d))
                     cks.append(ck)
                 what = "%s at data=%d,model=%d" % (os.path.basename(src), dm, mm)
-                l1, l2 = gptlib.loss_text(outs[0]), gptlib.loss_text(outs[1])
-                if len(l1) != STEPS or l1 != l2:
-                    raise Failure("%s: the struct version's losses %s, version 1's %s" % (what, l2, l1))
-                p1, p2 = ([ln for ln in o.stdout.splitlines() if ln.startswith("step ")] for o in outs)
-                if len(p1) != STEPS or p1 != p2:
-                    raise Failure("%s: the struct version's progress lines %s, version 1's %s" % (what, p2, p1))
+                l1, l2 = gptlib.losses(outs[0]), gptlib.losses(outs[1])
+                if len(l1) != STEPS:
+                    raise Failure("%s: version 1 printed %d losses, expected %d" % (what, len(l1), STEPS))
+                gptlib.compare("%s against version 1" % what, l2, l1)
+                same_progress(what, *outs)
                 for part, prefix in (("p", ""), ("m", "m_"), ("v", "v_")):
                     new = gptlib.checkpoint(cks[1], STEPS, part)
                     for n in gptlib.ref_torch.NAMES:
                         old = np.load(os.path.join(cks[0], "step_%06d" % STEPS, prefix + n + ".npy"))
-                        if old.tobytes() != new[n].tobytes():
-                            raise Failure("%s: %s%s after %d steps differs from version 1's (max %g)" % (
-                                what, prefix, n, STEPS, float(np.abs(old - new[n]).max())))
-                print("%s: %d losses and every parameter and moment bitwise those of version 1" % (what, STEPS))
+                        same_leaf("%s: %s%s after %d steps" % (what, prefix, n, STEPS), part, n, new[n], old)
+                print("%s: %d losses, every parameter and moment within f32 tolerance of version 1's (loss %s)" % (
+                    what, STEPS, " ".join("%.6f" % l2[s] for s in sorted(l2))))
 
 
 if __name__ == "__main__":
