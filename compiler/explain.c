@@ -166,6 +166,7 @@ typedef struct {
    * peak of the live bytes not counting the marked ones (stolen), which the
    * later iterations reach. */
   int *steal_of;       /* by buffer: the loop depth whose later iterations take it, or 0 */
+  bool *taped;         /* by buffer: already pushed on a tape (its bytes are the tape's) */
   EmitPlanner *plan;   /* the emitter's fusion and loop groups */
   int depth;
   int64_t stolen, peak2;
@@ -229,13 +230,15 @@ static int buf_entry(Sim *s, int64_t bytes, const Value *v) {
     s->refs = realloc(s->refs, sizeof(int) * (size_t)s->capbufs);
     s->val = realloc(s->val, sizeof(Value *) * (size_t)s->capbufs);
     s->steal_of = realloc(s->steal_of, sizeof(int) * (size_t)s->capbufs);
-    if (!s->bytes || !s->refs || !s->val || !s->steal_of)
+    s->taped = realloc(s->taped, sizeof(bool) * (size_t)s->capbufs);
+    if (!s->bytes || !s->refs || !s->val || !s->steal_of || !s->taped)
       diag_ice("out of memory");
   }
   s->bytes[s->nbufs] = bytes;
   s->refs[s->nbufs] = 1;
   s->val[s->nbufs] = v;
   s->steal_of[s->nbufs] = 0;
+  s->taped[s->nbufs] = false;
   return s->nbufs++;
 }
 
@@ -494,7 +497,9 @@ static void sim_results(Sim *s, const Inst *in, int idx) {
 /* A tape is a buffer whose bytes are those of the arrays pushed on it: a
  * pushed array's bytes move to the tape's account (the tape keeps a
  * reference; the array's own release then frees nothing), and a loop carry
- * pushed through its 0-byte stand-in adds its type's bytes. */
+ * pushed through its 0-byte stand-in adds its type's bytes. A buffer pushed
+ * again (the same array, or a view of it such as a reshape, saved twice)
+ * adds nothing: the tape holds one reference to one buffer. */
 static void sim_tape_push(Sim *s, const Inst *in) {
   const Value *v = in->args[2];
   int bt = s->buf_of[in->args[0]->id];
@@ -502,13 +507,17 @@ static void sim_tape_push(Sim *s, const Inst *in) {
     return;
   int bv = s->buf_of[v->id];
   int64_t moved = bv >= 0 ? s->bytes[bv] : 0;
-  if (moved > 0) {
+  if (bv >= 0 && s->taped[bv]) {
+    moved = 0;
+  } else if (moved > 0) {
     s->bytes[bv] = 0;
   } else {
     moved = local_bytes(s->mod, &v->type);
     add_live(s, moved, in->pos);
     bump(s);
   }
+  if (bv >= 0)
+    s->taped[bv] = true;
   s->bytes[bt] += moved;
   if (s->npushes == s->cappushes) {
     s->cappushes = s->cappushes ? 2 * s->cappushes : 64;
@@ -659,6 +668,7 @@ static Sim *sim_module(const Module *mod) {
   free(s->refs);
   free(s->val);
   free(s->steal_of);
+  free(s->taped);
   free(s->buf_of);
   free(s->last_use);
   free(s->dead_next);
