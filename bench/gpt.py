@@ -338,7 +338,9 @@ for s in range(steps):
         torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
     opt.step()
     ts.append((time.perf_counter() - t0) * 1000)
-print(json.dumps({"rank": rank, "ms": ts, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}), flush=True)
+# each rank its own file: mpirun may join two ranks' lines on one
+with open(os.path.join(%(out)r, "torch_rank%%d.json" %% rank), "w") as f:
+    json.dump({"rank": rank, "ms": ts, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}, f)
 """
 
 # gpt2.shd's model and initialisation; AdamW's groups; no clipping (gpt2.shd has none).
@@ -399,8 +401,11 @@ def torch_run(cfg, n, steps, d, port, threads=False):
     """n one-thread DDP ranks, or with threads one process of n threads."""
     path = os.path.join(d, "worker.py")
     model = LLAMA_MODEL if cfg["model"] == "llama" else GPT2_MODEL
+    out_dir = os.path.join(d, "torch_rows")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.makedirs(out_dir)
     src = WORKER % dict(tests=MODELS[cfg["model"]]["tests"], cfg=json.dumps(consts(cfg)), steps=steps,
-                        port=port, threads=n if threads else 1, model=model)
+                        port=port, threads=n if threads else 1, model=model, out=out_dir)
     with open(path, "w") as f:
         f.write(src)
     if threads:
@@ -408,7 +413,10 @@ def torch_run(cfg, n, steps, d, port, threads=False):
                                               OMPI_COMM_WORLD_SIZE="1"))
     else:
         out = mpirun(n, [sys.executable, path])
-    rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    rows = []
+    for r in range(1 if threads else n):
+        with open(os.path.join(out_dir, "torch_rank%d.json" % r)) as f:
+            rows.append(json.load(f))
     ms = median_ms([max(r["ms"][i] for r in rows) for i in range(steps)])
     return dict(ms=ms, rss=max(r["rss"] for r in rows) / 1024)
 
