@@ -228,6 +228,27 @@ void emit_def_array(Emit *e, const Value *v, bool zero) {
        (long long)n, ctype(&v->type));
 }
 
+/* Declares array v as x's buffer when x dies at `in` and no view shares
+ * it (shd_unique, at run time), else as a copy of x (EMIT_STEAL_OR_ALLOC). */
+void emit_def_taken(Emit *e, const Value *v, const Value *x, const Inst *in) {
+  int64_t n = emit_local_count(e, &v->type);
+  bool steal = emit_can_steal(e, x, in);
+  emit_line(e, "%s *%s;", ctype(&v->type), vname(v));
+  if (steal) {
+    emit_line(e, "if (shd_unique(%s)) {", vname(x));
+    emit_line(e, "  %s = %s;", vname(v), vname(x));
+    emit_line(e, "  shd_retain(%s);", vname(v));
+    emit_line(e, "} else {");
+    emit_indent(e, 2);
+  }
+  emit_line(e, "%s = shd_alloc(%lld * sizeof(%s));", vname(v), (long long)n, ctype(&v->type));
+  emit_line(e, "memcpy(%s, %s, %lld * sizeof(%s));", vname(v), vname(x), (long long)n, ctype(&v->type));
+  if (steal) {
+    emit_indent(e, -2);
+    emit_line(e, "}");
+  }
+}
+
 void emit_def_alias(Emit *e, const Value *v, const Value *of) {
   if (!is_array(v)) {
     emit_line(e, "%s %s = %s;", ctype(&v->type), vname(v), vname(of));

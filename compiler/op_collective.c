@@ -728,14 +728,7 @@ static void emit_collective(Emit *e, const Inst *in) {
   case IR_ALL_REDUCE:
     if (is_array(r) && emit_result_kind(emit_module_of(e), in, 0) == EMIT_STEAL_OR_ALLOC && emit_can_steal(e, x, in)) {
       /* The operand dies here: reduce in its buffer when no view shares it. */
-      emit_line(e, "%s *%s;", ty_dtype_c(dt), vname(r));
-      emit_line(e, "if (shd_unique(%s)) {", vname(x));
-      emit_line(e, "  %s = %s;", vname(r), vname(x));
-      emit_line(e, "  shd_retain(%s);", vname(r));
-      emit_line(e, "} else {");
-      emit_line(e, "  %s = shd_alloc(%lld * sizeof(%s));", vname(r), (long long)emit_local_count(e, t), ty_dtype_c(dt));
-      emit_line(e, "  memcpy(%s, %s, %lld * sizeof(%s));", vname(r), vname(x), (long long)emit_local_count(e, t), ty_dtype_c(dt));
-      emit_line(e, "}");
+      emit_def_taken(e, r, x, in);
     } else if (is_array(r)) {
       emit_def_array(e, r, false);
       emit_line(e, "memcpy(%s, %s, %lld * sizeof(%s));", vname(r), vname(x), (long long)emit_local_count(e, t), ty_dtype_c(dt));

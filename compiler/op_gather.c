@@ -554,14 +554,13 @@ static void part_take_along(Part *p, Inst *in, Value **args) {
  * result's axes), g's other dims take the result's layout; each rank adds
  * its indices' rows, so the natural result is pending over the axes that
  * split the indices; a result split along the scattered dim is masked:
- * each rank keeps only its block's rows (g replicated there). */
-static void part_scatter(Part *p, Inst *in, Value **args) {
-  const Type *S = &in->results[0]->type;
-  Type G = args[0]->type, I = args[1]->type;
+ * each rank keeps only its block's rows (g replicated there). The layouts
+ * of g and the indices for result type S, and the pending axes. */
+static AxisSet scatter_layout(const Inst *in, const Type *S, Type G, Type I, Type *gt, Type *it) {
   int k = in->dim;
   bool along = in->op == IR_SCATTER_ALONG;
   AxisSet A = ty_spec_axes(S->spec[k]), forbid = ty_dim_axes(S) | A, pend = 0;
-  Type Gt = G, It = I, N = *S;
+  Type Gt = G, It = I;
   if (!along) {
     for (int d = 0; d < S->rank; d++)
       if (d != k)
@@ -582,7 +581,24 @@ static void part_scatter(Part *p, Inst *in, Value **args) {
   Gt.U = G.U & ~ty_dim_axes(&Gt) & ~A;
   Gt.R &= ~ty_dim_axes(&Gt);
   It.U = It.R = 0;
-  N.U = pend | Gt.U;
+  *gt = Gt, *it = It;
+  return pend | Gt.U;
+}
+
+/* The axes over which a scatter-add's local result is a partial sum
+ * (scatter_layout's): optimize.c adds it to other such terms of a sum
+ * before one reduction (a tied embedding's two gradients). */
+static AxisSet scatter_partial_axes(const Inst *in) {
+  Type Gt, It;
+  const Type *S = &in->results[0]->type;
+  AxisSet P = scatter_layout(in, S, in->args[in->nargs - 2]->type, in->args[in->nargs - 1]->type, &Gt, &It);
+  return P & ~ty_dim_axes(S);
+}
+
+static void part_scatter(Part *p, Inst *in, Value **args) {
+  const Type *S = &in->results[0]->type;
+  Type Gt, It, N = *S;
+  N.U = scatter_layout(in, S, args[0]->type, args[1]->type, &Gt, &It);
   N.R = Gt.R & ~ty_dim_axes(&N) & ~N.U;
   Value *g = part_to(p, in->pos, args[0], &Gt), *idx = part_to(p, in->pos, args[1], &It);
   part_put(p, in->results[0], part_to(p, in->pos, local(p, in, g, idx, N), S));
@@ -636,12 +652,27 @@ static void emit_take(Emit *e, const Inst *in) {
             emit_where_lit(e, in->pos));
 }
 
+/* A scatter's result: zeros, or (operands base, g, idx: optimize.c's form
+ * of base + scatter) base's buffer or a copy of it. Its g and idx. */
+static void def_scatter(Emit *e, const Inst *in, const Value **g, const Value **idx) {
+  int b = in->nargs == 3;
+  *g = in->args[b], *idx = in->args[b + 1];
+  if (b)
+    emit_def_taken(e, in->results[0], in->args[0], in);
+  else
+    emit_def_array(e, in->results[0], true);
+}
+
+static EmitResult result_scatter(const Module *mod, const Inst *in, int k) {
+  return in->nargs == 3 ? EMIT_STEAL_OR_ALLOC : EMIT_ALLOC;
+}
+
 static void emit_scatter(Emit *e, const Inst *in) {
-  const Value *g = in->args[0], *idx = in->args[1], *r = in->results[0];
+  const Value *g, *idx, *r = in->results[0];
   int k = in->dim;
   int64_t outer, inner;
   outer_inner(e, &r->type, k, &outer, &inner);
-  emit_def_array(e, r, true);
+  def_scatter(e, in, &g, &idx);
   emit_line(e, "shd_scatter_add(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %s, %lld, %d, %s);", emit_addr(g), emit_addr(idx),
             vname(r), emit_dtconst(r->type.dtype), (long long)outer, (long long)ty_local_dim(emit_mesh(e), &r->type, k),
             (long long)inner, (long long)emit_local_count(e, &idx->type), row0(e, &r->type, k),
@@ -653,9 +684,12 @@ static void emit_scatter(Emit *e, const Inst *in) {
 static void emit_along(Emit *e, const Inst *in) {
   bool scatter = in->op == IR_SCATTER_ALONG;
   const Value *src = in->args[0], *idx = in->args[1], *r = in->results[0];
+  if (scatter)
+    def_scatter(e, in, &src, &idx);
+  else
+    emit_def_array(e, r, false);
   const Value *big = scatter ? r : src, *small = scatter ? src : r;
   int k = in->dim;
-  emit_def_array(e, r, scatter);
   emit_line(e, "shd_%s(%s, %s, %s, %s, %d, %s, %s, %s, %d, %s, %lld, %s);", scatter ? "scatter_add_along" : "take_along",
             vname(src), emit_addr(idx), vname(r), scatter ? emit_dtconst(r->type.dtype) : arena_printf("sizeof(%s)", ctype(r)),
             r->type.rank, emit_shape_lit(e, &big->type), emit_shape_lit(e, &small->type), emit_shape_lit(e, &idx->type), k,
@@ -711,7 +745,10 @@ static bool infer_take(const Module *mod, const Inst *in, Type *out) {
 }
 
 static bool infer_scatter(const Module *mod, const Inst *in, Type *out) {
-  return in->nargs == 2 && ir_arg_is(in, 0, out->dtype) && ir_arg_is(in, 1, DT_I32) && in->dim >= 0 &&
+  int b = in->nargs == 3;   /* with a base: base + scatter, of the result's type */
+  if (b && !ty_equal(&in->args[0]->type, out))
+    return false;
+  return in->nargs == 2 + b && ir_arg_is(in, b, out->dtype) && ir_arg_is(in, b + 1, DT_I32) && in->dim >= 0 &&
          in->dim < out->rank;
 }
 
@@ -728,10 +765,12 @@ static const OpDef ops[] = {
     {.op = IR_TAKE, .name = "take", .print = print_dim, .vjp = vjp_gather, .partition = part_take, .emit = emit_take, .infer = infer_take},
     {.op = IR_TAKE_ALONG, .name = "take_along_axis", .print = print_dim, .vjp = vjp_gather,
      .partition = part_take_along, .emit = emit_along, .infer = infer_take},
-    {.op = IR_SCATTER_ADD, .name = "scatter_add", .flags = OPF_OUT_SHARDING, .print = print_dim, .vjp = vjp_scatter,
-     .partition = part_scatter, .emit = emit_scatter, .infer = infer_scatter},
-    {.op = IR_SCATTER_ALONG, .name = "scatter_add_along", .print = print_dim, .vjp = vjp_scatter,
-     .partition = part_scatter, .emit = emit_along, .infer = infer_scatter},
+    {.op = IR_SCATTER_ADD, .name = "scatter_add", .flags = OPF_OUT_SHARDING | OPF_ADDS_INTO, .print = print_dim,
+     .vjp = vjp_scatter, .partition = part_scatter, .emit = emit_scatter, .result = result_scatter,
+     .infer = infer_scatter, .partial_axes = scatter_partial_axes},
+    {.op = IR_SCATTER_ALONG, .name = "scatter_add_along", .flags = OPF_ADDS_INTO, .print = print_dim,
+     .vjp = vjp_scatter, .partition = part_scatter, .emit = emit_along, .result = result_scatter,
+     .infer = infer_scatter, .partial_axes = scatter_partial_axes},
     {.op = IR_ONE_HOT, .name = "one_hot", .partition = part_one_hot, .emit = emit_one_hot, .infer = infer_one_hot},
     {0},
 };

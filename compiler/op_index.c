@@ -1367,21 +1367,7 @@ static void emit_pad(Emit *e, const Inst *in) {
  * refers to it, else a copy; then the window is written. */
 static void emit_dupdate(Emit *e, const Inst *in) {
   const Value *x = in->args[0], *u = in->args[1], *r = in->results[0];
-  int64_t n = emit_local_count(e, &r->type);
-  emit_line(e, "%s *%s;", ctype(r), vname(r));
-  if (emit_can_steal(e, x, in)) {
-    emit_line(e, "if (shd_unique(%s)) {", vname(x));
-    emit_line(e, "  %s = %s;", vname(r), vname(x));
-    emit_line(e, "  shd_retain(%s);", vname(r));
-    emit_line(e, "} else {");
-    emit_indent(e, 2);
-  }
-  emit_line(e, "%s = shd_alloc(%lld * sizeof(%s));", vname(r), (long long)n, ctype(r));
-  emit_line(e, "memcpy(%s, %s, %lld * sizeof(%s));", vname(r), vname(x), (long long)n, ctype(r));
-  if (emit_can_steal(e, x, in)) {
-    emit_indent(e, -2);
-    emit_line(e, "}");
-  }
+  emit_def_taken(e, r, x, in);
   unsigned aligned = 0;
   for (int d = 0; d < r->type.rank; d++)
     if (u->type.shape[d] == r->type.shape[d])

@@ -2,13 +2,15 @@
  * changing any value.
  *
  * Before partitioning (opt_global):
- *   - a sum of several products that each leave a partial sum over the
- *     same axes (their contracting dims split alike on both sides), which
- *     the partitioner would reduce one by one, is summed while pending and
- *     reduced once: autodiff builds these where a value replicated over an
- *     axis feeds several products whose weights are split over it (the
- *     Megatron block input feeding Q, K, V or gate and up), so the
- *     backward pass all-reduces each such value once, as Megatron-LM does.
+ *   - a sum of several products or scatter-adds that each leave a partial
+ *     sum over the same axes (contracting dims split alike on both sides,
+ *     indices split), which the partitioner would reduce one by one, is
+ *     summed while pending and reduced once: autodiff builds these where a
+ *     value replicated over an axis feeds several products whose weights
+ *     are split over it (the Megatron block input feeding Q, K, V or gate
+ *     and up), so the backward pass all-reduces each such value once, as
+ *     Megatron-LM does, and for a tied embedding (its lookup's gradient
+ *     and its output product's, both pending over the batch's axes).
  *   - a reshard whose operand is a reduction, contraction or reshape used
  *     nowhere else becomes that operation's result type, as if the program
  *     had annotated it (language.md §4): sum-then-slice becomes a
@@ -21,7 +23,9 @@
  * After partitioning (opt_module): a collective computed twice in a block
  * (the same operand to the same type) is computed once; an all-reduce of
  * an all-reduce (same operation, its only use) becomes one all-reduce over
- * both groups of axes; dead pure instructions are removed.
+ * both groups of axes; a scatter-add used only by an addition adds into the
+ * addition's other operand (OPF_ADDS_INTO); dead pure instructions are
+ * removed.
  *
  * After autodiff built a gradient (opt_prune_tapes): dead code is removed
  * and then the residual tapes of its loops that no tape_get reads, with
@@ -500,10 +504,82 @@ static void cse_collectives(IrBlock *b, Value **repl) {
   }
 }
 
+/* ---- scatter-adds into a sum ------------------------------------------------------------------ */
+
+/* The scatter-add (OPF_ADDS_INTO) that computes term v of a sum in b, used
+ * only there, or through a retype that drops a pending state over a size-1
+ * axis; NULL when v is not one. */
+static Inst *scatter_term(Value *v, const IrBlock *b, const int *uses) {
+  Inst *d = v->def;
+  if (d && d->op == IR_RETYPE && d->parent == b && uses[v->id] == 1)
+    v = d->args[0], d = v->def;
+  const OpDef *od = d ? op_def(d->op) : NULL;
+  return od && (od->flags & OPF_ADDS_INTO) && d->parent == b && uses[v->id] == 1 ? d : NULL;
+}
+
+/* Moves b's instruction `in` from index j to index i (j < i). */
+static void move_inst(IrBlock *b, int j, int i) {
+  Inst *in = b->insts.data[j];
+  memmove(&b->insts.data[j], &b->insts.data[j + 1], sizeof(Inst *) * (size_t)(i - j));
+  b->insts.data[i] = in;
+}
+
+/* `a + s` where s is a scatter-add of a's shape (scatter_term): the
+ * addition becomes the scatter with a as its base (operands a, g, idx),
+ * which adds g's rows into a's buffer, and the zero-filled scatter dies.
+ * When s already has a base c, `a + scatter(c, g, idx)` becomes
+ * `scatter(a + c, g, idx)`: s's instruction turns into the inner sum, moved
+ * to just before, and is visited again, so a chain of scatters adds into
+ * the one whole gradient. Autodiff builds these sums wherever a value is
+ * both picked or looked up and used whole: the cross-entropy's logits
+ * (logsumexp's gradient plus the pick's scatter), a tied embedding (the
+ * lookup's scatter plus the output product's gradient). A scatter's
+ * operands are defined before it, so before the addition. */
+static void scatter_into_sums(IrBlock *b, int *uses) {
+  for (int i = 0; i < b->insts.len; i++) {
+    Inst *in = b->insts.data[i];
+    for (int r = 0; r < in->nregions; r++)
+      scatter_into_sums(in->regions[r], uses);
+    const Type *rt = &in->results[0]->type;
+    if (!is_sum(in) || in->fn != BIN_ADD || !ty_is_float(rt->dtype))
+      continue;
+    for (int k = 0; k < 2; k++) {
+      Value *a = in->args[1 - k];
+      Inst *sc = scatter_term(in->args[k], b, uses);
+      if (!sc || a == in->args[k] || !ty_equal(&a->type, rt) || !same_shape(&sc->results[0]->type, rt))
+        continue;
+      Inst scatter = *sc;   /* its attributes; its args array is sc's own */
+      Value *c = sc->args[0], **args = arena_alloc(sizeof(Value *) * 4);
+      args[0] = a, args[1] = sc->args[sc->nargs - 2], args[2] = sc->args[sc->nargs - 1];
+      if (sc->nargs == 3) {
+        if (sc->results[0] != in->args[k] || !ty_equal(&sc->results[0]->type, rt))
+          continue;
+        int j = 0;
+        while (b->insts.data[j] != sc)
+          j++;
+        move_inst(b, j, i - 1);
+        ir_copy_attrs(sc, in);
+        sc->op = IR_BINARY, sc->pos = in->pos, sc->nargs = 2;
+        sc->args[0] = a, sc->args[1] = c;
+        args[0] = sc->results[0];
+        i -= 2;   /* the moved sum next */
+      } else {
+        uses[in->args[k]->id]--;
+        uses[args[1]->id]++;
+        uses[args[2]->id]++;
+      }
+      ir_copy_attrs(in, &scatter);
+      in->op = scatter.op, in->pos = scatter.pos, in->args = args, in->nargs = 3;
+      break;
+    }
+  }
+}
+
 static void dce_func(Module *mod, Func *f, Scratch *sc) {
   cse_collectives(f->body, sc->repl);
   ir_count_uses(f->body, sc->uses);
   merge_all_reduces(f->body, sc->uses);
+  scatter_into_sums(f->body, sc->uses);
   while (dce_block(f->body, sc->uses))
     ;
 }

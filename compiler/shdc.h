@@ -1099,6 +1099,10 @@ enum {                     /* OpDef.flags */
   OPF_OUTPUT = 32,         /* writes output (print, save): recomputed code (autodiff.c) leaves it out */
   OPF_TRACE_LINE = 64,     /* the timeline (SHD_TRACE=FILE.json) names its source line, as a GEMM's (every
                             * collective's is named too) */
+  OPF_ADDS_INTO = 128,     /* a scatter-add (operands g, idx): adds g into a zero-filled result. With a
+                            * first operand more (base, g, idx), the form optimize.c makes of base +
+                            * scatter, it adds into base's buffer (taken when base dies there, else a copy):
+                            * the gradient of a pick or a lookup added to another's is one pass, not three */
 };
 
 /* What a collective costs on a network (netmodel.c, OpDef.net_seconds): a
@@ -1147,9 +1151,10 @@ typedef struct OpDef {
    * size-1 dims): the type operand 0 needs for the result to have type t,
    * false when there is none; optimize.c folds an out_sharding through it. */
   bool (*operand_for)(const Inst *in, const Type *t, Type *operand);
-  /* A contraction: the mesh axes over which its local product is a partial
-   * sum (its contracting dims split alike on both operands), 0 when none;
-   * optimize.c adds such products before one reduction. */
+  /* A contraction or a scatter-add: the mesh axes over which its local
+   * result is a partial sum (contracting dims split alike on both operands;
+   * the indices split), 0 when none; optimize.c adds such terms of a sum
+   * before one reduction. */
   AxisSet (*partial_axes)(const Inst *in);
   /* The types of in's results from its operands and attributes (JAX's
    * abstract evaluation), for the IR verifier (ir_verify_types) and for
@@ -1492,6 +1497,7 @@ const char *emit_i64s_lit(const int64_t *v, int n);        /* (const int64_t[]){
 const char *emit_names_lit(Value *const *v, int n);        /* a, b, c: the C names */
 void emit_def_array(Emit *e, const Value *v, bool zero);   /* declares and allocates */
 void emit_def_alias(Emit *e, const Value *v, const Value *of);   /* a view sharing of's buffer */
+void emit_def_taken(Emit *e, const Value *v, const Value *x, const Inst *in);   /* x's buffer or a copy */
 void emit_def_scalar(Emit *e, const Value *v);             /* declares a scalar */
 bool emit_is_last_use(Emit *e, const Value *v, const Inst *in);
 /* Whether in may take v's buffer when no one else refers to it
