@@ -29,13 +29,14 @@ whether the buffer cache hands out a reused block or a fresh one), peak
 resident memory per rank (both), and shdc's peak of live arrays per rank
 as measured (SHD_TRACE=1) and as `shdc explain` predicts it.
 
-  bench/gpt.py [--ranks 1 2] [--steps 12] [--configs demo large llama ...] [--torch-threads] [--bind-to core]
+  bench/gpt.py [--shdc SHDC] [--ranks 1 2] [--steps 12] [--configs demo large llama ...] [--torch-threads] [--bind-to core]
                [--baseline SHDC [--baseline-src [MODEL=]FILE]] [--no-torch]
 
 Configurations (CONFIGS below): GPT-2's `demo` (gpt2.shd's defaults),
 `large` (C=384 T=256 L=4 NH=6 B=8; `large-b16` on a batch of 16),
 `c384t128` (C=384 T=128 L=6 B=16), `c768t256` (C=768 T=256 L=4 NH=12
-B=8); LLaMA's `llama` (llama.shd's defaults: C=128 T=64 L=4 NH=8 KV=2
+B=8), `demo-v8k` (the demo with V=8192: the loss and the tied embedding
+weigh as in GPT-2 proper); LLaMA's `llama` (llama.shd's defaults: C=128 T=64 L=4 NH=8 KV=2
 F=352 B=16) and `llama-c384` (C=384 T=256 L=4 NH=6 KV=2 F=1024 B=8);
 `tiny` and `llama-tiny` are smoke-check sizes (seconds, not measurements).
 The default: demo, large and llama at 1 and 2 ranks, 12 steps.
@@ -101,6 +102,9 @@ CONFIGS = {
     "large-b16": dict(model="gpt2", V=256, T=256, L=4, NH=6, C=384, B=16),
     "c384t128": dict(model="gpt2", V=256, T=128, L=6, NH=6, C=384, B=16),
     "c768t256": dict(model="gpt2", V=256, T=256, L=4, NH=12, C=768, B=8),
+    # the demo with an 8192-token vocabulary (the byte tokens are a subset):
+    # the loss and the tied embedding weigh as they do in GPT-2 proper
+    "demo-v8k": dict(model="gpt2", V=8192, T=64, L=4, NH=4, C=128, B=16),
     # LLaMA: F a multiple of 32; NH, KV, F, V divide by model, B by data
     "llama": dict(model="llama", V=256, T=64, L=4, C=128, NH=8, KV=2, F=352, B=16),
     "llama-c384": dict(model="llama", V=256, T=256, L=4, C=384, NH=6, KV=2, F=1024, B=8),
@@ -198,9 +202,11 @@ def defines(cfg):
     return sum((["-D", "%s=%d" % kv] for kv in consts(cfg).items()), [])
 
 
-def shdc_build(name, cfg, n, d, shdc=SHDC, src=None, tag="", hint=""):
-    """The data-parallel binary of a configuration at n ranks; `hint` is
-    added to the message when the build fails."""
+def shdc_build(name, cfg, n, d, shdc=None, src=None, tag="", hint=""):
+    """The data-parallel binary of a configuration at n ranks (built by
+    shdc, default --shdc's); `hint` is added to the message when the build
+    fails."""
+    shdc = shdc or SHDC
     exe = os.path.join(d, "%s_%s_%d%s" % (cfg["model"], name, n, tag))
     src = src or MODELS[cfg["model"]]["src"]
     cmd = [shdc, "build", src, "--mesh", "data=%d,model=1" % n, "-o", exe] + defines(cfg)
@@ -487,7 +493,9 @@ def baseline_opts(a):
 
 
 def main():
+    global SHDC
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shdc", default=SHDC, help="the shdc that builds the programs (default build/shdc)")
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--configs", nargs="+", default=["demo", "large", "llama"], choices=list(CONFIGS))
@@ -502,7 +510,7 @@ def main():
     ap.add_argument("--build-only", metavar="DIR", help="build shdc's binaries into DIR with a manifest; run nothing")
     ap.add_argument("--run-from", metavar="DIR", help="run shdc's binaries from a --build-only DIR")
     a = ap.parse_args()
-    global SHDC
+    SHDC = os.path.abspath(a.shdc)
     OPT["bind"] = a.bind_to
     base = baseline_opts(a)
     if a.build_only:
