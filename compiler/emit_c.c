@@ -214,8 +214,10 @@ const char *emit_names_lit(Value *const *v, int n) {
   return r;
 }
 
+/* FILE:LINE of pos as a C string literal: the imported file's own name for
+ * a function of an imported file (std's included). */
 const char *emit_where_lit(Emit *e, Pos pos) {
-  const char *name = e->src ? e->src->name : pos.file ? pos.file->name : "?";
+  const char *name = pos.file ? pos.file->name : e->src ? e->src->name : "?";
   const char *s = arena_printf("%s:%d", name, pos.line);
   return emit_str_lit(s, strlen(s));
 }
@@ -1146,15 +1148,23 @@ static const char *comment_text(const char *p, size_t n) {
   return r;
 }
 
+/* The source line of `in` as a comment, when it differs from the last one:
+ * "N: text" in the program's file, "FILE N: text" (FILE's last component)
+ * in an imported one. */
 static void emit_source_line(Emit *e, const Inst *in) {
-  if (!in->pos.line || in->pos.line == e->last_line || !e->src)
+  const SourceFile *f = in->pos.file ? in->pos.file : e->src;
+  if (!in->pos.line || (in->pos.line == e->last_line && f == e->last_file) || !f)
     return;
   e->last_line = in->pos.line;
+  e->last_file = f;
   size_t len;
-  const char *p = diag_line_text(e->src, in->pos.line, &len), *end = p + len;
+  const char *p = diag_line_text(f, in->pos.line, &len), *end = p + len;
   while (p < end && (*p == ' ' || *p == '\t'))
     p++;
-  emit_line(e, "/* %d: %s */", in->pos.line, comment_text(p, (size_t)(end - p)));
+  const char *base = strrchr(f->name, '/');
+  base = base ? base + 1 : f->name;
+  const char *file = f == e->src ? "" : arena_printf("%s ", comment_text(base, strlen(base)));
+  emit_line(e, "/* %s%d: %s */", file, in->pos.line, comment_text(p, (size_t)(end - p)));
 }
 
 static void emit_tape(Emit *e, const Inst *in) {
@@ -1319,6 +1329,7 @@ void emit_func_body(Emit *e, const Func *f) {
   W(" {\n");
   e->indent = 2;
   e->last_line = 0;
+  e->last_file = NULL;
   mark_owned(e, f->body);
   emit_block(e, f->body, NULL);
   e->indent = 0;

@@ -17,6 +17,7 @@ struct Emit {
   const SourceFile *src;
   int indent;
   int last_line;
+  const SourceFile *last_file;   /* of last_line */
   int tmp;
   /* liveness of the block being emitted, by value id */
   int *last_use;

@@ -10,7 +10,9 @@
   looked), a library that declares a mesh (at the import, a note at the
   mesh), a cyclic import, a name declared twice across files (at the later
   declaration, a note at the first, in the other file), and an error
-  inside an imported file (reported in that file).
+  inside an imported file (reported in that file); at run time, an index
+  out of range inside an imported function (named with that file's line,
+  and the generated C's comments quote that file).
 """
 import os
 import re
@@ -99,6 +101,18 @@ fn main() {
     return x @ x
 }
 """,
+    # a run-time error inside an imported function names that file's line
+    "runerr.shd": """mesh {X: 2}
+import "lib/pick.shd"
+fn main() {
+    print("got", pick(ones(f32[8]), arg("i", 0)))
+}
+""",
+    "lib/pick.shd": """// a lookup whose index comes from the caller
+fn pick(x: f32[8], i: i32) -> f32 {
+    return take(x, i, axis=0)
+}
+""",
 }
 
 # file, line, code, message pattern (the error's place: file and line)
@@ -140,13 +154,24 @@ def main():
         p = subprocess.run([shdc, "check", "withmesh.shd"], cwd=d, capture_output=True, text=True)
         if not re.search(r"meshed\.shd:2:1: note: the mesh is declared here", p.stderr):
             failures.append("withmesh: no note at the library's mesh:\n%s" % p.stderr)
+        exe = testlib.build(shdc, os.path.join(d, "runerr.shd"), os.path.join(d, "runerr"), "--keep-c")
+        rc, out, err = run(mpirun_cmd(2) + [exe, "--i=3"], cwd=d)
+        if rc or not re.search(r"^got 1\.0$", out, re.M):
+            failures.append("runerr --i=3: exit %d\n%s%s" % (rc, out, err))
+        rc, out, err = run(mpirun_cmd(2) + [exe, "--i=9"], cwd=d)
+        if rc == 0 or not re.search(r"pick\.shd:3\b.*out of range|out of range.*pick\.shd:3\b", err):
+            failures.append("runerr --i=9: expected an index error at lib/pick.shd:3, exit %d\n%s%s" % (rc, out, err))
+        gen = open(os.path.join(d, "runerr.c")).read()
+        if "/* pick.shd 3: return take(x, i, axis=0) */" not in gen:
+            failures.append("runerr.c: the imported function's lines are not commented as pick.shd's")
         p = subprocess.run([shdc, "check", "twice.shd"], cwd=d, capture_output=True, text=True)
         if not re.search(r"more\.shd:2:4: note: previous definition is here", p.stderr):
             failures.append("twice: no note at the first declaration:\n%s" % p.stderr)
     if failures:
         print("\n".join(failures))
         sys.exit(1)
-    print("imports found relative, with -I and in the installed library; every import error on its line")
+    print("imports found relative, with -I and in the installed library; every import error on its line; a "
+          "run-time error in an imported function names its file and line")
 
 
 if __name__ == "__main__":
