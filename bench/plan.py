@@ -238,6 +238,12 @@ def main():
         for name in a.configs:
             os.makedirs(os.path.join(d, name))
         programs = sorted(set(CONFIGS[name]["model"] for name in a.configs))
+        for prog in programs if not a.flops else []:
+            mine = [n for n in a.configs if CONFIGS[n]["model"] == prog]
+            if len(mine) < 2:
+                sys.exit("bench/plan.py: fitting two rates (contractions, elementwise work) on one device needs at "
+                         "least two %s configurations (got %s); add one to --configs (%s), or give --flops=F,E" % (
+                             prog, ", ".join(mine), ", ".join(n for n in CONFIGS if CONFIGS[n]["model"] == prog)))
         if a.flops:
             flops = {p: a.flops for p in programs}
             print("given rates: --flops=%s" % a.flops, flush=True)
@@ -259,6 +265,10 @@ def main():
                           (name, rows[-1][0], rows[-1][1], t), flush=True)
                 A = np.array([[r[0], r[1]] for r in rows])
                 y = np.array([r[2] for r in rows])
+                if np.linalg.matrix_rank(A / A.max(axis=0)) < 2:
+                    sys.exit("bench/plan.py: the %s configurations mix contractions and elementwise work in the "
+                             "same proportion: the two rates are not determined; add one of another shape to "
+                             "--configs, or give --flops=F,E" % prog)
                 inv = fit_inverse_rates(A, y)
                 F, E = 1 / inv[0], 1 / inv[1]
                 flops[prog] = "%.6g,%.6g" % (F, E)
