@@ -540,9 +540,9 @@ static void scatter_into_sums(IrBlock *b, int *uses) {
     Inst *in = b->insts.data[i];
     for (int r = 0; r < in->nregions; r++)
       scatter_into_sums(in->regions[r], uses);
-    const Type *rt = &in->results[0]->type;
-    if (!is_sum(in) || in->fn != BIN_ADD || !ty_is_float(rt->dtype))
+    if (!is_sum(in) || in->fn != BIN_ADD || !ty_is_float(in->results[0]->type.dtype))
       continue;
+    const Type *rt = &in->results[0]->type;
     for (int k = 0; k < 2; k++) {
       Value *a = in->args[1 - k];
       Inst *sc = scatter_term(in->args[k], b, uses);
