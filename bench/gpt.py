@@ -198,10 +198,15 @@ def defines(cfg):
     return sum((["-D", "%s=%d" % kv] for kv in consts(cfg).items()), [])
 
 
-def shdc_build(name, cfg, n, d, shdc=None, src=None, tag=""):
+def shdc_build(name, cfg, n, d, shdc=SHDC, src=None, tag="", hint=""):
+    """The data-parallel binary of a configuration at n ranks; `hint` is
+    added to the message when the build fails."""
     exe = os.path.join(d, "%s_%s_%d%s" % (cfg["model"], name, n, tag))
-    sh([shdc or SHDC, "build", src or MODELS[cfg["model"]]["src"], "--mesh", "data=%d,model=1" % n, "-o", exe]
-       + defines(cfg))
+    src = src or MODELS[cfg["model"]]["src"]
+    cmd = [shdc, "build", src, "--mesh", "data=%d,model=1" % n, "-o", exe] + defines(cfg)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
+    if p.returncode:
+        sys.exit("failed: %s%s\n%s" % (" ".join(cmd), hint, p.stderr[-3000:]))
     return exe
 
 
@@ -233,14 +238,9 @@ def baseline_run(name, cfg, n, steps, d, base):
 
 
 def baseline_build(name, cfg, n, d, base):
-    shdc, src = base["shdc"], base["src"].get(cfg["model"], MODELS[cfg["model"]]["src"])
-    exe = os.path.join(d, "%s_%s_%d_base" % (cfg["model"], name, n))
-    p = subprocess.run([shdc, "build", src, "--mesh", "data=%d,model=1" % n, "-o", exe] + defines(cfg),
-                       capture_output=True, text=True, env=ENV)
-    if p.returncode:
-        sys.exit("the baseline %s could not build %s for %s (an older shdc needs its own version of the program: "
-                 "--baseline-src %s=FILE):\n%s" % (shdc, src, name, cfg["model"], p.stderr[-3000:]))
-    return exe
+    return shdc_build(name, cfg, n, d, base["shdc"], base["src"].get(cfg["model"]), "_base",
+                      " (the baseline: an older shdc needs its own version of the program, --baseline-src %s=FILE)"
+                      % cfg["model"])
 
 
 def shdc_run(name, cfg, n, steps, d):
@@ -409,10 +409,9 @@ def torch_run(cfg, n, steps, d, port, threads=False):
     with open(path, "w") as f:
         f.write(src)
     if threads:
-        out = sh([sys.executable, path], dict(ENV, OMP_NUM_THREADS=str(n), OMPI_COMM_WORLD_RANK="0",
-                                              OMPI_COMM_WORLD_SIZE="1"))
+        sh([sys.executable, path], dict(ENV, OMP_NUM_THREADS=str(n), OMPI_COMM_WORLD_RANK="0", OMPI_COMM_WORLD_SIZE="1"))
     else:
-        out = mpirun(n, [sys.executable, path])
+        mpirun(n, [sys.executable, path])
     rows = []
     for r in range(1 if threads else n):
         with open(os.path.join(out_dir, "torch_rank%d.json" % r)) as f:

@@ -5,7 +5,7 @@ For each configuration (a program, dsl-examples/gpt2.shd or llama.shd, and
 its -D sizes; the configurations of one program are fitted together):
 
 1. the one-device build trains --steps steps; the median step (the steps
-   after the first) and plan's FLOP counts of that configuration on one
+   after the first two) and plan's FLOP counts of that configuration on one
    device give one equation T = dot/F + ew/E; the machine's two rates, F
    for contractions and E for elementwise work, are the non-negative least-squares fit
    over the configurations (so the one-device estimates are fitted, and
@@ -48,7 +48,6 @@ import argparse
 import itertools
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -58,30 +57,25 @@ import tempfile
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROGRAMS = {p: os.path.join(ROOT, "dsl-examples", p + ".shd") for p in ("gpt2", "llama")}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt  # noqa: E402  (the programs, their -D options and the timed run through --metrics)
+
+PROGRAMS = {m: gpt.MODELS[m]["src"] for m in ("gpt2", "llama")}
 CONFIGS = {
     # GPT-2: a small model on a large batch: data parallelism should win
-    "small-model": dict(program="gpt2", V=256, T=64, L=2, NH=4, C=64, B=64),
+    "small-model": dict(model="gpt2", V=256, T=64, L=2, NH=4, C=64, B=64),
     # wide layers on a small batch: tensor parallelism should win
-    "wide-model": dict(program="gpt2", V=256, T=32, L=2, NH=8, C=384, B=8),
+    "wide-model": dict(model="gpt2", V=256, T=32, L=2, NH=8, C=384, B=8),
     # the demo model (make demo): in between
-    "demo": dict(program="gpt2", V=256, T=64, L=4, NH=4, C=128, B=16),
+    "demo": dict(model="gpt2", V=256, T=64, L=4, NH=4, C=128, B=16),
     # LLaMA (grouped-query attention, SwiGLU; KV heads over `model` bound its size), the same three
-    "llama-small": dict(program="llama", V=256, T=64, L=2, NH=4, KV=4, C=64, F=192, B=64),
-    "llama-wide": dict(program="llama", V=256, T=32, L=2, NH=16, KV=8, C=384, F=1024, B=8),
-    "llama-demo": dict(program="llama", V=256, T=64, L=4, NH=8, KV=4, C=128, F=352, B=16),
+    "llama-small": dict(model="llama", V=256, T=64, L=2, NH=4, KV=4, C=64, F=192, B=64),
+    "llama-wide": dict(model="llama", V=256, T=32, L=2, NH=16, KV=8, C=384, F=1024, B=8),
+    "llama-demo": dict(model="llama", V=256, T=64, L=4, NH=8, KV=4, C=128, F=352, B=16),
 }
 MPIRUN = ["mpirun", "--oversubscribe", "--bind-to", "none"]   # --bind-to changes the last item
 ENV = dict(os.environ, SHD_QUIET="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_btl_vader_single_copy_mechanism="none", OPENBLAS_NUM_THREADS="1")
-
-
-def defs(cfg):
-    out = []
-    for k, v in cfg.items():
-        if k != "program":
-            out += ["-D", "%s=%d" % (k, v)]
-    return out
 
 
 def sh(cmd, **kw):
@@ -92,8 +86,8 @@ def sh(cmd, **kw):
 
 
 def plan(shdc, cfg, n, flops, network, srcs=PROGRAMS):
-    out = sh([shdc, "plan", srcs[cfg["program"]], "--devices=%d" % n, "--json", "--flops=" + flops, "--network=" + network] +
-             defs(cfg))
+    out = sh([shdc, "plan", srcs[cfg["model"]], "--devices=%d" % n, "--json", "--flops=" + flops, "--network=" + network] +
+             gpt.defines(cfg))
     return [l for l in json.loads(out)["layouts"] if l["type_checks"]]
 
 
@@ -102,29 +96,20 @@ def mesh_arg(m):
 
 
 def exe_name(cfg, mesh):
-    return cfg["program"] + "_" + mesh_arg(mesh).replace(",", "_").replace("=", "")
+    return cfg["model"] + "_" + mesh_arg(mesh).replace(",", "_").replace("=", "")
 
 
 def build(shdc, cfg, mesh, d):
     exe = os.path.join(d, exe_name(cfg, mesh))
     if not os.path.exists(exe):
-        sh([shdc, "build", PROGRAMS[cfg["program"]], "--mesh", mesh_arg(mesh), "-o", exe] + defs(cfg))
+        sh([shdc, "build", PROGRAMS[cfg["model"]], "--mesh", mesh_arg(mesh), "-o", exe] + gpt.defines(cfg))
     return exe
 
 
 def step_ms(exe, n, steps, d):
-    """Median ms of the steps after the first (the program's --metrics file:
-    the progress line rounds to whole milliseconds)."""
-    metrics = os.path.join(d, "metrics.jsonl")
-    if os.path.exists(metrics):
-        os.remove(metrics)
-    out = sh(MPIRUN + ["-np", str(n), exe, "--steps=%d" % steps, "--data=", "--val=", "--metrics=" + metrics],
-             cwd=d, timeout=1800)
-    with open(metrics) as f:
-        ms = [m["ms"] for m in map(json.loads, f) if "ms" in m]
-    if len(ms) != steps:
-        sys.exit("%s: %d steps timed in its metrics\n%s" % (exe, len(ms), out))
-    return statistics.median(ms[1:])
+    """Median ms of the steps after the first two (bench/gpt.py's timed run:
+    the program's --metrics file)."""
+    return gpt.step_ms(exe, n, steps, d)[0]
 
 
 def fit_inverse_rates(A, y):
@@ -215,6 +200,7 @@ def main():
     ap.add_argument("--run-from", metavar="DIR", help="run the binaries of a --build-only DIR")
     a = ap.parse_args()
     MPIRUN[-1] = a.bind_to
+    gpt.OPT["bind"] = a.bind_to
     shdc, srcs = os.path.abspath(a.shdc), PROGRAMS
     if a.build_only:
         return build_only(a, shdc)
@@ -251,7 +237,7 @@ def main():
         print("network: %s" % " ".join(l.strip() for l in open(network) if not l.startswith("#")), flush=True)
         for name in a.configs:
             os.makedirs(os.path.join(d, name))
-        programs = sorted(set(CONFIGS[name]["program"] for name in a.configs))
+        programs = sorted(set(CONFIGS[name]["model"] for name in a.configs))
         if a.flops:
             flops = {p: a.flops for p in programs}
             print("given rates: --flops=%s" % a.flops, flush=True)
@@ -262,7 +248,7 @@ def main():
                 rows = []
                 for name in a.configs:
                     cfg = CONFIGS[name]
-                    if cfg["program"] != prog:
+                    if cfg["model"] != prog:
                         continue
                     cd = os.path.join(d, name)
                     l1 = plan(shdc, cfg, 1, "1G", network, srcs)[0]
@@ -285,7 +271,7 @@ def main():
             cfg = CONFIGS[name]
             cd = os.path.join(d, name)
             for n in a.ranks:
-                layouts = plan(shdc, cfg, n, flops[cfg["program"]], network, srcs)
+                layouts = plan(shdc, cfg, n, flops[cfg["model"]], network, srcs)
                 exes = [exe_for(name, cfg, l["mesh"], cd) for l in layouts]
                 runs = {i: [] for i in range(len(layouts))}
                 for _ in range(a.repeat):   # interleaved

@@ -305,6 +305,14 @@ class Slurm:
         with open(self.conf, "w") as f:
             f.write(SLURM_CONF.format(d=self.d, host=host, cpus=self.cpus, ctl=free_port(), slurmd=free_port(),
                                       socket=self.socket))
+        # PMIx's per-step directories (spmix_appdir_UID_JOB.STEP) go under the
+        # cluster's own directory: in /tmp, where they are put by default,
+        # one left by an earlier cluster (a step killed at its time limit
+        # leaves its own) has the name of this cluster's step with the same
+        # job number, and that step fails to launch ("File exists").
+        os.mkdir(os.path.join(self.d, "pmix"))
+        with open(os.path.join(self.d, "mpi.conf"), "w") as f:
+            f.write("PMIxCliTmpDirBase=%s\n" % os.path.join(self.d, "pmix"))
         self._daemon("slurmctld", ["slurmctld", "-f", self.conf, "-i"])
         self._daemon("slurmd", ["slurmd", "-f", self.conf])
         for _ in range(100):

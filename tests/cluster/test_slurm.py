@@ -120,7 +120,8 @@ def check_limit(slurm, exe, kind, job, d):
     state = slurm.wait_job(jobid, 240)
     want = "TIMEOUT" if kind == "srun" else "COMPLETED"
     out = open(out_path).read() if os.path.exists(out_path) else ""
-    if not check(state == want, "time limit with %s: job state %s, expected %s\n%s" % (kind, state, want, out[-3000:])):
+    if not check(state == want, "time limit with %s: job state %s, expected %s\n%s%s" % (kind, state, want, out[-3000:],
+                                                                                        slurm.logs())):
         return
     m = re.findall(r"^stop requested after step (\d+)$", out, re.M)
     if not check(len(m) == 1, "time limit with %s: %d stops in the output:\n%s" % (kind, len(m), out[-3000:])):

@@ -12,6 +12,11 @@ largest L it is within 3%, and its growth between the two largest L within
 3% of the measured growth. (Where explain is above, it is the moment a
 pushed value is both on its tape and still in use, or a peak outside the
 loop at small L.)
+
+gpt2.shd has no such moment, and its attention's backward keeps both the
+output y and its reshape y2, one buffer: there explain must be within 0.5%
+of the measured peak at the largest L (counting that buffer twice, as
+explain once did, put it 2.4% above).
 """
 import os
 import re
@@ -81,9 +86,10 @@ def main():
         mlp = os.path.join(d, "mlp.shd")
         with open(mlp, "w") as f:
             f.write(MLP)
-        cases = [("stacked MLP", mlp, "data=%d", [2, 6, 12], [], []),
-                 ("gpt2.shd", GPT["src"], "data=%d,model=1", [2, 6, 8], GPT["defs"], GPT["args"])]
-        for name, src, meshfmt, ls, defs, args in cases:
+        # the last item: how far explain may be from the measured peak at the largest L
+        cases = [("stacked MLP", mlp, "data=%d", [2, 6, 12], [], [], 0.03),
+                 ("gpt2.shd", GPT["src"], "data=%d,model=1", [2, 6, 8], GPT["defs"], GPT["args"], 0.005)]
+        for name, src, meshfmt, ls, defs, args, close in cases:
             for ranks in (1, 2):
                 mesh = meshfmt % ranks
                 got = []
@@ -96,7 +102,7 @@ def main():
                         failures.append("%s L=%d at %d ranks: explain's peak %d bytes, measured %d (%+.1f%%)" %
                                         (name, L, ranks, e, m, 100.0 * (e - m) / m))
                 (l0, e0, m0), (l1, e1, m1) = got[-2], got[-1]
-                if abs(e1 - m1) > 0.03 * m1:
+                if abs(e1 - m1) > close * m1:
                     failures.append("%s L=%d at %d ranks: explain's peak %d bytes, measured %d (%+.1f%%)" %
                                     (name, l1, ranks, e1, m1, 100.0 * (e1 - m1) / m1))
                 if m1 <= m0 or abs((e1 - e0) - (m1 - m0)) > 0.03 * (m1 - m0):
