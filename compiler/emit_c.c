@@ -476,7 +476,11 @@ static void emit_elementwise(Emit *e, const Inst *in) {
  * once k is known), sums over the trailing dims (float), and reshapes of
  * row values; the group is emitted at its last member, so each member's
  * operands are defined by then; an instruction outside the group that
- * reads a member ends the group before it. */
+ * reads a member ends the group before it, except a tape push of a member
+ * (a row statistic saved for the backward pass): it is made right after the
+ * group instead (the group's `after`), so that saving a LayerNorm's or
+ * RMSNorm's statistics does not cut its loop nest in three; until the group
+ * ends, nothing else may read that tape. */
 enum { GROUP_MAX = 96 };
 
 typedef struct Group {
@@ -486,6 +490,8 @@ typedef struct Group {
   int64_t dom[MAX_RANK];    /* local shape of the full values */
   const Inst **mem;         /* members, in block order */
   int n, cap;
+  int *after;               /* tape pushes of members made after the group: instruction indices */
+  int nafter, capafter;
   int *stage;               /* per member: the pass after which it is known (row) or in which it is used (full) */
   int nstages;
   bool ok;
@@ -655,6 +661,7 @@ static bool group_candidate(Emit *e, const Inst *in) {
 static void close_group(Emit *e, Group *cur, Group **gs, int *ng, int *cap) {
   if (!finish_group(e, cur, *ng)) {
     free(cur->mem);
+    free(cur->after);
     return;
   }
   if (*ng == *cap) {
@@ -694,6 +701,35 @@ static void extend_last_use(Emit *e, const Value *v, void *arg) {
     e->last_use[v->id] = lu->last;
 }
 
+/* A tape push of a member (the pushed value itself, its tape and index
+ * defined outside the group): it can wait until the group is made. */
+static bool deferrable_push(Emit *e, const Inst *in, int gi) {
+  return in->op == IR_TAPE_PUSH && is_member(e, in->args[2], gi) && !is_member(e, in->args[0], gi) &&
+         !is_member(e, in->args[1], gi) && !e->fused[in->args[1]->id];
+}
+
+static void group_defer(Group *g, int idx) {
+  if (g->nafter == g->capafter) {
+    g->capafter = g->capafter ? 2 * g->capafter : 4;
+    g->after = realloc(g->after, sizeof(int) * (size_t)g->capafter);
+    if (!g->after)
+      diag_ice("out of memory");
+  }
+  g->after[g->nafter++] = idx;
+}
+
+/* Whether `in` reads a tape that a push waiting for group g writes. */
+static bool reads_waiting_tape(const IrBlock *b, const Group *g, const Inst *in) {
+  for (int a = 0; a < g->nafter; a++) {
+    const Inst *push = b->insts.data[g->after[a]];
+    const Value *tape = push->args[0];
+    for (int k = 0; k < in->nargs; k++)
+      if (in->args[k] == tape)
+        return true;
+  }
+  return false;
+}
+
 static void plan_groups(Emit *e, const IrBlock *b, Group **out, int *nout) {
   e->group_block = b;
   Group *gs = NULL, cur;
@@ -714,7 +750,11 @@ static void plan_groups(Emit *e, const IrBlock *b, Group **out, int *nout) {
       }
       MemberScan ms = {ng, false};
       leaf_operands(e, in, note_member, &ms);
-      if (ms.hit || in->nregions || in->op == IR_CALL || group_candidate(e, in)) {
+      if (ms.hit && deferrable_push(e, in, ng) && !reads_waiting_tape(b, &cur, in)) {
+        group_defer(&cur, i);
+        continue;
+      }
+      if (ms.hit || in->nregions || in->op == IR_CALL || group_candidate(e, in) || reads_waiting_tape(b, &cur, in)) {
         close_group(e, &cur, &gs, &ng, &cap);
         open = false;
       }
@@ -740,6 +780,8 @@ static void plan_groups(Emit *e, const IrBlock *b, Group **out, int *nout) {
     LastUse lu = {b, gi, g->last};
     for (int m = 0; m < g->n; m++)
       leaf_operands(e, g->mem[m], extend_last_use, &lu);
+    for (int a = 0; a < g->nafter; a++)   /* the tape and index of a push made after the group */
+      leaf_operands(e, (const Inst *)b->insts.data[g->after[a]], extend_last_use, &lu);
   }
   *out = gs;
   *nout = ng;
@@ -749,8 +791,21 @@ static void free_groups(Group *gs, int n) {
   for (int i = 0; i < n; i++) {
     free(gs[i].mem);
     free(gs[i].stage);
+    free(gs[i].after);
   }
   free(gs);
+}
+
+/* By instruction index of the block: the group (index + 1) after which a
+ * deferred tape push is made, or 0; malloc'd. */
+static int *deferred_pushes(const IrBlock *b, const Group *gs, int ng) {
+  int *d = calloc((size_t)b->insts.len + 1, sizeof(int));
+  if (!d)
+    diag_ice("out of memory");
+  for (int gi = 0; gi < ng; gi++)
+    for (int a = 0; a < gs[gi].nafter; a++)
+      d[gs[gi].after[a]] = gi + 1;
+  return d;
 }
 
 /* A member's value inside its group's loops: a local of the pass (full) or
@@ -1202,12 +1257,24 @@ static void emit_inst(Emit *e, const Inst *in, const char **yield_to) {
   const Value *r = in->nresults ? in->results[0] : NULL;
   if (r && e->fused[r->id])
     return;
+  if (e->deferred && e->deferred[e->cur_idx] && !e->making_deferred)
+    return;   /* a tape push made after its group */
   if (r && e->gmember[r->id]) {
-    /* a loop group is emitted at its last member */
+    /* a loop group is emitted at its last member, then the pushes that waited for it */
     const Group *g = &e->groups[e->gmember[r->id] - 1];
     if (g->mem[g->n - 1] == in) {
       emit_source_line(e, in);
       emit_group(e, g);
+      int idx = e->cur_idx;
+      e->making_deferred = true;
+      for (int a = 0; a < g->nafter; a++) {
+        e->cur = (const Inst *)e->group_block->insts.data[g->after[a]];
+        e->cur_idx = g->after[a];
+        emit_inst(e, e->cur, yield_to);
+      }
+      e->making_deferred = false;
+      e->cur = in;
+      e->cur_idx = idx;
     }
     return;
   }
@@ -1258,12 +1325,14 @@ static void emit_block(Emit *e, const IrBlock *b, const char **yield_to) {
   Group *gs;
   int ng;
   plan_groups(e, b, &gs, &ng);
+  int *deferred = deferred_pushes(b, gs, ng);
   Releases rel = plan_releases(e, b);
   for (int i = 0; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];
     e->groups = gs;   /* again after a nested block's emission */
     e->ngroups = ng;
     e->group_block = b;
+    e->deferred = deferred;
     if (in->op == IR_YIELD && yield_to) {
       /* Declare the hand-over targets of a for before filling them. */
       const Inst *owner = b->owner;
@@ -1285,6 +1354,8 @@ static void emit_block(Emit *e, const IrBlock *b, const char **yield_to) {
   free(rel.vals);
   free(rel.at);
   free_groups(gs, ng);
+  free(deferred);
+  e->deferred = NULL;
 }
 
 /* ---- functions and the file ---------------------------------------------------------------------- */
@@ -1519,21 +1590,24 @@ EmitPlanner *emit_planner_new(const Module *mod) {
   return p;
 }
 
-int *emit_plan_block(EmitPlanner *p, const IrBlock *b, int *last_use) {
+int *emit_plan_block(EmitPlanner *p, const IrBlock *b, int *last_use, bool *after) {
   Emit *e = &p->e;
   e->last_use = last_use;
   plan_fusion(e, b);
   Group *gs;
   int ng;
   plan_groups(e, b, &gs, &ng);
+  int *deferred = deferred_pushes(b, gs, ng);
   int *at = malloc(sizeof(int) * (size_t)(b->insts.len + 1));
   if (!at)
     diag_ice("out of memory");
   for (int i = 0; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];
-    int g = in->nresults ? e->gmember[in->results[0]->id] : 0;
+    int g = in->nresults ? e->gmember[in->results[0]->id] : deferred[i];
     at[i] = g ? gs[g - 1].last : i;
+    after[i] = deferred[i] != 0;
   }
+  free(deferred);
   free_groups(gs, ng);
   e->last_use = p->own_last_use;
   return at;

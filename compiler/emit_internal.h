@@ -39,6 +39,8 @@ struct Emit {
   const IrBlock *group_block;       /* the block whose groups e->groups are */
   const struct Group *cur_group;   /* being emitted: its members are locals (full) or scalars (row) */
   const char *flat;                /* the flat index of the loop being emitted: "i", or "ir" for rows */
+  int *deferred;                   /* by instruction index: a tape push made after group (value - 1), or 0 */
+  bool making_deferred;            /* emitting those pushes */
 };
 
 void emit_state_init(Emit *e, FILE *out, const Module *mod, const SourceFile *file);

@@ -564,21 +564,28 @@ static void sim_inst(Sim *s, const Inst *in, int i, int *yield_bufs) {
 static void sim_block(Sim *s, const IrBlock *b, int *yield_bufs) {
   int n = b->insts.len;
   ir_last_uses(b, s->last_use);
-  int *at = emit_plan_block(s->plan, b, s->last_use);
+  bool *after = malloc(sizeof(bool) * (size_t)(n + 1));
+  int *at = emit_plan_block(s->plan, b, s->last_use, after);
   /* the instructions made at each index, in order (a loop group's members
-   * at its last one) */
+   * at its last one, then the tape pushes made after the group) */
   int *head = malloc(sizeof(int) * (size_t)(n + 1)), *tail = malloc(sizeof(int) * (size_t)(n + 1)),
       *next = malloc(sizeof(int) * (size_t)(n + 1));
+  if (!after || !head || !tail || !next)
+    diag_ice("out of memory");
   for (int i = 0; i < n; i++)
     head[i] = tail[i] = next[i] = -1;
-  for (int j = 0; j < n; j++) {
-    int i = at[j];
-    if (tail[i] < 0)
-      head[i] = j;
-    else
-      next[tail[i]] = j;
-    tail[i] = j;
-  }
+  for (int pass = 0; pass < 2; pass++)
+    for (int j = 0; j < n; j++) {
+      if (after[j] != (pass == 1))
+        continue;
+      int i = at[j];
+      if (tail[i] < 0)
+        head[i] = j;
+      else
+        next[tail[i]] = j;
+      tail[i] = j;
+    }
+  free(after);
   int *dying = malloc(sizeof(int) * (size_t)(n + 1));
   for (int i = 0; i < n; i++)
     dying[i] = -1;

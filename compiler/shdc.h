@@ -1518,12 +1518,14 @@ FILE *emit_out(Emit *e);
  * explain's simulation of the buffers. emit_plan_block extends last_use
  * (ir_last_uses' result) to where the code really reads each value, and
  * returns, by instruction index, where each instruction's results are
- * made (its own index, or its loop group's last member; malloc'd). A
+ * made (its own index, or its loop group's last member; malloc'd), and
+ * fills after[i] (b->insts.len entries): instruction i is a tape push made
+ * after its loop group, so after the group's members at that index. A
  * planned value needs no buffer (computed inside its consumer's loop), or
  * is a group member (a new buffer, at the group). */
 typedef struct EmitPlanner EmitPlanner;
 EmitPlanner *emit_planner_new(const Module *mod);
-int *emit_plan_block(EmitPlanner *p, const IrBlock *b, int *last_use);
+int *emit_plan_block(EmitPlanner *p, const IrBlock *b, int *last_use, bool *after);
 bool emit_planned_nobuf(const EmitPlanner *p, const Value *v);
 bool emit_planned_member(const EmitPlanner *p, const Value *v);
 /* Reshape, retype, pcast: the result shares operand 0's buffer. */
