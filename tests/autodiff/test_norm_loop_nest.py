@@ -28,6 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from run import mpirun_cmd, run, Failure  # noqa: E402
 import testlib  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "tests", "explain"))
+from test_loop_peak import explain_peak, measured_peak  # noqa: E402  (explain's and SHD_TRACE's peaks of main)
 
 SRC = os.path.join(ROOT, "tests", "autodiff", "norm_loop.shd")
 
@@ -89,32 +91,13 @@ def check_loop_nests(shdc, src_text):
     print("forward layer loop: %d loop nests, groups %s" % (len(nests), groups))
 
 
-def explain_peak(shdc, mesh):
-    p = subprocess.run([shdc, "explain", SRC, "--mesh", mesh], capture_output=True, text=True, timeout=300)
-    if p.returncode:
-        raise Failure("shdc explain %s: %s" % (SRC, p.stderr))
-    m = re.search(r"^fn main\n(?:.*\n)*?\s+peak live arrays per rank: (\d+) bytes", p.stdout, re.M)
-    if not m:
-        raise Failure("no peak for main in explain's output:\n" + p.stdout)
-    return int(m.group(1))
-
-
-def measured_peak(shdc, mesh, ranks, d):
-    exe = testlib.build(shdc, SRC, os.path.join(d, "prog"), "--mesh", mesh)
-    rc, out, err = run(mpirun_cmd(ranks) + [exe], cwd=d, env={"SHD_TRACE": "1"})
-    peak = re.findall(r"max over ranks: peak_bytes=(\d+)", out + err)
-    if rc or len(peak) != 1:
-        raise Failure("%s at %d ranks: exit %d, no peak\n%s%s" % (SRC, ranks, rc, out, err))
-    return int(peak[0])
-
-
 def main():
     shdc = testlib.shdc_option(__doc__)
     with open(SRC) as f:
         src_text = f.read()
     check_loop_nests(shdc, src_text)
     with tempfile.TemporaryDirectory() as d:
-        e, m = explain_peak(shdc, "data=2"), measured_peak(shdc, "data=2", 2, d)
+        e, m = explain_peak(shdc, SRC, "data=2", []), measured_peak(shdc, SRC, "data=2", 2, [], [], d)
         print("peak of main at 2 ranks: explain %d bytes, measured %d" % (e, m))
         if e < 0.97 * m or e > 1.15 * m:
             raise Failure("explain's peak %d bytes, measured %d (%+.1f%%)" % (e, m, 100.0 * (e - m) / m))
