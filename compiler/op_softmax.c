@@ -221,7 +221,9 @@ static void part_softmax(Part *p, Inst *in, Value **args) {
   DimSpec A = X->spec[in->dim];
   Type rows = ty_without_dim(X, in->dim), natural = in->fn == SM_LOGSUMEXP ? rows : *X;
   Value *y;
-  if (!A.n) {
+  if (ty_spec_parts(&part_mod(p)->mesh, A) == 1) {
+    /* each rank holds whole rows (the dim unsplit, or split over axes of
+     * size 1): one row kernel, no collective */
     y = local(p, in, IR_SOFTMAX, 1, &x, natural);
   } else {
     /* the row max over the whole row: the local maxima, all-reduced */
