@@ -1,14 +1,14 @@
 /* emit_internal.h: the C emitter's state and the pieces of a generated
  * file, shared by emit_c.c (everything about one function's C, and the
- * one-file program) and emit_parts.c (the same program as several
- * translation units, for a parallel build), and by no one else: the
- * families see Emit only through the builders of shdc.h.
+ * one-file program), emit_group.c (loop groups: several elementwise
+ * instructions and row sums as one loop nest) and emit_parts.c (the same
+ * program as several translation units, for a parallel build), and by no
+ * one else: the families see Emit only through the builders of shdc.h.
  */
 #ifndef EMIT_INTERNAL_H
 #define EMIT_INTERNAL_H
 #include "shdc.h"
 
-struct Group;   /* emit_c.c's loop groups */
 
 struct Emit {
   FILE *out;
@@ -60,5 +60,49 @@ const char *emit_fname(const Func *f);              /* f's C name */
 void emit_signature_named(Emit *e, const Func *f, bool external, const char *name);
 void emit_signature_as(Emit *e, const Func *f, bool external, const char *suffix);
 void emit_func_body(Emit *e, const Func *f);        /* from its opening brace to its closing one */
+
+/* ---- shared by emit_c.c and emit_group.c ---- */
+
+/* The C type of a scalar of type t (a str is a shd_str held by value); an
+ * array is a pointer to it. */
+static inline const char *emit_ctype(const Type *t) { return t->kind == TY_STRING ? "shd_str" : ty_dtype_c(t->dtype); }
+static inline bool emit_is_array(const Value *v) { return v->type.rank > 0; }
+bool emit_is_elementwise(const Inst *in);
+const char *emit_elementwise_expr(Emit *e, const Inst *in);   /* the C expression of an elementwise result */
+/* Opens the loop nest over res's local shape; the body sees i (flat) and,
+ * when need_dims, i0..ik. Returns the number of loops opened. */
+int emit_open_loops(Emit *e, const Type *res, bool need_dims);
+void emit_close_loops(Emit *e, int n);
+bool emit_needs_dims(Emit *e, const Inst *in);   /* whether an operand's index needs i0..ik */
+
+/* A loop group (emit_group.c): elementwise instructions and row sums of one
+ * block emitted as one loop nest at its last member. */
+enum { GROUP_MAX = 96 };
+
+typedef struct Group {
+  int first, last;          /* instruction indices in the block */
+  int k;                    /* row dims (leading); -1: no row sums, one flat pass */
+  int rank;
+  int64_t dom[MAX_RANK];    /* local shape of the full values */
+  const Inst **mem;         /* members, in block order */
+  int n, cap;
+  int *after;               /* tape pushes of members made after the group: instruction indices */
+  int nafter, capafter;
+  int *stage;               /* per member: the pass after which it is known (row) or in which it is used (full) */
+  int nstages;
+  bool ok;
+} Group;
+
+/* Groups the block's elementwise instructions and row sums (after
+ * plan_fusion); extends the operands' lifetimes to the groups' emission
+ * points. */
+void emit_plan_groups(Emit *e, const IrBlock *b, Group **out, int *nout);
+void emit_free_groups(Group *gs, int n);
+/* By instruction index of the block: the group (index + 1) after which a
+ * deferred tape push is made, or 0; malloc'd. */
+int *emit_deferred_pushes(const IrBlock *b, const Group *gs, int ng);
+/* A member's value inside the group being emitted, or NULL for any other value. */
+const char *emit_group_operand(Emit *e, const Value *op);
+void emit_group(Emit *e, const Group *g);
 
 #endif
