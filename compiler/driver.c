@@ -161,6 +161,8 @@ static bool middle(Compilation *c, bool partition) {
   ir_verify(c->mod);
   opt_module(c->mod);
   ir_verify(c->mod);
+  emit_schedule_module(c->mod);
+  ir_verify(c->mod);
   return true;
 }
 

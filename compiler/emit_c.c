@@ -382,7 +382,7 @@ static void count_uses(const IrBlock *b, int *uses, bool nested, const IrBlock *
  * operands then live until the consumer. */
 enum { FUSE_DEPTH = 32 };
 
-static void plan_fusion(Emit *e, const IrBlock *b) {
+void emit_plan_fusion(Emit *e, const IrBlock *b) {
   int *uses = e->fuse_uses, *site = e->fuse_site, *depth = e->fuse_depth;   /* depth: fused producers below a value, plus one */
   count_uses(b, uses, false, b);
   int n = b->insts.len;
@@ -801,7 +801,7 @@ static void emit_inst(Emit *e, const Inst *in, const char **yield_to) {
 
 static void emit_block(Emit *e, const IrBlock *b, const char **yield_to) {
   ir_last_uses(b, e->last_use);
-  plan_fusion(e, b);
+  emit_plan_fusion(e, b);
   Group *gs;
   int ng;
   emit_plan_groups(e, b, &gs, &ng);
@@ -973,6 +973,7 @@ void emit_state_init(Emit *e, FILE *out, const Module *mod, const SourceFile *fi
   e->fuse_depth = calloc((size_t)e->cap, sizeof(int));
   e->gmember = calloc((size_t)e->cap, sizeof(int));
   e->nobuf = calloc((size_t)e->cap, sizeof(bool));
+  e->late = calloc((size_t)e->cap, sizeof(bool));
   for (int i = 0; i < mod->funcs.len; i++)
     ir_count_uses(((Func *)mod->funcs.data[i])->body, e->uses);
   const Func *mainf = emit_main_func(mod);
@@ -989,6 +990,7 @@ void emit_state_fini(Emit *e) {
   free(e->fuse_depth);
   free(e->gmember);
   free(e->nobuf);
+  free(e->late);
 }
 
 /* What every translation unit starts with: the includes, the ABI check,
@@ -1073,7 +1075,7 @@ EmitPlanner *emit_planner_new(const Module *mod) {
 int *emit_plan_block(EmitPlanner *p, const IrBlock *b, int *last_use, bool *after) {
   Emit *e = &p->e;
   e->last_use = last_use;
-  plan_fusion(e, b);
+  emit_plan_fusion(e, b);
   Group *gs;
   int ng;
   emit_plan_groups(e, b, &gs, &ng);

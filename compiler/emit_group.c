@@ -19,7 +19,21 @@
  * (a row statistic saved for the backward pass): it is made right after the
  * group instead (the group's `after`), so that saving a LayerNorm's or
  * RMSNorm's statistics does not cut its loop nest in three; until the group
- * ends, nothing else may read that tape. */
+ * ends, nothing else may read that tape.
+ *
+ * A group also holds column sums: float sums of a full value over the
+ * leading k dims (the rows), keepdims or not, such as a normalisation's
+ * weight and bias gradients. Each has a buffer of the columns, zeroed
+ * before the nest and added into (`acc[ic] += x`) in the row's last pass,
+ * so it is complete only after the group: no member reads one (a reader,
+ * whatever its shape, cannot join). The instructions that read one (the
+ * all-reduce of a pending sum over a sharded batch, a mean's scale, the
+ * code after) are moved after the group before anything else plans the
+ * block (emit_schedule_module, after opt_module: explain, the emitter and
+ * `emit-ir` see that order); one whose place matters (control flow, a
+ * call, a tape, output) ends the group instead. The sum's order differs
+ * from shd_reduce's (row by row, in f32 into the result), within float
+ * tolerance. */
 #include "emit_internal.h"
 
 #define vname emit_vname
@@ -72,6 +86,30 @@ static int row_sum_split(Emit *e, const Inst *in) {
   return k;
 }
 
+/* The leading dims ..k-1 a float sum of x reduces (a column sum: the
+ * result keeps the trailing dims, keepdims or not), or 0 when it is not one. */
+static int col_sum_split(Emit *e, const Inst *in) {
+  if (in->op != IR_REDUCE || in->fn != RED_SUM || !is_array(in->results[0]) || !ty_is_float(in->args[0]->type.dtype))
+    return 0;
+  int r = in->args[0]->type.rank, k = 0;
+  while (k < r && (in->mask & (1u << k)))
+    k++;
+  if (k < 1 || k == r || in->mask != (1u << k) - 1)
+    return 0;
+  return k;
+}
+
+/* A member made in the group's loops but read only after the group. */
+static bool is_col_member(Emit *e, const Inst *m) { return col_sum_split(e, m) != 0; }
+
+/* The trailing dims a full value of g splits into columns: their count. */
+static int64_t col_count(const Group *g) {
+  int64_t n = 1;
+  for (int d = g->k; d < g->rank; d++)
+    n *= g->dom[d];
+  return n;
+}
+
 static void group_add(Group *g, const Inst *in, int idx) {
   if (g->n == g->cap) {
     g->cap = g->cap ? 2 * g->cap : 8;
@@ -91,7 +129,20 @@ static Role joins(Emit *e, Group *g, int gi, const Inst *in, int *new_k) {
   *new_k = g->k;
   if (g->n >= GROUP_MAX)
     return ROLE_NONE;
-  int k = row_sum_split(e, in);
+  int k = col_sum_split(e, in);
+  if (k) {
+    /* a column sum: its operand of the domain's shape, summed over the
+     * rows (the same k as the row sums) into a buffer of the columns */
+    Group probe = *g;
+    if (probe.k < 0)
+      probe.k = k;
+    if (probe.k != k || shape_role(e, &probe, &in->args[0]->type) != ROLE_FULL ||
+        emit_local_count(e, &in->results[0]->type) != col_count(&probe))
+      return ROLE_NONE;
+    *new_k = k;
+    return ROLE_FULL;   /* (its own kind: is_col_member) */
+  }
+  k = row_sum_split(e, in);
   if (k) {
     Group probe = *g;
     if (probe.k < 0)
@@ -115,11 +166,12 @@ static Role joins(Emit *e, Group *g, int gi, const Inst *in, int *new_k) {
 static void start_group(Emit *e, Group *g, const Inst *in) {
   memset(g, 0, sizeof *g);
   g->k = -1;
-  const Type *t = row_sum_split(e, in) ? &in->args[0]->type : &in->results[0]->type;
+  int k = row_sum_split(e, in) ? row_sum_split(e, in) : col_sum_split(e, in);
+  const Type *t = k ? &in->args[0]->type : &in->results[0]->type;
   g->rank = t->rank;
   ty_local_shape(e->m, t, g->dom);
-  if (row_sum_split(e, in))
-    g->k = row_sum_split(e, in);
+  if (k)
+    g->k = k;
 }
 
 /* The members a value's expression reads, through fused producers: calls
@@ -172,7 +224,7 @@ static bool finish_group(Emit *e, Group *g, int gi) {
   }
   for (int i = 0; i < g->n; i++) {
     const Value *v = g->mem[i]->results[0];
-    e->nobuf[v->id] = inside[v->id] == e->uses[v->id];
+    e->nobuf[v->id] = inside[v->id] == e->uses[v->id] && !is_col_member(e, g->mem[i]);
     inside[v->id] = 0;
     e->fuse_depth[v->id] = 0;
   }
@@ -183,14 +235,21 @@ static bool finish_group(Emit *e, Group *g, int gi) {
 /* An instruction a loop group can hold: an elementwise array result or a
  * row sum over trailing dims. */
 static bool group_candidate(Emit *e, const Inst *in) {
-  return (emit_is_elementwise(in) && in->nresults && is_array(in->results[0])) || row_sum_split(e, in);
+  return (emit_is_elementwise(in) && in->nresults && is_array(in->results[0])) || row_sum_split(e, in) ||
+         col_sum_split(e, in);
 }
 
 /* Ends the group being built: kept in gs when worth a loop nest. */
-static void close_group(Emit *e, Group *cur, Group **gs, int *ng, int *cap) {
+static void close_group(Emit *e, const IrBlock *b, Group *cur, Group **gs, int *ng, int *cap) {
+  for (int s = 0; s < cur->nsunk; s++) {
+    const Inst *in = b->insts.data[cur->sunk[s]];
+    for (int k = 0; k < in->nresults; k++)
+      e->late[in->results[k]->id] = false;
+  }
   if (!finish_group(e, cur, *ng)) {
     free(cur->mem);
     free(cur->after);
+    free(cur->sunk);
     return;
   }
   if (*ng == *cap) {
@@ -210,6 +269,39 @@ typedef struct {
 static void note_member(Emit *e, const Value *v, void *arg) {
   MemberScan *ms = arg;
   ms->hit |= is_member(e, v, ms->gi);
+}
+
+/* Whether `in` reads, through fused producers, a column sum of group gi or
+ * a value made after the group (e->late): it cannot be a member. */
+static void note_late(Emit *e, const Value *v, void *arg) {
+  MemberScan *ms = arg;
+  ms->hit |= e->late[v->id] || (is_member(e, v, ms->gi) && is_col_member(e, v->def));
+}
+
+/* An instruction reading a column sum that can be made after the group
+ * instead (emit_schedule_module moves it there): no control flow, call,
+ * tape or output, whose order against the instructions it passes matters;
+ * a collective passes only computation (every rank moves it alike). */
+static bool sinkable(const Inst *in) {
+  if (in->nregions || in->op == IR_CALL || in->op == IR_YIELD || in->op == IR_RETURN || in->op == IR_TAPE_NEW ||
+      in->op == IR_TAPE_PUSH || in->op == IR_TAPE_GET)
+    return false;
+  const OpDef *d = op_def(in->op);
+  if (d && (d->flags & OPF_OUTPUT))
+    return false;
+  return !d || !(d->flags & OPF_EFFECT) || (d->flags & OPF_COLLECTIVE);
+}
+
+static void group_sink(Emit *e, Group *g, const Inst *in, int idx) {
+  if (g->nsunk == g->capsunk) {
+    g->capsunk = g->capsunk ? 2 * g->capsunk : 4;
+    g->sunk = realloc(g->sunk, sizeof(int) * (size_t)g->capsunk);
+    if (!g->sunk)
+      diag_ice("out of memory");
+  }
+  g->sunk[g->nsunk++] = idx;
+  for (int k = 0; k < in->nresults; k++)
+    e->late[in->results[k]->id] = true;
 }
 
 /* Groups the block's elementwise instructions and row sums (after
@@ -266,11 +358,21 @@ void emit_plan_groups(Emit *e, const IrBlock *b, Group **out, int *nout) {
   bool open = false;
   for (int i = 0; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];
-    if (in->nresults && e->fused[in->results[0]->id])
+    if (in->nresults && e->fused[in->results[0]->id]) {
+      /* computed in its consumer's loop, but in the block's order too: one
+       * reading a column sum moves with its consumer (which reads it too) */
+      MemberScan late = {ng, false};
+      if (open)
+        leaf_operands(e, in, note_late, &late);
+      if (late.hit)
+        group_sink(e, &cur, in, i);
       continue;
+    }
     if (open) {
       int nk;
-      Role r = joins(e, &cur, ng, in, &nk);
+      MemberScan late = {ng, false};
+      leaf_operands(e, in, note_late, &late);
+      Role r = late.hit ? ROLE_NONE : joins(e, &cur, ng, in, &nk);
       if (r != ROLE_NONE) {
         cur.k = nk;
         group_add(&cur, in, i);
@@ -283,8 +385,12 @@ void emit_plan_groups(Emit *e, const IrBlock *b, Group **out, int *nout) {
         group_defer(&cur, i);
         continue;
       }
-      if (ms.hit || in->nregions || in->op == IR_CALL || group_candidate(e, in) || reads_waiting_tape(b, &cur, in)) {
-        close_group(e, &cur, &gs, &ng, &cap);
+      if (late.hit && sinkable(in) && !reads_waiting_tape(b, &cur, in)) {
+        group_sink(e, &cur, in, i);
+        continue;
+      }
+      if (ms.hit || late.hit || in->nregions || in->op == IR_CALL || group_candidate(e, in) || reads_waiting_tape(b, &cur, in)) {
+        close_group(e, b, &cur, &gs, &ng, &cap);
         open = false;
       }
     }
@@ -296,7 +402,7 @@ void emit_plan_groups(Emit *e, const IrBlock *b, Group **out, int *nout) {
     }
   }
   if (open)
-    close_group(e, &cur, &gs, &ng, &cap);
+    close_group(e, b, &cur, &gs, &ng, &cap);
   /* Members read their operands, and are made, at the group's last member. */
   for (int gi = 0; gi < ng; gi++) {
     Group *g = &gs[gi];
@@ -321,6 +427,7 @@ void emit_free_groups(Group *gs, int n) {
     free(gs[i].mem);
     free(gs[i].stage);
     free(gs[i].after);
+    free(gs[i].sunk);
   }
   free(gs);
 }
@@ -341,13 +448,15 @@ int *emit_deferred_pushes(const IrBlock *b, const Group *gs, int ng) {
  * a scalar of the row (row). */
 const char *emit_group_operand(Emit *e, const Value *op) {
   const Group *g = e->cur_group;
-  if (!g || !is_member(e, op, (int)(g - e->groups)))
+  if (!g || !is_member(e, op, (int)(g - e->groups)) || is_col_member(e, op->def))
     return NULL;
   bool row = op->type.rank != g->rank || shape_role(e, g, &op->type) == ROLE_ROW;
   return arena_printf("%s_%s", vname(op), row ? "s" : "l");
 }
 
 static bool is_row_member(Emit *e, const Group *g, const Inst *m) {
+  if (is_col_member(e, m))
+    return false;
   return row_sum_split(e, m) || m->op == IR_RESHAPE || shape_role(e, g, &m->results[0]->type) == ROLE_ROW;
 }
 
@@ -399,6 +508,20 @@ static const char *flat_index(const Group *g, int n) {
   return r;
 }
 
+/* The row-major index of the columns (dims k.. of the domain) from the
+ * loop counters: "i2", or "i3 + 8 * i2". */
+static const char *col_index(const Group *g) {
+  Str flat = {0};
+  int64_t stride = 1;
+  for (int d = g->rank - 1; d >= g->k; d--) {
+    str_printf(&flat, "%s%si%d", flat.len ? " + " : "", stride == 1 ? "" : arena_printf("%lld * ", (long long)stride), d);
+    stride *= g->dom[d];
+  }
+  const char *r = arena_strdup(str_cstr(&flat));
+  free(flat.buf);
+  return r;
+}
+
 /* Opens the loops over dims from..rank-1 of the domain; `simd` puts the
  * vectorisation pragma (with its reductions) on the innermost. */
 static void open_cols(Emit *e, const Group *g, int from, const char *simd) {
@@ -409,6 +532,7 @@ static void open_cols(Emit *e, const Group *g, int from, const char *simd) {
     e->indent += 2;
   }
   emit_line(e, "const int64_t i = %s;", flat_index(g, g->rank));
+  emit_line(e, "(void)i;");   /* a pass over broadcast operands only reads by i0.. */
 }
 
 void emit_group(Emit *e, const Group *g) {
@@ -417,7 +541,7 @@ void emit_group(Emit *e, const Group *g) {
   for (int m = 0; m < g->n; m++) {
     const Value *v = g->mem[m]->results[0];
     if (!e->nobuf[v->id])
-      emit_def_array(e, v, false);
+      emit_def_array(e, v, is_col_member(e, g->mem[m]));   /* a column sum starts at zero */
   }
   emit_line(e, "shd_span_begin(SHD_SPAN_ELEMENTWISE, \"elementwise\", %d);", g->mem[0]->pos.line);
   e->cur_group = g;
@@ -481,12 +605,16 @@ void emit_group(Emit *e, const Group *g) {
           emit_line(e, "%s[ir] = %s_s;", vname(v), vname(v));
       }
     }
-    /* the last pass: the full values read outside the group */
+    /* the last pass: the full values read outside the group, and the
+     * column sums (each column's element of this row added in) */
     clear_need(g, need);
-    bool any = false;
+    bool any = false, cols = false;
     for (int m = 0; m < g->n; m++) {
       const Value *v = g->mem[m]->results[0];
-      if (!is_row_member(e, g, g->mem[m]) && !e->nobuf[v->id]) {
+      if (is_col_member(e, g->mem[m])) {
+        need_full(e, g, gi, g->mem[m]->args[0], need);
+        any = cols = true;
+      } else if (!is_row_member(e, g, g->mem[m]) && !e->nobuf[v->id]) {
         need_full(e, g, gi, v, need);
         any = true;
       }
@@ -494,10 +622,15 @@ void emit_group(Emit *e, const Group *g) {
     if (any) {
       open_cols(e, g, g->k, "");
       e->flat = "i";
+      if (cols)
+        emit_line(e, "const int64_t ic = %s;", col_index(g));
       emit_locals(e, g, need);
       for (int m = 0; m < g->n; m++) {
         const Value *v = g->mem[m]->results[0];
-        if (need[m] && !e->nobuf[v->id])
+        if (is_col_member(e, g->mem[m])) {
+          const Value *x = g->mem[m]->args[0];
+          emit_line(e, "%s[ic] += %s;", vname(v), emit_operand_at(e, x, &x->type));
+        } else if (need[m] && !e->nobuf[v->id])
           emit_line(e, "%s[i] = %s_l;", vname(v), vname(v));
       }
       emit_close_loops(e, g->rank - g->k);
@@ -508,4 +641,58 @@ void emit_group(Emit *e, const Group *g) {
   e->cur_group = NULL;
   e->flat = NULL;
   emit_line(e, "shd_span_end();");
+}
+
+/* ---- scheduling: instructions reading a column sum after its group ---- */
+
+/* Moves each group's sunk instructions that precede its last member to
+ * right after it, in their order; the others stay. An instruction keeps
+ * every operand's definition before it (the ones it passes define nothing
+ * it reads: it read them before), and anything that reads its results
+ * later is sunk too or ends the group after them. */
+static void sink_after(IrBlock *b, const Group *g) {
+  int n = 0;
+  for (int s = 0; s < g->nsunk; s++)
+    n += g->sunk[s] < g->last;
+  if (!n)
+    return;
+  int span = g->last - g->first + 1, w = 0, s = 0;
+  void **tmp = malloc(sizeof(void *) * (size_t)span);
+  if (!tmp)
+    diag_ice("out of memory");
+  for (int i = g->first; i <= g->last; i++) {
+    if (s < g->nsunk && g->sunk[s] == i) {
+      s++;
+      continue;
+    }
+    tmp[w++] = b->insts.data[i];
+  }
+  for (s = 0; s < g->nsunk && g->sunk[s] < g->last; s++)
+    tmp[w++] = b->insts.data[g->sunk[s]];
+  memcpy(&b->insts.data[g->first], tmp, sizeof(void *) * (size_t)span);
+  free(tmp);
+}
+
+static void schedule_block(Emit *e, IrBlock *b) {
+  ir_last_uses(b, e->last_use);
+  emit_plan_fusion(e, b);
+  Group *gs;
+  int ng;
+  emit_plan_groups(e, b, &gs, &ng);
+  for (int gi = 0; gi < ng; gi++)
+    sink_after(b, &gs[gi]);
+  emit_free_groups(gs, ng);
+  for (int i = 0; i < b->insts.len; i++) {
+    Inst *in = b->insts.data[i];
+    for (int r = 0; r < in->nregions; r++)
+      schedule_block(e, in->regions[r]);
+  }
+}
+
+void emit_schedule_module(Module *mod) {
+  Emit e;
+  emit_state_init(&e, NULL, mod, NULL);
+  for (int i = 0; i < mod->funcs.len; i++)
+    schedule_block(&e, ((Func *)mod->funcs.data[i])->body);
+  emit_state_fini(&e);
 }

@@ -41,6 +41,8 @@ struct Emit {
   const char *flat;                /* the flat index of the loop being emitted: "i", or "ir" for rows */
   int *deferred;                   /* by instruction index: a tape push made after group (value - 1), or 0 */
   bool making_deferred;            /* emitting those pushes */
+  bool *late;                      /* by value id, while a group is planned: defined by an instruction that
+                                      reads a column sum, so made after the group */
 };
 
 void emit_state_init(Emit *e, FILE *out, const Module *mod, const SourceFile *file);
@@ -73,7 +75,10 @@ const char *emit_elementwise_expr(Emit *e, const Inst *in);   /* the C expressio
  * when need_dims, i0..ik. Returns the number of loops opened. */
 int emit_open_loops(Emit *e, const Type *res, bool need_dims);
 void emit_close_loops(Emit *e, int n);
-bool emit_needs_dims(Emit *e, const Inst *in);   /* whether an operand's index needs i0..ik */
+bool emit_needs_dims(Emit *e, const Inst *in);
+/* Computes elementwise chains in their consumer's loop: e->fused, and the
+ * operands' last uses (e->last_use, of the block, set before). */
+void emit_plan_fusion(Emit *e, const IrBlock *b);   /* whether an operand's index needs i0..ik */
 
 /* A loop group (emit_group.c): elementwise instructions and row sums of one
  * block emitted as one loop nest at its last member. */
@@ -88,6 +93,8 @@ typedef struct Group {
   int n, cap;
   int *after;               /* tape pushes of members made after the group: instruction indices */
   int nafter, capafter;
+  int *sunk;                /* instructions reading a column sum: moved after the group (emit_schedule_module) */
+  int nsunk, capsunk;
   int *stage;               /* per member: the pass after which it is known (row) or in which it is used (full) */
   int nstages;
   bool ok;

@@ -1468,6 +1468,10 @@ int64_t explain_bytes_sent(const Module *mod, const Inst *in);
 
 /* ---- emit_c.c ----------------------------------------------------------- */
 
+/* Moves the instructions that read a loop group's column sum (a sum over
+ * the leading dims, made in the group's row loop) after the group, so that
+ * the group is not cut there (emit_group.c); after opt_module. */
+void emit_schedule_module(Module *mod);
 void emit_module(FILE *out, const Module *mod, const SourceFile *file);
 /* The same program as nparts translation units (a build compiles them at
  * once): each function's copy for each instruction set goes to one of

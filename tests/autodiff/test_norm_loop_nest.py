@@ -13,11 +13,25 @@ generates for the gradient function, the forward layer loop must hold
 exactly two elementwise loop nests, both loop groups: the RMSNorm's, from
 its first line to its last, and the LayerNorm's (with the residual add
 before it), ending at its last line; and the statistics pushed onto tapes
-after each group, never inside it. explain simulates the pushes at that
-place: its peak for main must stay within the bounds test_loop_peak.py
-sets against the peak SHD_TRACE=1 measures (not more than 3% below, nor 15%
-above), at 2 ranks. The numerics (two SGD steps against PyTorch, every mesh
-against the one-rank build) are norm_loop.shd's own RUN and REF lines."""
+after each group, never inside it. 
+The backward pass of each normalisation is one loop nest too: its row
+sums and its column sums (the weight's and the bias's gradients, summed
+over the rows of the [B,T,C] batch) in the same row loop, each column sum
+accumulated (`acc[ic] += ...`) in the row's last pass and all-reduced over
+`data` after the nest. So the backward layer loop holds exactly one loop
+group within the LayerNorm's lines (from its last line back to its first),
+with two column-sum accumulations, and one within the RMSNorm's, with one,
+and no separate reduction (`shd_reduce`) at all. colsum_group.shd (column
+sums over two leading dims, keepdims, a mean, columns of the rows' shape,
+sharded columns; its numerics are its own RUN, REF and TRACE lines) must
+make each of its five column sums in a loop nest, the only `shd_reduce`
+left being the row sum over its sharded trailing dim.
+
+explain simulates the pushes, and the column sums, at their place: its
+peak for main must stay within the bounds test_loop_peak.py sets against
+the peak SHD_TRACE=1 measures (not more than 3% below, nor 15% above), at 2
+ranks. The numerics (two SGD steps against PyTorch, every mesh against the
+one-rank build) are norm_loop.shd's own RUN and REF lines."""
 import os
 import re
 import subprocess
@@ -32,6 +46,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "explain"))
 from test_loop_peak import explain_peak, measured_peak  # noqa: E402  (explain's and SHD_TRACE's peaks of main)
 
 SRC = os.path.join(ROOT, "tests", "autodiff", "norm_loop.shd")
+COLSUM = os.path.join(ROOT, "tests", "autodiff", "colsum_group.shd")
 
 
 def fn_lines(text, name):
@@ -53,11 +68,68 @@ def block_at(text, start):
     return text[start:close.end()]
 
 
-def check_loop_nests(shdc, src_text):
-    p = subprocess.run([shdc, "emit-c", SRC], capture_output=True, text=True, timeout=300)
+def emit_c(shdc, src):
+    p = subprocess.run([shdc, "emit-c", src], capture_output=True, text=True, timeout=300)
     if p.returncode:
-        raise Failure("shdc emit-c %s: exit %d\n%s" % (SRC, p.returncode, p.stderr))
-    c = p.stdout
+        raise Failure("shdc emit-c %s: exit %d\n%s" % (src, p.returncode, p.stderr))
+    return p.stdout
+
+
+def group_texts(body):
+    """Each loop group of body: (first line, last line, its C from the
+    comment naming it to the end of its span)."""
+    out = []
+    for m in re.finditer(r"/\* one loop nest: lines (\d+) to (\d+) \*/", body):
+        end = body.index("shd_span_end();", m.end())
+        out.append((int(m.group(1)), int(m.group(2)), body[m.start():end]))
+    return out
+
+
+COL_ACC = re.compile(r"^ *v\d+\[ic\] \+= .*;$", re.M)
+
+
+def check_backward(fn, src_text):
+    loops = list(re.finditer(r"^  for \(int32_t .*\{$", fn, re.M))
+    if len(loops) < 2:
+        raise Failure("no backward layer loop in the gradient function:\n" + fn)
+    body = block_at(fn, loops[1].start())
+    problems = []
+    for name, ncols in (("ln", 2), ("rms", 1)):
+        lines = set(fn_lines(src_text, name))
+        inside = [g for g in group_texts(body) if g[0] in lines and g[1] in lines]
+        if len(inside) != 1:
+            problems.append("%d loop groups within %s's lines %s in the backward layer loop, not one: %s" %
+                            (len(inside), name, sorted(lines), [g[:2] for g in inside]))
+            continue
+        cols = len(COL_ACC.findall(inside[0][2]))
+        if cols != ncols:
+            problems.append("%s's backward loop nest (lines %d to %d) accumulates %d column sums, not %d" %
+                            (name, inside[0][0], inside[0][1], cols, ncols))
+    if "shd_reduce(" in body:
+        problems.append("a reduction outside the loop nests in the backward layer loop")
+    if problems:
+        raise Failure("\n".join(problems) + "\nthe backward layer loop of the gradient function:\n" + body)
+    print("backward layer loop: %d loop nests, groups %s" % (
+        len(re.findall(r'shd_span_begin\(SHD_SPAN_ELEMENTWISE', body)), [g[:2] for g in group_texts(body)]))
+
+
+def check_colsum_group(shdc):
+    c = emit_c(shdc, COLSUM)
+    m = re.search(r"^static void shd_fn_main\(.*\) \{$", c, re.M)
+    if not m:
+        raise Failure("no main in the C of " + COLSUM)
+    fn = block_at(c, m.start())
+    groups = group_texts(fn)
+    cols = sum(len(COL_ACC.findall(g[2])) for g in groups)
+    reduces = fn.count("shd_reduce(")
+    if cols != 5 or reduces != 1:
+        raise Failure("%s: %d column sums accumulated in loop groups (not 5), %d shd_reduce calls (not 1):\n%s" %
+                      (COLSUM, cols, reduces, fn))
+    print("colsum_group.shd: 5 column sums in %d loop groups" % len(groups))
+
+
+def check_loop_nests(shdc, src_text):
+    c = emit_c(shdc, SRC)
     m = re.search(r"^static void shd_fn_net_value_and_grad_\w*\(.*\) \{$", c, re.M)
     if not m:
         raise Failure("no definition of the gradient function of net in the generated C")
@@ -89,6 +161,7 @@ def check_loop_nests(shdc, src_text):
     if problems:
         raise Failure("\n".join(problems) + "\nthe forward layer loop of the gradient function:\n" + body)
     print("forward layer loop: %d loop nests, groups %s" % (len(nests), groups))
+    check_backward(fn, src_text)
 
 
 def main():
@@ -96,6 +169,7 @@ def main():
     with open(SRC) as f:
         src_text = f.read()
     check_loop_nests(shdc, src_text)
+    check_colsum_group(shdc)
     with tempfile.TemporaryDirectory() as d:
         e, m = explain_peak(shdc, SRC, "data=2", []), measured_peak(shdc, SRC, "data=2", 2, [], [], d)
         print("peak of main at 2 ranks: explain %d bytes, measured %d" % (e, m))
