@@ -5,8 +5,8 @@
  * For each rows x cols f32 problem: mean over the last dim (a layer norm's
  * statistic, and sum((x - m)^2) the same kernel), sum over the first dim (a
  * bias gradient), softmax along the last dim, its gradient and logsumexp's
- * gradient; each the best of several repetitions, in ms, with the bytes it must read and write
- * per second. "generic" is shd_reduce's odometer walk (the code before the
+ * gradient; each the best of several repetitions, in ms, with the bytes it
+ * must read and write per second. "generic" is shd_reduce's odometer walk (the code before the
  * fast paths), "fast" the vector kernel shdc's generated code now calls.
  */
 #include <math.h>
