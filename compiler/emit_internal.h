@@ -41,6 +41,10 @@ struct Emit {
   const char *flat;                /* the flat index of the loop being emitted: "i", or "ir" for rows */
   int *deferred;                   /* by instruction index: a tape push made after group (value - 1), or 0 */
   bool making_deferred;            /* emitting those pushes */
+  /* the source files the timeline names, by SourceFile.order (the
+   * program's own 0): shd_src_files in main's unit */
+  const SourceFile **files;
+  int nfiles;
 };
 
 void emit_state_init(Emit *e, FILE *out, const Module *mod, const SourceFile *file);
