@@ -214,8 +214,6 @@ const char *emit_names_lit(Value *const *v, int n) {
   return r;
 }
 
-/* FILE:LINE of pos as a C string literal: the imported file's own name for
- * a function of an imported file (std's included). */
 /* The index of pos's file in the program's table of source files
  * (shd_src_files, SourceFile.order: the program's own file 0, then its
  * imports in the order they are read), noted for the table. */
@@ -240,6 +238,8 @@ int emit_file_index(Emit *e, Pos pos) {
 
 void emit_trace_at(Emit *e, Pos pos) { emit_line(e, "shd_trace_at(%d, %d);", emit_file_index(e, pos), pos.line); }
 
+/* FILE:LINE of pos as a C string literal: the imported file's own name for
+ * a function of an imported file (std's included). */
 const char *emit_where_lit(Emit *e, Pos pos) {
   const char *name = pos.file ? pos.file->name : e->src ? e->src->name : "?";
   const char *s = arena_printf("%s:%d", name, pos.line);

@@ -475,6 +475,11 @@ void shd_timeline_write(void)
     text t = format_rank(shd_world_rank());
     free(g_tl.events);
     g_tl.events = NULL;
+    for (int i = 0; i < g_tl.nfiles; i++)
+        free(g_tl.files[i]);
+    free(g_tl.files);
+    g_tl.files = NULL;
+    g_tl.nfiles = 0;
     if (shd_world_rank() != 0) {
         send_to_root(&t);
         free(t.buf);
