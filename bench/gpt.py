@@ -37,7 +37,8 @@ Configurations (CONFIGS below): GPT-2's `demo` (gpt2.shd's defaults),
 `c384t128` (C=384 T=128 L=6 B=16), `c768t256` (C=768 T=256 L=4 NH=12
 B=8), `demo-v8k` (the demo with V=8192: the loss and the tied embedding
 weigh as in GPT-2 proper); LLaMA's `llama` (llama.shd's defaults: C=128 T=64 L=4 NH=8 KV=2
-F=352 B=16) and `llama-c384` (C=384 T=256 L=4 NH=6 KV=2 F=1024 B=8);
+F=352 B=16), `llama-c384` (C=384 T=256 L=4 NH=6 KV=2 F=1024 B=8) and
+`llama-v8k` (llama with V=8192);
 `tiny` and `llama-tiny` are smoke-check sizes (seconds, not measurements).
 The default: demo, large and llama at 1 and 2 ranks, 12 steps.
 
@@ -108,6 +109,8 @@ CONFIGS = {
     # LLaMA: F a multiple of 32; NH, KV, F, V divide by model, B by data
     "llama": dict(model="llama", V=256, T=64, L=4, C=128, NH=8, KV=2, F=352, B=16),
     "llama-c384": dict(model="llama", V=256, T=256, L=4, C=384, NH=6, KV=2, F=1024, B=8),
+    # llama with an 8192-token vocabulary: the loss and the head weigh more
+    "llama-v8k": dict(model="llama", V=8192, T=64, L=4, C=128, NH=8, KV=2, F=352, B=16),
     # smoke checks of the script itself
     "tiny": dict(model="gpt2", V=64, T=16, L=2, NH=2, C=32, B=4),
     "llama-tiny": dict(model="llama", V=64, T=16, L=2, C=32, NH=4, KV=2, F=64, B=4),

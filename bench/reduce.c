@@ -4,9 +4,9 @@
  *
  * For each rows x cols f32 problem: mean over the last dim (a layer norm's
  * statistic, and sum((x - m)^2) the same kernel), sum over the first dim (a
- * bias gradient), softmax along the last dim, and its gradient; each the
- * best of several repetitions, in ms, with the bytes it must read and write
- * per second. "generic" is shd_reduce's odometer walk (the code before the
+ * bias gradient), softmax along the last dim, its gradient and logsumexp's
+ * gradient; each the best of several repetitions, in ms, with the bytes it
+ * must read and write per second. "generic" is shd_reduce's odometer walk (the code before the
  * fast paths), "fast" the vector kernel shdc's generated code now calls.
  */
 #include <math.h>
@@ -83,6 +83,13 @@ static void grad_fast(void *a) {
     shd_softmax_grad(p->y, p->g, p->out, SHD_F32, SHD_SOFTMAX, p->rows, p->cols, 1);
 }
 
+/* logsumexp's gradient g * exp(x - y), y and g per row (the loss's
+ * backward over the logits) */
+static void lsegrad_fast(void *a) {
+    problem *p = a;
+    shd_logsumexp_grad(p->x, p->out, p->g, p->y, SHD_F32, p->rows, p->cols, 1);
+}
+
 static void row(const char *what, int64_t rows, int64_t cols, double bytes, double generic, double fast) {
     if (generic > 0)
         printf("| %-22s | %6lld x %-6lld | %9.3f | %9.3f | %6.1fx | %7.1f |\n", what, (long long)rows,
@@ -119,6 +126,8 @@ int main(int argc, char **argv) {
             best_ms(softmax_fast, &p, reps));
         row("log_softmax(x, axis=-1)", p.rows, p.cols, 2 * in, 0, best_ms(lsm_fast, &p, reps));
         row("softmax gradient", p.rows, p.cols, 3 * in, 0, best_ms(grad_fast, &p, reps));
+        shd_softmax(p.x, p.out, SHD_F32, SHD_LOGSUMEXP, p.rows, p.cols, 1);
+        row("logsumexp gradient", p.rows, p.cols, 2 * in, 0, best_ms(lsegrad_fast, &p, reps));
         shd_release(p.x);
         shd_release(p.y);
         shd_release(p.g);

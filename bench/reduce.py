@@ -36,12 +36,14 @@ def main():
         x = rng.standard_normal((rows, cols), dtype=np.float32)
         g = rng.standard_normal((rows, cols), dtype=np.float32)
         y = softmax(x)
+        lse = np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True)) + x.max(-1, keepdims=True)
         ops = [("mean(x, axis=-1)", lambda: x.mean(-1, keepdims=True)),
                ("max(x, axis=-1)", lambda: x.max(-1)),
                ("sum(x, axis=0)", lambda: x.sum(0)),
                ("softmax(x, axis=-1)", lambda: softmax(x)),
                ("log_softmax(x, axis=-1)", lambda: log_softmax(x)),
-               ("softmax gradient", lambda: y * (g - (g * y).sum(-1, keepdims=True)))]
+               ("softmax gradient", lambda: y * (g - (g * y).sum(-1, keepdims=True))),
+               ("logsumexp gradient", lambda: g[:, :1] * np.exp(x - lse))]
         for name, f in ops:
             print("| %-22s | %6d x %-6d | %9.3f |" % (name, rows, cols, best(f)))
 

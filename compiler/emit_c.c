@@ -212,6 +212,30 @@ const char *emit_names_lit(Value *const *v, int n) {
   return r;
 }
 
+/* The index of pos's file in the program's table of source files
+ * (shd_src_files, SourceFile.order: the program's own file 0, then its
+ * imports in the order they are read), noted for the table. */
+int emit_file_index(Emit *e, Pos pos) {
+  const SourceFile *f = pos.file ? pos.file : e->src;
+  int k = f ? f->order : 0;
+  if (k < 0)
+    diag_ice("emit_file_index: order %d", k);
+  if (k >= e->nfiles) {
+    const SourceFile **p = realloc(e->files, sizeof(*p) * (size_t)(k + 1));
+    if (!p)
+      diag_ice("out of memory");
+    for (int i = e->nfiles; i <= k; i++)
+      p[i] = NULL;
+    e->files = p;
+    e->nfiles = k + 1;
+  }
+  if (f)
+    e->files[k] = f;
+  return k;
+}
+
+void emit_trace_at(Emit *e, Pos pos) { emit_line(e, "shd_trace_at(%d, %d);", emit_file_index(e, pos), pos.line); }
+
 /* FILE:LINE of pos as a C string literal: the imported file's own name for
  * a function of an imported file (std's included). */
 const char *emit_where_lit(Emit *e, Pos pos) {
@@ -448,7 +472,8 @@ static void emit_elementwise(Emit *e, const Inst *in) {
   }
   emit_def_array(e, r, false);
   bool dims = emit_needs_dims(e, in);
-  emit_line(e, "shd_span_begin(SHD_SPAN_ELEMENTWISE, \"elementwise\", %d);", in->pos.line);
+  emit_line(e, "shd_span_begin_at(SHD_SPAN_ELEMENTWISE, \"elementwise\", %d, %d);", emit_file_index(e, in->pos),
+            in->pos.line);
   int n = emit_open_loops(e, &r->type, dims);
   emit_line(e, "%s[i] = %s;", vname(r), x);
   emit_close_loops(e, n);
@@ -659,7 +684,8 @@ static void emit_call(Emit *e, const Inst *in) {
   for (int k = 0; k < in->nresults; k++)
     str_printf(&s, "%s&%s", k || in->nargs ? ", " : "", vname(in->results[k]));
   str_printf(&s, ");");
-  emit_line(e, "shd_span_begin(SHD_SPAN_CALL, \"%s\", %d);", in->callee->name, in->pos.line);
+  emit_line(e, "shd_span_begin_at(SHD_SPAN_CALL, \"%s\", %d, %d);", in->callee->name, emit_file_index(e, in->pos),
+            in->pos.line);
   emit_line(e, "%s", str_cstr(&s));
   emit_line(e, "shd_span_end();");
   free(s.buf);
@@ -762,7 +788,7 @@ static void emit_inst(Emit *e, const Inst *in, const char **yield_to) {
   /* The timeline (SHD_TRACE=FILE.json) names the line of each GEMM and collective. */
   const OpDef *def = op_def(in->op);
   if (def && (def->flags & (OPF_TRACE_LINE | OPF_COLLECTIVE)))
-    emit_line(e, "shd_trace_line(%d);", in->pos.line);
+    emit_trace_at(e, in->pos);
   switch (in->op) {
   case IR_CONST:
     emit_line(e, "%s %s = %s;", ctype(&r->type), vname(r), emit_flit(r->type.dtype, in->fval));
@@ -945,14 +971,23 @@ void emit_main_fn(Emit *e, FILE *o, const Module *mod, const Func *mainf, const 
   const char **setup = calloc((size_t)nf + 1, sizeof *setup);
   for (int i = 0; i < nf; i++)
     setup[i] = fams[i]->main_setup ? fams[i]->main_setup(e, live) : NULL;
+  int mfile = emit_file_index(e, mainf->pos);
+  /* the timeline's file names: every file the bodies named, by order */
+  fprintf(o, "\nstatic const char *const shd_src_files[%d] = {", e->nfiles);
+  for (int i = 0; i < e->nfiles; i++) {
+    const char *name = e->files[i] ? e->files[i]->name : "?";
+    fprintf(o, "%s%s", i ? ", " : "", emit_str_lit(name, strlen(name)));
+  }
+  fprintf(o, "};\n");
   fprintf(o, "\nint main(int argc, char **argv) {\n");
   fprintf(o, "  shd_init(&argc, &argv, %d, shd_mesh_names, shd_mesh_sizes);\n", mod->mesh.naxes);
+  fprintf(o, "  shd_trace_files(%d, shd_src_files);\n", e->nfiles);
   for (int i = 0; i < nf; i++)
     if (setup[i])
       fprintf(o, "  %s\n", setup[i]);
   fprintf(o, "  shd_check_memory(%lldull);\n", (long long)explain_func_peak(mod, mainf));
-  fprintf(o, "  shd_span_begin(SHD_SPAN_CALL, \"main\", %d);\n  %s();\n  shd_span_end();\n", mainf->pos.line,
-          emit_fname(mainf));
+  fprintf(o, "  shd_span_begin_at(SHD_SPAN_CALL, \"main\", %d, %d);\n  %s();\n  shd_span_end();\n", mfile,
+          mainf->pos.line, emit_fname(mainf));
   fprintf(o, "  shd_finalize();\n  return 0;\n}\n");
   free(setup);
 }
@@ -991,6 +1026,7 @@ void emit_state_fini(Emit *e) {
   free(e->gmember);
   free(e->nobuf);
   free(e->late);
+  free(e->files);
 }
 
 /* What every translation unit starts with: the includes, the ABI check,

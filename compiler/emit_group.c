@@ -543,7 +543,8 @@ void emit_group(Emit *e, const Group *g) {
     if (!e->nobuf[v->id])
       emit_def_array(e, v, is_col_member(e, g->mem[m]));   /* a column sum starts at zero */
   }
-  emit_line(e, "shd_span_begin(SHD_SPAN_ELEMENTWISE, \"elementwise\", %d);", g->mem[0]->pos.line);
+  emit_line(e, "shd_span_begin_at(SHD_SPAN_ELEMENTWISE, \"elementwise\", %d, %d);", emit_file_index(e, g->mem[0]->pos),
+            g->mem[0]->pos.line);
   e->cur_group = g;
   bool *need = calloc((size_t)g->n + 1, sizeof(bool));
   if (g->k < 0) {

@@ -43,6 +43,10 @@ struct Emit {
   bool making_deferred;            /* emitting those pushes */
   bool *late;                      /* by value id, while a group is planned: defined by an instruction that
                                       reads a column sum, so made after the group */
+  /* the source files the timeline names, by SourceFile.order (the
+   * program's own 0): shd_src_files in main's unit */
+  const SourceFile **files;
+  int nfiles;
 };
 
 void emit_state_init(Emit *e, FILE *out, const Module *mod, const SourceFile *file);

@@ -360,7 +360,7 @@ static void emit_attention(Emit *e, const Inst *in) {
     emit_def_array(e, in->results[i], false);
   const Value *q = in->args[0], *k = in->args[1];
   const char *dt = emit_dtconst(in->results[0]->type.dtype);
-  emit_line(e, "shd_trace_line(%d);", in->pos.line);
+  emit_trace_at(e, in->pos);
   if (in->op == IR_ATTENTION)
     emit_line(e, "shd_attention(%s, %s, %s, %s, %s, %s, %s, %s, %s);", emit_vname(q), emit_vname(k),
               emit_vname(in->args[2]), emit_vname(in->results[0]), emit_vname(in->results[1]), dt, dims_args(e, q, k),

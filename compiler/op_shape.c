@@ -1,9 +1,14 @@
 /* op_shape.c: the shape family: transpose (typing-rules 1.6), reshape
- * (1.7) and broadcast (1.8, made by autodiff for the transpose of a sum).
+ * (1.7), expand_dims and squeeze (reshapes that insert or remove one
+ * size-1 dim) and broadcast (1.8, made by autodiff for the transpose of a
+ * sum).
  *
  * A transpose permutes the specs; a reshape keeps a sharded dim's axes on
  * the major pieces of a split and merges runs whose trailing dims are
- * unsharded. Partitioning: a reshape is local when every rank's block
+ * unsharded. expand_dims inserts an unsharded size-1 dim and squeeze
+ * removes an unsharded one; both keep the other dims' specs and the
+ * U/R/V states, and lower to a reshape (a view: no copy, local on every
+ * mesh, its transpose the other one). Partitioning: a reshape is local when every rank's block
  * keeps its elements in order (checked exactly, per rank); otherwise the
  * natural result of the rule is resharded to the asked type, and only as a
  * last resort the operand is gathered, reshaped and sliced.
@@ -15,7 +20,7 @@
 #define vname emit_vname
 #define fail rule_fail
 
-enum { S_TRANSPOSE, S_RESHAPE };
+enum { S_TRANSPOSE, S_RESHAPE, S_EXPAND_DIMS, S_SQUEEZE };
 
 /* The data movement of a reshape whose blocks do not stay in place
  * (runtime/reshape_move.c): operand and result have the same states. */
@@ -328,6 +333,85 @@ static Type check_reshape(TcCtx *c, Expr *e, const Type *annot) {
   }
   Type out;
   return rule_reshape(&r, &x, info->rank, info->shape, pa, &out) ? out : ty_error();
+}
+
+
+/* expand_dims(x, axis=k) and squeeze(x, axis=k): jnp's, with one axis.
+ * k counts from the end when negative: of the result's rank for
+ * expand_dims (NumPy's), of the operand's for squeeze. The type is the
+ * operand's with one unsharded size-1 dim inserted or removed; the other
+ * dims keep their specs and the value its U, R and V. */
+static Type check_one_dim(TcCtx *c, Expr *e, const Type *annot) {
+  TcInfo *info = tc_info(e);
+  bool expand = e->bi->code == S_EXPAND_DIMS;
+  const char *name = expand ? "expand_dims" : "squeeze";
+  Expr *pos[1], *kw[1];
+  const char *kwn[1] = {"axis"};
+  const char *usage = expand ? "expand_dims(x, axis=k)" : "squeeze(x, axis=k)";
+  if (tc_call_args(c, e, pos, 1, 1, kw, kwn, 1, usage) < 0)
+    return ty_error();
+  if (!kw[0]) {
+    diag_error(e->pos, "E_ARG", "%s needs the dim: %s", name, usage);
+    return ty_error();
+  }
+  Type x = tc_operand(c, pos[0], name);
+  if (x.kind == TY_ERROR)
+    return x;
+  info->x = pos[0];
+  int n = expand ? x.rank + 1 : x.rank;   /* the rank k indexes */
+  if (expand && n > MAX_RANK) {
+    diag_error(e->pos, "E_SHAPE", "expand_dims: %s already has %d dims, the most an array may have", TS(&x), MAX_RANK);
+    return ty_error();
+  }
+  if (!expand && x.rank == 0) {
+    diag_error(pos[0]->pos, "E_SHAPE", "squeeze of the scalar %s: it has no dim to remove", TS(&x));
+    return ty_error();
+  }
+  int64_t k;
+  if (!tc_const_int(c, kw[0], &k))
+    return ty_error();
+  if (k < -n || k >= n) {
+    diag_error(kw[0]->pos, "E_ARG", "%s: axis %lld is out of range for %s, %s (0 to %d, or -%d to -1)", name,
+               (long long)k, TS(&x),
+               expand ? arena_printf("whose result has %d dim%s", n, n == 1 ? "" : "s")
+                      : arena_printf("which has %d dim%s", n, n == 1 ? "" : "s"),
+               n - 1, n);
+    return ty_error();
+  }
+  int d = (int)(k < 0 ? k + n : k);
+  Type r = x;
+  r.weak = false;
+  if (expand) {
+    for (int i = x.rank; i > d; i--) {
+      r.shape[i] = x.shape[i - 1];
+      r.spec[i] = x.spec[i - 1];
+    }
+    r.shape[d] = 1;
+    r.spec[d] = (DimSpec){0};
+    r.rank = x.rank + 1;
+  } else {
+    if (x.shape[d] != 1) {
+      diag_error(kw[0]->pos, "E_SHAPE", "squeeze: dim %d of %s has size %lld, not 1; only a size-1 dim can be removed "
+                 "(reshape changes other sizes)", d, TS(&x), (long long)x.shape[d]);
+      return ty_error();
+    }
+    if (x.spec[d].n) {
+      Type fix = x;
+      fix.spec[d].n = 0;
+      diag_error(kw[0]->pos, "E_RESHAPE", "squeeze: dim %d of %s is sharded over %s; reshard it first: "
+                 "squeeze(reshard(%s, %s), axis=%lld)", d, TS(&x), ty_spec_str(c->mesh, x.spec[d]) + 1,
+                 tc_expr_text(pos[0]), TS(&fix), (long long)k);
+      return ty_error();
+    }
+    for (int i = d; i + 1 < x.rank; i++) {
+      r.shape[i] = x.shape[i + 1];
+      r.spec[i] = x.spec[i + 1];
+    }
+    r.rank = x.rank - 1;
+  }
+  info->rank = r.rank;
+  memcpy(info->shape, r.shape, sizeof info->shape);
+  return r;
 }
 
 /* ---- lowering ---------------------------------------------------------------------- */
@@ -731,6 +815,10 @@ static const BuiltinDef builtins[] = {
      .doc = "the size of a dim, a compile-time integer"},
     {.name = "transpose", .code = S_TRANSPOSE, .flags = BIF_LIST_ARG, .check = check_transpose, .lower = lower_transpose},
     {.name = "reshape", .code = S_RESHAPE, .flags = BIF_ANNOT | BIF_LIST_ARG, .check = check_reshape, .lower = lower_reshape},
+    {.name = "expand_dims", .code = S_EXPAND_DIMS, .check = check_one_dim, .lower = lower_reshape,
+     .doc = "a size-1 dim inserted (a view)"},
+    {.name = "squeeze", .code = S_SQUEEZE, .check = check_one_dim, .lower = lower_reshape,
+     .doc = "a size-1 dim removed (a view)"},
     {0},
 };
 

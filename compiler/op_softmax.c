@@ -212,6 +212,19 @@ static Value *with_specs(Part *p, Pos pos, Value *v, const Type *like) {
 
 static AxisSet spec_set(DimSpec s) { return ty_spec_axes(s); }
 
+/* rows with an unsharded dim of size 1 put back at k. */
+static Type with_unit_dim(const Type *rows, int k) {
+  Type t = *rows;
+  for (int d = rows->rank; d > k; d--) {
+    t.shape[d] = rows->shape[d - 1];
+    t.spec[d] = rows->spec[d - 1];
+  }
+  t.shape[k] = 1;
+  t.spec[k].n = 0;
+  t.rank = rows->rank + 1;
+  return t;
+}
+
 static void part_softmax(Part *p, Inst *in, Value **args) {
   const Type *T = &in->results[0]->type;
   Value *x = args[0];
@@ -226,19 +239,25 @@ static void part_softmax(Part *p, Inst *in, Value **args) {
      * size 1): one row kernel, no collective */
     y = local(p, in, IR_SOFTMAX, 1, &x, natural);
   } else {
-    /* the row max over the whole row: the local maxima, all-reduced */
-    Inst *mx = ir_emit(part_mod(p), part_block(p), IR_REDUCE, in->pos, 1, &x, 1, &rows);
-    mx->fn = RED_MAX;
-    mx->mask = 1u << in->dim;
-    Inst *ar = ir_emit(part_mod(p), part_block(p), IR_ALL_REDUCE, in->pos, 1, &mx->results[0], 1, &rows);
+    /* One read of the block: each rank's logsumexp of its piece of the row
+     * (the row kernel), then the pieces combined: M = max over ranks of
+     * the local l, S = sum over ranks of exp(l - M), the row's
+     * logsumexp M + log(S); exp(x - M) / S for softmax. Only row-sized
+     * values between the collectives: softmax and log_softmax read the
+     * block once more to write it, logsumexp does not. */
+    Value *l = local(p, in, IR_SOFTMAX, 1, &x, rows);
+    l->def->fn = SM_LOGSUMEXP;
+    Inst *ar = ir_emit(part_mod(p), part_block(p), IR_ALL_REDUCE, in->pos, 1, &l, 1, &rows);
     ar->fn = RED_MAX;
     for (int i = 0; i < A.n; i++)
       ar->axes[ar->naxes++] = A.axes[i];
     Value *m = ar->results[0];
-    /* the local sums of exp(x - max): pending over A until all-reduced */
+    /* exp(l - M) is expsum over a dim of one: l viewed with that dim back */
+    Type unit = with_unit_dim(&rows, in->dim);
+    Value *l1 = part_local(p, in, IR_RESHAPE, 1, &l, unit);
     Type pending = rows;
     pending.U |= spec_set(A);
-    Value *s = local(p, in, IR_SOFTMAX_EXPSUM, 2, (Value *[]){x, m}, pending);
+    Value *s = local(p, in, IR_SOFTMAX_EXPSUM, 2, (Value *[]){l1, m}, pending);
     s = part_to(p, in->pos, s, &rows);
     y = local(p, in, IR_SOFTMAX_FINISH, 3, (Value *[]){x, m, s}, natural);
   }

@@ -1497,6 +1497,8 @@ const char *emit_spec_axes_lit(DimSpec s);
 const char *emit_offset_lit(Emit *e, const Type *t);       /* this rank's block offsets */
 const char *emit_ints_lit(const int *v, int n);            /* (const int[]){..} */
 const char *emit_where_lit(Emit *e, Pos pos);              /* "FILE:LINE", for run-time errors */
+int emit_file_index(Emit *e, Pos pos);                     /* pos's file in the timeline's table */
+void emit_trace_at(Emit *e, Pos pos);                      /* the timeline's line of the next GEMM/collective */
 const char *emit_i64s_lit(const int64_t *v, int n);        /* (const int64_t[]){..} */
 const char *emit_names_lit(Value *const *v, int n);        /* a, b, c: the C names */
 void emit_def_array(Emit *e, const Value *v, bool zero);   /* declares and allocates */

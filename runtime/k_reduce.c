@@ -342,6 +342,17 @@ CLONES static void softmax_finish_impl(const void *x, const void *m, const void 
     KERNEL void gfinish_##T(const T *restrict y, const T *restrict g, const T *restrict s,    \
                             T *restrict dx, int kind, int64_t outer, int64_t n, int64_t inner) \
     {                                                                                         \
+        if (inner == 1) { /* rows: the loop over the row vectorises */                        \
+            for (int64_t o = 0; o < outer; o++) {                                             \
+                const T *yr = y + o * n, *gr = g + o * n;                                     \
+                T *d = dx + o * n, so = s[o];                                                 \
+                if (kind == SHD_SOFTMAX)                                                      \
+                    for (int64_t j = 0; j < n; j++) d[j] = yr[j] * (gr[j] - so);              \
+                else                                                                          \
+                    for (int64_t j = 0; j < n; j++) d[j] = gr[j] - EXP(yr[j]) * so;           \
+            }                                                                                 \
+            return;                                                                           \
+        }                                                                                     \
         for (int64_t o = 0; o < outer; o++) {                                                 \
             const T *yo = y + o * n * inner, *go = g + o * n * inner, *so = s + o * inner;    \
             T *d = dx + o * n * inner;                                                        \
@@ -394,6 +405,14 @@ CLONES static void softmax_finish_impl(const void *x, const void *m, const void 
     KERNEL void lsegrad_##T(const T *restrict x, const T *restrict y, const T *restrict g,    \
                             T *restrict dx, int64_t outer, int64_t n, int64_t inner)          \
     {                                                                                         \
+        if (inner == 1) { /* rows: the loop over the row vectorises */                        \
+            for (int64_t o = 0; o < outer; o++) {                                             \
+                const T *xr = x + o * n;                                                      \
+                T *d = dx + o * n, yr = y[o], gr = g[o];                                      \
+                for (int64_t j = 0; j < n; j++) d[j] = gr * EXP(xr[j] - yr);                  \
+            }                                                                                 \
+            return;                                                                           \
+        }                                                                                     \
         for (int64_t o = 0; o < outer; o++) {                                                 \
             const T *yo = y + o * inner, *go = g + o * inner;                                 \
             const T *xo = x + o * n * inner;                                                  \

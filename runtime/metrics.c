@@ -133,31 +133,71 @@ static size_t utf8_len(const unsigned char *s, size_t n)
     return k;
 }
 
-static void json_string(const char *s, size_t n)
+/* s[0..n) as a quoted JSON string, in pieces to sink: quote and backslash
+ * escaped, control bytes as \u00XX, bytes that are not UTF-8 as U+FFFD. */
+static void json_escape(const char *s, size_t n, void (*sink)(void *, const char *, size_t), void *arg)
 {
-    put("\"", 1);
+    sink(arg, "\"", 1);
     const unsigned char *p = (const unsigned char *)s, *end = p + n;
     while (p < end) {
         size_t k = utf8_len(p, (size_t)(end - p));
         char esc[8];
         if (k == 0) {
-            puts_("\\ufffd");
+            sink(arg, "\\ufffd", 6);
             p++;
         } else if (k > 1) {
-            put((const char *)p, k);
+            sink(arg, (const char *)p, k);
             p += k;
         } else if (*p == '"' || *p == '\\') {
             esc[0] = '\\';
             esc[1] = (char)*p++;
-            put(esc, 2);
+            sink(arg, esc, 2);
         } else if (*p < 0x20 || *p == 0x7f) {
             snprintf(esc, sizeof esc, "\\u%04x", *p++);
-            puts_(esc);
+            sink(arg, esc, 6);
         } else {
-            put((const char *)p++, 1);
+            sink(arg, (const char *)p++, 1);
         }
     }
-    put("\"", 1);
+    sink(arg, "\"", 1);
+}
+
+static void line_sink(void *arg, const char *s, size_t n)
+{
+    (void)arg;
+    put(s, n);
+}
+
+static void json_string(const char *s, size_t n) { json_escape(s, n, line_sink, NULL); }
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+} quoted;
+
+static void quoted_sink(void *arg, const char *s, size_t n)
+{
+    quoted *q = arg;
+    if (q->len + n + 1 > q->cap) {
+        size_t cap = q->cap ? q->cap : 64;
+        while (cap < q->len + n + 1)
+            cap *= 2;
+        char *p = realloc(q->buf, cap);
+        if (!p)
+            shd_fatal("out of memory quoting a string of %zu bytes", q->len + n);
+        q->buf = p;
+        q->cap = cap;
+    }
+    memcpy(q->buf + q->len, s, n);
+    q->len += n;
+    q->buf[q->len] = 0;
+}
+
+char *shd_json_quote(const char *s)
+{
+    quoted q = {0};
+    json_escape(s, strlen(s), quoted_sink, &q);
+    return q.buf;
 }
 
 static void key(const char *k)

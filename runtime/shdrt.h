@@ -30,7 +30,7 @@
 /* The ABI version: bumped whenever a declaration below changes meaning.
  * Generated C checks it (#error on a mismatch), and `shdc --version`
  * prints the one its compiler emits for. */
-#define SHD_ABI_VERSION 2
+#define SHD_ABI_VERSION 3
 
 #define SHD_MAX_AXES 8
 #define SHD_MAX_RANK 8
@@ -527,24 +527,33 @@ void shd_attention_grad(const void *q, const void *k, const void *v,
  * main (a step); the runtime adds GEMMs, collectives with
  * their waits, and a live-bytes counter. Spans nest: every shd_span_begin
  * has its shd_span_end. Off (SHD_TRACE unset, 0 or 1) they cost one test of
- * shd_timeline_on. shd_trace_line gives the source line of the next GEMM or
- * collective. */
+ * shd_timeline_on. shd_trace_at gives the source file and line of the next
+ * GEMM or collective. A file is an index into the program's table of source
+ * files (shd_trace_files: the program's own file first, then its imports);
+ * shd_span_begin's line is in the program's own file, and a span begun
+ * with line 0 takes the last shd_trace_at's. */
 enum { SHD_SPAN_CALL, SHD_SPAN_ELEMENTWISE, SHD_SPAN_GEMM, SHD_SPAN_COLLECTIVE, SHD_SPAN_WAIT, SHD_SPAN_COMPUTE,
        SHD_SPAN_STEP };
 extern bool shd_timeline_on;
-void shd_span_begin_slow(int kind, const char *name, int line);
+void shd_span_begin_slow(int kind, const char *name, int file, int line);
 void shd_span_end_slow(void);
+static inline void shd_span_begin_at(int kind, const char *name, int file, int line)
+{
+    if (shd_timeline_on)
+        shd_span_begin_slow(kind, name, file, line);
+}
 static inline void shd_span_begin(int kind, const char *name, int line)
 {
     if (shd_timeline_on)
-        shd_span_begin_slow(kind, name, line);
+        shd_span_begin_slow(kind, name, 0, line);
 }
 static inline void shd_span_end(void)
 {
     if (shd_timeline_on)
         shd_span_end_slow();
 }
-void shd_trace_line(int line);
+void shd_trace_at(int file, int line);
+void shd_trace_files(int n, const char *const *names);
 /* One iteration of a loop at the top of main (a training step): a "step"
  * span with the loop variable's value; SHD_TRACE_STEPS=A:B records only
  * the steps A <= step < B (timeline.c). */

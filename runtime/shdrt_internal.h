@@ -35,6 +35,9 @@ void shd_metrics_open(const char *path);
 void shd_json_open(const char *key);
 void shd_json_close(void);
 void shd_json_text(const char *key, const char *v);
+/* s as a quoted JSON string (escaped; bytes that are not UTF-8 as U+FFFD);
+ * malloc'd. */
+char *shd_json_quote(const char *s);
 /* args.c: every arg of the program with its value in this run, as keys of
  * the open JSON object (rank 0). */
 void shd_args_describe(void);

@@ -61,7 +61,7 @@ typedef struct {
     int64_t start, dur;      /* ns since t0; dur < 0: a counter sample */
     const char *name;        /* static: generated code's literals, runtime names */
     int kind;                /* SHD_SPAN_* */
-    int line;
+    int file, line;          /* file: an index into g_tl.files */
     int64_t a, b, c;         /* gemm: M N K; collective: bytes; counter: value; step: the step */
     char axes[24];
 } tl_event;
@@ -79,7 +79,9 @@ static struct {
     tl_open stack[MAX_DEPTH];
     int depth, overflow;
     int64_t t0;
-    int line;                /* shd_trace_line: the next GEMM's or collective's */
+    int file, line;          /* shd_trace_at: the next GEMM's or collective's */
+    char **files;            /* shd_trace_files: the source files' names, as JSON strings */
+    int nfiles;
     FILE *out;               /* rank 0, while writing */
     char path[4096];
     shd_temp tmp;            /* rank 0, while writing */
@@ -230,9 +232,27 @@ static void record(const tl_event *e)
     g_tl.events[g_tl.n++] = *e;
 }
 
-void shd_trace_line(int line) { g_tl.line = line; }
+void shd_trace_at(int file, int line)
+{
+    g_tl.file = file;
+    g_tl.line = line;
+}
 
-void shd_span_begin_slow(int kind, const char *name, int line)
+/* The generated program's source files (static strings), each kept as a
+ * quoted JSON string for the events' "file"; called once, after shd_init. */
+void shd_trace_files(int n, const char *const *names)
+{
+    if (!shd_timeline_on || g_tl.files)
+        return;
+    g_tl.files = calloc((size_t)(n > 0 ? n : 1), sizeof(char *));
+    if (!g_tl.files)
+        shd_fatal("trace: out of memory");
+    for (int i = 0; i < n; i++)
+        g_tl.files[i] = shd_json_quote(names[i] ? names[i] : "?");
+    g_tl.nfiles = n;
+}
+
+void shd_span_begin_slow(int kind, const char *name, int file, int line)
 {
     if (g_tl.depth == MAX_DEPTH) {
         g_tl.overflow++;
@@ -242,6 +262,7 @@ void shd_span_begin_slow(int kind, const char *name, int line)
     memset(o, 0, sizeof *o);
     o->ev.kind = kind;
     o->ev.name = name;
+    o->ev.file = line ? file : g_tl.file;
     o->ev.line = line ? line : g_tl.line;
     o->in_window = g_tl.in_window;
     o->windows = g_tl.windows;
@@ -271,7 +292,7 @@ void shd_step_begin_slow(int32_t step, int line)
         g_tl.in_window = step >= g_tl.lo && step < g_tl.hi;
         g_tl.windows += g_tl.in_window;
     }
-    shd_span_begin_slow(SHD_SPAN_STEP, "step", line);
+    shd_span_begin_slow(SHD_SPAN_STEP, "step", 0, line);
     if (!g_tl.overflow && g_tl.depth)
         g_tl.stack[g_tl.depth - 1].ev.a = step;
 }
@@ -307,7 +328,7 @@ void shd_timeline_begin_collective(const int *axes, int naxes, MPI_Comm comm)
 {
     if (!shd_timeline_on)
         return;
-    shd_span_begin_slow(SHD_SPAN_COLLECTIVE, "collective", 0);
+    shd_span_begin_slow(SHD_SPAN_COLLECTIVE, "collective", 0, 0);
     if (!g_tl.overflow && g_tl.depth) {
         tl_event *e = &g_tl.stack[g_tl.depth - 1].ev;
         size_t used = 0;
@@ -318,7 +339,7 @@ void shd_timeline_begin_collective(const int *axes, int naxes, MPI_Comm comm)
             snprintf(e->axes, sizeof e->axes, "mesh");
     }
     if (comm != MPI_COMM_NULL && g_tl.in_window) {   /* every rank is in or out of the window alike */
-        shd_span_begin_slow(SHD_SPAN_WAIT, "wait", 0);
+        shd_span_begin_slow(SHD_SPAN_WAIT, "wait", 0, 0);
         MPI_Barrier(comm);
         shd_span_end_slow();
     }
@@ -328,7 +349,7 @@ void shd_timeline_counter(size_t live_bytes)
 {
     if (!shd_timeline_on || !g_tl.in_window)
         return;
-    tl_event e = {now_ns() - g_tl.t0, -1, "live array bytes", 0, 0, (int64_t)live_bytes, 0, 0, ""};
+    tl_event e = {now_ns() - g_tl.t0, -1, "live array bytes", 0, 0, 0, (int64_t)live_bytes, 0, 0, ""};
     record(&e);
 }
 
@@ -383,6 +404,8 @@ static void format_event(text *t, const tl_event *e, int rank)
     put(t, ",");
     put_time(t, "dur", e->dur);
     put(t, ",\"args\":{\"line\":%d", e->line);
+    if (e->line && e->file >= 0 && e->file < g_tl.nfiles)
+        put(t, ",\"file\":%s", g_tl.files[e->file]);
     if (e->kind == SHD_SPAN_GEMM)
         put(t, ",\"M\":%lld,\"N\":%lld,\"K\":%lld", (long long)e->a, (long long)e->b, (long long)e->c);
     if (e->kind == SHD_SPAN_COLLECTIVE)
@@ -452,6 +475,11 @@ void shd_timeline_write(void)
     text t = format_rank(shd_world_rank());
     free(g_tl.events);
     g_tl.events = NULL;
+    for (int i = 0; i < g_tl.nfiles; i++)
+        free(g_tl.files[i]);
+    free(g_tl.files);
+    g_tl.files = NULL;
+    g_tl.nfiles = 0;
     if (shd_world_rank() != 0) {
         send_to_root(&t);
         free(t.buf);

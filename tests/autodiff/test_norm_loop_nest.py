@@ -110,7 +110,7 @@ def check_backward(fn, src_text):
     if problems:
         raise Failure("\n".join(problems) + "\nthe backward layer loop of the gradient function:\n" + body)
     print("backward layer loop: %d loop nests, groups %s" % (
-        len(re.findall(r'shd_span_begin\(SHD_SPAN_ELEMENTWISE', body)), [g[:2] for g in group_texts(body)]))
+        len(re.findall(r'shd_span_begin_at\(SHD_SPAN_ELEMENTWISE', body)), [g[:2] for g in group_texts(body)]))
 
 
 def check_colsum_group(shdc):
@@ -139,7 +139,7 @@ def check_loop_nests(shdc, src_text):
         raise Failure("no layer loop in the gradient function:\n" + fn)
     body = block_at(fn, loop.start())
     rms, ln = fn_lines(src_text, "rms"), fn_lines(src_text, "ln")
-    nests = re.findall(r'shd_span_begin\(SHD_SPAN_ELEMENTWISE, "elementwise", (\d+)\)', body)
+    nests = re.findall(r'shd_span_begin_at\(SHD_SPAN_ELEMENTWISE, "elementwise", \d+, (\d+)\)', body)
     groups = [(int(a), int(b)) for a, b in re.findall(r"/\* one loop nest: lines (\d+) to (\d+) \*/", body)]
     problems = []
     if len(nests) != 2 or len(groups) != 2:
@@ -156,7 +156,7 @@ def check_loop_nests(shdc, src_text):
             problems.append("no tape push of the statistic %s in the forward layer loop" % stat)
             continue
         before = body[:push.start()]
-        if before.count("shd_span_begin(") != before.count("shd_span_end("):
+        if before.count("shd_span_begin") != before.count("shd_span_end("):
             problems.append("the tape push of %s is inside a loop nest" % stat)
     if problems:
         raise Failure("\n".join(problems) + "\nthe forward layer loop of the gradient function:\n" + body)

@@ -12,8 +12,10 @@
   declaration, a note at the first, in the other file), and an error
   inside an imported file (reported in that file); at run time, an index
   out of range inside an imported function (named with that file's line,
-  and the generated C's comments quote that file).
+  and the generated C's comments quote that file), and the timeline
+  (SHD_TRACE) names its spans by that file and line.
 """
+import json
 import os
 import re
 import subprocess
@@ -113,6 +115,22 @@ fn pick(x: f32[8], i: i32) -> f32 {
     return take(x, i, axis=0)
 }
 """,
+    # the timeline names an imported function's GEMM and elementwise pass by
+    # that file and line (the program's file name is JSON-escaped data)
+    'tr"a\\ce\u00e9.shd': """mesh {X: 2}
+import "lib/mm.shd"
+fn main() {
+    let a = ones(f32[8@X, 4])
+    print("mm", sum(mm(a)))
+}
+""",
+    "lib/mm.shd": """// a product and a pass over it
+fn mm(a: f32[8@X, 4]) -> f32[8@X, 4] {
+    let w = ones(f32[4, 4])
+    let h = a @ w
+    return exp(h) * 2.0
+}
+""",
 }
 
 # file, line, code, message pattern (the error's place: file and line)
@@ -123,6 +141,32 @@ ERRORS = [
     ("twice.shd", "twice.shd", 3, "E_NAME", r"'scale' is already defined"),
     ("inner.shd", "bad.shd", 2, "E_SHAPE", r"@"),
 ]
+
+
+def check_trace(shdc, d):
+    """The timeline's GEMM and elementwise spans inside mm name lib/mm.shd
+    and its lines (4 and 5), not the program's lines with those numbers;
+    main's span names the program's file, quote, backslash and all."""
+    prog = [n for n in FILES if n.startswith("tr")][0]
+    exe = testlib.build(shdc, os.path.join(d, prog), os.path.join(d, "traced"))
+    env = dict(os.environ, SHD_TRACE=os.path.join(d, "t.json"))
+    p = subprocess.run(mpirun_cmd(2) + [exe], cwd=d, capture_output=True, text=True, env=env, timeout=120)
+    if p.returncode or not re.search(r"^mm 3494\.2\d*$", p.stdout, re.M):
+        return ["traced: exit %d\n%s%s" % (p.returncode, p.stdout, p.stderr)]
+    with open(os.path.join(d, "t.json"), encoding="utf-8") as f:
+        ev = json.load(f)["traceEvents"]
+    spans = [e for e in ev if e.get("ph") == "X" and e["pid"] == 1]
+    gemm = [e["args"] for e in spans if e["cat"] == "gemm"]
+    ew = [e["args"] for e in spans if e["cat"] == "elementwise" and e["args"].get("file", "").endswith("mm.shd")]
+    main = [e["args"] for e in spans if e["name"] == "main"]
+    bad = []
+    if not gemm or any(not a.get("file", "").endswith("lib/mm.shd") or a["line"] != 4 for a in gemm):
+        bad.append("traced: the GEMM is not at lib/mm.shd:4: %s" % gemm)
+    if not ew or any(a["line"] != 5 for a in ew):
+        bad.append("traced: no elementwise pass at lib/mm.shd:5: %s" % ew)
+    if len(main) != 1 or os.path.basename(main[0].get("file", "")) != prog or main[0]["line"] != 3:
+        bad.append("traced: main is not at %r line 3: %s" % (prog, main))
+    return bad
 
 
 def main():
@@ -164,6 +208,7 @@ def main():
         gen = open(os.path.join(d, "runerr.c")).read()
         if "/* pick.shd 3: return take(x, i, axis=0) */" not in gen:
             failures.append("runerr.c: the imported function's lines are not commented as pick.shd's")
+        failures += check_trace(shdc, d)
         p = subprocess.run([shdc, "check", "twice.shd"], cwd=d, capture_output=True, text=True)
         if not re.search(r"more\.shd:2:4: note: previous definition is here", p.stderr):
             failures.append("twice: no note at the first declaration:\n%s" % p.stderr)
@@ -171,7 +216,7 @@ def main():
         print("\n".join(failures))
         sys.exit(1)
     print("imports found relative, with -I and in the installed library; every import error on its line; a "
-          "run-time error in an imported function names its file and line")
+          "run-time error and the timeline's spans in an imported function name its file and line")
 
 
 if __name__ == "__main__":
