@@ -377,6 +377,15 @@ static int build_jobs(void) {
   return n < 1 ? 1 : n > 16 ? 16 : n;
 }
 
+/* explain's peak of live arrays in main, which the generated program
+ * checks against the host's memory before it runs (0 without a main). */
+static int64_t main_peak(const Module *mod) {
+  for (int i = 0; i < mod->funcs.len; i++)
+    if (((Func *)mod->funcs.data[i])->is_main)
+      return explain_func_peak(mod, mod->funcs.data[i]);
+  return 0;
+}
+
 /* The program as `jobs` translation units in shdc's private directory,
  * compiled at once and linked as run_cc links: the functions' copies for
  * each instruction set spread over the machine's cores
@@ -393,7 +402,7 @@ static int build_parts(Compilation *c, const char *out, const char *opt, int job
     if (!outs[p])
       drv_io_error("cannot write %s: %s", cfiles[p], strerror(errno));
   }
-  emit_module_parts(c->mod, c->src, jobs, outs);
+  emit_module_parts(c->mod, c->src, main_peak(c->mod), jobs, outs);
   for (int p = 0; p < jobs; p++)
     if (fflush(outs[p]) != 0 || ferror(outs[p]) || fclose(outs[p]) != 0)
       drv_io_error("cannot write %s: %s", cfiles[p], strerror(errno));
@@ -435,7 +444,7 @@ static int do_build(Compilation *c, const Options *o) {
     if (!f)
       drv_io_error("cannot write %s: %s", cfile, strerror(errno));
   }
-  emit_module(f, c->mod, c->src);
+  emit_module(f, c->mod, c->src, main_peak(c->mod));
   if (o->keep_c) {
     const char *why = file_out_commit(&kept);
     if (why)
@@ -612,7 +621,7 @@ static int run_source(const Options *o, SourceFile *src, const char *path) {
     return diag_error_count() ? 1 : 0;   /* a sum that overflowed is reported on its line */
   }
   if (!strcmp(cmd, "emit-c")) {
-    emit_module(stdout, c.mod, c.src);
+    emit_module(stdout, c.mod, c.src, main_peak(c.mod));
     return 0;
   }
   if (o->max_memory) {   /* an out-of-memory crash found before the job runs */

@@ -985,7 +985,7 @@ void emit_main_fn(Emit *e, FILE *o, const Module *mod, const Func *mainf, const 
   for (int i = 0; i < nf; i++)
     if (setup[i])
       fprintf(o, "  %s\n", setup[i]);
-  fprintf(o, "  shd_check_memory(%lldull);\n", (long long)explain_func_peak(mod, mainf));
+  fprintf(o, "  shd_check_memory(%lldull);\n", (long long)e->main_peak);
   fprintf(o, "  shd_span_begin_at(SHD_SPAN_CALL, \"main\", %d, %d);\n  %s();\n  shd_span_end();\n", mfile,
           mainf->pos.line, emit_fname(mainf));
   fprintf(o, "  shd_finalize();\n  return 0;\n}\n");
@@ -1065,9 +1065,10 @@ const Func *emit_main_func(const Module *mod) {
   return NULL;
 }
 
-void emit_module(FILE *out, const Module *mod, const SourceFile *file) {
+void emit_module(FILE *out, const Module *mod, const SourceFile *file, int64_t main_peak) {
   Emit e;
   emit_state_init(&e, out, mod, file);
+  e.main_peak = main_peak;
   FILE *o = out;
   emit_file_header(&e, file);
   emit_mesh_table(o, mod);

@@ -47,6 +47,7 @@ struct Emit {
    * program's own 0): shd_src_files in main's unit */
   const SourceFile **files;
   int nfiles;
+  int64_t main_peak;               /* explain's peak of main, which main checks (emit_module's caller) */
 };
 
 void emit_state_init(Emit *e, FILE *out, const Module *mod, const SourceFile *file);

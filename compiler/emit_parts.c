@@ -32,7 +32,7 @@ static int piece_cmp(const void *a, const void *b) {
   return x < y ? 1 : x > y ? -1 : 0;
 }
 
-void emit_module_parts(const Module *mod, const SourceFile *file, int nparts, FILE **outs) {
+void emit_module_parts(const Module *mod, const SourceFile *file, int64_t main_peak, int nparts, FILE **outs) {
   const Func *mainf = emit_main_func(mod);
   if (!mainf)
     diag_ice("emit_module_parts: no main");
@@ -43,6 +43,7 @@ void emit_module_parts(const Module *mod, const SourceFile *file, int nparts, FI
   size_t *blen = calloc((size_t)nf + 1, sizeof(size_t));
   Emit e;
   emit_state_init(&e, NULL, mod, file);
+  e.main_peak = main_peak;
   for (int i = 0; i < nf; i++) {
     if (!live[i])
       continue;

@@ -1472,11 +1472,14 @@ int64_t explain_bytes_sent(const Module *mod, const Inst *in);
  * the leading dims, made in the group's row loop) after the group, so that
  * the group is not cut there (emit_group.c); after opt_module. */
 void emit_schedule_module(Module *mod);
-void emit_module(FILE *out, const Module *mod, const SourceFile *file);
+/* main_peak: explain's peak of live arrays in main (explain_func_peak),
+ * which the program checks against the host's memory at start-up; the
+ * caller computes it, so the emitter does not depend on explain. */
+void emit_module(FILE *out, const Module *mod, const SourceFile *file, int64_t main_peak);
 /* The same program as nparts translation units (a build compiles them at
  * once): each function's copy for each instruction set goes to one of
  * them, balanced by size; the first holds main. The module has a main. */
-void emit_module_parts(const Module *mod, const SourceFile *file, int nparts, FILE **outs);
+void emit_module_parts(const Module *mod, const SourceFile *file, int64_t main_peak, int nparts, FILE **outs);
 
 /* Builders for the families' emit functions. */
 __attribute__((format(printf, 2, 3))) void emit_line(Emit *e, const char *fmt, ...);
