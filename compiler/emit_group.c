@@ -292,6 +292,11 @@ static bool sinkable(const Inst *in) {
   return !d || !(d->flags & OPF_EFFECT) || (d->flags & OPF_COLLECTIVE);
 }
 
+static bool is_collective(const Inst *in) {
+  const OpDef *d = op_def(in->op);
+  return d && (d->flags & OPF_COLLECTIVE);
+}
+
 static void group_sink(Emit *e, Group *g, const Inst *in, int idx) {
   if (g->nsunk == g->capsunk) {
     g->capsunk = g->capsunk ? 2 * g->capsunk : 4;
@@ -300,6 +305,7 @@ static void group_sink(Emit *e, Group *g, const Inst *in, int idx) {
       diag_ice("out of memory");
   }
   g->sunk[g->nsunk++] = idx;
+  g->sunk_collective |= is_collective(in);
   for (int k = 0; k < in->nresults; k++)
     e->late[in->results[k]->id] = true;
 }
@@ -389,7 +395,11 @@ void emit_plan_groups(Emit *e, const IrBlock *b, Group **out, int *nout) {
         group_sink(e, &cur, in, i);
         continue;
       }
-      if (ms.hit || late.hit || in->nregions || in->op == IR_CALL || group_candidate(e, in) || reads_waiting_tape(b, &cur, in)) {
+      /* a sunk collective passes only computation: the collectives keep
+       * the program's order */
+      bool passes = cur.sunk_collective && is_collective(in);
+      if (ms.hit || late.hit || passes || in->nregions || in->op == IR_CALL || group_candidate(e, in) ||
+          reads_waiting_tape(b, &cur, in)) {
         close_group(e, b, &cur, &gs, &ng, &cap);
         open = false;
       }

@@ -100,6 +100,7 @@ typedef struct Group {
   int nafter, capafter;
   int *sunk;                /* instructions reading a column sum: moved after the group (emit_schedule_module) */
   int nsunk, capsunk;
+  bool sunk_collective;     /* one of them is a collective: another collective ends the group */
   int *stage;               /* per member: the pass after which it is known (row) or in which it is used (full) */
   int nstages;
   bool ok;
