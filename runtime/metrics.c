@@ -170,34 +170,19 @@ static void line_sink(void *arg, const char *s, size_t n)
 
 static void json_string(const char *s, size_t n) { json_escape(s, n, line_sink, NULL); }
 
-typedef struct {
-    char *buf;
-    size_t len, cap;
-} quoted;
-
-static void quoted_sink(void *arg, const char *s, size_t n)
-{
-    quoted *q = arg;
-    if (q->len + n + 1 > q->cap) {
-        size_t cap = q->cap ? q->cap : 64;
-        while (cap < q->len + n + 1)
-            cap *= 2;
-        char *p = realloc(q->buf, cap);
-        if (!p)
-            shd_fatal("out of memory quoting a string of %zu bytes", q->len + n);
-        q->buf = p;
-        q->cap = cap;
-    }
-    memcpy(q->buf + q->len, s, n);
-    q->len += n;
-    q->buf[q->len] = 0;
-}
+static void stream_sink(void *arg, const char *s, size_t n) { fwrite(s, 1, n, (FILE *)arg); }
 
 char *shd_json_quote(const char *s)
 {
-    quoted q = {0};
-    json_escape(s, strlen(s), quoted_sink, &q);
-    return q.buf;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        shd_fatal("out of memory quoting a string of %zu bytes", strlen(s));
+    json_escape(s, strlen(s), stream_sink, f);
+    if (fclose(f) != 0 || !buf)
+        shd_fatal("out of memory quoting a string of %zu bytes", strlen(s));
+    return buf;
 }
 
 static void key(const char *k)
