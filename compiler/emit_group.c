@@ -297,22 +297,24 @@ static bool is_collective(const Inst *in) {
   return d && (d->flags & OPF_COLLECTIVE);
 }
 
-static void group_sink(Emit *e, Group *g, const Inst *in, int idx) {
-  if (g->nsunk == g->capsunk) {
-    g->capsunk = g->capsunk ? 2 * g->capsunk : 4;
-    g->sunk = realloc(g->sunk, sizeof(int) * (size_t)g->capsunk);
-    if (!g->sunk)
+/* Appends instruction index idx to a group's list (sunk or deferred). */
+static void push_index(int **a, int *n, int *cap, int idx) {
+  if (*n == *cap) {
+    *cap = *cap ? 2 * *cap : 4;
+    *a = realloc(*a, sizeof(int) * (size_t)*cap);
+    if (!*a)
       diag_ice("out of memory");
   }
-  g->sunk[g->nsunk++] = idx;
+  (*a)[(*n)++] = idx;
+}
+
+static void group_sink(Emit *e, Group *g, const Inst *in, int idx) {
+  push_index(&g->sunk, &g->nsunk, &g->capsunk, idx);
   g->sunk_collective |= is_collective(in);
   for (int k = 0; k < in->nresults; k++)
     e->late[in->results[k]->id] = true;
 }
 
-/* Groups the block's elementwise instructions and row sums (after
- * plan_fusion); extends the operands' lifetimes to the groups' emission
- * points. */
 typedef struct {
   const IrBlock *b;
   int gi, last;
@@ -335,15 +337,7 @@ static bool deferrable_push(Emit *e, const Inst *in, int gi) {
          !is_member(e, in->args[1], gi) && !e->fused[in->args[1]->id];
 }
 
-static void group_defer(Group *g, int idx) {
-  if (g->nafter == g->capafter) {
-    g->capafter = g->capafter ? 2 * g->capafter : 4;
-    g->after = realloc(g->after, sizeof(int) * (size_t)g->capafter);
-    if (!g->after)
-      diag_ice("out of memory");
-  }
-  g->after[g->nafter++] = idx;
-}
+static void group_defer(Group *g, int idx) { push_index(&g->after, &g->nafter, &g->capafter, idx); }
 
 /* Whether `in` reads a tape that a push waiting for group g writes. */
 static bool reads_waiting_tape(const IrBlock *b, const Group *g, const Inst *in) {
@@ -357,6 +351,9 @@ static bool reads_waiting_tape(const IrBlock *b, const Group *g, const Inst *in)
   return false;
 }
 
+/* Groups the block's elementwise instructions, row sums and column sums
+ * (after plan_fusion); extends the operands' lifetimes to the groups'
+ * emission points. */
 void emit_plan_groups(Emit *e, const IrBlock *b, Group **out, int *nout) {
   e->group_block = b;
   Group *gs = NULL, cur;
