@@ -261,11 +261,12 @@ def shdc_run(name, cfg, n, steps, d):
     else:
         exe = shdc_build(name, cfg, n, d)
     mesh = "data=%d,model=1" % n
-    # GNU time reports each rank's peak resident set (KiB).
-    ms, out = step_ms(exe, n, steps, d, {"SHD_TRACE": "1"},
-                      [shutil.which("time") or "/usr/bin/time", "-f", "maxrss_kib %M"])
-    rss = max(int(x) for x in re.findall(r"maxrss_kib (\d+)", out)) / 1024
-    peak = max(int(x) for x in re.findall(r"rank \d+: peak_bytes=(\d+)", out)) / 2**20
+    # SHD_TRACE=1's table (rank 0, before the program exits) has the
+    # largest peak resident set of any rank (getrusage, KiB) and of live
+    # arrays (bytes).
+    ms, out = step_ms(exe, n, steps, d, {"SHD_TRACE": "1"})
+    rss = trace_figure(out, "maxrss_kib", exe) / 1024
+    peak = trace_figure(out, "peak_bytes", exe) / 2**20
     ex = sh([SHDC, "explain", src, "--mesh", mesh] + defines(cfg))
     main_peak = re.search(r"^fn main\n(?:.*\n)*?\s+peak live arrays per rank: (\d+) bytes", ex, re.M)
     explain_peak = int(main_peak.group(1)) / 2**20 if main_peak else float("nan")
@@ -276,6 +277,14 @@ def shdc_run(name, cfg, n, steps, d):
     summ = sh([SHDC, "trace-summary", trace])
     return dict(ms=ms, rss=rss, peak=peak, explain_peak=explain_peak, gemm=gemm_share(summ), summary=summ,
                 alloc=allocated_per_step(trace, 2) / 2**20)
+
+
+def trace_figure(out, name, exe):
+    """A figure of the SHD_TRACE=1 table's `max over ranks` lines."""
+    m = re.search(r"^shdc trace: max over ranks: %s=(\d+)$" % name, out, re.M)
+    if not m:
+        sys.exit("%s: no '%s' in its SHD_TRACE=1 table:\n%s" % (exe, name, out[-3000:]))
+    return int(m.group(1))
 
 
 def allocated_per_step(trace, first):

@@ -15,6 +15,9 @@
  * total of any rank), and at the end the logs of all ranks are reduced
  * call by call.
  *
+ * The table's last line is the largest peak resident set of any rank
+ * (getrusage), for the benchmarks' memory column.
+ *
  * Invariants: a kind appears in the table at most once; counters only grow,
  * except through shd_trace_reset; every rank makes the same calls in the
  * same order (SPMD), so the logs line up.
@@ -23,6 +26,7 @@
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "shdrt_internal.h"
 
@@ -161,19 +165,30 @@ static bool trace_enabled(void)
     return v && strcmp(v, "1") == 0;
 }
 
+/* This process's peak resident set so far (KiB), as the kernel counts it:
+ * the benchmarks' memory column, reported by the program itself so that it
+ * reaches mpirun's output before the process exits (a wrapper's line printed
+ * after the exit can be lost as mpirun tears its output forwarding down). */
+static uint64_t max_rss_kib(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 && ru.ru_maxrss > 0 ? (uint64_t)ru.ru_maxrss : 0;
+}
+
 /* The rank 0 table, then what `shdc explain` predicts: the largest count
  * and peak of any rank, and the bytes of the busiest rank of each call. The
  * reductions run on every rank whether or not SHD_TRACE is set there, so
  * ranks that disagree about the variable cannot hang. */
 void shd_trace_report(void)
 {
-    uint64_t mine[2 * NFIXED + 1], most[2 * NFIXED + 1];
+    uint64_t mine[2 * NFIXED + 2], most[2 * NFIXED + 2];
     for (int i = 0; i < NFIXED; i++) {
         mine[2 * i] = g_trace.kinds[i].count;
         mine[2 * i + 1] = g_trace.kinds[i].bytes;
     }
     mine[2 * NFIXED] = shd_peak_bytes();
-    MPI_Reduce(mine, most, 2 * NFIXED + 1, MPI_UINT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
+    mine[2 * NFIXED + 1] = max_rss_kib();
+    MPI_Reduce(mine, most, 2 * NFIXED + 2, MPI_UINT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
     busiest_per_call(most);
     free(g_log.kind);
     free(g_log.bytes);
@@ -195,5 +210,6 @@ void shd_trace_report(void)
                     g_trace.kinds[i].name, (unsigned long long)most[2 * i],
                     (unsigned long long)most[2 * i + 1]);
     fprintf(stderr, "shdc trace: max over ranks: peak_bytes=%llu\n", (unsigned long long)most[2 * NFIXED]);
+    fprintf(stderr, "shdc trace: max over ranks: maxrss_kib=%llu\n", (unsigned long long)most[2 * NFIXED + 1]);
     fflush(stderr);
 }

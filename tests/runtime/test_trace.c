@@ -10,6 +10,8 @@
  * ranks.
  */
 #include <fcntl.h>
+#include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -73,6 +75,9 @@ static int finalize_and_check_table(void)
         unsetenv("SHD_TRACE");
     }
     size_t peak = shd_peak_bytes();
+    struct rusage before;
+    getrusage(RUSAGE_SELF, &before);
+    long rss_before = before.ru_maxrss;
     shd_finalize();
     if (fd < 0)
         return 0;
@@ -96,6 +101,19 @@ static int finalize_and_check_table(void)
                                kinds[k], (unsigned long long)expect[k][0],
                                (unsigned long long)expect[k][1]);
     snprintf(want + at, sizeof want - at, "shdc trace: max over ranks: peak_bytes=%zu\n", peak);
+    /* Then the largest peak resident set of any rank: at least this rank's
+     * before finalize, at most the largest after (every rank has exited
+     * finalize's reduction by then, so its peak is final). */
+    const char *rss_line = "shdc trace: max over ranks: maxrss_kib=";
+    char *rss = strstr(got, rss_line);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    if (!rss || rss[strlen(rss) - 1] != '\n' || strtoull(rss + strlen(rss_line), NULL, 10) < (unsigned long long)rss_before ||
+        strtoull(rss + strlen(rss_line), NULL, 10) > (unsigned long long)ru.ru_maxrss * 64) {
+        fprintf(stderr, "FAIL: SHD_TRACE table: no maxrss_kib line from %ld KiB on:\n%s", rss_before, got);
+        return 1;
+    }
+    *rss = 0;
     if (strcmp(got, want) == 0)
         return 0;
     fprintf(stderr, "FAIL: SHD_TRACE table:\n%s--- expected:\n%s", got, want);
