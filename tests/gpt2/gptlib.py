@@ -27,8 +27,35 @@ TP = os.path.join(HERE, "gpt2_tp.shd")
 # split over model * data), C by 8 (ZeRO-3 over up to 8 `data` devices).
 TINY = dict(V=256, T=8, L=2, NH=8, C=32, B=8)
 
+
+
+def openblas_core():
+    """The OpenBLAS kernels a shdc program runs with here: the ones the
+    runtime picks when OpenBLAS chose generic ones (runtime/mesh.c,
+    better_core), else OpenBLAS's own choice (None). The PyTorch reference
+    (Debian's torch calls the same OpenBLAS) runs with them too: with
+    different kernels (Debian's OpenBLAS 0.3.21 picks its generic Prescott
+    ones on a Sapphire Rapids Xeon) the sums round differently, and eight
+    AdamW steps, which divide by the root of tiny second moments, magnify
+    that past f32 tolerance in a parameter with near-zero gradients."""
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return os.environ["OPENBLAS_CORETYPE"]
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(next((l for l in f if l.startswith("flags")), "").split())
+    except OSError:
+        return None
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        return "SkylakeX"
+    if {"avx2", "fma"} <= flags:
+        return "Haswell"
+    return None
+
+
 ENV = dict(os.environ, SHD_QUIET="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_btl_vader_single_copy_mechanism="none", OPENBLAS_NUM_THREADS="1")
+if openblas_core():
+    ENV["OPENBLAS_CORETYPE"] = openblas_core()
 
 
 class Failure(Exception):
