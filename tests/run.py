@@ -304,6 +304,7 @@ class ShdTest:
         self.mesh_dependent = []
         self.serial = None
         self.tmp = None           # the test's temporary directory, once made
+        self.built = {}           # mesh -> (program, the command that built it)
         found, self.problems = find_directives(path, self.lines)
         seen = {}
         for i, key, raw in found:
@@ -474,12 +475,17 @@ class ShdTest:
 
     # ---- running -------------------------------------------------------------
 
-    def build(self, mesh, exe):
-        """Builds; returns the command line that did."""
-        res = run(self.shdc_cmd("build", self.path, "-o", exe, "--mesh", mesh, *self.build_flags), timeout=300)
-        if res.rc != 0:
-            raise Failure("shdc build --mesh %s failed:\n%s%s" % (mesh, res.out, res.err), [res.shell])
-        return res.shell
+    def build(self, mesh):
+        """The program built for mesh, once per test: its path and the
+        command line that built it (RUN, RUNFAIL and TRACE at one mesh run
+        one binary)."""
+        if mesh not in self.built:
+            exe = os.path.join(self.tmpdir(), "prog_%d" % len(self.built))
+            res = run(self.shdc_cmd("build", self.path, "-o", exe, "--mesh", mesh, *self.build_flags), timeout=300)
+            if res.rc != 0:
+                raise Failure("shdc build --mesh %s failed:\n%s%s" % (mesh, res.out, res.err), [res.shell])
+            self.built[mesh] = (exe, res.shell)
+        return self.built[mesh]
 
     def ranks(self, mesh):
         n = 1
@@ -493,8 +499,7 @@ class ShdTest:
         tmp = self.tmpdir()
         d = os.path.join(tmp, tag)
         os.makedirs(d)
-        exe = os.path.join(tmp, "prog_" + tag)
-        built = self.build(mesh, exe)
+        exe, built = self.build(mesh)
         res = run(mpirun_cmd(self.ranks(mesh)) + [exe] + self.args, cwd=d)
         cmds = [built, res.shell]
         if res.rc != 0:
@@ -611,8 +616,7 @@ class ShdTest:
         mesh, n, pat = m.group(1), int(m.group(2)), m.group(4)
         args = m.group(3).split(",") if m.group(3) else self.args
         tmp = self.tmpdir()
-        exe = os.path.join(tmp, "fail_prog")
-        built = self.build(mesh, exe)
+        exe, built = self.build(mesh)
         d = os.path.join(tmp, "fail")
         os.makedirs(d, exist_ok=True)
         res = run(mpirun_cmd(n) + [exe] + args, cwd=d, timeout=120)
@@ -644,8 +648,7 @@ class ShdTest:
 
     def check_trace(self, mesh):
         tmp = self.tmpdir()
-        exe = os.path.join(tmp, "trace_prog")
-        built = self.build(mesh, exe)
+        exe, built = self.build(mesh)
         d = os.path.join(tmp, "trace")
         os.makedirs(d, exist_ok=True)
         res = run(mpirun_cmd(self.ranks(mesh)) + [exe] + self.args, cwd=d, env={"SHD_TRACE": "1"})
