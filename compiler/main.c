@@ -143,6 +143,40 @@ static int print_info(bool version) {
   return 0;
 }
 
+/* `shdc sha256 [FILE...]`, a developer's command (as list-ops is): the
+ * build cache's SHA-256 of each file (stdin without one), printed as
+ * sha256sum prints, which a test compares it with. */
+static int print_sha256(int argc, char **argv) {
+  int rc = 0;
+  for (int i = 2; i < argc || i == 2; i++) {
+    const char *name = i < argc ? argv[i] : "-", *why = NULL;
+    FILE *f = i < argc ? file_open_regular(name, 0, &why, NULL) : stdin;
+    if (!f) {
+      fprintf(stderr, "shdc: error: cannot read %s: %s\n", name, why);
+      rc = 2;
+      continue;
+    }
+    Sha256 s;
+    sha256_init(&s);
+    char buf[65536], hex[65];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+      sha256_update(&s, buf, n);
+    if (ferror(f)) {
+      fprintf(stderr, "shdc: error: cannot read %s: %s\n", name, strerror(errno));
+      rc = 2;
+    } else {
+      sha256_hex(&s, hex);
+      printf("%s  %s\n", hex, name);
+    }
+    if (f != stdin)
+      fclose(f);
+  }
+  if (fflush(stdout) != 0 || ferror(stdout))
+    return 2;
+  return rc;
+}
+
 static int drv_main(int argc, char **argv) {
   /* A developer's command, not in the usage: the registry's builtins and
    * IR operations (ops.c), which a test compares with the docs. */
@@ -152,6 +186,8 @@ static int drv_main(int argc, char **argv) {
     fprintf(stderr, "shdc: error: cannot write the list to stdout: %s\n", strerror(errno));
     return 2;
   }
+  if (argc >= 2 && !strcmp(argv[1], "sha256"))
+    return print_sha256(argc, argv);
   Options o;
   memset(&o, 0, sizeof o);
   if (argc >= 2 && !strcmp(argv[1], "explain-error")) {

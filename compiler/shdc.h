@@ -1663,6 +1663,21 @@ int plan_run(FILE *out, const PlanArgs *a);
  * timeline, on stdout; the exit status (0, 1 malformed, 2 unreadable). */
 int tsum_run(const char *path);
 
+/* ---- sha256.c ------------------------------------------------------------ */
+
+/* SHA-256 (FIPS 180-4): the build cache's keys and checksums. */
+typedef struct {
+  uint32_t h[8];
+  uint64_t len;
+  unsigned char buf[64];
+  size_t nbuf;
+} Sha256;
+void sha256_init(Sha256 *s);
+void sha256_update(Sha256 *s, const void *data, size_t n);
+void sha256_final(Sha256 *s, unsigned char out[32]);
+void sha256_hex(Sha256 *s, char out[65]);         /* the digest as 64 hex digits and a NUL */
+void sha256_str(Sha256 *s, const char *text);     /* text and its NUL: fields stay apart */
+
 /* ---- files.c: what shdc reads and writes -------------------------------- */
 
 #include "../runtime/safefile.h"
