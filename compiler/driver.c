@@ -163,6 +163,7 @@ static bool middle(Compilation *c, bool partition) {
   ir_verify(c->mod);
   emit_schedule_module(c->mod);
   ir_verify(c->mod);
+  emit_number_values(c->mod);
   return true;
 }
 

@@ -938,6 +938,8 @@ typedef struct Value {
   IrBlock *arg_of;     /* block whose argument this is */
   int index;           /* result or argument index */
   const char *name;    /* source name, for readable IR and C */
+  int cnum;            /* its number in its function's C names (emit_number_values): an edit
+                          elsewhere in the program leaves a function's C unchanged */
 } Value;
 
 struct Inst {
@@ -994,6 +996,7 @@ typedef struct {
   Vec funcs;           /* Func * */
   bool spmd;           /* after partitioning */
   int next_value;
+  bool numbered;       /* emit_number_values ran: the module can be emitted */
 } Module;
 
 Module *ir_module(const Mesh *m);
@@ -1472,6 +1475,10 @@ int64_t explain_bytes_sent(const Module *mod, const Inst *in);
  * the leading dims, made in the group's row loop) after the group, so that
  * the group is not cut there (emit_group.c); after opt_module. */
 void emit_schedule_module(Module *mod);
+/* Numbers each function's values in their order of appearance in it (the
+ * N of their C names x_N, vN), so that a function's C does not change
+ * when another function does; the last step before emission. */
+void emit_number_values(Module *mod);
 /* main_peak: explain's peak of live arrays in main (explain_func_peak),
  * which the program checks against the host's memory at start-up; the
  * caller computes it, so the emitter does not depend on explain. */
@@ -1522,6 +1529,10 @@ int emit_tmp(Emit *e);                                     /* a fresh number for
 int emit_tmp_count(Emit *e);                               /* how many were taken */
 const Mesh *emit_mesh(Emit *e);
 const Module *emit_module_of(Emit *e);
+/* Whether the translation unit being written holds function i of the
+ * module (every function in the one-file program): a preamble declares
+ * only what its unit's functions use. */
+bool emit_unit_holds(Emit *e, int i);
 FILE *emit_out(Emit *e);
 /* The emitter's plan of a block (elementwise fusion, loop groups), for
  * explain's simulation of the buffers. emit_plan_block extends last_use
