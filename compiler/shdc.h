@@ -6,7 +6,7 @@
  * (partition.c, reshard.c), opt_ (optimize.c), explain_ (explain.c), emit_
  * (emit_c.c), drv_ (driver.c, main.c, install.c), op_ (ops.c and the operation families
  * op_*.c), diagout_ (diag_json.c), show_ (show.c), net_ (netmodel.c), tsum_
- * (trace_summary.c), file_ (files.c).
+ * (trace_summary.c), file_ (files.c), sha256_ (sha256.c), cache_ (cache.c).
  */
 #ifndef SHDC_H
 #define SHDC_H
@@ -1483,10 +1483,22 @@ void emit_number_values(Module *mod);
  * which the program checks against the host's memory at start-up; the
  * caller computes it, so the emitter does not depend on explain. */
 void emit_module(FILE *out, const Module *mod, const SourceFile *file, int64_t main_peak);
-/* The same program as nparts translation units (a build compiles them at
- * once): each function's copy for each instruction set goes to one of
- * them, balanced by size; the first holds main. The module has a main. */
-void emit_module_parts(const Module *mod, const SourceFile *file, int64_t main_peak, int nparts, FILE **outs);
+/* A translation unit of a build (emit_parts.c): its C (malloc'd) and what
+ * it holds, for messages ("main", "step for avx2"). */
+typedef struct {
+  char *text;
+  size_t len;
+  const char *label;
+} EmitUnit;
+/* The same program as translation units that `shdc build` compiles at once
+ * and its cache keeps (cache.c): each unit's text depends only on the
+ * functions it holds (and the program's file name), never on the number
+ * of cores or on the other functions, so an edit recompiles only the
+ * units of the functions it changed. With clones, a function's copies for
+ * default, avx2 and avx512f are three units; small functions share units
+ * (a stable grouping, emit_parts.c). The last unit holds main, the mesh
+ * table and the resolvers. The module has a main. Returns the count. */
+int emit_module_units(const Module *mod, const SourceFile *file, int64_t main_peak, bool clones, EmitUnit **units);
 
 /* Builders for the families' emit functions. */
 __attribute__((format(printf, 2, 3))) void emit_line(Emit *e, const char *fmt, ...);
@@ -1714,6 +1726,34 @@ const char *file_out_commit(FileOut *o);
 const char *file_private_dir(const char *beside);
 const char *file_private_path(const char *dir, const char *name);
 void file_forget(const char *path);
+
+/* ---- cache.c: the build cache -------------------------------------------- */
+
+/* Compiled translation units kept under a key (64 hex digits of SHA-256
+ * over everything that determines the object), in $SHDC_CACHE, else
+ * $XDG_CACHE_HOME/shdc, else ~/.cache/shdc. */
+typedef struct BuildCache BuildCache;
+typedef struct {
+  int stored, evicted, corrupt;
+} CacheStats;
+/* False when SHDC_CACHE=off. */
+bool cache_enabled(void);
+/* The cache, bounded to limit bytes; NULL when it is off or cannot be used
+ * (a warning, once, says why: the build goes on without it). */
+BuildCache *cache_open(int64_t limit);
+const char *cache_root(const BuildCache *c);
+/* On a hit, the object of key written to the new file obj, and the
+ * compiler's messages when it was made (malloc'd, or NULL). A miss: no
+ * entry, a corrupt one (removed), or one whose headers changed. */
+bool cache_get(BuildCache *c, const char *key, const char *obj, char **messages, size_t *nmessages);
+/* Keeps obj under key with the messages, and the headers the compiler's
+ * dependency file deps (-MD -MT x) lists but source; a failure warns once
+ * and the build goes on without storing. */
+void cache_put(BuildCache *c, const char *key, const char *obj, const char *deps, const char *source,
+               const char *messages, size_t nmessages);
+/* Evicts the least recently used entries beyond the bound (when the build
+ * stored any), closes, and says what happened. */
+void cache_close(BuildCache *c, CacheStats *stats);
 
 /* ---- install.c: version, and where the runtime is ------------------------ */
 
