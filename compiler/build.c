@@ -577,10 +577,15 @@ static int build_units(const Module *mod, const SourceFile *src, int64_t main_pe
   int n = emit_module_units(mod, src, main_peak, clones, &eu);
   if (diag_error_count())   /* e.g. the peak memory check's sum overflowed */
     return 1;
+  /* The cache first: the compiler's identity is probed only for a usable one. */
+  BuildCache *cache = cache_enabled() ? cache_open(o->cache_limit) : NULL;
   Sha256 base;
-  bool keyed = cache_enabled() && key_base(&base, &rp, tmpl);
-  BuildCache *cache = keyed ? cache_open(o->cache_limit) : NULL;
-  if (!keyed)   /* the keys still name nothing but the text */
+  if (cache && !key_base(&base, &rp, tmpl)) {
+    CacheStats unused;
+    cache_close(cache, &unused);
+    cache = NULL;
+  }
+  if (!cache)   /* the keys then only name the files */
     sha256_init(&base);
   Unit *units = arena_alloc(sizeof(Unit) * (size_t)n);
   Unit **miss = arena_alloc(sizeof(Unit *) * (size_t)n);
