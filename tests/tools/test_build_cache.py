@@ -17,7 +17,8 @@ build.c, emit_parts.c): each assertion below can fail.
   the program is right; the next build finds the new entry;
 - four builds at once into one empty cache all succeed and their programs
   are right; then everything is in the cache;
-- SHDC_CACHE_SIZE bounds the cache: the oldest entries go;
+- SHDC_CACHE_SIZE bounds the cache: the least recently used entries go (a
+  hit renews an entry);
 - a header whose time changed (the manifest) or whose bytes changed (the
   key) makes the units compile again;
 - a cache that cannot be made or written is one warning and a working
@@ -286,22 +287,31 @@ def check_concurrent(c, src, first):
 
 
 def check_bound(c, src):
+    """Programs A, B, then A again (a hit renews its entries), then C beyond
+    the bound: B's entries, the least recently used, are the ones evicted."""
     cache = os.path.join(c.tmp, "cache-c")
-    c.build(src, cache)
+    a, b, cc = ("-D", "N=16"), ("-D", "N=32"), ("-D", "N=48")
+    c.build(src, cache, *a)
     one = cache_bytes(cache)
-    old = set(entries(cache))
-    limit = one * 3 // 2
+    limit = one * 5 // 2
+    env = {"SHDC_CACHE_SIZE": str(limit)}
     time.sleep(0.05)
-    _, s, _ = c.build(src, cache, "-D", "N=32", env={"SHDC_CACHE_SIZE": str(limit)})
+    _, s, _ = c.build(src, cache, *b, env=env)
+    time.sleep(0.05)
+    _, s, _ = c.build(src, cache, *a, env=env)
+    if s and s["compiled"]:
+        c.fail("A again within the bound compiled %s" % s["labels"])
+    time.sleep(0.05)
+    _, s, _ = c.build(src, cache, *cc, env=env)
     if not s or "evicted" not in s["extra"]:
-        c.fail("a second program beyond SHDC_CACHE_SIZE=%d evicted nothing: %s" % (limit, s))
+        c.fail("a third program beyond SHDC_CACHE_SIZE=%d evicted nothing: %s" % (limit, s))
     if cache_bytes(cache) > limit:
         c.fail("the cache holds %d bytes, more than SHDC_CACHE_SIZE=%d" % (cache_bytes(cache), limit))
-    if old <= set(entries(cache)):
-        c.fail("the oldest entries (the first program's) were not the ones evicted")
-    _, s, _ = c.build(src, cache, "-D", "N=32", env={"SHDC_CACHE_SIZE": str(limit)})
-    if s and s["compiled"]:
-        c.fail("the newest program's entries were evicted: %s" % s["labels"])
+    for flags, name, want_hits in ((a, "A (used last but one)", True), (cc, "C (the newest)", True),
+                                   (b, "B (the least recently used)", False)):
+        _, s, _ = c.build(src, cache, *flags, env=dict(env, SHDC_CACHE_SIZE=str(100 * limit)))
+        if s and (s["compiled"] == 0) != want_hits:
+            c.fail("after the eviction, %s: %s" % (name, s))
 
 
 def check_headers(c, src):
