@@ -78,9 +78,9 @@ static const char usage[] =
     "  --help                 this text\n"
     "  --version              the version, git revision and runtime ABI\n"
     "\n"
-    "environment: SHDC_CC, SHDC_CFLAGS, SHDC_JOBS, SHDC_OPT, SHDC_ISA, SHDC_HOME; the build\n"
-    "cache: SHDC_CACHE=DIR (default ~/.cache/shdc) or off, SHDC_CACHE_SIZE (1GiB),\n"
-    "SHDC_CACHE_STATS=1 (man shdc)\n"
+    "environment: SHDC_CC, SHDC_CFLAGS, SHDC_JOBS, SHDC_OPT, SHDC_ISA, SHDC_HOME;\n"
+    "the build cache: SHDC_CACHE=DIR (default ~/.cache/shdc) or off,\n"
+    "SHDC_CACHE_SIZE (default 1GiB), SHDC_CACHE_STATS=1 (see man shdc)\n"
     "\n"
     "exit status: 0 clean, 1 errors in the program, 2 usage, I/O or toolchain trouble\n"
     "each error ends with its code, e.g. [E_CONTRACT]: shdc explain-error E_CONTRACT explains it\n";
