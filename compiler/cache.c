@@ -301,15 +301,15 @@ typedef struct {
   const unsigned char *body_messages, *body_object;
 } Entry;
 
-/* A decimal number at *p (at most MAX_ENTRY * 16: no overflow), then the
- * character `after`; false when it is not there. */
+/* A decimal number at *p (below 2^44: no overflow, and room for any
+ * size or time), then the character `after`; false when it is not there. */
 static bool number(const char **p, const char *end, char after, long long *value) {
   const char *q = *p;
   long long v = 0;
   if (q >= end || *q < '0' || *q > '9')
     return false;
   for (; q < end && *q >= '0' && *q <= '9'; q++) {
-    if (v > MAX_ENTRY)
+    if (v >= (long long)1 << 40)
       return false;
     v = v * 10 + (*q - '0');
   }
@@ -456,23 +456,21 @@ static bool header_lines(BuildCache *c, const char *deps, const char *source, St
     return false;
   Vec words = dep_words(text);
   free(text);
-  if (!words.len)
-    return false;
+  bool ok = words.len > 0;
   *count = 0;
-  for (int i = 0; i < words.len; i++) {
+  for (int i = 0; ok && i < words.len; i++) {
     const char *path = words.data[i];
     if (!strcmp(path, source))
       continue;
-    if (strchr(path, '\n'))
-      return false;
     const HeaderStat *h = header_stat(c, path);
-    if (!h->ok || h->sec >= (long long)c->start || h->csec >= (long long)c->start)
-      return false;
-    str_printf(out, "%lld %lld %lld %zu %s\n", h->size, h->sec, h->nsec, strlen(path), path);
-    ++*count;
+    ok = !strchr(path, '\n') && h->ok && h->sec < (long long)c->start && h->csec < (long long)c->start;
+    if (ok) {
+      str_printf(out, "%lld %lld %lld %zu %s\n", h->size, h->sec, h->nsec, strlen(path), path);
+      ++*count;
+    }
   }
   free(words.data);
-  return true;
+  return ok;
 }
 
 static void store_failed(BuildCache *c, const char *why) {

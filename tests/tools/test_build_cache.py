@@ -315,8 +315,9 @@ def check_bound(c, src):
 
 
 def check_headers(c, src):
-    """A copy of the runtime (SHDC_HOME): shdrt.h touched, then changed."""
-    home = os.path.join(c.tmp, "home-rt")
+    """A copy of the runtime (SHDC_HOME, a name with a blank): shdrt.h touched,
+    then changed."""
+    home = os.path.join(c.tmp, "home rt")   # a blank: the dependency file escapes it
     os.makedirs(os.path.join(home, "include"))
     rt = os.path.dirname(c.shdc)
     header = os.path.join(home, "include", "shdrt.h")
