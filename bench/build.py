@@ -3,10 +3,11 @@
 
 For each program: the wall-clock seconds and the CPU seconds (shdc and the
 C compilers it runs, user + system) of `shdc build`, the median of
---repeat runs, for this shdc with one compiler job (SHDC_JOBS=1: the whole
-program as one translation unit) and with its default (one job per core:
-the program split into that many units compiled at once), and optionally
-for another shdc (--baseline, e.g. a build of main).
+--repeat runs, for this shdc with one compiler job (SHDC_JOBS=1: its
+translation units compiled one at a time) and with its default (one job
+per core: the units compiled that many at once), and optionally for
+another shdc (--baseline, e.g. a build of main). The build cache is off
+(SHDC_CACHE=off): every build compiles everything.
 
   bench/build.py [--repeat 3] [--baseline SHDC [--baseline-src FILE ...]] [PROGRAM.shd ...]
 
@@ -38,7 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def one_build(shdc, src, jobs, d):
-    env = dict(os.environ)
+    env = dict(os.environ, SHDC_CACHE="off")
     if jobs:
         env["SHDC_JOBS"] = str(jobs)
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)

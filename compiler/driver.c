@@ -8,14 +8,12 @@
  * 2 usage, I/O or toolchain trouble (drv_io_error names the cause) and
  * internal errors (diag_ice). The driver checks what it can before any
  * work: inputs are regular files of at most 8 MiB, -o is writable and not
- * an input; when the C compiler fails it compiles an empty program with the
- * same options to tell a broken toolchain from a bug in the generated C.
+ * an input. build.c compiles and links the C (through the build cache).
  * The language server and explain-error run the front end through it too
  * (drv_analyze, drv_check_text). main.c reads the command line.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <libgen.h>
 #include <pthread.h>
 #include <sys/stat.h>
@@ -163,219 +161,11 @@ static bool middle(Compilation *c, bool partition) {
   ir_verify(c->mod);
   emit_schedule_module(c->mod);
   ir_verify(c->mod);
+  emit_number_values(c->mod);
   return true;
 }
 
-/* ---- build: emit C, then mpicc ----------------------------------------------------- */
-
-static bool ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), k = strlen(suffix);
-  return n > k && !strcmp(s + n - k, suffix);
-}
-
-/* A word of SHDC_CFLAGS that names a file for the program (a source,
- * object or library: x.c, x.o, x.a, x.so, x.so.N) rather than an option or
- * an option's argument: the link step takes it, each translation unit's
- * `-c` does not (gcc refuses -o with -c and several inputs). */
-static bool link_input(const char *tok, const char *prev) {
-  static const char *const takes_arg[] = {"-o",      "-x",      "-include", "-imacros",  "-MF", "-MT",
-                                          "-MQ",     "-I",      "-L",       "-D",        "-U",  "-isystem",
-                                          "-iquote", "-idirafter", "-Xlinker", "-Xpreprocessor"};
-  if (tok[0] == '-')
-    return false;
-  for (size_t i = 0; prev && i < sizeof takes_arg / sizeof *takes_arg; i++)
-    if (!strcmp(prev, takes_arg[i]))
-      return false;
-  return ends_with(tok, ".c") || ends_with(tok, ".o") || ends_with(tok, ".a") || ends_with(tok, ".so") ||
-         strstr(tok, ".so.");
-}
-
-/* The C compiler's command line: SHDC_CC (default mpicc), the options of
- * the build, SHDC_CFLAGS split at blanks (e.g. -march=native, or -Wall
- * -Werror as the tests use to keep the generated C warning-free; files it
- * names are linked into the program). With compile_only, `-c` of the one
- * input to the object `out`; otherwise the inputs (C files or objects)
- * linked to `out` with the runtime. */
-static const char **cc_command(const RuntimePaths *rp, const char *const *inputs, int ninputs, const char *out,
-                               const char *opt, bool compile_only) {
-  const char *cc = getenv("SHDC_CC") && *getenv("SHDC_CC") ? getenv("SHDC_CC") : "mpicc";
-  int cap = 80 + ninputs;
-  const char **argv = arena_alloc(sizeof(char *) * (size_t)cap);
-  int argc = 0;
-  /* No generated code reads errno or the floating-point exception flags,
-   * so the loop vectoriser may evaluate both arms of a conditional (GELU's
-   * tanh, where, relu): without -fno-trapping-math it leaves such loops
-   * scalar. -fopenmp-simd honours the loop groups' `omp simd` pragmas (the
-   * row sums' reductions vectorised; no OpenMP run time). */
-  const char *fixed[] = {cc, "-std=c11", opt, "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd",
-                         arena_printf("-I%s", rp->inc), "-o", out};
-  for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
-    argv[argc++] = fixed[i];
-  if (compile_only)
-    argv[argc++] = "-c";
-  for (int i = 0; i < ninputs; i++)
-    argv[argc++] = inputs[i];
-  if (!compile_only) {
-    argv[argc++] = rp->lib;
-    argv[argc++] = "-lopenblas";
-    argv[argc++] = "-lm";
-  }
-  int limit = cap - 2;
-#ifdef SHDC_PROGRAM_CFLAGS
-  /* A sanitizer build of shdc links programs against the sanitizer build of
-   * the runtime, so it compiles them with the same flags. */
-  char *san = arena_strdup(SHDC_PROGRAM_CFLAGS);
-  for (char *tok = strtok(san, " \t"); tok && argc < limit - 40; tok = strtok(NULL, " \t"))
-    argv[argc++] = tok;
-#endif
-  char *extra = getenv("SHDC_CFLAGS") ? arena_strdup(getenv("SHDC_CFLAGS")) : NULL;
-  const char *prev = NULL;
-  for (char *tok = extra ? strtok(extra, " \t\n") : NULL; tok; prev = tok, tok = strtok(NULL, " \t\n")) {
-    if (compile_only && link_input(tok, prev))
-      continue;
-    if (argc == limit)
-      drv_io_error("SHDC_CFLAGS has more words than the %d it may add", limit - (ninputs + 15));
-    argv[argc++] = tok;
-  }
-  argv[argc] = NULL;
-  return argv;
-}
-
-static const char **cc_argv(const RuntimePaths *rp, const char *cfile, const char *out, const char *opt) {
-  return cc_command(rp, &cfile, 1, out, opt, false);
-}
-
-/* Runs argv; 0 when it succeeds. A program that cannot be started at all
- * (exec's errno comes back through a close-on-exec pipe) is an I/O error
- * that names it; `quiet` sends its output to /dev/null. */
-typedef struct {
-  pid_t pid;
-  int fd;                /* exec's errno comes back through it */
-  const char *name;
-} Tool;
-
-static Tool start_tool(const char **argv, bool quiet) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0)
-    drv_io_error("pipe: %s", strerror(errno));
-  pid_t pid = fork();
-  if (pid < 0)
-    drv_io_error("fork: %s", strerror(errno));
-  if (pid == 0) {
-    close(fds[0]);
-    int null = quiet ? open("/dev/null", O_WRONLY) : -1;
-    if (null >= 0) {
-      dup2(null, 1);
-      dup2(null, 2);
-    }
-    execvp(argv[0], (char *const *)argv);
-    int err = errno;
-    ssize_t w = write(fds[1], &err, sizeof err);
-    (void)w;
-    _exit(127);
-  }
-  close(fds[1]);
-  return (Tool){pid, fds[0], argv[0]};
-}
-
-static int finish_tool(Tool t) {
-  int err = 0;
-  ssize_t n = read(t.fd, &err, sizeof err);
-  close(t.fd);
-  int status;
-  while (waitpid(t.pid, &status, 0) < 0 && errno == EINTR)
-    ;
-  if (n == (ssize_t)sizeof err)
-    drv_io_error("cannot run the C compiler '%s'%s: %s%s", t.name, getenv("SHDC_CC") ? " (SHDC_CC)" : "", strerror(err),
-             getenv("SHDC_CC") ? "" : "; install Open MPI (apt-get install libopenmpi-dev) or set SHDC_CC");
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-static int run_tool(const char **argv, bool quiet) { return finish_tool(start_tool(argv, quiet)); }
-
-/* shdc's private directory under TMPDIR (files.c), made on first use:
- * the generated C and the toolchain probe live there. */
-static const char *work_dir(void) {
-  static const char *dir;
-  if (!dir && !(dir = file_private_dir(NULL)))
-    drv_io_error("cannot create a directory in %s: %s", getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-             strerror(errno));
-  return dir;
-}
-
-/* The C compiler failed on the generated code. If it cannot build an
- * empty program either, the toolchain or its flags are at fault, not
- * shdc: that is exit 2 with the cause; otherwise it is a bug in shdc. */
-static int cc_failed(const RuntimePaths *rp, const char *cfile, const char *opt) {
-  const char *probe_c = file_private_path(work_dir(), "shdc-probe-empty.c");
-  const char *probe_out = file_private_path(work_dir(), "shdc-probe-empty.out");
-  int fd = open(probe_c, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  bool ok = fd >= 0 && write(fd, "int main(void) { return 0; }\n", 29) == 29;
-  if (fd >= 0)
-    close(fd);
-  ok = ok && run_tool(cc_argv(rp, probe_c, probe_out, opt), true) == 0;
-  unlink(probe_c);
-  unlink(probe_out);
-  if (!ok) {
-    const char *flags = getenv("SHDC_CFLAGS");
-    drv_io_error("the C compiler '%s' cannot build even an empty program with these options%s%s%s (its messages are "
-             "above); check SHDC_CC, SHDC_CFLAGS and the Open MPI and OpenBLAS installation",
-             cc_argv(rp, "", "", opt)[0], flags ? " (SHDC_CFLAGS='" : "", flags ? flags : "", flags ? "')" : "");
-  }
-  file_forget(cfile);   /* kept for the report */
-  file_forget(work_dir());
-  diag_ice("the C compiler failed on the generated code, kept in %s", cfile);
-}
-
-static void find_runtime(RuntimePaths *rp) {
-  if (!drv_find_runtime(rp))
-    drv_io_error("cannot find the runtime (include/shdrt.h and libshdrt.a) in %s; reinstall shdc, or set SHDC_HOME to "
-             "the directory that holds them", rp->searched);
-}
-
-/* The program is linked in a private directory beside -o (so the rename
- * stays in one file system and nothing planted at a name is written
- * through), then renamed over -o when that is absent or a regular file. */
-static const char *private_prog(const char *out) {
-  const char *dir = file_private_dir(out);
-  if (!dir)
-    drv_io_error("cannot write %s: %s", out, strerror(errno));
-  return file_private_path(dir, "prog");
-}
-
-static void replace_output(const char *prog, const char *out) {
-  const char *bad = shd_file_unreplaceable(out);
-  if (bad)
-    drv_io_error("cannot write %s: %s %s", out, out, bad);
-  if (rename(prog, out) != 0)
-    drv_io_error("cannot write %s: %s", out, strerror(errno));
-}
-
-static int run_cc(const char *cfile, const char *out, const char *opt) {
-  RuntimePaths rp;
-  find_runtime(&rp);
-  const char *prog = private_prog(out);
-  if (run_tool(cc_argv(&rp, cfile, prog, opt), false) != 0)
-    return cc_failed(&rp, cfile, opt);
-  replace_output(prog, out);
-  return 0;
-}
-
-/* How many C compilers a build runs at once: SHDC_JOBS, else the cores
- * this process may run on (at most 16). */
-static int build_jobs(void) {
-  const char *j = getenv("SHDC_JOBS");
-  if (j && *j) {
-    char *end;
-    long n = strtol(j, &end, 10);
-    if (*end || n < 1 || n > 16)
-      drv_usage_error("SHDC_JOBS=%s: expected a number of compiler jobs from 1 to 16", j);
-    return (int)n;
-  }
-  cpu_set_t set;
-  int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
-  return n < 1 ? 1 : n > 16 ? 16 : n;
-}
+/* ---- build ---------------------------------------------------------------------------- */
 
 /* explain's peak of live arrays in main, which the generated program
  * checks against the host's memory before it runs (0 without a main). */
@@ -384,77 +174,6 @@ static int64_t main_peak(const Module *mod) {
     if (((Func *)mod->funcs.data[i])->is_main)
       return explain_func_peak(mod, mod->funcs.data[i]);
   return 0;
-}
-
-/* The program as `jobs` translation units in shdc's private directory,
- * compiled at once and linked as run_cc links: the functions' copies for
- * each instruction set spread over the machine's cores
- * (emit_module_parts). On a compiler failure the files stay for the
- * report. */
-static int build_parts(Compilation *c, const char *out, const char *opt, int jobs) {
-  const char **cfiles = arena_alloc(sizeof(char *) * (size_t)jobs), **objs = arena_alloc(sizeof(char *) * (size_t)jobs);
-  FILE **outs = arena_alloc(sizeof(FILE *) * (size_t)jobs);
-  for (int p = 0; p < jobs; p++) {
-    cfiles[p] = file_private_path(work_dir(), arena_printf("part%d.c", p));
-    objs[p] = file_private_path(work_dir(), arena_printf("part%d.o", p));
-    int fd = open(cfiles[p], O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    outs[p] = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!outs[p])
-      drv_io_error("cannot write %s: %s", cfiles[p], strerror(errno));
-  }
-  emit_module_parts(c->mod, c->src, main_peak(c->mod), jobs, outs);
-  for (int p = 0; p < jobs; p++)
-    if (fflush(outs[p]) != 0 || ferror(outs[p]) || fclose(outs[p]) != 0)
-      drv_io_error("cannot write %s: %s", cfiles[p], strerror(errno));
-  if (diag_error_count())   /* e.g. the peak memory check's sum overflowed */
-    return 1;
-  RuntimePaths rp;
-  find_runtime(&rp);
-  Tool *t = arena_alloc(sizeof(Tool) * (size_t)jobs);
-  for (int p = 0; p < jobs; p++)
-    t[p] = start_tool(cc_command(&rp, &cfiles[p], 1, objs[p], opt, true), false);
-  int bad = -1;
-  for (int p = 0; p < jobs; p++)
-    if (finish_tool(t[p]) != 0 && bad < 0)
-      bad = p;
-  if (bad >= 0)
-    return cc_failed(&rp, cfiles[bad], opt);
-  const char *prog = private_prog(out);
-  if (run_tool(cc_command(&rp, objs, jobs, prog, opt, false), false) != 0)
-    return cc_failed(&rp, cfiles[0], opt);
-  replace_output(prog, out);
-  return 0;
-}
-
-static int do_build(Compilation *c, const Options *o) {
-  const char *opt = o->opt ? o->opt : "-O3";
-  int jobs = build_jobs();
-  if (jobs > 1 && !o->keep_c)
-    return build_parts(c, o->out, opt, jobs);
-  const char *cfile = o->keep_c ? arena_printf("%s.c", o->out) : file_private_path(work_dir(), "prog.c");
-  FileOut kept;
-  FILE *f = NULL;
-  if (o->keep_c) {
-    f = file_out_open(&kept, cfile);
-    if (!f)
-      drv_io_error("cannot write %s: %s", cfile, kept.why);
-  } else {
-    int fd = open(cfile, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!f)
-      drv_io_error("cannot write %s: %s", cfile, strerror(errno));
-  }
-  emit_module(f, c->mod, c->src, main_peak(c->mod));
-  if (o->keep_c) {
-    const char *why = file_out_commit(&kept);
-    if (why)
-      drv_io_error("cannot write %s: %s", cfile, why);
-  } else if (fflush(f) != 0 || ferror(f) || fclose(f) != 0) {
-    drv_io_error("cannot write %s: %s", cfile, strerror(errno));
-  }
-  if (diag_error_count())   /* e.g. the peak memory check's sum overflowed */
-    return 1;
-  return run_cc(cfile, o->out, opt);
 }
 
 static bool has_main(Compilation *c) {
@@ -629,7 +348,7 @@ static int run_source(const Options *o, SourceFile *src, const char *path) {
     if (diag_error_count())
       return 1;
   }
-  return do_build(&c, o);
+  return drv_build(c.mod, c.src, main_peak(c.mod), o);
 }
 
 /* ---- plan: the pipeline once per layout ------------------------------------------- */

@@ -48,6 +48,7 @@ struct Emit {
   const SourceFile **files;
   int nfiles;
   int64_t main_peak;               /* explain's peak of main, which main checks (emit_module's caller) */
+  const bool *unit;                /* by function index: those the unit being written holds; NULL: all */
 };
 
 void emit_state_init(Emit *e, FILE *out, const Module *mod, const SourceFile *file);
@@ -55,7 +56,7 @@ void emit_state_fini(Emit *e);
 /* What every translation unit starts with: the includes, the ABI check,
  * the clones' attribute (SHD_SPLIT_CLONES where the copies for each
  * instruction set are separate functions) and the families' preambles. */
-void emit_file_header(Emit *e, const SourceFile *file);
+void emit_file_header(Emit *e, const SourceFile *file);   /* file NULL: not named */
 void emit_mesh_table(FILE *o, const Module *mod);   /* shd_mesh_names, shd_mesh_sizes */
 const Func *emit_main_func(const Module *mod);      /* NULL when there is none */
 /* By function index: what mainf reaches (everything without a main); malloc'd. */

@@ -67,19 +67,27 @@ FILE *file_open_regular(const char *path, long long max, const char **why, long 
 
 /* ---- what to remove at exit ------------------------------------------------------------------ */
 
-#define MAX_MADE 40   /* a parallel build: two files per compiler job (at most 16), and the directories */
+/* The registry grows (a build registers four files per translation unit
+ * it compiles); a signal handler may read it at any moment, so a slot is
+ * filled before the count takes it in, and a grown array is published
+ * whole and the old one never freed. */
+typedef struct {
+  char *path;   /* "" once forgotten */
+  bool dir;
+} Made;
 
 static struct {
-  char path[MAX_MADE][4300];
-  bool dir[MAX_MADE];
+  Made *volatile slots;
   volatile sig_atomic_t n;
+  int cap;
   bool hooked;
 } g_made;
 
 static void remove_made(void) {
+  Made *slots = g_made.slots;
   for (int i = g_made.n - 1; i >= 0; i--)
-    if (g_made.path[i][0])
-      g_made.dir[i] ? rmdir(g_made.path[i]) : unlink(g_made.path[i]);
+    if (slots[i].path[0])
+      slots[i].dir ? rmdir(slots[i].path) : unlink(slots[i].path);
   g_made.n = 0;
 }
 
@@ -101,19 +109,31 @@ static int made(const char *path, bool dir) {
       signal(sigs[i], on_signal);
     }
   }
-  if (g_made.n == MAX_MADE || strlen(path) >= sizeof g_made.path[0])
+  char *copy = strdup(path);
+  if (!copy)
     return -1;
   int i = g_made.n;
-  snprintf(g_made.path[i], sizeof g_made.path[i], "%s", path);
-  g_made.dir[i] = dir;
+  if (i == g_made.cap) {
+    int cap = g_made.cap ? 2 * g_made.cap : 64;
+    Made *grown = malloc(sizeof(Made) * (size_t)cap);
+    if (!grown) {
+      free(copy);
+      return -1;
+    }
+    if (i)
+      memcpy(grown, g_made.slots, sizeof(Made) * (size_t)i);
+    g_made.slots = grown;   /* the old array stays readable: a handler may hold it */
+    g_made.cap = cap;
+  }
+  g_made.slots[i] = (Made){copy, dir};
   g_made.n = i + 1;
   return i;
 }
 
 void file_forget(const char *path) {
   for (int i = 0; i < g_made.n; i++)
-    if (!strcmp(g_made.path[i], path))
-      g_made.path[i][0] = 0;
+    if (!strcmp(g_made.slots[i].path, path))
+      g_made.slots[i].path[0] = 0;
 }
 
 /* ---- private directories --------------------------------------------------------------------- */

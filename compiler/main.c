@@ -52,8 +52,14 @@ static const char usage[] =
     "  -I DIR                 where `import` looks after the importing file's directory\n"
     "                         (repeatable; then the installed library, with std/)\n"
     "  -o PROG                output executable (build)\n"
-    "  -O0 ... -O3            C optimisation level of the build (default -O3)\n"
-    "  --keep-c               build: keep the generated C next to PROG as PROG.c\n"
+    "  -O0 ... -O3            C optimisation level of the build (default -O3, or SHDC_OPT)\n"
+    "  --isa=clones|native|baseline\n"
+    "                         build: each function for default, avx2 and avx512f, the\n"
+    "                         loader choosing (clones, the default, or SHDC_ISA); one\n"
+    "                         copy for this machine (native: -march=native); one copy\n"
+    "                         for any x86-64 (baseline)\n"
+    "  --keep-c               build: keep the generated C next to PROG as PROG.c (that\n"
+    "                         one file is compiled, without the build cache)\n"
     "  --global               emit-ir: print the global-view IR (after autodiff)\n"
     "  --network=BW,LATENCY   explain, plan: estimate each collective's time on links of\n"
     "                         this bandwidth and latency (25GB/s,5us), or --network=FILE\n"
@@ -71,6 +77,10 @@ static const char usage[] =
     "                         sarif document; 0: all)\n"
     "  --help                 this text\n"
     "  --version              the version, git revision and runtime ABI\n"
+    "\n"
+    "environment: SHDC_CC, SHDC_CFLAGS, SHDC_JOBS, SHDC_OPT, SHDC_ISA, SHDC_HOME;\n"
+    "the build cache: SHDC_CACHE=DIR (default ~/.cache/shdc) or off,\n"
+    "SHDC_CACHE_SIZE (default 1GiB), SHDC_CACHE_STATS=1 (see man shdc)\n"
     "\n"
     "exit status: 0 clean, 1 errors in the program, 2 usage, I/O or toolchain trouble\n"
     "each error ends with its code, e.g. [E_CONTRACT]: shdc explain-error E_CONTRACT explains it\n";
@@ -129,6 +139,43 @@ static void check_output(const char *out, const char *input, const char *what) {
     drv_io_error("cannot write %s: %s", out, strerror(errno));
 }
 
+/* --isa=VALUE, or SHDC_ISA=VALUE (what names it in the message). */
+static Isa parse_isa(const char *v, const char *what) {
+  if (!strcmp(v, "clones"))
+    return ISA_CLONES;
+  if (!strcmp(v, "native"))
+    return ISA_NATIVE;
+  if (!strcmp(v, "baseline"))
+    return ISA_BASELINE;
+  drv_usage_error("%s%s%s: expected clones (copies for default, avx2 and avx512f, the default), native "
+                  "(-march=native: this machine) or baseline (any x86-64), not '%s'",
+                  what, what[0] == '-' ? "" : "=", what[0] == '-' ? "" : v, v);
+}
+
+/* build's defaults from the environment, used where the command line says
+ * nothing: SHDC_OPT (the level), SHDC_ISA; and the cache's bound,
+ * SHDC_CACHE_SIZE. A bad value is a usage error naming the variable. */
+static void build_environment(Options *o, bool isa_given) {
+  const char *opt = getenv("SHDC_OPT");
+  if (opt && *opt) {
+    if (strlen(opt) != 3 || strncmp(opt, "-O", 2) || opt[2] < '0' || opt[2] > '3')
+      drv_usage_error("SHDC_OPT=%s: expected -O0, -O1, -O2 or -O3 (build's level when the command line gives none)",
+                      opt);
+    if (!o->opt)
+      o->opt = opt;
+  }
+  const char *isa = getenv("SHDC_ISA");
+  if (isa && *isa) {
+    Isa v = parse_isa(isa, "SHDC_ISA");
+    if (!isa_given)
+      o->isa = v;
+  }
+  o->cache_limit = (int64_t)1 << 30;
+  const char *size = getenv("SHDC_CACHE_SIZE");
+  if (size && *size && !plan_parse_bytes(size, &o->cache_limit))
+    drv_usage_error("SHDC_CACHE_SIZE=%s: expected the build cache's bound in bytes, e.g. 1GiB, 500MB or 2e9", size);
+}
+
 /* --help and --version: their text, and exit 2 when it could not be
  * written (a full disk, a closed pipe) rather than 0. */
 static int print_info(bool version) {
@@ -143,6 +190,40 @@ static int print_info(bool version) {
   return 0;
 }
 
+/* `shdc sha256 [FILE...]`, a developer's command (as list-ops is): the
+ * build cache's SHA-256 of each file (stdin without one), printed as
+ * sha256sum prints, which a test compares it with. */
+static int print_sha256(int argc, char **argv) {
+  int rc = 0;
+  for (int i = 2; i < argc || i == 2; i++) {
+    const char *name = i < argc ? argv[i] : "-", *why = NULL;
+    FILE *f = i < argc ? file_open_regular(name, 0, &why, NULL) : stdin;
+    if (!f) {
+      fprintf(stderr, "shdc: error: cannot read %s: %s\n", name, why);
+      rc = 2;
+      continue;
+    }
+    Sha256 s;
+    sha256_init(&s);
+    char buf[65536], hex[65];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+      sha256_update(&s, buf, n);
+    if (ferror(f)) {
+      fprintf(stderr, "shdc: error: cannot read %s: %s\n", name, strerror(errno));
+      rc = 2;
+    } else {
+      sha256_hex(&s, hex);
+      printf("%s  %s\n", hex, name);
+    }
+    if (f != stdin)
+      fclose(f);
+  }
+  if (fflush(stdout) != 0 || ferror(stdout))
+    return 2;
+  return rc;
+}
+
 static int drv_main(int argc, char **argv) {
   /* A developer's command, not in the usage: the registry's builtins and
    * IR operations (ops.c), which a test compares with the docs. */
@@ -152,6 +233,8 @@ static int drv_main(int argc, char **argv) {
     fprintf(stderr, "shdc: error: cannot write the list to stdout: %s\n", strerror(errno));
     return 2;
   }
+  if (argc >= 2 && !strcmp(argv[1], "sha256"))
+    return print_sha256(argc, argv);
   Options o;
   memset(&o, 0, sizeof o);
   if (argc >= 2 && !strcmp(argv[1], "explain-error")) {
@@ -166,6 +249,7 @@ static int drv_main(int argc, char **argv) {
     return rc;
   }
   int max_errors = -1;   /* default: 100 printed; all in a JSON or SARIF document */
+  const char *isa = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h") || !strcmp(a, "help")) {
@@ -208,6 +292,16 @@ static int drv_main(int argc, char **argv) {
       vec_push(&o.incdirs, (void *)(d ? d : argv[i]));
     } else if (!strncmp(a, "-O", 2) && strlen(a) == 3 && a[2] >= '0' && a[2] <= '3') {
       o.opt = a;
+    } else if (!strcmp(a, "--isa") || !strncmp(a, "--isa=", 6)) {
+      if (isa)
+        drv_usage_error("--isa is given twice");
+      if (a[5] == '=')
+        isa = a + 6;
+      else if (++i >= argc)
+        drv_usage_error("--isa needs clones, native or baseline");
+      else
+        isa = argv[i];
+      o.isa = parse_isa(isa, "--isa");
     } else if (!strcmp(a, "--keep-c")) {
       o.keep_c = true;
     } else if (!strcmp(a, "--global")) {
@@ -313,7 +407,10 @@ static int drv_main(int argc, char **argv) {
   if (o.out && (!strcmp(o.cmd, "build") || !strcmp(o.cmd, "check")))
     for (int i = 0; i < o.files.len; i++)
       check_output(o.out, o.files.data[i], "-o");
+  if (isa && strcmp(o.cmd, "build"))
+    drv_usage_error("--isa is an option of build");
   if (!strcmp(o.cmd, "build")) {
+    build_environment(&o, isa != NULL);
     if (!o.out)
       drv_usage_error("build needs -o PROG");
     if (o.keep_c)

@@ -847,7 +847,8 @@ static void mark_unary(const IrBlock *b, bool *used) {
 /* The helpers of the binary operators (NumPy semantics: maximum and
  * minimum propagate NaN, % has the sign of the divisor, integer division
  * and remainder by zero stop the program), and of the unary functions the
- * module uses. */
+ * unit's functions use (not the whole module's: a function's first use of
+ * exp must not change every other unit of a build, cache.c). */
 static void preamble(Emit *e) {
   FILE *o = emit_out(e);
   /* i32 arithmetic wraps as NumPy's does, computed in uint32_t so that C
@@ -889,7 +890,8 @@ static void preamble(Emit *e) {
   int nun = op_unary_count();
   bool *used = calloc((size_t)nun * DT__COUNT, sizeof(bool));
   for (int i = 0; i < mod->funcs.len; i++)
-    mark_unary(((Func *)mod->funcs.data[i])->body, used);
+    if (emit_unit_holds(e, i))
+      mark_unary(((Func *)mod->funcs.data[i])->body, used);
   for (int un = 0; un < nun; un++)
     for (int dt = 0; dt < DT__COUNT; dt++)
       if (used[un * DT__COUNT + dt])

@@ -6,7 +6,7 @@
  * (partition.c, reshard.c), opt_ (optimize.c), explain_ (explain.c), emit_
  * (emit_c.c), drv_ (driver.c, main.c, install.c), op_ (ops.c and the operation families
  * op_*.c), diagout_ (diag_json.c), show_ (show.c), net_ (netmodel.c), tsum_
- * (trace_summary.c), file_ (files.c).
+ * (trace_summary.c), file_ (files.c), sha256_ (sha256.c), cache_ (cache.c).
  */
 #ifndef SHDC_H
 #define SHDC_H
@@ -938,6 +938,8 @@ typedef struct Value {
   IrBlock *arg_of;     /* block whose argument this is */
   int index;           /* result or argument index */
   const char *name;    /* source name, for readable IR and C */
+  int cnum;            /* its number in its function's C names (emit_number_values): an edit
+                          elsewhere in the program leaves a function's C unchanged */
 } Value;
 
 struct Inst {
@@ -994,6 +996,7 @@ typedef struct {
   Vec funcs;           /* Func * */
   bool spmd;           /* after partitioning */
   int next_value;
+  bool numbered;       /* emit_number_values ran: the module can be emitted */
 } Module;
 
 Module *ir_module(const Mesh *m);
@@ -1472,14 +1475,30 @@ int64_t explain_bytes_sent(const Module *mod, const Inst *in);
  * the leading dims, made in the group's row loop) after the group, so that
  * the group is not cut there (emit_group.c); after opt_module. */
 void emit_schedule_module(Module *mod);
+/* Numbers each function's values in their order of appearance in it (the
+ * N of their C names x_N, vN), so that a function's C does not change
+ * when another function does; the last step before emission. */
+void emit_number_values(Module *mod);
 /* main_peak: explain's peak of live arrays in main (explain_func_peak),
  * which the program checks against the host's memory at start-up; the
  * caller computes it, so the emitter does not depend on explain. */
 void emit_module(FILE *out, const Module *mod, const SourceFile *file, int64_t main_peak);
-/* The same program as nparts translation units (a build compiles them at
- * once): each function's copy for each instruction set goes to one of
- * them, balanced by size; the first holds main. The module has a main. */
-void emit_module_parts(const Module *mod, const SourceFile *file, int64_t main_peak, int nparts, FILE **outs);
+/* A translation unit of a build (emit_parts.c): its C (malloc'd) and what
+ * it holds, for messages ("main", "step for avx2"). */
+typedef struct {
+  char *text;
+  size_t len;
+  const char *label;
+} EmitUnit;
+/* The same program as translation units that `shdc build` compiles at once
+ * and its cache keeps (cache.c): each unit's text depends only on the
+ * functions it holds (and the program's file name), never on the number
+ * of cores or on the other functions, so an edit recompiles only the
+ * units of the functions it changed. With clones, a function's copies for
+ * default, avx2 and avx512f are three units; small functions share units
+ * (a stable grouping, emit_parts.c). The last unit holds main, the mesh
+ * table and the resolvers. The module has a main. Returns the count. */
+int emit_module_units(const Module *mod, const SourceFile *file, int64_t main_peak, bool clones, EmitUnit **units);
 
 /* Builders for the families' emit functions. */
 __attribute__((format(printf, 2, 3))) void emit_line(Emit *e, const char *fmt, ...);
@@ -1522,6 +1541,10 @@ int emit_tmp(Emit *e);                                     /* a fresh number for
 int emit_tmp_count(Emit *e);                               /* how many were taken */
 const Mesh *emit_mesh(Emit *e);
 const Module *emit_module_of(Emit *e);
+/* Whether the translation unit being written holds function i of the
+ * module (every function in the one-file program): a preamble declares
+ * only what its unit's functions use. */
+bool emit_unit_holds(Emit *e, int i);
 FILE *emit_out(Emit *e);
 /* The emitter's plan of a block (elementwise fusion, loop groups), for
  * explain's simulation of the buffers. emit_plan_block extends last_use
@@ -1663,6 +1686,21 @@ int plan_run(FILE *out, const PlanArgs *a);
  * timeline, on stdout; the exit status (0, 1 malformed, 2 unreadable). */
 int tsum_run(const char *path);
 
+/* ---- sha256.c ------------------------------------------------------------ */
+
+/* SHA-256 (FIPS 180-4): the build cache's keys and checksums. */
+typedef struct {
+  uint32_t h[8];
+  uint64_t len;
+  unsigned char buf[64];
+  size_t nbuf;
+} Sha256;
+void sha256_init(Sha256 *s);
+void sha256_update(Sha256 *s, const void *data, size_t n);
+void sha256_final(Sha256 *s, unsigned char out[32]);
+void sha256_hex(Sha256 *s, char out[65]);         /* the digest as 64 hex digits and a NUL */
+void sha256_str(Sha256 *s, const char *text);     /* text and its NUL: fields stay apart */
+
 /* ---- files.c: what shdc reads and writes -------------------------------- */
 
 #include "../runtime/safefile.h"
@@ -1688,6 +1726,34 @@ const char *file_out_commit(FileOut *o);
 const char *file_private_dir(const char *beside);
 const char *file_private_path(const char *dir, const char *name);
 void file_forget(const char *path);
+
+/* ---- cache.c: the build cache -------------------------------------------- */
+
+/* Compiled translation units kept under a key (64 hex digits of SHA-256
+ * over everything that determines the object), in $SHDC_CACHE, else
+ * $XDG_CACHE_HOME/shdc, else ~/.cache/shdc. */
+typedef struct BuildCache BuildCache;
+typedef struct {
+  int stored, evicted, corrupt;
+} CacheStats;
+/* False when SHDC_CACHE=off. */
+bool cache_enabled(void);
+/* The cache, bounded to limit bytes; NULL when it is off or cannot be used
+ * (a warning, once, says why: the build goes on without it). */
+BuildCache *cache_open(int64_t limit);
+const char *cache_root(const BuildCache *c);
+/* On a hit, the object of key written to the new file obj, and the
+ * compiler's messages when it was made (malloc'd, or NULL). A miss: no
+ * entry, a corrupt one (removed), or one whose headers changed. */
+bool cache_get(BuildCache *c, const char *key, const char *obj, char **messages, size_t *nmessages);
+/* Keeps obj under key with the messages, and the headers the compiler's
+ * dependency file deps (-MD -MT x) lists but source; a failure warns once
+ * and the build goes on without storing. */
+void cache_put(BuildCache *c, const char *key, const char *obj, const char *deps, const char *source,
+               const char *messages, size_t nmessages);
+/* Evicts the least recently used entries beyond the bound (when the build
+ * stored any), closes, and says what happened. */
+void cache_close(BuildCache *c, CacheStats *stats);
 
 /* ---- install.c: version, and where the runtime is ------------------------ */
 
