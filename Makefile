@@ -19,6 +19,10 @@
 .DELETE_ON_ERROR:
 .SUFFIXES:
 MAKEFLAGS += --no-builtin-rules
+# One job per core unless the command line says otherwise (make -j1): the
+# compiler, the runtime and their sanitizer builds compile side by side.
+NPROC := $(shell nproc 2>/dev/null || echo 1)
+MAKEFLAGS += -j$(NPROC)
 
 B        ?= build
 # One spelling of the build directory: B given as an absolute path inside
@@ -83,6 +87,8 @@ $(B)/stamp-deps: tools/install-deps tools/deps/build
 $(B)/stamp-deps-%: tools/install-deps tools/deps/% | $(B)/stamp-deps
 	@tools/install-deps $*
 	@touch $@
+# apt-get takes a lock: one group at a time, even under make -j.
+$(B)/stamp-deps-test: | $(B)/stamp-deps-demo
 
 # ---- compiler -------------------------------------------------------------
 # Generated lexer and parser C lives in $(B)/gen, never in the tree.
@@ -90,7 +96,7 @@ $(B)/gen/lexer.c: compiler/lexer.re | $(B)/stamp-deps
 	@mkdir -p $(@D)
 	$(RE2C) -W --no-generation-date --no-version -o $@ $<
 
-$(B)/gen/grammar.c $(B)/gen/grammar.h: compiler/grammar.y | $(B)/stamp-deps
+$(B)/gen/grammar.c $(B)/gen/grammar.h &: compiler/grammar.y | $(B)/stamp-deps
 	@mkdir -p $(B)/gen
 	cp compiler/grammar.y $(B)/gen/grammar.y
 	cd $(B)/gen && $(LEMON) -q -s grammar.y >/dev/null
@@ -244,7 +250,7 @@ $(B)/stamp-npm: tools/npm/package.json tools/npm/package-lock.json tools/install
 # `make test` runs the suite with the normal build, then again with the
 # sanitizer build (test-san); `make test SKIP_SAN=1` only the first. Tests
 # run TESTJOBS at a time (one per core; tests marked SERIAL run alone).
-TESTJOBS ?= $(shell nproc 2>/dev/null || echo 1)
+TESTJOBS ?= $(NPROC)
 test: all $(B)/stamp-deps-demo $(B)/stamp-deps-test runtime-tests san $(B)/stamp-npm
 	"$$(tools/find-python)" tests/run.py -j $(TESTJOBS) --shdc $(B)/shdc --build $(B) $(TESTFLAGS)
 	$(if $(SKIP_SAN),,$(MAKE) test-san)
@@ -261,7 +267,7 @@ SAN_OPT  := -O1 -g -DSHDC_VERIFY
 # than aborting. A sanitizer report exits 86 (ASan) or 87 (UBSan).
 SAN_ENV  := ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:exitcode=86 UBSAN_OPTIONS=halt_on_error=1:exitcode=87
 
-san:
+san: $(B)/stamp-deps
 	@mkdir -p $(B)/san
 	@printf 'SAN := %s\nOPT := %s\n' '$(SANFLAGS)' '$(SAN_OPT)' > $(B)/san/config.mk.tmp
 	@if cmp -s $(B)/san/config.mk.tmp $(B)/san/config.mk; then rm -f $(B)/san/config.mk.tmp; \
