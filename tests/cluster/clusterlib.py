@@ -219,11 +219,16 @@ class NetHosts:
         return path
 
     def mpirun_args(self, agent, hostfile):
-        """TCP only, on the hosts' subnet; daemons started by the agent."""
+        """TCP only, on the hosts' subnet; daemons started by the agent.
+        The hosts share this machine's cores (and the suite runs other
+        tests beside): a rank waiting for a message yields its core
+        (mpi_yield_when_idle) rather than spin on it, which Open MPI does
+        only when it sees more ranks than slots on a host; spinning, four
+        ranks on two loaded cores took the GPT-2 run past its time limit."""
         net = SUBNET + ".0/24"
         return ["mpirun", "--hostfile", hostfile, "--mca", "plm_rsh_agent", agent, "--mca", "plm_rsh_no_tree_spawn",
                 "1", "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", net, "--mca",
-                "oob_tcp_if_include", net, "--bind-to", "none"]
+                "oob_tcp_if_include", net, "--mca", "mpi_yield_when_idle", "1", "--bind-to", "none"]
 
     def mpirun(self, agent, hostfile, np_, argv, cwd, timeout=180):
         """mpirun started on the first host; bounded in time (everything in
