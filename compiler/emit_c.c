@@ -574,12 +574,6 @@ void emit_view(Emit *e, const Inst *in) {
 
 static void emit_block(Emit *e, const IrBlock *b, const char **yield_to);
 
-/* A loop-carried argument of a for body (not its index): the loop holds
- * one reference to it until the iteration ends. */
-bool emit_carry_arg(const Value *v, const IrBlock *b) {
-  return !v->def && v->arg_of == b && b->owner && b->owner->op == IR_FOR && v->index > 0;
-}
-
 static int inst_index(Emit *e, const Inst *in) {
   if (in == e->cur)
     return e->cur_idx;
@@ -591,7 +585,7 @@ static int inst_index(Emit *e, const Inst *in) {
 }
 
 bool emit_can_steal(Emit *e, const Value *v, const Inst *in) {
-  if (emit_carry_arg(v, in->parent))
+  if (ir_is_carry(v, in->parent))
     return e->last_use[v->id] == inst_index(e, in);
   return emit_is_last_use(e, v, in);
 }

@@ -464,7 +464,7 @@ static void sim_results(Sim *s, const Inst *in, int idx) {
     if (kind == EMIT_STEAL_OR_ALLOC) {
       const Value *x = in->args[0];
       int bx = s->buf_of[x->id];
-      if (s->depth && emit_carry_arg(x, in->parent) && s->last_use[x->id] == idx && bx >= 0) {
+      if (s->depth && ir_is_carry(x, in->parent) && s->last_use[x->id] == idx && bx >= 0) {
         /* a copy now, the carry's own buffer in the later iterations */
         int b = buf_entry(s, local_bytes(s->mod, &r->type), r);
         s->steal_of[b] = s->depth;

@@ -1025,6 +1025,9 @@ void ir_last_uses(const IrBlock *b, int *last_use);
 void ir_clear_ids(const IrBlock *b, void *by_id, size_t elem);
 /* Adds to uses[id] every use of each value in b, nested blocks included. */
 void ir_count_uses(const IrBlock *b, int *uses);
+/* A loop-carried argument of a for body b (not its index): the loop holds
+ * one reference to it until the iteration ends. */
+bool ir_is_carry(const Value *v, const IrBlock *b);
 /* The calls between the first nf functions of a module (calls of later
  * functions are left out). to[first[f] .. first[f+1]) are the indices (into
  * mod->funcs) of the functions f calls, one per call site; order lists the
@@ -1514,8 +1517,6 @@ bool emit_is_last_use(Emit *e, const Value *v, const Inst *in);
  * carry of the loop whose body the block is (the loop's reference lasts
  * until the iteration ends, so taking the buffer means sharing it). */
 bool emit_can_steal(Emit *e, const Value *v, const Inst *in);
-/* The same test on the IR alone, for explain's simulation. */
-bool emit_carry_arg(const Value *v, const IrBlock *b);
 /* An operand's value at element i of res's loop nest (fused producers inline). */
 const char *emit_operand_at(Emit *e, const Value *op, const Type *res);
 int emit_tmp(Emit *e);                                     /* a fresh number for t%d */
