@@ -13,9 +13,12 @@
  * retype, pcast) share their operand's buffer.
  *
  * This file holds what every instruction shares: names, literals,
- * ownership and liveness, the fusion of elementwise chains into one loop,
- * control flow and calls; emit_group.c the loop groups (several
- * elementwise instructions and row sums as one loop nest). Each operation's own C comes from its family
+ * ownership and liveness, elementwise loops (a fused chain computed inside
+ * its consumer's), control flow and calls; emit_group.c a loop group's
+ * nest (several elementwise instructions and row sums as one loop nest).
+ * What is fused and grouped, and where each value dies, is the plan's
+ * (sched.c, fuse.c), made before any C is written: the emitter follows it
+ * and decides none of it. Each operation's own C comes from its family
  * (OpDef.emit, or OpDef.expr for the elementwise ones).
  *
  * The C is deterministic and readable: DSL names survive in C names and
@@ -383,85 +386,7 @@ bool emit_needs_dims(Emit *e, const Inst *in) {
   return false;
 }
 
-/* ---- fusion ---------------------------------------------------------------------------- */
-
-bool emit_is_elementwise(const Inst *in) {
-  const OpDef *d = op_def(in->op);
-  return d && (d->flags & OPF_ELEMENTWISE);
-}
-
-static void count_uses(const IrBlock *b, int *uses, bool nested, const IrBlock *top) {
-  for (int i = 0; i < b->insts.len; i++) {
-    const Inst *in = b->insts.data[i];
-    for (int k = 0; k < in->nargs; k++)
-      uses[in->args[k]->id] += nested ? 1000 : 1;  /* a use inside a loop or branch never fuses */
-    for (int r = 0; r < in->nregions; r++)
-      count_uses(in->regions[r], uses, true, top);
-  }
-}
-
-/* An elementwise array result used once, by an elementwise instruction of
- * the same block with the same local shape, is computed in that
- * instruction's loop: no buffer, one pass over memory instead of two. Its
- * operands then live until the consumer. */
-enum { FUSE_DEPTH = 32 };
-
-void emit_plan_fusion(Emit *e, const IrBlock *b) {
-  int *uses = e->fuse_uses, *site = e->fuse_site, *depth = e->fuse_depth;   /* depth: fused producers below a value, plus one */
-  count_uses(b, uses, false, b);
-  int n = b->insts.len;
-  for (int i = 0; i < n; i++) {
-    const Inst *c = b->insts.data[i];
-    if (!emit_is_elementwise(c) || !is_array(c->results[0]))
-      continue;
-    int deep = 1;
-    for (int k = 0; k < c->nargs; k++) {
-      const Value *v = c->args[k];
-      const Inst *p = v->def;
-      /* A chain deeper than FUSE_DEPTH is cut into loops of that depth:
-       * the emitter's recursion and the C expressions stay bounded however
-       * long a program's chain of elementwise operations is. */
-      if (!p || p->parent != b || !emit_is_elementwise(p) || !is_array(v) || uses[v->id] != 1 ||
-          depth[v->id] >= FUSE_DEPTH || v->type.rank != c->results[0]->type.rank ||
-          emit_local_count(e, &v->type) != emit_local_count(e, &c->results[0]->type))
-        continue;
-      int64_t a[MAX_RANK], r[MAX_RANK];
-      ty_local_shape(e->m, &v->type, a);
-      ty_local_shape(e->m, &c->results[0]->type, r);
-      bool same = true;
-      for (int d = 0; d < v->type.rank; d++)
-        same &= a[d] == r[d];
-      if (same) {
-        e->fused[v->id] = true;
-        if (depth[v->id] + 1 > deep)
-          deep = depth[v->id] + 1;
-      }
-    }
-    depth[c->results[0]->id] = deep;
-  }
-  /* Where each fused value is really computed: its final consumer. */
-  for (int i = n - 1; i >= 0; i--) {
-    const Inst *c = b->insts.data[i];
-    int where = c->nresults && e->fused[c->results[0]->id] ? site[c->results[0]->id] : i;
-    for (int k = 0; k < c->nargs; k++)
-      if (e->fused[c->args[k]->id])
-        site[c->args[k]->id] = where;
-  }
-  for (int i = 0; i < n; i++) {
-    const Inst *p = b->insts.data[i];
-    if (!p->nresults || !e->fused[p->results[0]->id])
-      continue;
-    int where = site[p->results[0]->id];
-    for (int k = 0; k < p->nargs; k++) {
-      const Value *v = p->args[k];
-      if (v->def && v->def->parent == b && e->last_use[v->id] < where)
-        e->last_use[v->id] = where;
-    }
-  }
-  ir_clear_ids(b, uses, sizeof(int));
-  ir_clear_ids(b, site, sizeof(int));
-  ir_clear_ids(b, depth, sizeof(int));
-}
+/* ---- elementwise instructions ------------------------------------------------------------ */
 
 static void emit_elementwise(Emit *e, const Inst *in) {
   const Value *r = in->results[0];
@@ -757,18 +682,19 @@ static void emit_inst(Emit *e, const Inst *in, const char **yield_to) {
   const Value *r = in->nresults ? in->results[0] : NULL;
   if (r && e->fused[r->id])
     return;
-  if (e->deferred && e->deferred[e->cur_idx] && !e->making_deferred)
+  if (e->bp->deferred[e->cur_idx] && !e->making_deferred)
     return;   /* a tape push made after its group */
-  if (r && e->gmember[r->id]) {
+  int gi = r ? sched_group_of(e->plan, e->bp, r) : 0;
+  if (gi) {
     /* a loop group is emitted at its last member, then the pushes that waited for it */
-    const Group *g = &e->groups[e->gmember[r->id] - 1];
+    const Group *g = &e->bp->groups[gi - 1];
     if (g->mem[g->n - 1] == in) {
       emit_source_line(e, in);
       emit_group(e, g);
       int idx = e->cur_idx;
       e->making_deferred = true;
       for (int a = 0; a < g->nafter; a++) {
-        e->cur = (const Inst *)e->group_block->insts.data[g->after[a]];
+        e->cur = (const Inst *)e->bp->block->insts.data[g->after[a]];
         e->cur_idx = g->after[a];
         emit_inst(e, e->cur, yield_to);
       }
@@ -820,19 +746,11 @@ static void emit_inst(Emit *e, const Inst *in, const char **yield_to) {
 }
 
 static void emit_block(Emit *e, const IrBlock *b, const char **yield_to) {
-  ir_last_uses(b, e->last_use);
-  emit_plan_fusion(e, b);
-  Group *gs;
-  int ng;
-  emit_plan_groups(e, b, &gs, &ng);
-  int *deferred = emit_deferred_pushes(b, gs, ng);
+  const BlockPlan *bp = sched_block(e->plan, b);
   Releases rel = plan_releases(e, b);
   for (int i = 0; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];
-    e->groups = gs;   /* again after a nested block's emission */
-    e->ngroups = ng;
-    e->group_block = b;
-    e->deferred = deferred;
+    e->bp = bp;   /* again after a nested block's emission */
     if (in->op == IR_YIELD && yield_to) {
       /* Declare the hand-over targets of a for before filling them. */
       const Inst *owner = b->owner;
@@ -853,9 +771,6 @@ static void emit_block(Emit *e, const IrBlock *b, const char **yield_to) {
   }
   free(rel.vals);
   free(rel.at);
-  emit_free_groups(gs, ng);
-  free(deferred);
-  e->deferred = NULL;
 }
 
 /* ---- functions and the file ---------------------------------------------------------------------- */
@@ -992,34 +907,21 @@ void emit_state_init(Emit *e, FILE *out, const Module *mod, const SourceFile *fi
   e->mod = mod;
   e->m = &mod->mesh;
   e->src = file;
-  e->cap = mod->next_value + 1;
-  e->last_use = calloc((size_t)e->cap, sizeof(int));
-  e->owned = calloc((size_t)e->cap, sizeof(bool));
-  e->fused = calloc((size_t)e->cap, sizeof(bool));
-  e->uses = calloc((size_t)e->cap, sizeof(int));
-  e->fuse_uses = calloc((size_t)e->cap, sizeof(int));
-  e->fuse_site = calloc((size_t)e->cap, sizeof(int));
-  e->fuse_depth = calloc((size_t)e->cap, sizeof(int));
-  e->gmember = calloc((size_t)e->cap, sizeof(int));
-  e->nobuf = calloc((size_t)e->cap, sizeof(bool));
-  e->late = calloc((size_t)e->cap, sizeof(bool));
-  for (int i = 0; i < mod->funcs.len; i++)
-    ir_count_uses(((Func *)mod->funcs.data[i])->body, e->uses);
+  e->plan = sched_plan(mod);
+  e->last_use = e->plan->last_use;
+  e->fused = e->plan->fused;
+  e->uses = e->plan->uses;
+  e->nobuf = e->plan->nobuf;
+  e->owned = calloc((size_t)mod->next_value + 1, sizeof(bool));
+  if (!e->owned)
+    diag_ice("out of memory");
   const Func *mainf = emit_main_func(mod);
   e->main_body = mainf ? mainf->body : NULL;
 }
 
 void emit_state_fini(Emit *e) {
-  free(e->last_use);
+  sched_free(e->plan);
   free(e->owned);
-  free(e->fused);
-  free(e->uses);
-  free(e->fuse_uses);
-  free(e->fuse_site);
-  free(e->fuse_depth);
-  free(e->gmember);
-  free(e->nobuf);
-  free(e->late);
   free(e->files);
 }
 
@@ -1084,47 +986,3 @@ void emit_module(FILE *out, const Module *mod, const SourceFile *file, int64_t m
   free(live);
   emit_state_fini(&e);
 }
-
-/* ---- the plan, for explain ------------------------------------------------------------------------ */
-
-/* explain simulates the generated code's buffers: it needs the same
- * fusion and loop groups, computed here by the same functions. */
-struct EmitPlanner {
-  Emit e;
-  int *own_last_use;
-};
-
-EmitPlanner *emit_planner_new(const Module *mod) {
-  EmitPlanner *p = calloc(1, sizeof *p);
-  if (!p)
-    diag_ice("out of memory");
-  emit_state_init(&p->e, NULL, mod, NULL);
-  p->own_last_use = p->e.last_use;
-  return p;
-}
-
-int *emit_plan_block(EmitPlanner *p, const IrBlock *b, int *last_use, bool *after) {
-  Emit *e = &p->e;
-  e->last_use = last_use;
-  emit_plan_fusion(e, b);
-  Group *gs;
-  int ng;
-  emit_plan_groups(e, b, &gs, &ng);
-  int *deferred = emit_deferred_pushes(b, gs, ng);
-  int *at = malloc(sizeof(int) * (size_t)(b->insts.len + 1));
-  if (!at)
-    diag_ice("out of memory");
-  for (int i = 0; i < b->insts.len; i++) {
-    const Inst *in = b->insts.data[i];
-    int g = in->nresults ? e->gmember[in->results[0]->id] : deferred[i];
-    at[i] = g ? gs[g - 1].last : i;
-    after[i] = deferred[i] != 0;
-  }
-  free(deferred);
-  emit_free_groups(gs, ng);
-  e->last_use = p->own_last_use;
-  return at;
-}
-
-bool emit_planned_nobuf(const EmitPlanner *p, const Value *v) { return p->e.fused[v->id] || p->e.nobuf[v->id]; }
-bool emit_planned_member(const EmitPlanner *p, const Value *v) { return p->e.gmember[v->id] != 0; }

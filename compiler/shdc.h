@@ -1469,12 +1469,15 @@ int64_t explain_check_memory(const Module *mod, int64_t limit, const char *limit
  * runtime's trace). */
 int64_t explain_bytes_sent(const Module *mod, const Inst *in);
 
+/* ---- sched.c, fuse.c: the plan of loops and buffers (schedule.h) --------- */
+
+/* The pass after opt_module: moves the instructions that read a loop
+ * group's column sum (a sum over the leading dims, made in the group's row
+ * loop) after the group, so that the group is not cut there (fuse.c). */
+void sched_module(Module *mod);
+
 /* ---- emit_c.c ----------------------------------------------------------- */
 
-/* Moves the instructions that read a loop group's column sum (a sum over
- * the leading dims, made in the group's row loop) after the group, so that
- * the group is not cut there (emit_group.c); after opt_module. */
-void emit_schedule_module(Module *mod);
 /* main_peak: explain's peak of live arrays in main (explain_func_peak),
  * which the program checks against the host's memory at start-up; the
  * caller computes it, so the emitter does not depend on explain. */
@@ -1524,20 +1527,6 @@ int emit_tmp_count(Emit *e);                               /* how many were take
 const Mesh *emit_mesh(Emit *e);
 const Module *emit_module_of(Emit *e);
 FILE *emit_out(Emit *e);
-/* The emitter's plan of a block (elementwise fusion, loop groups), for
- * explain's simulation of the buffers. emit_plan_block extends last_use
- * (ir_last_uses' result) to where the code really reads each value, and
- * returns, by instruction index, where each instruction's results are
- * made (its own index, or its loop group's last member; malloc'd), and
- * fills after[i] (b->insts.len entries): instruction i is a tape push made
- * after its loop group, so after the group's members at that index. A
- * planned value needs no buffer (computed inside its consumer's loop), or
- * is a group member (a new buffer, at the group). */
-typedef struct EmitPlanner EmitPlanner;
-EmitPlanner *emit_planner_new(const Module *mod);
-int *emit_plan_block(EmitPlanner *p, const IrBlock *b, int *last_use, bool *after);
-bool emit_planned_nobuf(const EmitPlanner *p, const Value *v);
-bool emit_planned_member(const EmitPlanner *p, const Value *v);
 /* Reshape, retype, pcast: the result shares operand 0's buffer. */
 void emit_view(Emit *e, const Inst *in);
 EmitResult emit_result_kind(const Module *mod, const Inst *in, int k);
