@@ -456,29 +456,6 @@ static void release_dead(Emit *e, const Releases *rel, int idx, const Inst *skip
   }
 }
 
-EmitResult emit_result_kind(const Module *mod, const Inst *in, int k) {
-  const Value *r = in->results[k];
-  if (r->type.rank == 0)
-    return EMIT_NONE;
-  switch (in->op) {
-  case IR_CALL: case IR_FOR: case IR_IF:
-    return EMIT_NONE;   /* made by the callee or the block */
-  case IR_TAPE_GET:
-    return EMIT_NONE;   /* a reference to a buffer the tape keeps (not simulated) */
-  case IR_RETYPE:
-    return in->args[0]->type.rank ? EMIT_VIEW : EMIT_ALLOC;
-  default: {
-    const OpDef *d = op_def(in->op);
-    return d && d->result ? d->result(mod, in, k) : EMIT_ALLOC;
-  }
-  }
-}
-
-int64_t emit_temp_bytes(const Module *mod, const Inst *in) {
-  const OpDef *d = op_def(in->op);
-  return d && d->temp_bytes ? d->temp_bytes(mod, in) : 0;
-}
-
 /* A view of operand 0 (reshape, retype, pcast: the same bytes), or a move
  * between a scalar and a one-element array. */
 void emit_view(Emit *e, const Inst *in) {

@@ -5,10 +5,10 @@
  * source line, kind, mesh axes, the bytes one rank sends (the formulas the
  * runtime's SHD_TRACE counters use, so prediction and measurement agree) and
  * the local types before and after. The peak bytes of live arrays per rank
- * come from simulating the generated code's buffers: the same allocation
- * decisions as emit_c.c (emit_result_kind, emit_temp_bytes) and the
- * emitter's own plan of loops and buffers (sched_plan: the values fused or
- * grouped, those without a buffer, when each value dies).
+ * come from simulating the generated code's buffers: the emitter's own plan
+ * of loops and buffers (sched_plan: the values fused or grouped, those
+ * without a buffer, when each value dies) and the same allocation
+ * decisions (sched_result_kind, sched_temp_bytes).
  *
  * The simulation is linear in the program: each function is simulated once,
  * callees first (a call then costs its summary, not its body), each loop
@@ -461,7 +461,7 @@ static void sim_results(Sim *s, const Inst *in, int idx) {
       s->buf_of[r->id] = -1;   /* computed inside its consumer's loop */
       continue;
     }
-    EmitResult kind = s->plan->gmember[r->id] ? EMIT_ALLOC : emit_result_kind(s->mod, in, k);
+    EmitResult kind = s->plan->gmember[r->id] ? EMIT_ALLOC : sched_result_kind(s->mod, in, k);
     if (kind == EMIT_STEAL_OR_ALLOC) {
       const Value *x = in->args[0];
       int bx = s->buf_of[x->id];
@@ -547,7 +547,7 @@ static void sim_inst(Sim *s, const Inst *in, int i, int *yield_bufs) {
     }
     break;
   default: {
-    int64_t tmp = emit_temp_bytes(s->mod, in);
+    int64_t tmp = sched_temp_bytes(s->mod, in);
     sim_results(s, in, i);
     int64_t after = s->live;
     add_live(s, tmp, in->pos);

@@ -15,6 +15,10 @@
  * (fuse.c says which), so that the group is not cut there; explain, the
  * emitter and `emit-ir` see that order.
  *
+ * Also here, for the families' emit functions and explain alike: how the
+ * generated code gets an instruction's result (sched_result_kind) and the
+ * bytes of the temporaries it takes (sched_temp_bytes).
+ *
  * Invariant: a plan is of the module as it was planned; a change to the IR
  * makes it stale (sched_module frees its plan before it returns).
  */
@@ -186,4 +190,29 @@ void sched_module(Module *mod) {
   for (int i = 0; i < mod->funcs.len; i++)
     sink_block(s, ((Func *)mod->funcs.data[i])->body);
   sched_free(s);
+}
+
+/* ---- buffers: how the generated code gets a result ----------------------------------------------- */
+
+EmitResult sched_result_kind(const Module *mod, const Inst *in, int k) {
+  const Value *r = in->results[k];
+  if (r->type.rank == 0)
+    return EMIT_NONE;
+  switch (in->op) {
+  case IR_CALL: case IR_FOR: case IR_IF:
+    return EMIT_NONE;   /* made by the callee or the block */
+  case IR_TAPE_GET:
+    return EMIT_NONE;   /* a reference to a buffer the tape keeps (not simulated) */
+  case IR_RETYPE:
+    return in->args[0]->type.rank ? EMIT_VIEW : EMIT_ALLOC;
+  default: {
+    const OpDef *d = op_def(in->op);
+    return d && d->result ? d->result(mod, in, k) : EMIT_ALLOC;
+  }
+  }
+}
+
+int64_t sched_temp_bytes(const Module *mod, const Inst *in) {
+  const OpDef *d = op_def(in->op);
+  return d && d->temp_bytes ? d->temp_bytes(mod, in) : 0;
 }

@@ -1475,6 +1475,12 @@ int64_t explain_bytes_sent(const Module *mod, const Inst *in);
  * group's column sum (a sum over the leading dims, made in the group's row
  * loop) after the group, so that the group is not cut there (fuse.c). */
 void sched_module(Module *mod);
+/* How the generated code gets result k of in (OpDef.result, or the
+ * control flow's and views' own), as the emitter and explain both count
+ * it; the bytes of the temporaries an instruction allocates and frees
+ * itself (OpDef.temp_bytes). */
+EmitResult sched_result_kind(const Module *mod, const Inst *in, int k);
+int64_t sched_temp_bytes(const Module *mod, const Inst *in);
 
 /* ---- emit_c.c ----------------------------------------------------------- */
 
@@ -1529,9 +1535,6 @@ const Module *emit_module_of(Emit *e);
 FILE *emit_out(Emit *e);
 /* Reshape, retype, pcast: the result shares operand 0's buffer. */
 void emit_view(Emit *e, const Inst *in);
-EmitResult emit_result_kind(const Module *mod, const Inst *in, int k);
-/* Bytes of the temporaries an instruction allocates and frees itself. */
-int64_t emit_temp_bytes(const Module *mod, const Inst *in);
 
 /* ---- diag_json.c, diag_fix.c, diag_codes.c: machine-readable diagnostics - */
 
