@@ -10,7 +10,7 @@
  * stage as scalars; a last pass writes the full members other code reads
  * and adds each column sum's element of the row into its buffer (zeroed
  * before the nest). The members' operands are defined before the group's
- * last member, where the group is emitted (emit_c.c). This file decides
+ * last member, where the group is emitted (emit_program.c). This file decides
  * nothing about what is grouped: it writes what the plan says.
  */
 #include "emit_internal.h"
@@ -22,18 +22,6 @@ static bool is_member(Emit *e, const Value *v, int gi) { return sched_group_of(e
 
 /* A member made in the row loop (a scalar of the row), not in a pass. */
 static bool is_row_kind(MemberKind k) { return k == MEMBER_ROW || k == MEMBER_ROW_VIEW || k == MEMBER_ROW_SUM; }
-
-/* A member's value inside its group's loops: a local of the pass (full) or
- * a scalar of the row (row). */
-const char *emit_group_operand(Emit *e, const Value *op) {
-  const Group *g = e->cur_group;
-  if (!g || !is_member(e, op, (int)(g - e->bp->groups)))
-    return NULL;
-  MemberKind k = (MemberKind)e->plan->kind[op->id];
-  if (k == MEMBER_COL_SUM)
-    return NULL;
-  return arena_printf("%s_%s", vname(op), is_row_kind(k) ? "s" : "l");
-}
 
 /* The full members needed in a pass: those the given values read, through
  * members, marked in need[] (by member index). */

@@ -1,11 +1,15 @@
 /* emit_internal.h: the C emitter's state and the pieces of a generated
- * file, shared by emit_c.c (everything about one function's C, and the
- * one-file program), emit_group.c (a planned loop group: several
- * elementwise instructions and row sums as one loop nest) and emit_parts.c
- * (the same program as several translation units, for a parallel build),
- * and by no one else: the families see Emit only through the builders of
- * shdc.h. What is fused and grouped, and when each value dies, is the
- * plan's (schedule.h), which the emitter only reads.
+ * file, shared by emit_c.c (the builders: names, literals, buffers,
+ * elementwise loops; and the state), emit_group.c (a planned loop group:
+ * several elementwise instructions and row sums as one loop nest),
+ * emit_program.c (blocks, control flow, functions, the one-file program)
+ * and emit_parts.c (the same program as several translation units, for a
+ * parallel build), and by no one else: the families see Emit only through
+ * the builders of shdc.h. What is fused and grouped, and when each value
+ * dies, is the plan's (schedule.h), which the emitter only reads.
+ *
+ * Layers, each calling only those below it: emit_parts.c, emit_program.c,
+ * emit_group.c, emit_c.c.
  */
 #ifndef EMIT_INTERNAL_H
 #define EMIT_INTERNAL_H
@@ -45,26 +49,13 @@ struct Emit {
   int64_t main_peak;               /* explain's peak of main, which main checks (emit_module's caller) */
 };
 
+/* ---- emit_c.c: the state and the builders -------------------------------- */
+
+/* The state for a module: its plan (sched_plan) made here, before any C. */
 void emit_state_init(Emit *e, FILE *out, const Module *mod, const SourceFile *file);
 void emit_state_fini(Emit *e);
-/* What every translation unit starts with: the includes, the ABI check,
- * the clones' attribute (SHD_SPLIT_CLONES where the copies for each
- * instruction set are separate functions) and the families' preambles. */
-void emit_file_header(Emit *e, const SourceFile *file);
-void emit_mesh_table(FILE *o, const Module *mod);   /* shd_mesh_names, shd_mesh_sizes */
 const Func *emit_main_func(const Module *mod);      /* NULL when there is none */
-/* By function index: what mainf reaches (everything without a main); malloc'd. */
-bool *emit_reachable(const Module *mod, const Func *mainf);
-void emit_main_fn(Emit *e, FILE *o, const Module *mod, const Func *mainf, const bool *live);
 const char *emit_fname(const Func *f);              /* f's C name */
-/* f's C prototype: static, or external in a program of several units;
- * named `name`, or fname(f)__suffix (suffix NULL: fname(f)). */
-void emit_signature_named(Emit *e, const Func *f, bool external, const char *name);
-void emit_signature_as(Emit *e, const Func *f, bool external, const char *suffix);
-void emit_func_body(Emit *e, const Func *f);        /* from its opening brace to its closing one */
-
-/* ---- shared by emit_c.c and emit_group.c ---- */
-
 /* The C type of a scalar of type t (a str is a shd_str held by value); an
  * array is a pointer to it. */
 static inline const char *emit_ctype(const Type *t) { return t->kind == TY_STRING ? "shd_str" : ty_dtype_c(t->dtype); }
@@ -75,9 +66,27 @@ const char *emit_elementwise_expr(Emit *e, const Inst *in);   /* the C expressio
 int emit_open_loops(Emit *e, const Type *res, bool need_dims);
 void emit_close_loops(Emit *e, int n);
 bool emit_needs_dims(Emit *e, const Inst *in);     /* whether an operand's index needs i0..ik */
-
 /* A member's value inside the group being emitted, or NULL for any other value. */
 const char *emit_group_operand(Emit *e, const Value *op);
-void emit_group(Emit *e, const Group *g);
+
+/* ---- emit_group.c ---------------------------------------------------------- */
+
+void emit_group(Emit *e, const Group *g);           /* at its last member */
+
+/* ---- emit_program.c ------------------------------------------------------- */
+
+/* What every translation unit starts with: the includes, the ABI check,
+ * the clones' attribute (SHD_SPLIT_CLONES where the copies for each
+ * instruction set are separate functions) and the families' preambles. */
+void emit_file_header(Emit *e, const SourceFile *file);
+void emit_mesh_table(FILE *o, const Module *mod);   /* shd_mesh_names, shd_mesh_sizes */
+/* By function index: what mainf reaches (everything without a main); malloc'd. */
+bool *emit_reachable(const Module *mod, const Func *mainf);
+void emit_main_fn(Emit *e, FILE *o, const Module *mod, const Func *mainf, const bool *live);
+/* f's C prototype: static, or external in a program of several units;
+ * named `name`, or fname(f)__suffix (suffix NULL: fname(f)). */
+void emit_signature_named(Emit *e, const Func *f, bool external, const char *name);
+void emit_signature_as(Emit *e, const Func *f, bool external, const char *suffix);
+void emit_func_body(Emit *e, const Func *f);        /* from its opening brace to its closing one */
 
 #endif

@@ -4,8 +4,8 @@
  * parse_ (parse.c), ast_ (ast.c), ty_ (types.c), rule_ (rules.c), tc_
  * (typecheck*.c), ir_ (ir.c), lower_ (lower.c), ad_ (autodiff.c), part_
  * (partition.c, reshard.c), opt_ (optimize.c), explain_ (explain.c), emit_
- * (emit_c.c), drv_ (driver.c, main.c, install.c), op_ (ops.c and the operation families
- * op_*.c), diagout_ (diag_json.c), show_ (show.c), net_ (netmodel.c), tsum_
+ * (emit_*.c), sched_ (sched.c), fuse_ (fuse.c), drv_ (driver.c, main.c,
+ * install.c), op_ (ops.c and the operation families op_*.c), diagout_ (diag_json.c), show_ (show.c), net_ (netmodel.c), tsum_
  * (trace_summary.c), file_ (files.c).
  */
 #ifndef SHDC_H
@@ -1482,7 +1482,7 @@ void sched_module(Module *mod);
 EmitResult sched_result_kind(const Module *mod, const Inst *in, int k);
 int64_t sched_temp_bytes(const Module *mod, const Inst *in);
 
-/* ---- emit_c.c ----------------------------------------------------------- */
+/* ---- emit_program.c, emit_parts.c, emit_c.c: the C (emit_internal.h) ---- */
 
 /* main_peak: explain's peak of live arrays in main (explain_func_peak),
  * which the program checks against the host's memory at start-up; the
@@ -1493,7 +1493,7 @@ void emit_module(FILE *out, const Module *mod, const SourceFile *file, int64_t m
  * them, balanced by size; the first holds main. The module has a main. */
 void emit_module_parts(const Module *mod, const SourceFile *file, int64_t main_peak, int nparts, FILE **outs);
 
-/* Builders for the families' emit functions. */
+/* Builders for the families' emit functions (emit_c.c). */
 __attribute__((format(printf, 2, 3))) void emit_line(Emit *e, const char *fmt, ...);
 void emit_indent(Emit *e, int delta);
 const char *emit_vname(const Value *v);
