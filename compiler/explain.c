@@ -2,8 +2,9 @@
  * memory.
  *
  * For every function it lists each collective of the SPMD IR with its
- * source line, kind, mesh axes, the bytes one rank sends (the formulas the
- * runtime's SHD_TRACE counters use, so prediction and measurement agree) and
+ * source line, kind, mesh axes, the bytes one rank sends (net_bytes_sent:
+ * the formulas the runtime's SHD_TRACE counters use, so prediction and
+ * measurement agree) and
  * the local types before and after. The peak bytes of live arrays per rank
  * come from simulating the generated code's buffers: the emitter's own plan
  * of loops and buffers (sched_plan: the values fused or grouped, those
@@ -17,8 +18,6 @@
  */
 #include "schedule.h"
 
-/* ---- bytes sent ------------------------------------------------------------------ */
-
 static int64_t local_bytes(const Module *mod, const Type *t) {
   return ty_local_count(&mod->mesh, t) * (int64_t)ty_dtype_size(t->dtype);
 }
@@ -26,18 +25,6 @@ static int64_t local_bytes(const Module *mod, const Type *t) {
 static bool is_collective(int op) {
   const OpDef *d = op_def(op);
   return d && (d->flags & OPF_COLLECTIVE);
-}
-
-int64_t explain_bytes_sent(const Module *mod, const Inst *in) {
-  const OpDef *d = op_def(in->op);
-  if (d && d->bytes_sent)
-    return d->bytes_sent(mod, in);
-  if (!d || !d->group_bytes)
-    return 0;
-  int64_t g = 1;
-  for (int i = 0; i < in->naxes; i++)
-    g *= mod->mesh.sizes[in->axes[i]];
-  return d->group_bytes(local_bytes(mod, &in->args[0]->type), g);
 }
 
 /* ---- the list ------------------------------------------------------------------------ */
@@ -68,7 +55,7 @@ static void list_inst(Report *r, const Inst *in, const char *ctx) {
     Str axes = {0};
     for (int i = 0; i < in->naxes; i++)
       str_printf(&axes, "%s%s", i ? "," : "", m->names[in->axes[i]]);
-    int64_t bytes = explain_bytes_sent(r->mod, in);
+    int64_t bytes = net_bytes_sent(r->mod, in);
     const char *kind = ir_opname(in->op);
     const OpDef *d = op_def(in->op);
     if (d->variant)
@@ -836,12 +823,17 @@ static void report_peak(Sim *s, const Func *f, int64_t peak, int64_t limit, cons
   free(list.buf);
 }
 
-int64_t explain_check_memory(const Module *mod, int64_t limit, const char *limit_text) {
-  Sim *s = sim_module(mod);
+static const Func *main_func(const Module *mod) {
   const Func *mainf = NULL;
   for (int i = 0; i < mod->funcs.len; i++)
     if (((const Func *)mod->funcs.data[i])->is_main)
       mainf = mod->funcs.data[i];
+  return mainf;
+}
+
+int64_t explain_check_memory(const Module *mod, int64_t limit, const char *limit_text) {
+  Sim *s = sim_module(mod);
+  const Func *mainf = main_func(mod);
   int64_t worst = 0;
   for (int i = 0; i < mod->funcs.len; i++) {
     const Func *f = mod->funcs.data[i];
@@ -880,6 +872,7 @@ void explain_module(FILE *out, const Module *mod, const SourceFile *file, const 
             net ? arena_printf(", communication estimated %s", net_seconds_str(r.seconds)) : "");
     fprintf(out, "  peak live arrays per rank: %lld bytes\n", (long long)explain_func_peak(mod, f));
   }
+  const Func *mainf = main_func(mod);
   if (net)
-    net_report_steps(out, net, mod);
+    net_report_steps(out, net, mod, mainf ? explain_func_peak(mod, mainf) : 0);
 }

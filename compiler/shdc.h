@@ -1465,9 +1465,6 @@ int64_t explain_func_peak(const Module *mod, const Func *f);
  * naming the function, the peak and the largest arrays live then. Returns
  * the largest peak checked. */
 int64_t explain_check_memory(const Module *mod, int64_t limit, const char *limit_text);
-/* Bytes one rank sends for a collective instruction (same formulas as the
- * runtime's trace). */
-int64_t explain_bytes_sent(const Module *mod, const Inst *in);
 
 /* ---- sched.c, fuse.c: the plan of loops and buffers (schedule.h) --------- */
 
@@ -1614,12 +1611,16 @@ struct NetModel {
 /* BANDWIDTH,LATENCY or a file of per-axis links; an error message or NULL. */
 const char *net_parse(NetModel *n, const char *spec);
 const char *net_check_mesh(const NetModel *n, const Mesh *m);
+/* Bytes one rank sends for a collective instruction (the formulas of the
+ * runtime's trace): explain's, plan's and the network models'. */
+int64_t net_bytes_sent(const Module *mod, const Inst *in);
 /* The estimated seconds of a collective instruction, and the algorithm. */
 double net_collective_seconds(const NetModel *n, const Module *mod, const Inst *in, const char **algo);
 const char *net_seconds_str(double s);
 void net_describe(FILE *out, const NetModel *n, const Mesh *m);
-/* For each loop of main: collectives, bytes and seconds of one iteration. */
-void net_report_steps(FILE *out, const NetModel *net, const Module *mod);
+/* For each loop of main: collectives, bytes and seconds of one iteration;
+ * then main's peak of live arrays (explain_func_peak, the caller's). */
+void net_report_steps(FILE *out, const NetModel *net, const Module *mod, int64_t main_peak);
 
 /* ---- plan.c: shdc plan FILE --devices=N ---------------------------------- */
 
