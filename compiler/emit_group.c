@@ -98,6 +98,116 @@ static void open_cols(Emit *e, const Group *g, int from, const char *simd) {
   emit_line(e, "(void)i;");   /* a pass over broadcast operands only reads by i0.. */
 }
 
+/* Without row dims: one loop over the domain computes every member and
+ * writes those with a buffer. */
+static void flat_nest(Emit *e, const Group *g, bool *need) {
+  bool dims = false;
+  for (int m = 0; m < g->n; m++)
+    dims |= emit_needs_dims(e, g->mem[m]);
+  Type dom = g->mem[0]->results[0]->type;
+  int n = emit_open_loops(e, &dom, dims);
+  for (int m = 0; m < g->n; m++)
+    need[m] = true;
+  emit_locals(e, g, need);
+  for (int m = 0; m < g->n; m++) {
+    const Value *v = g->mem[m]->results[0];
+    if (!e->nobuf[v->id])
+      emit_line(e, "%s[i] = %s_l;", vname(v), vname(v));
+  }
+  emit_close_loops(e, n);
+}
+
+/* The row sums of stage st (> 0), their operands computed in one pass. */
+static void sum_pass(Emit *e, const Group *g, int gi, int st, bool *need) {
+  Str red = {0};
+  clear_need(g, need);
+  for (int m = 0; m < g->n; m++)
+    if (g->stage[m] == st && g->kind[m] == MEMBER_ROW_SUM) {
+      const Value *v = g->mem[m]->results[0];
+      emit_line(e, "double %s_a = 0;", vname(v));
+      str_printf(&red, "%s%s_a", red.len ? ", " : "", vname(v));
+      need_full(e, g, gi, g->mem[m]->args[0], need);
+    }
+  open_cols(e, g, g->k, arena_printf(" reduction(+:%s)", str_cstr(&red)));
+  free(red.buf);
+  e->flat = "i";
+  emit_locals(e, g, need);
+  for (int m = 0; m < g->n; m++)
+    if (g->stage[m] == st && g->kind[m] == MEMBER_ROW_SUM) {
+      const Value *x = g->mem[m]->args[0];
+      emit_line(e, "%s_a += (double)%s;", vname(g->mem[m]->results[0]), emit_operand_at(e, x, &x->type));
+    }
+  emit_close_loops(e, g->rank - g->k);
+}
+
+/* The row members of stage st, as scalars of the row. */
+static void row_values(Emit *e, const Group *g, int st) {
+  e->flat = "ir";
+  for (int m = 0; m < g->n; m++) {
+    const Inst *in = g->mem[m];
+    const Value *v = in->results[0];
+    if (g->stage[m] != st || !is_row_kind(g->kind[m]))
+      continue;
+    const char *x = g->kind[m] == MEMBER_ROW_SUM    ? arena_printf("(%s)%s_a", ctype(&v->type), vname(v))
+                    : g->kind[m] == MEMBER_ROW_VIEW ? emit_group_operand(e, in->args[0])
+                                                    : emit_elementwise_expr(e, in);
+    emit_line(e, "const %s %s_s = %s;", ctype(&v->type), vname(v), x);
+    if (!e->nobuf[v->id])
+      emit_line(e, "%s[ir] = %s_s;", vname(v), vname(v));
+  }
+}
+
+/* The last pass over the row: the full values read outside the group, and
+ * the column sums (each column's element of this row added in). */
+static void last_pass(Emit *e, const Group *g, int gi, bool *need) {
+  clear_need(g, need);
+  bool any = false, cols = false;
+  for (int m = 0; m < g->n; m++) {
+    const Value *v = g->mem[m]->results[0];
+    if (g->kind[m] == MEMBER_COL_SUM) {
+      need_full(e, g, gi, g->mem[m]->args[0], need);
+      any = cols = true;
+    } else if (!is_row_kind(g->kind[m]) && !e->nobuf[v->id]) {
+      need_full(e, g, gi, v, need);
+      any = true;
+    }
+  }
+  if (!any)
+    return;
+  open_cols(e, g, g->k, "");
+  e->flat = "i";
+  if (cols)
+    emit_line(e, "const int64_t ic = %s;", col_index(g));
+  emit_locals(e, g, need);
+  for (int m = 0; m < g->n; m++) {
+    const Value *v = g->mem[m]->results[0];
+    if (g->kind[m] == MEMBER_COL_SUM) {
+      const Value *x = g->mem[m]->args[0];
+      emit_line(e, "%s[ic] += %s;", vname(v), emit_operand_at(e, x, &x->type));
+    } else if (need[m] && !e->nobuf[v->id])
+      emit_line(e, "%s[i] = %s_l;", vname(v), vname(v));
+  }
+  emit_close_loops(e, g->rank - g->k);
+}
+
+/* With row dims: the loop over the rows, in it each stage's pass and row
+ * values, then the last pass. */
+static void row_nest(Emit *e, const Group *g, int gi, bool *need) {
+  for (int d = 0; d < g->k; d++) {
+    emit_line(e, "for (int64_t i%d = 0; i%d < %lld; i%d++) {", d, d, (long long)g->dom[d], d);
+    e->indent += 2;
+  }
+  emit_line(e, "const int64_t ir = %s;", flat_index(g, g->k));
+  emit_line(e, "(void)ir;");
+  for (int st = 0; st <= g->nstages; st++) {
+    if (st > 0)
+      sum_pass(e, g, gi, st, need);
+    row_values(e, g, st);
+  }
+  last_pass(e, g, gi, need);
+  emit_close_loops(e, g->k);
+}
+
 void emit_group(Emit *e, const Group *g) {
   int gi = (int)(g - e->bp->groups);
   emit_line(e, "/* one loop nest: lines %d to %d */", g->mem[0]->pos.line, g->mem[g->n - 1]->pos.line);
@@ -110,97 +220,12 @@ void emit_group(Emit *e, const Group *g) {
             g->mem[0]->pos.line);
   e->cur_group = g;
   bool *need = calloc((size_t)g->n + 1, sizeof(bool));
-  if (g->k < 0) {
-    bool dims = false;
-    for (int m = 0; m < g->n; m++)
-      dims |= emit_needs_dims(e, g->mem[m]);
-    Type dom = g->mem[0]->results[0]->type;
-    int n = emit_open_loops(e, &dom, dims);
-    for (int m = 0; m < g->n; m++)
-      need[m] = true;
-    emit_locals(e, g, need);
-    for (int m = 0; m < g->n; m++) {
-      const Value *v = g->mem[m]->results[0];
-      if (!e->nobuf[v->id])
-        emit_line(e, "%s[i] = %s_l;", vname(v), vname(v));
-    }
-    emit_close_loops(e, n);
-  } else {
-    for (int d = 0; d < g->k; d++) {
-      emit_line(e, "for (int64_t i%d = 0; i%d < %lld; i%d++) {", d, d, (long long)g->dom[d], d);
-      e->indent += 2;
-    }
-    emit_line(e, "const int64_t ir = %s;", flat_index(g, g->k));
-    emit_line(e, "(void)ir;");
-    for (int st = 0; st <= g->nstages; st++) {
-      if (st > 0) {
-        /* the row sums of this stage, their operands computed in one pass */
-        Str red = {0};
-        clear_need(g, need);
-        for (int m = 0; m < g->n; m++)
-          if (g->stage[m] == st && g->kind[m] == MEMBER_ROW_SUM) {
-            const Value *v = g->mem[m]->results[0];
-            emit_line(e, "double %s_a = 0;", vname(v));
-            str_printf(&red, "%s%s_a", red.len ? ", " : "", vname(v));
-            need_full(e, g, gi, g->mem[m]->args[0], need);
-          }
-        open_cols(e, g, g->k, arena_printf(" reduction(+:%s)", str_cstr(&red)));
-        free(red.buf);
-        e->flat = "i";
-        emit_locals(e, g, need);
-        for (int m = 0; m < g->n; m++)
-          if (g->stage[m] == st && g->kind[m] == MEMBER_ROW_SUM) {
-            const Value *x = g->mem[m]->args[0];
-            emit_line(e, "%s_a += (double)%s;", vname(g->mem[m]->results[0]), emit_operand_at(e, x, &x->type));
-          }
-        emit_close_loops(e, g->rank - g->k);
-      }
-      e->flat = "ir";
-      for (int m = 0; m < g->n; m++) {
-        const Inst *in = g->mem[m];
-        const Value *v = in->results[0];
-        if (g->stage[m] != st || !is_row_kind(g->kind[m]))
-          continue;
-        const char *x = g->kind[m] == MEMBER_ROW_SUM    ? arena_printf("(%s)%s_a", ctype(&v->type), vname(v))
-                        : g->kind[m] == MEMBER_ROW_VIEW ? emit_group_operand(e, in->args[0])
-                                                        : emit_elementwise_expr(e, in);
-        emit_line(e, "const %s %s_s = %s;", ctype(&v->type), vname(v), x);
-        if (!e->nobuf[v->id])
-          emit_line(e, "%s[ir] = %s_s;", vname(v), vname(v));
-      }
-    }
-    /* the last pass: the full values read outside the group, and the
-     * column sums (each column's element of this row added in) */
-    clear_need(g, need);
-    bool any = false, cols = false;
-    for (int m = 0; m < g->n; m++) {
-      const Value *v = g->mem[m]->results[0];
-      if (g->kind[m] == MEMBER_COL_SUM) {
-        need_full(e, g, gi, g->mem[m]->args[0], need);
-        any = cols = true;
-      } else if (!is_row_kind(g->kind[m]) && !e->nobuf[v->id]) {
-        need_full(e, g, gi, v, need);
-        any = true;
-      }
-    }
-    if (any) {
-      open_cols(e, g, g->k, "");
-      e->flat = "i";
-      if (cols)
-        emit_line(e, "const int64_t ic = %s;", col_index(g));
-      emit_locals(e, g, need);
-      for (int m = 0; m < g->n; m++) {
-        const Value *v = g->mem[m]->results[0];
-        if (g->kind[m] == MEMBER_COL_SUM) {
-          const Value *x = g->mem[m]->args[0];
-          emit_line(e, "%s[ic] += %s;", vname(v), emit_operand_at(e, x, &x->type));
-        } else if (need[m] && !e->nobuf[v->id])
-          emit_line(e, "%s[i] = %s_l;", vname(v), vname(v));
-      }
-      emit_close_loops(e, g->rank - g->k);
-    }
-    emit_close_loops(e, g->k);
-  }
+  if (!need)
+    diag_ice("out of memory");
+  if (g->k < 0)
+    flat_nest(e, g, need);
+  else
+    row_nest(e, g, gi, need);
   free(need);
   e->cur_group = NULL;
   e->flat = NULL;
