@@ -260,30 +260,36 @@ static void emit_tape(Emit *e, const Inst *in) {
   }
 }
 
+static void emit_inst(Emit *e, const Inst *in, const char **yield_to);
+
+/* A loop group is emitted at its last member (in), then the tape pushes
+ * that waited for it. */
+static void emit_group_at(Emit *e, const Group *g, const Inst *in, const char **yield_to) {
+  emit_source_line(e, in);
+  emit_group(e, g);
+  int idx = e->cur_idx;
+  e->making_deferred = true;
+  for (int a = 0; a < g->nafter; a++) {
+    e->cur = (const Inst *)e->bp->block->insts.data[g->after[a]];
+    e->cur_idx = g->after[a];
+    emit_inst(e, e->cur, yield_to);
+  }
+  e->making_deferred = false;
+  e->cur = in;
+  e->cur_idx = idx;
+}
+
 static void emit_inst(Emit *e, const Inst *in, const char **yield_to) {
   const Value *r = in->nresults ? in->results[0] : NULL;
   if (r && e->fused[r->id])
-    return;
+    return;   /* computed in its consumer's loop */
   if (e->bp->deferred[e->cur_idx] && !e->making_deferred)
     return;   /* a tape push made after its group */
   int gi = r ? sched_group_of(e->plan, e->bp, r) : 0;
   if (gi) {
-    /* a loop group is emitted at its last member, then the pushes that waited for it */
     const Group *g = &e->bp->groups[gi - 1];
-    if (g->mem[g->n - 1] == in) {
-      emit_source_line(e, in);
-      emit_group(e, g);
-      int idx = e->cur_idx;
-      e->making_deferred = true;
-      for (int a = 0; a < g->nafter; a++) {
-        e->cur = (const Inst *)e->bp->block->insts.data[g->after[a]];
-        e->cur_idx = g->after[a];
-        emit_inst(e, e->cur, yield_to);
-      }
-      e->making_deferred = false;
-      e->cur = in;
-      e->cur_idx = idx;
-    }
+    if (g->mem[g->n - 1] == in)
+      emit_group_at(e, g, in, yield_to);
     return;
   }
   emit_source_line(e, in);
