@@ -159,7 +159,7 @@ static bool middle(Compilation *c, bool partition) {
   ir_verify(c->mod);
   opt_module(c->mod);
   ir_verify(c->mod);
-  emit_schedule_module(c->mod);
+  sched_module(c->mod);
   ir_verify(c->mod);
   emit_number_values(c->mod);
   return true;

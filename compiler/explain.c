@@ -2,21 +2,21 @@
  * memory.
  *
  * For every function it lists each collective of the SPMD IR with its
- * source line, kind, mesh axes, the bytes one rank sends (the formulas the
- * runtime's SHD_TRACE counters use, so prediction and measurement agree) and
+ * source line, kind, mesh axes, the bytes one rank sends (net_bytes_sent:
+ * the formulas the runtime's SHD_TRACE counters use, so prediction and
+ * measurement agree) and
  * the local types before and after. The peak bytes of live arrays per rank
- * come from simulating the generated code's buffers: the same allocation
- * decisions as emit_c.c (emit_result_kind, emit_temp_bytes) and the same
- * release points (ir_last_uses).
+ * come from simulating the generated code's buffers: the emitter's own plan
+ * of loops and buffers (sched_plan: the values fused or grouped, those
+ * without a buffer, when each value dies) and the same allocation
+ * decisions (sched_result_kind, sched_temp_bytes).
  *
  * The simulation is linear in the program: each function is simulated once,
  * callees first (a call then costs its summary, not its body), each loop
  * body once (the second iteration follows from the first), and byte sums
  * are checked ([E_SHAPE] on the line where one would overflow).
  */
-#include "shdc.h"
-
-/* ---- bytes sent ------------------------------------------------------------------ */
+#include "schedule.h"
 
 static int64_t local_bytes(const Module *mod, const Type *t) {
   return ty_local_count(&mod->mesh, t) * (int64_t)ty_dtype_size(t->dtype);
@@ -25,18 +25,6 @@ static int64_t local_bytes(const Module *mod, const Type *t) {
 static bool is_collective(int op) {
   const OpDef *d = op_def(op);
   return d && (d->flags & OPF_COLLECTIVE);
-}
-
-int64_t explain_bytes_sent(const Module *mod, const Inst *in) {
-  const OpDef *d = op_def(in->op);
-  if (d && d->bytes_sent)
-    return d->bytes_sent(mod, in);
-  if (!d || !d->group_bytes)
-    return 0;
-  int64_t g = 1;
-  for (int i = 0; i < in->naxes; i++)
-    g *= mod->mesh.sizes[in->axes[i]];
-  return d->group_bytes(local_bytes(mod, &in->args[0]->type), g);
 }
 
 /* ---- the list ------------------------------------------------------------------------ */
@@ -67,7 +55,7 @@ static void list_inst(Report *r, const Inst *in, const char *ctx) {
     Str axes = {0};
     for (int i = 0; i < in->naxes; i++)
       str_printf(&axes, "%s%s", i ? "," : "", m->names[in->axes[i]]);
-    int64_t bytes = explain_bytes_sent(r->mod, in);
+    int64_t bytes = net_bytes_sent(r->mod, in);
     const char *kind = ir_opname(in->op);
     const OpDef *d = op_def(in->op);
     if (d->variant)
@@ -167,12 +155,12 @@ typedef struct {
    * later iterations reach. */
   int *steal_of;       /* by buffer: the loop depth whose later iterations take it, or 0 */
   bool *taped;         /* by buffer: already pushed on a tape (its bytes are the tape's) */
-  EmitPlanner *plan;   /* the emitter's fusion and loop groups */
+  Schedule *plan;      /* the emitter's plan: fusion, loop groups, last uses (sched.c) */
   int depth;
   int64_t stolen, peak2;
   int nbufs, capbufs;
   int *buf_of;         /* by value id */
-  int *last_use;       /* by value id, for the block defining it */
+  const int *last_use; /* by value id, for the block defining it: the plan's */
   int *dead_next;      /* by value id: the next value released at the same instruction */
   int64_t live, peak;
   PtrMap func_index;
@@ -456,15 +444,15 @@ static void sim_if(Sim *s, const Inst *in) {
 static void sim_results(Sim *s, const Inst *in, int idx) {
   for (int k = 0; k < in->nresults; k++) {
     const Value *r = in->results[k];
-    if (r->type.rank && emit_planned_nobuf(s->plan, r)) {
+    if (r->type.rank && sched_nobuf(s->plan, r)) {
       s->buf_of[r->id] = -1;   /* computed inside its consumer's loop */
       continue;
     }
-    EmitResult kind = emit_planned_member(s->plan, r) ? EMIT_ALLOC : emit_result_kind(s->mod, in, k);
+    EmitResult kind = s->plan->gmember[r->id] ? EMIT_ALLOC : sched_result_kind(s->mod, in, k);
     if (kind == EMIT_STEAL_OR_ALLOC) {
       const Value *x = in->args[0];
       int bx = s->buf_of[x->id];
-      if (s->depth && emit_carry_arg(x, in->parent) && s->last_use[x->id] == idx && bx >= 0) {
+      if (s->depth && ir_is_carry(x, in->parent) && s->last_use[x->id] == idx && bx >= 0) {
         /* a copy now, the carry's own buffer in the later iterations */
         int b = buf_entry(s, local_bytes(s->mod, &r->type), r);
         s->steal_of[b] = s->depth;
@@ -546,7 +534,7 @@ static void sim_inst(Sim *s, const Inst *in, int i, int *yield_bufs) {
     }
     break;
   default: {
-    int64_t tmp = emit_temp_bytes(s->mod, in);
+    int64_t tmp = sched_temp_bytes(s->mod, in);
     sim_results(s, in, i);
     int64_t after = s->live;
     add_live(s, tmp, in->pos);
@@ -563,29 +551,26 @@ static void sim_inst(Sim *s, const Inst *in, int i, int *yield_bufs) {
  * costs time linear in its length. */
 static void sim_block(Sim *s, const IrBlock *b, int *yield_bufs) {
   int n = b->insts.len;
-  ir_last_uses(b, s->last_use);
-  bool *after = malloc(sizeof(bool) * (size_t)(n + 1));
-  int *at = emit_plan_block(s->plan, b, s->last_use, after);
+  const BlockPlan *bp = sched_block(s->plan, b);
   /* the instructions made at each index, in order (a loop group's members
    * at its last one, then the tape pushes made after the group) */
   int *head = malloc(sizeof(int) * (size_t)(n + 1)), *tail = malloc(sizeof(int) * (size_t)(n + 1)),
       *next = malloc(sizeof(int) * (size_t)(n + 1));
-  if (!after || !head || !tail || !next)
+  if (!head || !tail || !next)
     diag_ice("out of memory");
   for (int i = 0; i < n; i++)
     head[i] = tail[i] = next[i] = -1;
   for (int pass = 0; pass < 2; pass++)
     for (int j = 0; j < n; j++) {
-      if (after[j] != (pass == 1))
+      if ((bp->deferred[j] != 0) != (pass == 1))
         continue;
-      int i = at[j];
+      int i = bp->at[j];
       if (tail[i] < 0)
         head[i] = j;
       else
         next[tail[i]] = j;
       tail[i] = j;
     }
-  free(after);
   int *dying = malloc(sizeof(int) * (size_t)(n + 1));
   for (int i = 0; i < n; i++)
     dying[i] = -1;
@@ -611,7 +596,6 @@ static void sim_block(Sim *s, const IrBlock *b, int *yield_bufs) {
   free(head);
   free(tail);
   free(next);
-  free(at);
 }
 
 static void summarise(Sim *s, const Func *f, Summary *sm) {
@@ -677,7 +661,7 @@ static Sim *sim_module(const Module *mod) {
   free(s->steal_of);
   free(s->taped);
   free(s->buf_of);
-  free(s->last_use);
+  sched_free(s->plan);
   free(s->dead_next);
   free(s->sums);
   free(s->pushes);
@@ -688,9 +672,9 @@ static Sim *sim_module(const Module *mod) {
   s->mod = mod;
   size_t nv = (size_t)mod->next_value + 1;
   s->buf_of = calloc(nv, sizeof(int));
-  s->last_use = calloc(nv, sizeof(int));
   s->dead_next = calloc(nv, sizeof(int));
-  s->plan = emit_planner_new(mod);
+  s->plan = sched_plan(mod);
+  s->last_use = s->plan->last_use;
   summarise_all(s);
   return s;
 }
@@ -839,12 +823,17 @@ static void report_peak(Sim *s, const Func *f, int64_t peak, int64_t limit, cons
   free(list.buf);
 }
 
-int64_t explain_check_memory(const Module *mod, int64_t limit, const char *limit_text) {
-  Sim *s = sim_module(mod);
+static const Func *main_func(const Module *mod) {
   const Func *mainf = NULL;
   for (int i = 0; i < mod->funcs.len; i++)
     if (((const Func *)mod->funcs.data[i])->is_main)
       mainf = mod->funcs.data[i];
+  return mainf;
+}
+
+int64_t explain_check_memory(const Module *mod, int64_t limit, const char *limit_text) {
+  Sim *s = sim_module(mod);
+  const Func *mainf = main_func(mod);
   int64_t worst = 0;
   for (int i = 0; i < mod->funcs.len; i++) {
     const Func *f = mod->funcs.data[i];
@@ -883,6 +872,7 @@ void explain_module(FILE *out, const Module *mod, const SourceFile *file, const 
             net ? arena_printf(", communication estimated %s", net_seconds_str(r.seconds)) : "");
     fprintf(out, "  peak live arrays per rank: %lld bytes\n", (long long)explain_func_peak(mod, f));
   }
+  const Func *mainf = main_func(mod);
   if (net)
-    net_report_steps(out, net, mod);
+    net_report_steps(out, net, mod, mainf ? explain_func_peak(mod, mainf) : 0);
 }

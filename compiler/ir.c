@@ -383,6 +383,10 @@ void ir_count_uses(const IrBlock *b, int *uses) {
   }
 }
 
+bool ir_is_carry(const Value *v, const IrBlock *b) {
+  return !v->def && v->arg_of == b && b->owner && b->owner->op == IR_FOR && v->index > 0;
+}
+
 void ir_last_uses(const IrBlock *b, int *last_use) {
   for (int k = 0; k < b->nargs; k++)
     last_use[b->args[k]->id] = -1;

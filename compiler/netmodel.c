@@ -28,7 +28,13 @@
  * (s: the bytes explain says the busiest rank sends)
  *
  * log2 rounds up; an operation without a model is G-1 steps carrying its
- * bytes. The same bytes as `shdc explain` (explain_bytes_sent).
+ * bytes.
+ *
+ * The bytes one rank sends (net_bytes_sent) are computed here too, with
+ * every operation's formula (OpDef.bytes_sent or .group_bytes, those of the
+ * runtime's SHD_TRACE counters): `shdc explain` lists them, `shdc plan`
+ * sums them, and the models above take them as `sent`. This file uses
+ * neither explain nor plan; both use it.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -186,6 +192,19 @@ const char *net_check_mesh(const NetModel *n, const Mesh *m) {
 
 /* ---- costs -------------------------------------------------------------------------- */
 
+int64_t net_bytes_sent(const Module *mod, const Inst *in) {
+  const OpDef *d = op_def(in->op);
+  if (d && d->bytes_sent)
+    return d->bytes_sent(mod, in);
+  if (!d || !d->group_bytes)
+    return 0;
+  int64_t g = 1;
+  for (int i = 0; i < in->naxes; i++)
+    g *= mod->mesh.sizes[in->axes[i]];
+  const Type *t = &in->args[0]->type;
+  return d->group_bytes(ty_local_count(&mod->mesh, t) * (int64_t)ty_dtype_size(t->dtype), g);
+}
+
 static NetLink link_of(const NetModel *n, const char *axis) {
   for (int i = 0; i < n->naxes; i++)
     if (!strcmp(n->axis_names[i], axis))
@@ -222,7 +241,7 @@ double net_collective_seconds(const NetModel *n, const Module *mod, const Inst *
   for (int k = 0; k < mod->mesh.naxes; k++)
     c.world *= mod->mesh.sizes[k];
   c.n = (double)ty_local_count(&mod->mesh, &in->args[0]->type) * (double)ty_dtype_size(in->args[0]->type.dtype);
-  c.sent = (double)explain_bytes_sent(mod, in);
+  c.sent = (double)net_bytes_sent(mod, in);
   NetLink l = group_link(n, mod, in);
   c.a = l.latency;
   c.b = 1 / l.bandwidth;
@@ -286,7 +305,7 @@ static void step_block(Step *s, const IrBlock *b, double times, int depth) {
     const OpDef *def = op_def(in->op);
     if (def && (def->flags & OPF_COLLECTIVE)) {
       s->count += (int)times;
-      s->bytes += times * (double)explain_bytes_sent(s->mod, in);
+      s->bytes += times * (double)net_bytes_sent(s->mod, in);
       s->seconds += times * net_collective_seconds(s->net, s->mod, in, &algo);
     } else if (in->op == IR_CALL && depth < 64) {
       step_block(s, in->callee->body, times, depth + 1);
@@ -317,13 +336,13 @@ static void report_loops(FILE *out, const NetModel *net, const Module *mod, cons
   }
 }
 
-void net_report_steps(FILE *out, const NetModel *net, const Module *mod) {
+void net_report_steps(FILE *out, const NetModel *net, const Module *mod, int64_t main_peak) {
   fprintf(out, "\nper step (one iteration of each loop of main, calls included):\n");
   for (int i = 0; i < mod->funcs.len; i++) {
     const Func *f = mod->funcs.data[i];
     if (!f->is_main)
       continue;
     report_loops(out, net, mod, f, f->body);
-    fprintf(out, "  peak live arrays per rank: %lld bytes\n", (long long)explain_func_peak(mod, f));
+    fprintf(out, "  peak live arrays per rank: %lld bytes\n", (long long)main_peak);
   }
 }

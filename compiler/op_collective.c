@@ -726,7 +726,7 @@ static void emit_collective(Emit *e, const Inst *in) {
   const char *axes = emit_axes_lit(in->axes, in->naxes);
   switch (in->op) {
   case IR_ALL_REDUCE:
-    if (is_array(r) && emit_result_kind(emit_module_of(e), in, 0) == EMIT_STEAL_OR_ALLOC && emit_can_steal(e, x, in)) {
+    if (is_array(r) && sched_result_kind(emit_module_of(e), in, 0) == EMIT_STEAL_OR_ALLOC && emit_can_steal(e, x, in)) {
       /* The operand dies here: reduce in its buffer when no view shares it. */
       emit_def_taken(e, r, x, in);
     } else if (is_array(r)) {

@@ -12,7 +12,7 @@
  * manual bodies the VMA rule (2.2) casts invariant operands to varying.
  *
  * Every operation here is one value per element: the emitter fuses chains
- * of them into one loop (OPF_ELEMENTWISE, emit_c.c) over helper functions
+ * of them into one loop (OPF_ELEMENTWISE: fuse.c, emit_c.c) over helper functions
  * the preamble defines.
  */
 #include <math.h>

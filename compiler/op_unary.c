@@ -9,7 +9,7 @@
  * whose f32 forms vectorise; it becomes a static inline helper in the
  * generated file (shd_u_NAME_f32), so an operand is computed once however
  * often the expression names it, and a chain of elementwise operations
- * still fuses into one vectorisable loop (emit_c.c).
+ * still fuses into one vectorisable loop (fuse.c, emit_c.c).
  *
  * The derivative is either a function of (x, y = f(x), g) in AD builders
  * (vjp), or a hidden entry of the table computing f'(x) (deriv), in which

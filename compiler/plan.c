@@ -15,7 +15,7 @@
  *                  each reduction's operand) at the second rate of --flops;
  *   communication  explain --network's cost of each collective
  *                  (net_collective_seconds, the same code) and its bytes
- *                  (explain_bytes_sent);
+ *                  (net_bytes_sent);
  *   memory         explain's peak of live arrays (explain_func_peak), to
  *                  compare with --memory.
  *
@@ -128,7 +128,7 @@ static void inst_cost(const Walk *w, const Inst *in, Cost *c) {
   if (d && (d->flags & OPF_COLLECTIVE)) {
     const char *algo;
     c->comm += net_collective_seconds(w->net, w->mod, in, &algo);
-    c->bytes += (double)explain_bytes_sent(w->mod, in);
+    c->bytes += (double)net_bytes_sent(w->mod, in);
     c->colls += 1;
   } else if (d && d->work) {
     d->work(w->mod, in, &c->dot, &c->ew);

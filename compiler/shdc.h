@@ -4,8 +4,8 @@
  * parse_ (parse.c), ast_ (ast.c), ty_ (types.c), rule_ (rules.c), tc_
  * (typecheck*.c), ir_ (ir.c), lower_ (lower.c), ad_ (autodiff.c), part_
  * (partition.c, reshard.c), opt_ (optimize.c), explain_ (explain.c), emit_
- * (emit_c.c), drv_ (driver.c, main.c, install.c), op_ (ops.c and the operation families
- * op_*.c), diagout_ (diag_json.c), show_ (show.c), net_ (netmodel.c), tsum_
+ * (emit_*.c), sched_ (sched.c), fuse_ (fuse.c), drv_ (driver.c, main.c,
+ * install.c), op_ (ops.c and the operation families op_*.c), diagout_ (diag_json.c), show_ (show.c), net_ (netmodel.c), tsum_
  * (trace_summary.c), file_ (files.c), sha256_ (sha256.c), cache_ (cache.c).
  */
 #ifndef SHDC_H
@@ -1028,6 +1028,9 @@ void ir_last_uses(const IrBlock *b, int *last_use);
 void ir_clear_ids(const IrBlock *b, void *by_id, size_t elem);
 /* Adds to uses[id] every use of each value in b, nested blocks included. */
 void ir_count_uses(const IrBlock *b, int *uses);
+/* A loop-carried argument of a for body b (not its index): the loop holds
+ * one reference to it until the iteration ends. */
+bool ir_is_carry(const Value *v, const IrBlock *b);
 /* The calls between the first nf functions of a module (calls of later
  * functions are left out). to[first[f] .. first[f+1]) are the indices (into
  * mod->funcs) of the functions f calls, one per call site; order lists the
@@ -1465,16 +1468,22 @@ int64_t explain_func_peak(const Module *mod, const Func *f);
  * naming the function, the peak and the largest arrays live then. Returns
  * the largest peak checked. */
 int64_t explain_check_memory(const Module *mod, int64_t limit, const char *limit_text);
-/* Bytes one rank sends for a collective instruction (same formulas as the
- * runtime's trace). */
-int64_t explain_bytes_sent(const Module *mod, const Inst *in);
 
-/* ---- emit_c.c ----------------------------------------------------------- */
+/* ---- sched.c, fuse.c: the plan of loops and buffers (schedule.h) --------- */
 
-/* Moves the instructions that read a loop group's column sum (a sum over
- * the leading dims, made in the group's row loop) after the group, so that
- * the group is not cut there (emit_group.c); after opt_module. */
-void emit_schedule_module(Module *mod);
+/* The pass after opt_module: moves the instructions that read a loop
+ * group's column sum (a sum over the leading dims, made in the group's row
+ * loop) after the group, so that the group is not cut there (fuse.c). */
+void sched_module(Module *mod);
+/* How the generated code gets result k of in (OpDef.result, or the
+ * control flow's and views' own), as the emitter and explain both count
+ * it; the bytes of the temporaries an instruction allocates and frees
+ * itself (OpDef.temp_bytes). */
+EmitResult sched_result_kind(const Module *mod, const Inst *in, int k);
+int64_t sched_temp_bytes(const Module *mod, const Inst *in);
+
+/* ---- emit_program.c, emit_parts.c, emit_c.c: the C (emit_internal.h) ---- */
+
 /* Numbers each function's values in their order of appearance in it (the
  * N of their C names x_N, vN), so that a function's C does not change
  * when another function does; the last step before emission. */
@@ -1500,7 +1509,7 @@ typedef struct {
  * table and the resolvers. The module has a main. Returns the count. */
 int emit_module_units(const Module *mod, const SourceFile *file, int64_t main_peak, bool clones, EmitUnit **units);
 
-/* Builders for the families' emit functions. */
+/* Builders for the families' emit functions (emit_c.c). */
 __attribute__((format(printf, 2, 3))) void emit_line(Emit *e, const char *fmt, ...);
 void emit_indent(Emit *e, int delta);
 const char *emit_vname(const Value *v);
@@ -1533,8 +1542,6 @@ bool emit_is_last_use(Emit *e, const Value *v, const Inst *in);
  * carry of the loop whose body the block is (the loop's reference lasts
  * until the iteration ends, so taking the buffer means sharing it). */
 bool emit_can_steal(Emit *e, const Value *v, const Inst *in);
-/* The same test on the IR alone, for explain's simulation. */
-bool emit_carry_arg(const Value *v, const IrBlock *b);
 /* An operand's value at element i of res's loop nest (fused producers inline). */
 const char *emit_operand_at(Emit *e, const Value *op, const Type *res);
 int emit_tmp(Emit *e);                                     /* a fresh number for t%d */
@@ -1546,25 +1553,8 @@ const Module *emit_module_of(Emit *e);
  * only what its unit's functions use. */
 bool emit_unit_holds(Emit *e, int i);
 FILE *emit_out(Emit *e);
-/* The emitter's plan of a block (elementwise fusion, loop groups), for
- * explain's simulation of the buffers. emit_plan_block extends last_use
- * (ir_last_uses' result) to where the code really reads each value, and
- * returns, by instruction index, where each instruction's results are
- * made (its own index, or its loop group's last member; malloc'd), and
- * fills after[i] (b->insts.len entries): instruction i is a tape push made
- * after its loop group, so after the group's members at that index. A
- * planned value needs no buffer (computed inside its consumer's loop), or
- * is a group member (a new buffer, at the group). */
-typedef struct EmitPlanner EmitPlanner;
-EmitPlanner *emit_planner_new(const Module *mod);
-int *emit_plan_block(EmitPlanner *p, const IrBlock *b, int *last_use, bool *after);
-bool emit_planned_nobuf(const EmitPlanner *p, const Value *v);
-bool emit_planned_member(const EmitPlanner *p, const Value *v);
 /* Reshape, retype, pcast: the result shares operand 0's buffer. */
 void emit_view(Emit *e, const Inst *in);
-EmitResult emit_result_kind(const Module *mod, const Inst *in, int k);
-/* Bytes of the temporaries an instruction allocates and frees itself. */
-int64_t emit_temp_bytes(const Module *mod, const Inst *in);
 
 /* ---- diag_json.c, diag_fix.c, diag_codes.c: machine-readable diagnostics - */
 
@@ -1644,12 +1634,16 @@ struct NetModel {
 /* BANDWIDTH,LATENCY or a file of per-axis links; an error message or NULL. */
 const char *net_parse(NetModel *n, const char *spec);
 const char *net_check_mesh(const NetModel *n, const Mesh *m);
+/* Bytes one rank sends for a collective instruction (the formulas of the
+ * runtime's trace): explain's, plan's and the network models'. */
+int64_t net_bytes_sent(const Module *mod, const Inst *in);
 /* The estimated seconds of a collective instruction, and the algorithm. */
 double net_collective_seconds(const NetModel *n, const Module *mod, const Inst *in, const char **algo);
 const char *net_seconds_str(double s);
 void net_describe(FILE *out, const NetModel *n, const Mesh *m);
-/* For each loop of main: collectives, bytes and seconds of one iteration. */
-void net_report_steps(FILE *out, const NetModel *net, const Module *mod);
+/* For each loop of main: collectives, bytes and seconds of one iteration;
+ * then main's peak of live arrays (explain_func_peak, the caller's). */
+void net_report_steps(FILE *out, const NetModel *net, const Module *mod, int64_t main_peak);
 
 /* ---- plan.c: shdc plan FILE --devices=N ---------------------------------- */
 
