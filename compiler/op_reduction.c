@@ -31,7 +31,7 @@
 /* BuiltinDef.code: the runtime's reduction (RED_), or R_MEAN; R_CUMSUM. */
 enum { R_MEAN = 16, R_CUMSUM };
 
-/* The family's own opcodes (op_softmax.c numbers its own from +0x40). */
+/* The family's own opcodes. */
 enum {
   IR_ARGREDUCE = IR_BASE_REDUCTION,   /* fn: RED_MAX/RED_MIN; dim */
   IR_ARGREDUCE_GROUP,                 /* SPMD: the same over a dim sharded over axes (a collective) */

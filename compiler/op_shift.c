@@ -19,8 +19,8 @@
 #define vname emit_vname
 
 enum {
-  IR_SHIFT = IR_BASE_INDEX + 0x60, /* args sources [, run-time offset]; dim, axes (the group), iv: offsets, fn: SHIFT_ */
-  IR_SHIFT_LOCAL,                  /* the same, proved local: no row leaves its rank */
+  IR_SHIFT = IR_BASE_SHIFT, /* args sources [, run-time offset]; dim, axes (the group), iv: offsets, fn: SHIFT_ */
+  IR_SHIFT_LOCAL,           /* the same, proved local: no row leaves its rank */
 };
 
 static int64_t parts(const Mesh *m, DimSpec s) { return ty_spec_parts(m, s); }

@@ -908,11 +908,11 @@ typedef enum {
   IR_TAPE_PUSH,        /* args: tape, index, value: keeps a reference */
   IR_TAPE_GET,         /* args: tape, index; result: the value stored there */
   IR__CORE,
-  /* The families' bases, 0x40 opcodes apart; a new family takes the next
-   * free one. */
+  /* The families' bases, one per family file, at least 0x40 opcodes apart;
+   * a new family takes the next free one. */
   IR_BASE_SHAPE = 0x100,
-  IR_BASE_INDEX = 0x200,          /* op_index.c; op_gather.c + 0x40, op_shift.c + 0x60 */
-  IR_BASE_REDUCTION = 0x300,      /* op_reduction.c; op_softmax.c + 0x40 */
+  IR_BASE_INDEX = 0x200,
+  IR_BASE_REDUCTION = 0x300,
   IR_BASE_ELEMENTWISE = 0x400,
   IR_BASE_STRING = 0x500,
   IR_BASE_CREATION = 0x540,
@@ -920,6 +920,9 @@ typedef enum {
   IR_BASE_COLLECTIVE = 0x5c0,
   IR_BASE_IO = 0x600,
   IR_BASE_ATTENTION = 0x640,
+  IR_BASE_GATHER = 0x680,
+  IR_BASE_SHIFT = 0x6c0,
+  IR_BASE_SOFTMAX = 0x700,
   IR__LIMIT = 0x800
 } Opcode;
 
