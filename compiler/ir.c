@@ -102,7 +102,7 @@ Value *ir_emit1(Module *mod, IrBlock *b, int op, Pos pos, int nargs, Value **arg
 
 const char *ir_opname(int op) {
   static const char *core[IR__CORE] = {
-      [IR_CONST] = "const", [IR_COPY] = "copy", [IR_RETYPE] = "retype", [IR_CALL] = "call", [IR_FOR] = "for",
+      [IR_CONST] = "const", [IR_RETYPE] = "retype", [IR_CALL] = "call", [IR_FOR] = "for",
       [IR_IF] = "if", [IR_YIELD] = "yield", [IR_RETURN] = "return", [IR_GRAD] = "grad",
       [IR_TAPE_NEW] = "tape_new", [IR_TAPE_PUSH] = "tape_push", [IR_TAPE_GET] = "tape_get",
   };

@@ -17,10 +17,9 @@
  *
  * Invariant: every opcode below IR__CORE that appears in the IR has an
  * entry, except the control and call instructions the stages handle
- * themselves (const, call, for, if, yield, return, grad, tapes, copy,
- * retype), and no two entries share an opcode, a builtin name or an
- * operator's (syntax, code, operand kind) (checked once, at the first
- * lookup).
+ * themselves (const, call, for, if, yield, return, grad, tapes, retype),
+ * and no two entries share an opcode, a builtin name or an operator's
+ * (syntax, code, operand kind) (checked once, at the first lookup).
  */
 #include "shdc.h"
 

@@ -886,7 +886,6 @@ typedef enum {
   IR_RESHAPE,          /* result shape from the type */
   IR_RESHARD,          /* global view only: any type to any type */
   IR_PCAST,            /* manual state change, no data movement */
-  IR_COPY,             /* a fresh copy (SPMD) */
   /* collectives: attr axes/naxes (ordered group) */
   IR_ALL_REDUCE,       /* attr fn: RED_ */
   IR_ALL_GATHER,       /* attr dim */
@@ -913,7 +912,6 @@ typedef enum {
   IR_BASE_SHAPE = 0x100,
   IR_BASE_INDEX = 0x200,
   IR_BASE_REDUCTION = 0x300,
-  IR_BASE_ELEMENTWISE = 0x400,
   IR_BASE_STRING = 0x500,
   IR_BASE_CREATION = 0x540,
   IR_BASE_CONTRACTION = 0x580,
