@@ -240,14 +240,11 @@ typedef enum {
   BIN__COUNT
 } BinOp;
 
-/* The unary functions other files build by name; the table of op_unary.c
- * holds these first, in this order, and then the rest. */
-typedef enum {
-  UN_NEG, UN_EXP, UN_LOG, UN_SIN, UN_COS, UN_TANH, UN_SQRT, UN_ABS,
-  UN_RELU, UN_SIGMOID, UN_NOT, UN_SIGN, UN_STEP, /* step(x) = x > 0 */
-  UN_RSQRT, UN_SQUARE, UN_FLOOR,
-  UN__NAMED
-} UnOp;
+/* The unary functions other files build by name, at their places in
+ * op_unary.c's table, whose order is the builtins' (shdc list-ops, the
+ * helper functions of the generated file); the other entries are that
+ * file's own. */
+typedef enum { UN_NEG = 0, UN_EXP = 1, UN_LOG = 2, UN_NOT = 10, UN_FLOOR = 15 } UnOp;
 
 struct Expr {
   ExprKind kind;
