@@ -835,7 +835,7 @@ static int64_t local_bytes(const Module *mod, const Type *t) {
  * bytes: the runtime trace's formulas (runtime/collectives.c), which explain
  * predicts and reshard.c's search minimises. In 128 bits: (g - 1) n can
  * pass 2^63 although the result is below 2n. */
-static int64_t all_reduce_bytes(int64_t n, int64_t g) { return (int64_t)((__int128)2 * (g - 1) * n / g); }
+int64_t op_allreduce_bytes(int64_t n, int64_t g) { return (int64_t)((__int128)2 * (g - 1) * n / g); }
 static int64_t all_gather_bytes(int64_t n, int64_t g) { return (g - 1) * n; }
 static int64_t scatter_bytes(int64_t n, int64_t g) { return (int64_t)((__int128)(g - 1) * n / g); }
 static int64_t whole_block_bytes(int64_t n, int64_t g) { return n; }
@@ -992,7 +992,7 @@ static const OpDef ops[] = {
     {.op = IR_PCAST, .name = "pcast", .flags = OPF_RECOMPUTE, .print = print_pcast, .vjp = vjp_manual, .emit = emit_view,
      .result = result_view, .infer = infer_pcast},
     {.op = IR_ALL_REDUCE, .name = "all_reduce", .flags = COLL, .variant = red_variant, .variants = red_variants, .print = print_axes,
-     .vjp = vjp_manual, .emit = emit_collective, .result = result_steal, .group_bytes = all_reduce_bytes,
+     .vjp = vjp_manual, .emit = emit_collective, .result = result_steal, .group_bytes = op_allreduce_bytes,
      .net_seconds = all_reduce_seconds, .infer = infer_same_shape},
     {.op = IR_ALL_GATHER, .name = "all_gather", .flags = COLL, .print = print_dim_axes, .vjp = vjp_manual,
      .emit = emit_collective, .group_bytes = all_gather_bytes, .net_seconds = all_gather_seconds, .infer = infer_same_rank},

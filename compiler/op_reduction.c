@@ -543,10 +543,10 @@ static double argreduce_seconds(const NetCost *c, const Inst *in, const char **a
 }
 
 static int64_t argreduce_bytes_sent(const Module *mod, const Inst *in) {
-  int64_t g = 1, n = pair_bytes(mod, in);
+  int64_t g = 1;
   for (int i = 0; i < in->naxes; i++)
     g *= mod->mesh.sizes[in->axes[i]];
-  return 2 * (g - 1) * n / g;
+  return op_allreduce_bytes(pair_bytes(mod, in), g);
 }
 
 static const char *arg_variant(const Inst *in) { return in->fn == RED_MAX ? "argmax" : "argmin"; }

@@ -1277,6 +1277,9 @@ int op_unary_count(void);                            /* entries of the table */
  * for n bytes on each rank; ring false: MPI's algorithms only (the
  * all-reduce of argmax's (value, index) pairs). */
 double op_allreduce_seconds(const NetCost *c, double n, bool ring, const char **algo);
+/* The bytes one rank of a group of g sends in an all-reduce of n bytes
+ * (the runtime trace's formula, without overflow), for the same pairs. */
+int64_t op_allreduce_bytes(int64_t n, int64_t g);
 
 /* op_contraction.c: @ and einsum (1.4). */
 bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, const Type *annot, Type *out);
