@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "shdc.h"
+#include "../runtime/collectives.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname
@@ -872,7 +873,6 @@ static int64_t permute_bytes(const Module *mod, const Inst *in) {
  *   ppermute/permute  one exchange: a + n b
  *
  * log2 rounds up. */
-#define AR_RING_MIN ((double)(32 << 20))
 #define AR_SMALL 8192.0
 #define AG_SMALL 65536.0
 
@@ -880,7 +880,7 @@ static double log2_up(double g) { return g <= 1 ? 0 : ceil(log2(g)); }
 
 double op_allreduce_seconds(const NetCost *c, double n, bool ring, const char **algo) {
   double G = c->G, f = (G - 1) / G;
-  if (ring && n >= AR_RING_MIN) {
+  if (ring && n >= (double)SHD_AR_RING_MIN_BYTES) {   /* the runtime's crossover */
     *algo = "ring";
     return 2 * (G - 1) * c->a + 2 * f * n * c->b + f * n * c->g;
   }
