@@ -1,12 +1,34 @@
 /* shdc.h: the one internal header of the compiler, sectioned by the file that
  * owns each declaration (chibicc style). Exported names carry the prefix of
- * their module: arena_/vec_/str_/ptrmap_/strmap_ (arena.c), diag_ (diag.c), lex_ (lexer.re),
- * parse_ (parse.c), ast_ (ast.c), ty_ (types.c), rule_ (rules.c), tc_
- * (typecheck*.c), ir_ (ir.c), lower_ (lower.c), ad_ (autodiff.c), part_
- * (partition.c, reshard.c), opt_ (optimize.c), explain_ (explain.c), emit_
- * (emit_c.c), drv_ (driver.c, main.c, install.c), op_ (ops.c and the operation families
- * op_*.c), diagout_ (diag_json.c), show_ (show.c), net_ (netmodel.c), tsum_
- * (trace_summary.c), file_ (files.c).
+ * their module:
+ *
+ *   arena_ vec_ str_ ptrmap_ strmap_  arena.c
+ *   diag_      diag.c, diag_fix.c, diag_codes.c, diag_json.c
+ *   diagout_   diag_json.c (the diagnostics as data)
+ *   lex_       lexer.re
+ *   Parse      grammar.y (Lemon's names)
+ *   parse_     parse.c
+ *   ast_ tok_  ast.c
+ *   import_    import.c
+ *   ty_        types.c
+ *   rule_      rules.c, and each family's sharding rules in its op_*.c
+ *   tc_        tc.c, tc_expr.c, tc_args.c, tc_manual.c, tc_struct.c, instance.c
+ *   ir_        ir.c
+ *   lower_     lower.c
+ *   ad_        autodiff.c
+ *   part_      partition.c, reshard.c
+ *   opt_       optimize.c
+ *   op_        ops.c and the operation families op_*.c
+ *   explain_   explain.c
+ *   emit_      emit_c.c, emit_group.c, emit_parts.c
+ *   net_       netmodel.c
+ *   plan_      plan.c
+ *   show_      show.c
+ *   tsum_      trace_summary.c
+ *   file_      files.c
+ *   lsp_       lsp.c, lsp_query.c, lsp_index.c, lsp_hover.c (lsp.h)
+ *   drv_       driver.c, install.c, explain_error.c (main.c exports none)
+ *   shd_       runtime/blockmap.c, runtime/safefile.c, linked into shdc too
  */
 #ifndef SHDC_H
 #define SHDC_H
