@@ -149,6 +149,13 @@ void ir_print_ints(FILE *out, const char *name, const int *v, int n) {
   fputc(']', out);
 }
 
+void ir_print_i64s(FILE *out, const char *name, const int64_t *v, int n) {
+  fprintf(out, " %s=[", name);
+  for (int i = 0; i < n; i++)
+    fprintf(out, "%s%lld", i ? "," : "", (long long)v[i]);
+  fputc(']', out);
+}
+
 static void print_attrs(FILE *out, const Module *mod, const Inst *in) {
   switch (in->op) {
   case IR_CONST:

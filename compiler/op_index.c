@@ -1398,23 +1398,18 @@ static void emit_index_check(Emit *e, const Inst *in) {
 
 /* ---- the IR text --------------------------------------------------------------------------------- */
 
-static void print_i64(FILE *out, const char *name, const int64_t *v, int n) {
-  fprintf(out, " %s=[", name);
-  for (int i = 0; i < n; i++)
-    fprintf(out, "%s%lld", i ? "," : "", (long long)v[i]);
-  fputc(']', out);
-}
-
 static void print_slice(FILE *out, const Module *mod, const Inst *in) {
-  print_i64(out, "starts", in->iv, in->niv);
+  ir_print_i64s(out, "starts", in->iv, in->niv);
 }
 
 static void print_pad(FILE *out, const Module *mod, const Inst *in) {
-  print_i64(out, "lo", in->iv, in->niv / 2);
-  print_i64(out, "hi", in->iv + in->niv / 2, in->niv / 2);
+  ir_print_i64s(out, "lo", in->iv, in->niv / 2);
+  ir_print_i64s(out, "hi", in->iv + in->niv / 2, in->niv / 2);
 }
 
-static void print_dupdate(FILE *out, const Module *mod, const Inst *in) { print_i64(out, "sizes", in->iv, in->niv); }
+static void print_dupdate(FILE *out, const Module *mod, const Inst *in) {
+  ir_print_i64s(out, "sizes", in->iv, in->niv);
+}
 
 static void print_dim(FILE *out, const Module *mod, const Inst *in) { fprintf(out, " dim=%d", in->dim); }
 

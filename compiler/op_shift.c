@@ -216,19 +216,12 @@ static int64_t shift_bytes(const Module *mod, const Inst *in) {
 
 /* ---- the IR text --------------------------------------------------------------------------------- */
 
-static void print_i64(FILE *out, const char *name, const int64_t *v, int n) {
-  fprintf(out, " %s=[", name);
-  for (int i = 0; i < n; i++)
-    fprintf(out, "%s%lld", i ? "," : "", (long long)v[i]);
-  fputc(']', out);
-}
-
 static void print_shift(FILE *out, const Module *mod, const Inst *in) {
   fprintf(out, " dim=%d", in->dim);
   if (in->fn & SHIFT_DYN)
     fprintf(out, " offset=%s%%%d", (in->fn & SHIFT_NEG) ? "-" : "", in->args[nsources(in)]->id);
   else
-    print_i64(out, "offsets", in->iv, in->niv);
+    ir_print_i64s(out, "offsets", in->iv, in->niv);
   if (in->fn & SHIFT_FILL)
     fprintf(out, " fill");
   ir_print_axes(out, mod, in);

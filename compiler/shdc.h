@@ -1030,6 +1030,7 @@ const char *ir_red_name(int op);
 /* For the families' OpDef.print: " over (X,Y)", " name=[1,2]". */
 void ir_print_axes(FILE *out, const Module *mod, const Inst *in);
 void ir_print_ints(FILE *out, const char *name, const int *v, int n);
+void ir_print_i64s(FILE *out, const char *name, const int64_t *v, int n);
 void ir_print_module(FILE *out, const Module *mod);
 void ir_print_func(FILE *out, const Module *mod, const Func *f);
 const char *ir_opname(int op);
