@@ -1,9 +1,10 @@
-/* op_shift.c: the one data movement of the indexing family: `shift`,
- * the SPMD instruction that moves the rows of one dim that change owner.
+/* op_shift.c: the one data movement of the indexing and joining families:
+ * `shift`, the SPMD instruction that moves the rows of one dim that change
+ * owner.
  *
- * Input: built by op_index.c's partitioning rules (slices, pads, splits,
- * concatenations, run-time slices and updates of a sharded dim) through
- * op_shift_rows. Output: the C call of runtime/redistribute.c's shd_shift,
+ * Input: built by op_index.c's and op_join.c's partitioning rules (slices,
+ * run-time slices and updates, pads, splits, concatenations of a sharded
+ * dim) through op_shift_rows. Output: the C call of runtime/redistribute.c's shd_shift,
  * the IR text, and the bytes one rank sends, computed with the runtime's
  * own plan so `shdc explain` equals the SHD_TRACE measurement.
  *

@@ -940,6 +940,7 @@ typedef enum {
   IR_BASE_GATHER = 0x680,
   IR_BASE_SHIFT = 0x6c0,
   IR_BASE_SOFTMAX = 0x700,
+  IR_BASE_JOIN = 0x740,
   IR__LIMIT = 0x800
 } Opcode;
 
@@ -1326,8 +1327,25 @@ enum { IR_TRANSPOSE = IR_BASE_SHAPE + 1 };
 bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, const Type *annot, Type *out);
 bool rule_reshard(RuleCtx *c, const Type *x, const Type *target, Type *out);
 
-/* op_shift.c: the rows of one dim that change owner, for op_index.c's
- * partitioning rules. Output row j of dim d is row j - offs[i] of source i
+/* op_index.c: what joining (op_join.c) shares with indexing. The resize
+ * rule (1.9, 1.10): x resized to size keeps its sharding, and a sharded
+ * dim whose size changes must stay divisible by its axes ([E_RESIZE], the
+ * fix reshards that dim away). Operands sharded alike ([E_SAME], [E_UR];
+ * bname is b in the message: "update" or "other operand", btext its source).
+ * A compile-time integer argument (a literal, a const or arithmetic on
+ * them). The slice of x at start, typed t, in a transpose; x cut to the box
+ * (start, size) and resharded to T, in a partitioning rule. */
+bool rule_resize(RuleCtx *c, const Type *x, const int64_t *size, Type *out);
+bool rule_same_sharding(RuleCtx *c, const Type *a, const Type *b, const char *bname, const char *btext);
+bool op_static_int(TcCtx *c, Expr *b, int64_t *v, const char *what);
+Value *op_slice_ad(AD *a, Value *x, const int64_t *start, Type t);
+Value *op_slice_to(Part *p, Pos pos, Value *x, const int64_t *start, const int64_t *size, const Type *T);
+/* op_join.c's pad (iv: lo of each dim, then hi of each dim), which
+ * op_index.c's slice transposes to. */
+enum { IR_PAD = IR_BASE_JOIN };
+
+/* op_shift.c: the rows of one dim that change owner, for op_index.c's and
+ * op_join.c's partitioning rules. Output row j of dim d is row j - offs[i] of source i
  * (plus the run-time dyn, negated with SHIFT_NEG); the sources are split
  * over `group` (or replicated over it: SHIFT_SRC_REP), so is the result
  * (or replicated: SHIFT_OUT_REP), n_out rows in all; SHIFT_FILL zeros the
@@ -1355,7 +1373,7 @@ bool op_shift_plan(const Mesh *m, DimSpec xs, DimSpec ts, int64_t n_out, DimSpec
  * The families (op_*.c), listed by ops.c. */
 extern const OpFamily op_elementwise_family, op_unary_family, op_contraction_family, op_reduction_family,
     op_shape_family, op_collective_family, op_creation_family, op_io_family, op_softmax_family, op_index_family,
-    op_gather_family, op_shift_family, op_string_family, op_attention_family;
+    op_join_family, op_gather_family, op_shift_family, op_string_family, op_attention_family;
 
 /* ---- lower.c: typed AST to global IR ------------------------------------ */
 
