@@ -2,7 +2,7 @@
  * owns each declaration (chibicc style). Exported names carry the prefix of
  * their module:
  *
- *   arena_ vec_ str_ ptrmap_ strmap_  arena.c
+ *   arena_ mem_ vec_ str_ ptrmap_ strmap_  arena.c
  *   diag_      diag.c, diag_fix.c, diag_codes.c, diag_json.c
  *   diagout_   diag_json.c (the diagnostics as data)
  *   lex_       lexer.re
@@ -46,6 +46,20 @@
 #define MAX_DEVICES (1 << 24) /* product of the mesh sizes: ranks fit an int, byte sums int64 */
 
 /* ---- arena.c ------------------------------------------------------------ */
+
+/* The one allocation choke point: every heap allocation of the compiler
+ * (the arena's chunks too) is one of these, and none returns NULL: out of
+ * memory prints "shdc: out of memory" and exits 2, an internal error.
+ * SHDC_FAIL_ALLOC=N makes the Nth and every later one fail (tests).
+ * mem_calloc zero-fills; mem_resize reallocates an array of old elements
+ * of elem bytes to n, zeroing the new ones; mem_grow makes *cap (doubled,
+ * at least need) hold need elements the same way. */
+void *mem_alloc(size_t n);
+void *mem_calloc(size_t n, size_t size);
+void *mem_realloc(void *p, size_t n);
+char *mem_strdup(const char *s);
+void *mem_resize(void *p, int old, int n, size_t elem);
+void *mem_grow(void *p, int *cap, int need, size_t elem);
 
 /* All compiler memory comes from one arena freed at exit: nodes, types and
  * IR are never freed individually. arena_alloc zero-fills. */
