@@ -55,10 +55,8 @@ static void build(void) {
   int n = 2;
   EACH_BUILTIN(b)
     n++;
-  names = calloc((size_t)n + 1, sizeof *names);
-  operators = calloc((size_t)n + 1, sizeof *operators);
-  if (!names || !operators)
-    diag_ice("ops: out of memory");
+  names = mem_calloc((size_t)n + 1, sizeof *names);
+  operators = mem_calloc((size_t)n + 1, sizeof *operators);
   int k = 0;
   EACH_BUILTIN(b) {
     if (b->syntax != SYN_CALL) {
