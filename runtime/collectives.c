@@ -141,8 +141,8 @@ static void *scratch(int slot, size_t bytes)
     if (bytes > g_coll.cap[slot]) {
         free(g_coll.scratch[slot]);
         g_coll.scratch[slot] = NULL;
-        if (posix_memalign(&g_coll.scratch[slot], 64, bytes) != 0)
-            shd_fatal("out of memory: collective scratch of %zu bytes", bytes);
+        if (!(g_coll.scratch[slot] = shd_mem_aligned_try(bytes)))
+            shd_out_of_memory(bytes, "collective scratch");
         g_coll.cap[slot] = bytes;
     }
     return g_coll.scratch[slot];
