@@ -169,10 +169,10 @@ char *shd_json_quote(const char *s)
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f)
-        shd_fatal("out of memory quoting a string of %zu bytes", strlen(s));
+        shd_out_of_memory(strlen(s), "quoting a string");
     json_escape(s, strlen(s), stream_sink, f);
     if (fclose(f) != 0 || !buf)
-        shd_fatal("out of memory quoting a string of %zu bytes", strlen(s));
+        shd_out_of_memory(strlen(s), "quoting a string");
     return buf;
 }
 
