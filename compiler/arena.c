@@ -1,53 +1,95 @@
 /* arena.c: the compiler's one allocation choke point.
  *
+ * Every heap allocation of the compiler goes through mem_realloc or
+ * mem_calloc below (arena chunks, the growable containers, the passes'
+ * tables by value id), so out of memory is reported in one place, and
+ * SHDC_FAIL_ALLOC=N, which makes the Nth of them and every later one fail,
+ * reaches every one (tests/errors/test_out_of_memory.py). Allocations
+ * inside the C library (realpath, getline, open_memstream, stdio buffers)
+ * are its own.
+ *
  * Every node, type and IR object lives until the process exits, so memory is
  * taken from large chunks and never freed one by one. Vec and Str are the two
- * growable containers; they grow through realloc because their final size is
- * unknown and they are few. PtrMap maps IR objects to indices (functions to
- * their summaries, for passes that must stay linear in program size).
+ * growable containers; mem_grow grows any other array. PtrMap maps IR
+ * objects to indices (functions to their summaries, for passes that must
+ * stay linear in program size).
  */
+#include <limits.h>
+
 #include "shdc.h"
 
 #define CHUNK (1u << 20)
 
 static char *chunk_cur, *chunk_end;
 
-/* The compiler's own allocations: out of memory is an internal error (2). */
-static _Noreturn void out_of_memory(void) {
-  fprintf(stderr, "shdc: out of memory\n");
+/* Out of memory is an internal error (2): no verdict on the program. */
+static _Noreturn void out_of_memory(size_t n) {
+  fprintf(stderr, "shdc: out of memory (allocating %zu bytes)\n", n);
   exit(2);
 }
 
-static void *xmalloc(size_t n) {
-  void *p = malloc(n);
-  if (!p)
-    out_of_memory();
-  return p;
+/* SHDC_FAIL_ALLOC=N: from the Nth allocation on (counting from 1), every
+ * one fails as if the system had no memory left. Compiled into every
+ * build, so the tests run it against the shdc they test; read once, at the
+ * first allocation. */
+static bool injected_failure(void) {
+  static long fail_at = -1, count;
+  if (fail_at < 0) {
+    const char *v = getenv("SHDC_FAIL_ALLOC");
+    char *end;
+    long n = v ? strtol(v, &end, 10) : 0;
+    fail_at = v && *v && !*end && n > 0 ? n : 0;
+  }
+  return fail_at && ++count >= fail_at;
 }
 
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n, size);
-  if (!p)
-    out_of_memory();
-  return p;
-}
-
-static void *xrealloc(void *p, size_t n) {
-  void *q = realloc(p, n);
+void *mem_realloc(void *p, size_t n) {
+  void *q = injected_failure() ? NULL : realloc(p, n ? n : 1);
   if (!q)
-    out_of_memory();
+    out_of_memory(n);
   return q;
+}
+
+void *mem_alloc(size_t n) { return mem_realloc(NULL, n); }
+
+void *mem_calloc(size_t n, size_t size) {
+  void *p = injected_failure() ? NULL : calloc(n ? n : 1, size ? size : 1);
+  if (!p)
+    out_of_memory(size && n > SIZE_MAX / size ? SIZE_MAX : n * size);
+  return p;
+}
+
+char *mem_strdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  return memcpy(mem_alloc(n), s, n);
+}
+
+void *mem_resize(void *p, int old, int n, size_t elem) {
+  if (n < 0 || (size_t)n > SIZE_MAX / elem)
+    out_of_memory(SIZE_MAX);
+  p = mem_realloc(p, (size_t)n * elem);
+  if (n > old)
+    memset((char *)p + (size_t)old * elem, 0, (size_t)(n - old) * elem);
+  return p;
+}
+
+void *mem_grow(void *p, int *cap, int need, size_t elem) {
+  if (need <= *cap)
+    return p;
+  int n = *cap <= 0 ? 8 : *cap <= INT_MAX / 2 ? 2 * *cap : INT_MAX;
+  if (n < need)
+    n = need;
+  p = mem_resize(p, *cap, n, elem);
+  *cap = n;
+  return p;
 }
 
 void *arena_alloc(size_t n) {
   n = (n + 15) & ~(size_t)15;
-  if (n > CHUNK / 4) {
-    void *p = xmalloc(n);
-    memset(p, 0, n);
-    return p;
-  }
+  if (n > CHUNK / 4)
+    return mem_calloc(1, n);
   if ((size_t)(chunk_end - chunk_cur) < n) {
-    chunk_cur = xmalloc(CHUNK);
+    chunk_cur = mem_alloc(CHUNK);
     chunk_end = chunk_cur + CHUNK;
   }
   void *p = chunk_cur;
@@ -84,10 +126,8 @@ char *arena_printf(const char *fmt, ...) {
 }
 
 void vec_push(Vec *v, void *x) {
-  if (v->len == v->cap) {
-    v->cap = v->cap ? v->cap * 2 : 8;
-    v->data = xrealloc(v->data, sizeof(void *) * (size_t)v->cap);
-  }
+  if (v->len == v->cap)
+    v->data = mem_grow(v->data, &v->cap, v->len + 1, sizeof *v->data);
   v->data[v->len++] = x;
 }
 
@@ -97,7 +137,7 @@ static void str_reserve(Str *s, size_t extra) {
   size_t cap = s->cap ? s->cap : 64;
   while (cap < s->len + extra + 1)
     cap *= 2;
-  s->buf = xrealloc(s->buf, cap);
+  s->buf = mem_realloc(s->buf, cap);
   s->cap = cap;
 }
 
@@ -140,8 +180,8 @@ void ptrmap_put(PtrMap *m, const void *key, int val) {
   if (2 * (m->len + 1) > m->cap) {
     PtrMap big = {0};
     big.cap = m->cap ? 2 * m->cap : 64;
-    big.keys = xcalloc((size_t)big.cap, sizeof *big.keys);
-    big.vals = xcalloc((size_t)big.cap, sizeof *big.vals);
+    big.keys = mem_calloc((size_t)big.cap, sizeof *big.keys);
+    big.vals = mem_calloc((size_t)big.cap, sizeof *big.vals);
     for (int i = 0; i < m->cap; i++)
       if (m->keys[i])
         ptrmap_put(&big, m->keys[i], m->vals[i]);
@@ -184,8 +224,8 @@ void strmap_put(StrMap *m, const char *key, void *val) {
   if (2 * (m->len + 1) > m->cap) {
     StrMap big = {0};
     big.cap = m->cap ? 2 * m->cap : 64;
-    big.keys = xcalloc((size_t)big.cap, sizeof *big.keys);
-    big.vals = xcalloc((size_t)big.cap, sizeof *big.vals);
+    big.keys = mem_calloc((size_t)big.cap, sizeof *big.keys);
+    big.vals = mem_calloc((size_t)big.cap, sizeof *big.vals);
     for (int i = 0; i < m->cap; i++)
       if (m->keys[i])
         strmap_put(&big, m->keys[i], m->vals[i]);

@@ -80,20 +80,14 @@ typedef struct {
   Pos site, loop;
 } NestedPush;
 
+/* The by-id arrays, grown together (new entries zero) to every value id. */
 static void grow(AD *a) {
-  int need = a->mod->next_value + 1;
-  if (need <= a->cap)
+  int old = a->cap;
+  a->ct = mem_grow(a->ct, &a->cap, a->mod->next_value + 1, sizeof *a->ct);
+  if (a->cap == old)
     return;
-  int cap = a->cap ? a->cap : 1024;
-  while (cap < need)
-    cap *= 2;
-  a->ct = realloc(a->ct, sizeof(Value *) * (size_t)cap);
-  a->rm = realloc(a->rm, sizeof(Value *) * (size_t)cap);
-  a->active = realloc(a->active, sizeof(bool) * (size_t)cap);
-  memset(a->ct + a->cap, 0, sizeof(Value *) * (size_t)(cap - a->cap));
-  memset(a->rm + a->cap, 0, sizeof(Value *) * (size_t)(cap - a->cap));
-  memset(a->active + a->cap, 0, sizeof(bool) * (size_t)(cap - a->cap));
-  a->cap = cap;
+  a->rm = mem_resize(a->rm, old, a->cap, sizeof *a->rm);
+  a->active = mem_resize(a->active, old, a->cap, sizeof *a->active);
 }
 
 void ad_fail(AD *a, Pos pos, const char *fmt, ...) {
@@ -402,12 +396,7 @@ typedef struct {
 } CloneStack;
 
 static CloneFrame *push_frame(CloneStack *st, const IrBlock *src, IrBlock *target, const Inst *call) {
-  if (st->n == st->cap) {
-    st->cap = st->cap ? 2 * st->cap : 16;
-    st->f = realloc(st->f, sizeof(CloneFrame) * (size_t)st->cap);
-    if (!st->f)
-      diag_ice("out of memory");
-  }
+  st->f = mem_grow(st->f, &st->cap, st->n + 1, sizeof *st->f);
   CloneFrame *fr = &st->f[st->n++];
   memset(fr, 0, sizeof *fr);
   fr->src = src;
@@ -717,7 +706,7 @@ static void instrument_block(AD *a, IrBlock *b) {
       Value *idx = ad_bin(a, BIN_SUB, body->args[0], lo);
       for (int k = 0; k < in->nresults; k++)
         ir_emit(a->mod, body, IR_TAPE_PUSH, in->pos, 3, (Value *[]){lt->tapes[k], idx, body->args[k + 1]}, 0, NULL);
-      bool *dep = calloc((size_t)a->mod->next_value + 1, sizeof(bool));
+      bool *dep = mem_calloc((size_t)a->mod->next_value + 1, sizeof(bool));
       for (int k = 1; k < body->nargs; k++)
         dep[body->args[k]->id] = true;
       for (int j = 0; j < bold.len; j++) {
@@ -1381,7 +1370,7 @@ bool ad_module(Module *mod) {
     collect_grads(mod, ((Func *)mod->funcs.data[i])->body, &grads);
   CallGraph cg;   /* of the functions written; below, each grad only adds a call of a new function */
   ir_call_graph(mod, nfuncs, &cg);
-  char *reach = calloc((size_t)nfuncs + 1, 1);
+  char *reach = mem_calloc((size_t)nfuncs + 1, 1);
   for (int done = 0, progress = 1; done < grads.len && progress;) {
     progress = 0;
     mark_reaching(mod, &cg, reach);

@@ -56,9 +56,7 @@ const char *diag_line_text(const SourceFile *f, int line, size_t *len) {
     lines.n = 1;
     for (size_t i = 0; i < f->len; i++)
       lines.n += f->text[i] == '\n';
-    lines.starts = malloc(sizeof(char *) * (size_t)(lines.n + 1));
-    if (!lines.starts)
-      diag_ice("out of memory");
+    lines.starts = mem_alloc(sizeof(char *) * (size_t)(lines.n + 1));
     int k = 0;
     lines.starts[k++] = f->text;
     for (size_t i = 0; i < f->len; i++)
@@ -92,11 +90,7 @@ static void print_source_line(Pos pos) {
     to = from + SNIPPET_MAX < len ? from + SNIPPET_MAX : len;
   }
   const char *pre = from > 0 ? "..." : "", *post = to < len ? "..." : "";
-  char *caret = malloc(col - from + strlen(pre) + 1);
-  if (!caret) {
-    fprintf(stderr, "  %s%.*s%s\n", pre, (int)(to - from), p + from, post);
-    return;
-  }
+  char *caret = mem_alloc(col - from + strlen(pre) + 1);
   size_t n = 0;
   for (const char *q = pre; *q; q++)
     caret[n++] = ' ';
@@ -150,12 +144,7 @@ static ContextNote *context_notes;
 static int ncontext, capcontext;
 
 void diag_push_note(Pos pos, const char *text) {
-  if (ncontext == capcontext) {
-    capcontext = capcontext ? 2 * capcontext : 8;
-    context_notes = realloc(context_notes, sizeof(ContextNote) * (size_t)capcontext);
-    if (!context_notes)
-      diag_ice("out of memory");
-  }
+  context_notes = mem_grow(context_notes, &capcontext, ncontext + 1, sizeof *context_notes);
   context_notes[ncontext++] = (ContextNote){pos, text};
 }
 

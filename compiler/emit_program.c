@@ -304,11 +304,6 @@ static void emit_inst(Emit *e, const Inst *in, const char **yield_to) {
   case IR_RETYPE:
     emit_view(e, in);
     return;
-  case IR_COPY:
-    emit_def_array(e, r, false);
-    emit_line(e, "memcpy(%s, %s, %lld * sizeof(%s));", vname(r), vname(in->args[0]),
-         (long long)emit_local_count(e, &r->type), ctype(&r->type));
-    return;
   case IR_TAPE_NEW: case IR_TAPE_PUSH: case IR_TAPE_GET:
     emit_tape(e, in);
     return;

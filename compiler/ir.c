@@ -102,7 +102,7 @@ Value *ir_emit1(Module *mod, IrBlock *b, int op, Pos pos, int nargs, Value **arg
 
 const char *ir_opname(int op) {
   static const char *core[IR__CORE] = {
-      [IR_CONST] = "const", [IR_COPY] = "copy", [IR_RETYPE] = "retype", [IR_CALL] = "call", [IR_FOR] = "for",
+      [IR_CONST] = "const", [IR_RETYPE] = "retype", [IR_CALL] = "call", [IR_FOR] = "for",
       [IR_IF] = "if", [IR_YIELD] = "yield", [IR_RETURN] = "return", [IR_GRAD] = "grad",
       [IR_TAPE_NEW] = "tape_new", [IR_TAPE_PUSH] = "tape_push", [IR_TAPE_GET] = "tape_get",
   };
@@ -146,6 +146,13 @@ void ir_print_ints(FILE *out, const char *name, const int *v, int n) {
   fprintf(out, " %s=[", name);
   for (int i = 0; i < n; i++)
     fprintf(out, "%s%d", i ? "," : "", v[i]);
+  fputc(']', out);
+}
+
+void ir_print_i64s(FILE *out, const char *name, const int64_t *v, int n) {
+  fprintf(out, " %s=[", name);
+  for (int i = 0; i < n; i++)
+    fprintf(out, "%s%lld", i ? "," : "", (long long)v[i]);
   fputc(']', out);
 }
 
@@ -319,22 +326,20 @@ void ir_call_graph(const Module *mod, int nf, CallGraph *g) {
   for (int i = 0; i < nf; i++)
     ptrmap_put(&g->index, mod->funcs.data[i], i);
   Vec edges = {0};
-  g->first = calloc((size_t)nf + 1, sizeof(int));
+  g->first = mem_calloc((size_t)nf + 1, sizeof(int));
   for (int f = 0; f < nf; f++) {
     g->first[f] = edges.len;
     collect_calls(((Func *)mod->funcs.data[f])->body, &g->index, &edges);
   }
   g->first[nf] = edges.len;
-  g->to = malloc(sizeof(int) * ((size_t)edges.len + 1));
+  g->to = mem_alloc(sizeof(int) * ((size_t)edges.len + 1));
   for (int e = 0; e < edges.len; e++)
     g->to[e] = (int)(intptr_t)edges.data[e];
   free(edges.data);
-  g->order = malloc(sizeof(int) * ((size_t)nf + 1));
-  g->pos = malloc(sizeof(int) * ((size_t)nf + 1));
-  int *stack = malloc(sizeof(int) * ((size_t)nf + 1)), *next = malloc(sizeof(int) * ((size_t)nf + 1));
-  char *seen = calloc((size_t)nf + 1, 1);
-  if (!g->first || !g->to || !g->order || !g->pos || !stack || !next || !seen)
-    diag_ice("out of memory");
+  g->order = mem_alloc(sizeof(int) * ((size_t)nf + 1));
+  g->pos = mem_alloc(sizeof(int) * ((size_t)nf + 1));
+  int *stack = mem_alloc(sizeof(int) * ((size_t)nf + 1)), *next = mem_alloc(sizeof(int) * ((size_t)nf + 1));
+  char *seen = mem_calloc((size_t)nf + 1, 1);
   int n = 0;
   for (int root = 0; root < nf; root++) {
     if (seen[root])
@@ -552,7 +557,7 @@ static void undefine_block(Verifier *v, const IrBlock *b) {
 
 void ir_verify(const Module *mod) {
   Verifier v = {mod, NULL, NULL, mod->next_value + 1, verify_types_wanted()};
-  v.defined = calloc((size_t)v.cap, 1);
+  v.defined = mem_calloc((size_t)v.cap, 1);
   for (int i = 0; i < mod->funcs.len; i++) {
     const Func *f = mod->funcs.data[i];
     v.f = f;

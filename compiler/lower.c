@@ -57,18 +57,9 @@ static int sym_id(Lower *L, Symbol *s) {
   if (!s->id)
     s->id = ++L->next_sym;
   if (s->id >= L->capvals) {
-    int cap = L->capvals ? L->capvals * 2 : 64;
-    while (cap <= s->id)
-      cap *= 2;
-    Value **v = arena_alloc(sizeof(Value *) * (size_t)cap);
-    Value ***sv = arena_alloc(sizeof(Value **) * (size_t)cap);
-    if (L->vals) {
-      memcpy(v, L->vals, sizeof(Value *) * (size_t)L->capvals);
-      memcpy(sv, L->svals, sizeof(Value **) * (size_t)L->capvals);
-    }
-    L->vals = v;
-    L->svals = sv;
-    L->capvals = cap;
+    int old = L->capvals;
+    L->vals = mem_grow(L->vals, &L->capvals, s->id + 1, sizeof *L->vals);
+    L->svals = mem_resize(L->svals, old, L->capvals, sizeof *L->svals);
   }
   return s->id;
 }
@@ -860,5 +851,7 @@ Module *lower_program(Program *p, const Mesh *m) {
   ptrmap_free(&L.func_index);
   ptrmap_free(&L.leaf_index);
   free(L.leaf_cache.data);
+  free(L.vals);
+  free(L.svals);
   return L.mod;
 }

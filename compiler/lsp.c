@@ -60,7 +60,7 @@ static struct {
   bool initialized, shutdown;
   LspEncoding enc;
   LspDoc *docs;
-  int ndocs;
+  int ndocs, capdocs;
   const Vec *incdirs;       /* -I DIR: where imports are looked for */
 } S;
 
@@ -205,11 +205,7 @@ static int read_message(char **body, size_t *len) {
         ;
     return -1;
   }
-  char *b = malloc((size_t)length + 1);
-  if (!b) {
-    fprintf(stderr, "shdc lsp: out of memory for a message of %lld bytes\n", length);
-    exit(1);
-  }
+  char *b = mem_alloc((size_t)length + 1);
   for (long long i = 0; i < length; i++) {
     int c = next_byte();
     if (c < 0) {
@@ -247,11 +243,7 @@ static const char *text_of(json_t *v, size_t *len) {
 }
 
 static void set_text(LspDoc *d, const char *text, size_t len) {
-  char *t = malloc(len + 1);
-  if (!t) {
-    fprintf(stderr, "shdc lsp: out of memory for a document of %zu bytes\n", len);
-    exit(1);
-  }
+  char *t = mem_alloc(len + 1);
   memcpy(t, text, len);
   t[len] = 0;
   free(d->text);
@@ -488,15 +480,12 @@ static void did_open(json_t *params) {
       log_message(1, "shdc: more than %d open documents: %s ignored", MAX_DOCS, uri);
       return;
     }
-    LspDoc *p = realloc(S.docs, sizeof *p * (size_t)(S.ndocs + 1));
-    if (!p)
-      exit(1);
-    S.docs = p;
+    S.docs = mem_grow(S.docs, &S.capdocs, S.ndocs + 1, sizeof *S.docs);
     d = &S.docs[S.ndocs++];
     memset(d, 0, sizeof *d);
-    d->uri = strdup(uri);
+    d->uri = mem_strdup(uri);
     char *path = lsp_uri_path(uri);
-    d->path = path ? path : strdup(uri);
+    d->path = path ? path : mem_strdup(uri);
   }
   size_t len;
   const char *t = text_of(text, &len);
@@ -528,9 +517,7 @@ static bool apply_change(LspDoc *d, json_t *c) {
   if (b < a)
     return false;
   size_t n = d->len - (b - a) + len;
-  char *nt = malloc(n + 1);
-  if (!nt)
-    exit(1);
+  char *nt = mem_alloc(n + 1);
   memcpy(nt, d->text, a);
   memcpy(nt + a, t, len);
   memcpy(nt + a + len, d->text + b, d->len - b);
@@ -663,6 +650,7 @@ int lsp_main(const Vec *incdirs) {
   signal(SIGPIPE, SIG_IGN);
   S.incdirs = incdirs;
   S.in = 0;
+  json_set_alloc_funcs(mem_alloc, free);   /* jansson's memory through the choke point too */
   for (;;) {
     char *body = NULL;
     size_t len = 0;

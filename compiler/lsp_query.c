@@ -100,9 +100,7 @@ char *lsp_uri_path(const char *uri) {
     p += 9;
   if (*p != '/')
     return NULL;
-  char *out = malloc(strlen(p) + 1), *o = out;
-  if (!out)
-    return NULL;
+  char *out = mem_alloc(strlen(p) + 1), *o = out;
   for (; *p && *p != '?' && *p != '#'; p++) {
     if (*p == '%' && isxdigit((unsigned char)p[1]) && isxdigit((unsigned char)p[2])) {
       char hex[3] = {p[1], p[2], 0};

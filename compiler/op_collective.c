@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "shdc.h"
+#include "../runtime/collectives.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname
@@ -835,7 +836,7 @@ static int64_t local_bytes(const Module *mod, const Type *t) {
  * bytes: the runtime trace's formulas (runtime/collectives.c), which explain
  * predicts and reshard.c's search minimises. In 128 bits: (g - 1) n can
  * pass 2^63 although the result is below 2n. */
-static int64_t all_reduce_bytes(int64_t n, int64_t g) { return (int64_t)((__int128)2 * (g - 1) * n / g); }
+int64_t op_allreduce_bytes(int64_t n, int64_t g) { return (int64_t)((__int128)2 * (g - 1) * n / g); }
 static int64_t all_gather_bytes(int64_t n, int64_t g) { return (g - 1) * n; }
 static int64_t scatter_bytes(int64_t n, int64_t g) { return (int64_t)((__int128)(g - 1) * n / g); }
 static int64_t whole_block_bytes(int64_t n, int64_t g) { return n; }
@@ -872,7 +873,6 @@ static int64_t permute_bytes(const Module *mod, const Inst *in) {
  *   ppermute/permute  one exchange: a + n b
  *
  * log2 rounds up. */
-#define AR_RING_MIN ((double)(32 << 20))
 #define AR_SMALL 8192.0
 #define AG_SMALL 65536.0
 
@@ -880,7 +880,7 @@ static double log2_up(double g) { return g <= 1 ? 0 : ceil(log2(g)); }
 
 double op_allreduce_seconds(const NetCost *c, double n, bool ring, const char **algo) {
   double G = c->G, f = (G - 1) / G;
-  if (ring && n >= AR_RING_MIN) {
+  if (ring && n >= (double)SHD_AR_RING_MIN_BYTES) {   /* the runtime's crossover */
     *algo = "ring";
     return 2 * (G - 1) * c->a + 2 * f * n * c->b + f * n * c->g;
   }
@@ -992,7 +992,7 @@ static const OpDef ops[] = {
     {.op = IR_PCAST, .name = "pcast", .flags = OPF_RECOMPUTE, .print = print_pcast, .vjp = vjp_manual, .emit = emit_view,
      .result = result_view, .infer = infer_pcast},
     {.op = IR_ALL_REDUCE, .name = "all_reduce", .flags = COLL, .variant = red_variant, .variants = red_variants, .print = print_axes,
-     .vjp = vjp_manual, .emit = emit_collective, .result = result_steal, .group_bytes = all_reduce_bytes,
+     .vjp = vjp_manual, .emit = emit_collective, .result = result_steal, .group_bytes = op_allreduce_bytes,
      .net_seconds = all_reduce_seconds, .infer = infer_same_shape},
     {.op = IR_ALL_GATHER, .name = "all_gather", .flags = COLL, .print = print_dim_axes, .vjp = vjp_manual,
      .emit = emit_collective, .group_bytes = all_gather_bytes, .net_seconds = all_gather_seconds, .infer = infer_same_rank},

@@ -888,7 +888,7 @@ static void preamble(Emit *e) {
   }
   const Module *mod = emit_module_of(e);
   int nun = op_unary_count();
-  bool *used = calloc((size_t)nun * DT__COUNT, sizeof(bool));
+  bool *used = mem_calloc((size_t)nun * DT__COUNT, sizeof(bool));
   for (int i = 0; i < mod->funcs.len; i++)
     if (emit_unit_holds(e, i))
       mark_unary(((Func *)mod->funcs.data[i])->body, used);

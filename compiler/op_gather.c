@@ -43,11 +43,11 @@
 #define fail rule_fail
 
 enum {
-  IR_TAKE = IR_BASE_INDEX + 0x40, /* args x, idx (i32); dim */
-  IR_TAKE_ALONG,                  /* args x, idx (i32, x's rank); dim */
-  IR_SCATTER_ADD,                 /* args g, idx; dim: the transpose of take; the result has x's shape */
-  IR_SCATTER_ALONG,               /* args g, idx; dim: the transpose of take_along_axis */
-  IR_ONE_HOT,                     /* args idx; the classes are the result's last dim */
+  IR_TAKE = IR_BASE_GATHER, /* args x, idx (i32); dim */
+  IR_TAKE_ALONG,            /* args x, idx (i32, x's rank); dim */
+  IR_SCATTER_ADD,           /* args g, idx; dim: the transpose of take; the result has x's shape */
+  IR_SCATTER_ALONG,         /* args g, idx; dim: the transpose of take_along_axis */
+  IR_ONE_HOT,               /* args idx; the classes are the result's last dim */
 };
 
 enum { G_TAKE, G_TAKE_ALONG, G_ONE_HOT };

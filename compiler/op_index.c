@@ -1,22 +1,22 @@
 /* op_index.c: the indexing family: NumPy basic indexing x[i, lo:hi, :]
- * (static and run-time integer indices), dynamic_slice,
- * dynamic_update_slice, pad, concatenate, stack and split (typing-rules
- * 1.9, 1.10, 3.4, 3.5, 4.2). take, take_along_axis and one_hot are the
+ * (static and run-time integer indices), dynamic_slice and
+ * dynamic_update_slice (typing-rules 1.10, 3.4, 3.5, 4.2). Joining (pad,
+ * concatenate, stack, split) is op_join.c, which shares this file's resize
+ * rule (rule_resize), sharding check (rule_same_sharding) and slices
+ * (op_slice_ad, op_slice_to); take, take_along_axis and one_hot are the
  * gather half of the family, in op_gather.c.
  *
  * Input: the typed AST of these expressions. Output: global IR (slice,
- * pad, dynamic_slice, dynamic_update_slice, concatenate, split,
- * index_check), their transposes (slice <-> pad, concatenate <-> split,
- * dynamic_slice <-> dynamic_update_slice into zeros; stack and integer
+ * dynamic_slice, dynamic_update_slice, index_check), their transposes
+ * (slice -> pad, dynamic_slice <-> dynamic_update_slice into zeros; integer
  * indices are reshapes around these), their partitioning, and C.
  *
  * Types (1.10): every dim whose size changes and that is sharded must stay
  * divisible by its axes ([E_RESIZE]); the result keeps the operand's
  * sharding; a result that is a scalar or has only size-1 dims is
  * replicated. An annotation on an indexing expression is its result
- * sharding. Slices, pads, splits and concatenations keep U and R;
- * dynamic_slice keeps R and rejects U; concatenate, stack and
- * dynamic_update_slice need identical shardings ([E_SAME]) and equal U, R
+ * sharding. Slices keep U and R; dynamic_slice keeps R and rejects U;
+ * dynamic_update_slice needs identical shardings ([E_SAME]) and equal U, R
  * (an update of one row into a batch split over devices is resharded by
  * the program first, as in JAX).
  *
@@ -25,16 +25,16 @@
  * axes goes through one `shift` (op_shift.c, runtime/redistribute.c:
  * output row j of the dim is input row j - offset; each rank sends exactly
  * the rows its block holds that another rank's block needs), with the offset known at
- * compile time (slice, pad, concatenate, split) or at run time
- * (dynamic_slice, dynamic_update_slice, x[i]). Dims that are not sharded
- * are cut locally. So x[2:6] of f32[8@X] on |X| = 2 moves nothing, and
- * x[0:4] moves only rank 0's upper half to rank 1.
+ * compile time (slice) or at run time (dynamic_slice,
+ * dynamic_update_slice, x[i]). Dims that are not sharded are cut locally.
+ * So x[2:6] of f32[8@X] on |X| = 2 moves nothing, and x[0:4] moves only
+ * rank 0's upper half to rank 1.
  *
- * Invariants of the SPMD forms: slice, pad, dynamic_slice and concatenate
- * change only dims that are not split across ranks (local kernels);
- * dynamic_update_slice's update is either the window (dims local to every
- * rank) or already laid out like the operand (shifted dims); shift is the
- * only one that communicates.
+ * Invariants of the SPMD forms: slice and dynamic_slice change only dims
+ * that are not split across ranks (local kernels); dynamic_update_slice's
+ * update is either the window (dims local to every rank) or already laid
+ * out like the operand (shifted dims); shift is the only one that
+ * communicates.
  */
 #include "shdc.h"
 
@@ -44,28 +44,22 @@
 
 enum {
   IR_SLICE = IR_BASE_INDEX, /* args x; iv: start of each dim; sizes from the result */
-  IR_PAD,                   /* args x; iv: lo of each dim, then hi of each dim; zeros */
   IR_DSLICE,                /* args x, one i32 start per dim (clamped so the window fits) */
   IR_DUPDATE,               /* args x, u, one i32 start per dim (clamped); iv: u's global sizes */
-  IR_CONCAT,                /* args the operands; dim */
-  IR_SPLIT,                 /* global only: one result per piece; dim */
   IR_INDEX_CHECK,           /* args i (i32); dim, ival: the dim's size; result i, negative counted from the end */
 };
 
-enum { B_DSLICE, B_DUPDATE, B_PAD, B_CONCAT, B_STACK, B_SPLIT };
+enum { B_DSLICE, B_DUPDATE };
 
 /* What typing learned for lowering (Expr.tc). */
 typedef struct {
   Expr *x, *u;
   int rank;                         /* the operand's */
-  int64_t start[MAX_RANK];          /* static starts; pad: lo */
-  int64_t size[MAX_RANK];           /* sizes of the slice; pad: hi */
+  int64_t start[MAX_RANK];          /* static starts */
+  int64_t size[MAX_RANK];           /* sizes of the slice */
   Expr *dyn[MAX_RANK];              /* run-time starts or indices (NULL: static) */
   bool dynamic;
   unsigned drop;                    /* dims an integer index removes */
-  int dim, n;                       /* concatenate, stack, split */
-  Expr **ops;                       /* concatenate, stack */
-  int nops;
   Type slice;                       /* the slice before dims are dropped */
 } IndexInfo;
 
@@ -78,7 +72,7 @@ static IndexInfo *index_info(Expr *e) {
 static int64_t parts(const Mesh *m, DimSpec s) { return ty_spec_parts(m, s); }
 static bool split_over(const Mesh *m, DimSpec s) { return parts(m, s) > 1; }
 
-/* ---- types: dims dropped and inserted ------------------------------------------------- */
+/* ---- types: dims dropped --------------------------------------------------------------- */
 
 static Type drop_dims(const Type *t, unsigned drop) {
   Type r = *t;
@@ -90,22 +84,6 @@ static Type drop_dims(const Type *t, unsigned drop) {
     }
   for (int d = r.rank; d < MAX_RANK; d++)
     r.spec[d].n = 0;
-  return r;
-}
-
-/* The inverse: size-1 unsharded dims at the dropped positions. */
-static Type insert_dims(const Type *t, unsigned drop, int rank) {
-  Type r = *t;
-  r.rank = rank;
-  for (int d = 0, k = 0; d < rank; d++) {
-    if (drop & (1u << d)) {
-      r.shape[d] = 1;
-      r.spec[d].n = 0;
-    } else {
-      r.shape[d] = t->shape[k];
-      r.spec[d] = t->spec[k++];
-    }
-  }
   return r;
 }
 
@@ -159,6 +137,14 @@ static bool resize_fail(RuleCtx *c, const Type *x, int d, int64_t size, const ch
               (long long)parts(c->mesh, x->spec[d]), ty_spec_str(c->mesh, x->spec[d]) + 1, fix);
 }
 
+bool rule_resize(RuleCtx *c, const Type *x, const int64_t *size, Type *out) {
+  int bad = resize_specs(c->mesh, x, size, 0, out);
+  if (bad < 0)
+    return true;
+  Type fix = unshard_dim(x, bad);
+  return resize_fail(c, x, bad, size[bad], reshard_fix(c->mesh, &fix));
+}
+
 /* dynamic_slice and run-time indices have no rule for pending sums (1.10). */
 static bool no_unreduced(RuleCtx *c, const Type *x, const char *what) {
   if (!x->U)
@@ -181,7 +167,7 @@ static bool index_annot(RuleCtx *c, const Type *x, const Type *plain, const Type
 /* ---- typing: x[i, lo:hi, :] --------------------------------------------------------------- */
 
 /* A compile-time integer: a literal, a const or arithmetic on them. */
-static bool static_int(TcCtx *c, Expr *b, int64_t *v, const char *what) {
+bool op_static_int(TcCtx *c, Expr *b, int64_t *v, const char *what) {
   Type t = tc_expr(c, b);
   if (t.kind == TY_ERROR)
     return false;
@@ -200,9 +186,9 @@ static bool static_int(TcCtx *c, Expr *b, int64_t *v, const char *what) {
  * the dim are clamped to it. An empty slice is an error. */
 static bool slice_item(TcCtx *c, Expr *it, int d, int64_t n, int64_t *start, int64_t *size) {
   int64_t lo = 0, hi = n;
-  if (it->lhs && !static_int(c, it->lhs, &lo, "a slice bound"))
+  if (it->lhs && !op_static_int(c, it->lhs, &lo, "a slice bound"))
     return false;
-  if (it->rhs && !static_int(c, it->rhs, &hi, "a slice bound"))
+  if (it->rhs && !op_static_int(c, it->rhs, &hi, "a slice bound"))
     return false;
   if (lo < 0)
     lo += n;
@@ -354,7 +340,7 @@ static Type check_index(TcCtx *c, Expr *e, const Type *annot) {
       tc_manual_states_from(c, &a2, V, x.U, x.R);
     if (!index_annot(&r, &x, &plain, &a2, &out))
       return ty_error();
-    slice = insert_dims(&out, info->drop, x.rank);
+    slice = ty_keep_dims(&out, &x, info->drop);   /* size-1 unsharded dims where dropped */
   } else {
     int bad = resize_specs(c->mesh, &x, info->size, info->drop, &slice);
     if (bad >= 0 && !resize_fail(&r, &x, bad, info->size[bad], index_fix(c, e, &x, info)))
@@ -434,7 +420,7 @@ static Type check_dslice(TcCtx *c, Expr *e, const Type *annot) {
     return ty_error();
   }
   for (int d = 0; d < n; d++) {
-    if (!static_int(c, items[d], &info->size[d], "a size of dynamic_slice"))
+    if (!op_static_int(c, items[d], &info->size[d], "a size of dynamic_slice"))
       return ty_error();
     if (info->size[d] < 1 || info->size[d] > x.shape[d]) {
       diag_error(items[d]->pos, "E_SHAPE", "dynamic_slice: size %lld of dim %d must be between 1 and %lld",
@@ -455,13 +441,8 @@ static Type check_dslice(TcCtx *c, Expr *e, const Type *annot) {
   if (!rule_vma_unify(&r, x.rank + 1, opp, eff, &V))
     return ty_error();
   Type out;
-  int bad = resize_specs(c->mesh, &eff[0], info->size, 0, &out);
-  if (bad >= 0) {
-    Type fix = unshard_dim(&eff[0], bad);
-    resize_fail(&r, &eff[0], bad, info->size[bad],
-                reshard_fix(c->mesh, &fix));
+  if (!rule_resize(&r, &eff[0], info->size, &out))
     return ty_error();
-  }
   out.V = V;
   info->slice = out;
   return out;
@@ -491,7 +472,7 @@ static bool same_dtype_shape_rank(TcCtx *c, Expr *at, const Type *x, const Type 
  * (typing-rules 1.10: dynamic_update_slice's operand and update have
  * identical shardings). The fix reshards the update like the operand when
  * its sizes allow, else the operand like the update. */
-static bool same_sharding(RuleCtx *c, const Type *a, const Type *b, const char *bname, const char *btext) {
+bool rule_same_sharding(RuleCtx *c, const Type *a, const Type *b, const char *bname, const char *btext) {
   bool same = true;
   for (int d = 0; d < a->rank && same; d++)
     same = ty_spec_equal(a->spec[d], b->spec[d]);
@@ -558,241 +539,12 @@ static Type check_dupdate(TcCtx *c, Expr *e, const Type *annot) {
   Type eff[MAX_RANK + 2];
   AxisSet V;
   if (!rule_vma_unify(&r, x.rank + 2, opp, eff, &V) ||
-      !same_sharding(&r, &eff[0], &eff[1], "update", tc_expr_text(info->u)))
+      !rule_same_sharding(&r, &eff[0], &eff[1], "update", tc_expr_text(info->u)))
     return ty_error();
   Type out = eff[0];
   out.V = V;
   out.weak = false;
   return out;
-}
-
-/* ---- typing: pad ------------------------------------------------------------------------- */
-
-static Type check_pad(TcCtx *c, Expr *e, const Type *annot) {
-  IndexInfo *info = index_info(e);
-  Expr *pos[2], *kw[1];
-  if (tc_call_args(c, e, pos, 2, 2, kw, NULL, 0, "pad(x, ((lo0, hi0), (lo1, hi1), ...))") < 0)
-    return ty_error();
-  Type x = tc_array_operand(c, e, pos[0], "pad");
-  if (x.kind == TY_ERROR)
-    return x;
-  info->x = pos[0];
-  info->rank = x.rank;
-  Expr *pairs[MAX_RANK + 1], *p = pos[1];
-  bool one_pair = x.rank == 1 && p->kind == EX_TUPLE && p->args.len == 2 &&
-                  ((Expr *)p->args.data[0])->kind != EX_TUPLE;
-  int n = one_pair ? 1 : (p->kind == EX_TUPLE || p->kind == EX_LIST) ? p->args.len : -1;
-  if (one_pair)
-    pairs[0] = p;
-  else
-    for (int i = 0; i < n && i < MAX_RANK; i++)
-      pairs[i] = p->args.data[i];
-  if (n != x.rank) {
-    diag_error(p->pos, "E_ARG", "pad takes one (lo, hi) pair per dim: %s has %d, e.g. pad(x, (%s))", TS(&x), x.rank,
-               x.rank == 1 ? "(1, 1),": "(1, 1), (0, 2)");
-    return ty_error();
-  }
-  int64_t size[MAX_RANK];
-  for (int d = 0; d < n; d++) {
-    Expr *pr = pairs[d];
-    if ((pr->kind != EX_TUPLE && pr->kind != EX_LIST) || pr->args.len != 2) {
-      diag_error(pr->pos, "E_ARG", "pad: each dim takes a pair (lo, hi) of the zeros added before and after it");
-      return ty_error();
-    }
-    if (!static_int(c, pr->args.data[0], &info->start[d], "pad's lo") ||
-        !static_int(c, pr->args.data[1], &info->size[d], "pad's hi"))
-      return ty_error();
-    if (info->start[d] < 0 || info->size[d] < 0) {
-      diag_error(pr->pos, "E_ARG", "pad: the amounts are at least 0 (to cut, slice: x[lo:hi])");
-      return ty_error();
-    }
-    size[d] = ty_size_add(ty_size_add(x.shape[d], info->start[d]), info->size[d]);
-  }
-  RuleCtx r = tc_rule(c, e->pos, "pad");
-  Type out;
-  int bad = resize_specs(c->mesh, &x, size, 0, &out);
-  if (bad >= 0) {
-    Type fix = unshard_dim(&x, bad);
-    resize_fail(&r, &x, bad, size[bad], reshard_fix(c->mesh, &fix));
-    return ty_error();
-  }
-  if (!ty_check_wellformed(c->mesh, &out, e->pos, c->manual, "pad"))
-    return ty_error();
-  return out;
-}
-
-/* ---- typing: concatenate, stack, split ------------------------------------------------------- */
-
-/* The operands of concatenate and stack: a tuple or list of arrays. */
-static bool operands_arg(TcCtx *c, Expr *a, Type **ts, IndexInfo *info, const char *what) {
-  if (a->kind != EX_TUPLE && a->kind != EX_LIST) {
-    diag_error(a->pos, "E_ARG", "%s takes a tuple of arrays: %s((a, b), axis=0)", what, what);
-    return false;
-  }
-  int n = a->args.len;
-  info->ops = arena_alloc(sizeof(Expr *) * (size_t)(n + 1));
-  *ts = arena_alloc(sizeof(Type) * (size_t)(n + 1));
-  info->nops = n;
-  bool ok = true;
-  for (int i = 0; i < n; i++) {
-    info->ops[i] = a->args.data[i];
-    (*ts)[i] = tc_operand(c, info->ops[i], what);
-    ok &= (*ts)[i].kind != TY_ERROR;
-    if (ok && (*ts)[i].rank == 0) {
-      diag_error(info->ops[i]->pos, "E_SHAPE", "%s of the scalar %s; reshape it first: reshape(x, [1])", what,
-                 ty_str(c->mesh, &(*ts)[i]));
-      ok = false;
-    }
-  }
-  return ok;
-}
-
-/* Shapes of concatenate (equal except along dim k) or stack (equal). */
-static bool join_shapes(TcCtx *c, IndexInfo *info, const Type *ts, int k, bool stack, const char *what) {
-  for (int i = 1; i < info->nops; i++) {
-    const Type *a = &ts[0], *b = &ts[i];
-    bool ok = a->rank == b->rank && a->dtype == b->dtype;
-    for (int d = 0; ok && d < a->rank; d++)
-      ok = a->shape[d] == b->shape[d] || (!stack && d == k);
-    if (ok)
-      continue;
-    if (a->dtype != b->dtype)
-      diag_error(info->ops[i]->pos, "E_DTYPE", "%s: operands %s and %s have different dtypes; convert with cast(x, %s)",
-                 what, TS(a), TS(b), ty_dtype_name(a->dtype));
-    else
-      diag_error(info->ops[i]->pos, "E_SHAPE", "%s: operands %s and %s must have the same shape%s", what, TS(a),
-                 TS(b), stack ? "" : arena_printf(" except along axis %d", k));
-    return false;
-  }
-  return true;
-}
-
-static bool axis_kw(TcCtx *c, Expr *kw, int rank, int *k, const char *what) {
-  *k = 0;
-  return !kw || tc_dim_arg(c, kw, rank, k, what);
-}
-
-/* concatenate along a split dim: every operand's size along it must be
- * divisible by the first operand's axes (else no operand can be sharded
- * like the first, [E_SAME]); the fix joins them unsplit. */
-static bool split_divides(RuleCtx *r, IndexInfo *info, const Type *ts) {
-  int k = info->dim;
-  int64_t np = parts(r->mesh, ts[0].spec[k]);
-  for (int i = 1; i < info->nops; i++) {
-    if (ts[i].shape[k] % np == 0)
-      continue;
-    Type want = ts[0];
-    want.spec[k].n = 0;
-    want.weak = false;
-    return fail(r, "E_SAME", "%s along dim %d (%s) needs every operand's size there divisible by %lld, "
-                "but %s has %lld; join them unsplit: reshard(%s, %s)", r->opname, k,
-                ty_spec_str(r->mesh, ts[0].spec[k]), (long long)np, ty_str(r->mesh, &ts[i]), (long long)ts[i].shape[k],
-                tc_expr_text(info->ops[0]), ty_str(r->mesh, &want));
-  }
-  return true;
-}
-
-static bool unify_ops(RuleCtx *r, IndexInfo *info, Type *ts, AxisSet *V, bool stack) {
-  int n = info->nops;
-  const Type **opp = arena_alloc(sizeof(Type *) * (size_t)(n + 1));
-  Type *eff = arena_alloc(sizeof(Type) * (size_t)(n + 1));
-  for (int i = 0; i < n; i++)
-    opp[i] = &ts[i];
-  if (!rule_vma_unify(r, n, opp, eff, V))
-    return false;
-  for (int i = 0; i < n; i++)
-    ts[i] = eff[i];
-  if (!stack && !split_divides(r, info, ts))
-    return false;
-  for (int i = 1; i < n; i++)
-    if (!same_sharding(r, &ts[0], &ts[i], "other operand", tc_expr_text(info->ops[i])))
-      return false;
-  return true;
-}
-
-static Type check_concat(TcCtx *c, Expr *e, const Type *annot) {
-  IndexInfo *info = index_info(e);
-  bool stack = e->bi->code == B_STACK;
-  const char *what = tc_callee(e);
-  Expr *pos[1], *kw[1];
-  const char *kwn[1] = {"axis"};
-  if (tc_call_args(c, e, pos, 1, 1, kw, kwn, 1, arena_printf("%s((a, b, ...), axis=k)", what)) < 0)
-    return ty_error();
-  Type *ts;
-  if (!operands_arg(c, pos[0], &ts, info, what))
-    return ty_error();
-  if (info->nops == 0) {
-    diag_error(pos[0]->pos, "E_ARG", "%s needs at least one array", what);
-    return ty_error();
-  }
-  int rank = ts[0].rank + (stack ? 1 : 0);
-  if (rank > MAX_RANK) {
-    diag_error(e->pos, "E_SHAPE", "%s: the result would have more than %d dims", what, MAX_RANK);
-    return ty_error();
-  }
-  if (!axis_kw(c, kw[0], rank, &info->dim, what) || !join_shapes(c, info, ts, info->dim, stack, what))
-    return ty_error();
-  RuleCtx r = tc_rule(c, e->pos, what);
-  AxisSet V;
-  if (!unify_ops(&r, info, ts, &V, stack))
-    return ty_error();
-  int k = info->dim;
-  Type out = ts[0];
-  out.weak = false;
-  out.V = V;
-  if (stack) {
-    out = insert_dims(&ts[0], 1u << k, rank);
-    out.shape[k] = info->nops;
-    out.weak = false;
-    out.V = V;
-    return out;
-  }
-  for (int i = 1; i < info->nops; i++)
-    out.shape[k] += ts[i].shape[k];
-  return out;
-}
-
-static Type check_split(TcCtx *c, Expr *e, const Type *annot) {
-  IndexInfo *info = index_info(e);
-  Expr *pos[2], *kw[1];
-  const char *kwn[1] = {"axis"};
-  if (tc_call_args(c, e, pos, 2, 2, kw, kwn, 1, "split(x, n, axis=k): n equal pieces") < 0)
-    return ty_error();
-  Type x = tc_array_operand(c, e, pos[0], "split");
-  if (x.kind == TY_ERROR)
-    return x;
-  info->x = pos[0];
-  info->rank = x.rank;
-  int64_t n;
-  if (pos[1]->kind == EX_TUPLE || pos[1]->kind == EX_LIST) {
-    diag_error(pos[1]->pos, "E_ARG", "split takes the number of equal pieces, e.g. split(x, 3, axis=0)");
-    return ty_error();
-  }
-  if (!static_int(c, pos[1], &n, "split's number of pieces") || !axis_kw(c, kw[0], x.rank, &info->dim, "split"))
-    return ty_error();
-  int k = info->dim;
-  if (n < 1 || x.shape[k] % n) {
-    diag_error(pos[1]->pos, "E_SHAPE", "split: dim %d of %s (size %lld) cannot be split into %lld equal pieces", k,
-               TS(&x), (long long)x.shape[k], (long long)n);
-    return ty_error();
-  }
-  info->n = (int)n;
-  for (int d = 0; d < x.rank; d++)
-    info->size[d] = x.shape[d];
-  info->size[k] = x.shape[k] / n;
-  RuleCtx r = tc_rule(c, e->pos, "split");
-  Type piece;
-  int bad = resize_specs(c->mesh, &x, info->size, 0, &piece);
-  if (bad >= 0) {
-    Type fix = unshard_dim(&x, bad);
-    resize_fail(&r, &x, bad, info->size[bad], reshard_fix(c->mesh, &fix));
-    return ty_error();
-  }
-  info->slice = piece;
-  Type *elems = arena_alloc(sizeof(Type) * (size_t)(n + 1));
-  for (int i = 0; i < n; i++)
-    elems[i] = piece;
-  return ty_tuple((int)n, elems);
 }
 
 /* ---- lowering -------------------------------------------------------------------------------- */
@@ -883,45 +635,6 @@ static Value *lower_dupdate(Lower *L, Expr *e) {
   return in->results[0];
 }
 
-static Value *lower_pad(Lower *L, Expr *e) {
-  IndexInfo *info = e->tc;
-  Value *x = lower_expr(L, info->x);
-  Inst *in = lower_emit(L, IR_PAD, e->pos, 1, &x, *e->ty);
-  int r = info->rank;
-  in->iv = arena_alloc(sizeof(int64_t) * (size_t)(2 * r + 1));
-  memcpy(in->iv, info->start, sizeof(int64_t) * (size_t)r);
-  memcpy(in->iv + r, info->size, sizeof(int64_t) * (size_t)r);
-  in->niv = 2 * r;
-  return in->results[0];
-}
-
-static Value *lower_concat(Lower *L, Expr *e) {
-  IndexInfo *info = e->tc;
-  bool stack = e->bi->code == B_STACK;
-  int n = info->nops, k = info->dim;
-  Value **args = arena_alloc(sizeof(Value *) * (size_t)(n + 1));
-  for (int i = 0; i < n; i++) {
-    args[i] = lower_vma(L, e->pos, lower_expr(L, info->ops[i]), e->ty->V);
-    if (stack) {
-      Type t = insert_dims(&args[i]->type, 1u << k, e->ty->rank);
-      args[i] = lower_emit1(L, IR_RESHAPE, e->pos, 1, &args[i], t);
-    }
-  }
-  if (n == 1)
-    return args[0];
-  Inst *in = lower_emit(L, IR_CONCAT, e->pos, n, args, *e->ty);
-  in->dim = k;
-  return in->results[0];
-}
-
-static Value *lower_split(Lower *L, Expr *e) {
-  IndexInfo *info = e->tc;
-  Value *x = lower_expr(L, info->x);
-  Inst *in = lower_emit_n(L, IR_SPLIT, e->pos, 1, &x, e->ty->nelems, e->ty->elems);
-  in->dim = info->dim;
-  return in->results[0];
-}
-
 /* ---- transposes (4.2) ---------------------------------------------------------------------- */
 
 static Value *ad_dupdate(AD *a, Value *x, Value *u, Value **args, int r, const Type *t);
@@ -938,6 +651,13 @@ static bool window_in_place(const Value *prev, const Type *t, const Type *w) {
   return true;
 }
 
+Value *op_slice_ad(AD *a, Value *x, const int64_t *start, Type t) {
+  Inst *s = ad_emit(a, IR_SLICE, 1, &x, t);
+  s->iv = copy_iv(start, t.rank);
+  s->niv = t.rank;
+  return s->results[0];
+}
+
 static void vjp_slice(AD *a, Inst *in, Value *g) {
   Value *x = in->args[0];
   if (!ad_wants_ct(a, x))
@@ -948,13 +668,11 @@ static void vjp_slice(AD *a, Inst *in, Value *g) {
   Value *prev = ad_ct(a, x);
   if (window_in_place(prev, &t, Y)) {
     /* prev + pad(g) is g added into prev's window (as in vjp_dslice) */
-    Inst *w = ad_emit(a, IR_SLICE, 1, &prev, ty_ct(Y));
-    w->iv = copy_iv(in->iv, r);
-    w->niv = r;
+    Value *w = op_slice_ad(a, prev, in->iv, ty_ct(Y));
     Value **args = arena_alloc(sizeof(Value *) * (size_t)(r + 3));
     for (int d = 0; d < r; d++)
       args[2 + d] = ad_const(a, DT_I32, (double)in->iv[d]);
-    ad_set_ct(a, x, ad_dupdate(a, prev, ad_bin(a, BIN_ADD, w->results[0], g), args, r, &t));
+    ad_set_ct(a, x, ad_dupdate(a, prev, ad_bin(a, BIN_ADD, w, g), args, r, &t));
     return;
   }
   Inst *p = ad_emit(a, IR_PAD, 1, &g, ty_ct(X));
@@ -965,16 +683,6 @@ static void vjp_slice(AD *a, Inst *in, Value *g) {
   }
   p->niv = 2 * r;
   ad_add_ct(a, x, p->results[0]);
-}
-
-static void vjp_pad(AD *a, Inst *in, Value *g) {
-  Value *x = in->args[0];
-  if (!ad_wants_ct(a, x))
-    return;
-  Inst *s = ad_emit(a, IR_SLICE, 1, &g, ty_ct(&x->type));
-  s->iv = copy_iv(in->iv, x->type.rank);
-  s->niv = x->type.rank;
-  ad_add_ct(a, x, s->results[0]);
 }
 
 /* The starts of a run-time slice, as the code being emitted has them. */
@@ -1038,39 +746,6 @@ static void vjp_dupdate(AD *a, Inst *in, Value *g) {
   }
 }
 
-/* concatenate <-> split: each operand's cotangent is its slice of g. */
-static void vjp_concat(AD *a, Inst *in, Value *g) {
-  int k = in->dim;
-  int64_t off = 0;
-  for (int i = 0; i < in->nargs; i++) {
-    Value *x = in->args[i];
-    if (ad_wants_ct(a, x)) {
-      int64_t start[MAX_RANK] = {0};
-      start[k] = off;
-      Inst *s = ad_emit(a, IR_SLICE, 1, &g, ty_ct(&x->type));
-      s->iv = copy_iv(start, x->type.rank);
-      s->niv = x->type.rank;
-      ad_add_ct(a, x, s->results[0]);
-    }
-    off += x->type.shape[in->dim];
-  }
-}
-
-static void vjp_split(AD *a, Inst *in, Value *g) {
-  Value *x = in->args[0];
-  if (!ad_wants_ct(a, x))
-    return;
-  Value **cts = arena_alloc(sizeof(Value *) * (size_t)(in->nresults + 1));
-  for (int i = 0; i < in->nresults; i++) {
-    Type t = ty_ct(&in->results[i]->type);
-    cts[i] = ad_ct(a, in->results[i]);
-    cts[i] = cts[i] ? ad_to_type(a, cts[i], &t) : ad_zeros(a, &t);
-  }
-  Inst *c = ad_emit(a, IR_CONCAT, in->nresults, cts, ty_ct(&x->type));
-  c->dim = in->dim;
-  ad_add_ct(a, x, c->results[0]);
-}
-
 /* ---- partitioning ------------------------------------------------------------------------------ */
 
 
@@ -1121,7 +796,7 @@ static Value *local_slice(Part *p, Pos pos, Value *x, const int64_t *start, cons
 
 /* x cut to the box (start, size) and resharded to T: local dims first (the
  * data shrinks), then one shift per split dim. */
-static Value *slice_to(Part *p, Pos pos, Value *x, const int64_t *start, const int64_t *size, const Type *T) {
+Value *op_slice_to(Part *p, Pos pos, Value *x, const int64_t *start, const int64_t *size, const Type *T) {
   const Mesh *m = &part_mod(p)->mesh;
   Type X = x->type, L = X;
   int64_t ls[MAX_RANK] = {0};
@@ -1146,53 +821,7 @@ static Value *slice_to(Part *p, Pos pos, Value *x, const int64_t *start, const i
 
 static void part_slice(Part *p, Inst *in, Value **args) {
   const Type *T = &in->results[0]->type;
-  part_put(p, in->results[0], slice_to(p, in->pos, args[0], in->iv, T->shape, T));
-}
-
-static void part_split(Part *p, Inst *in, Value **args) {
-  int k = in->dim;
-  for (int i = 0; i < in->nresults; i++) {
-    const Type *T = &in->results[i]->type;
-    int64_t start[MAX_RANK] = {0};
-    start[k] = i * T->shape[k];
-    part_put(p, in->results[i], slice_to(p, in->pos, args[0], start, T->shape, T));
-  }
-}
-
-/* Zeros around x: split dims by a shift that fills, the others locally. */
-static void part_pad(Part *p, Inst *in, Value **args) {
-  const Mesh *m = &part_mod(p)->mesh;
-  const Type *T = &in->results[0]->type;
-  Value *x = args[0];
-  int r = T->rank;
-  const int64_t *lo = in->iv, *hi = in->iv + r;
-  int64_t llo[MAX_RANK] = {0}, lhi[MAX_RANK] = {0};
-  bool local = false;
-  DimSpec g;
-  unsigned fl;
-  for (int d = 0; d < r; d++) {
-    if (!lo[d] && !hi[d])
-      continue;
-    if (!op_shift_plan(m, x->type.spec[d], T->spec[d], T->shape[d], &g, &fl)) {
-      llo[d] = lo[d];
-      lhi[d] = hi[d];
-      local = true;
-      continue;
-    }
-    x = op_shift_rows(p, in->pos, 1, &x, &lo[d], NULL, fl | SHIFT_FILL, d, g, T->shape[d]);
-  }
-  if (local) {
-    Type L = x->type;
-    for (int d = 0; d < r; d++)
-      L.shape[d] += llo[d] + lhi[d];
-    Inst *pi = ir_emit(part_mod(p), part_block(p), IR_PAD, in->pos, 1, &x, 1, &L);
-    pi->iv = arena_alloc(sizeof(int64_t) * (size_t)(2 * r + 1));
-    memcpy(pi->iv, llo, sizeof(int64_t) * (size_t)r);
-    memcpy(pi->iv + r, lhi, sizeof(int64_t) * (size_t)r);
-    pi->niv = 2 * r;
-    x = pi->results[0];
-  }
-  part_put(p, in->results[0], part_to(p, in->pos, x, T));
+  part_put(p, in->results[0], op_slice_to(p, in->pos, args[0], in->iv, T->shape, T));
 }
 
 /* dynamic_slice: the clamped starts; local dims cut at them, split dims
@@ -1217,7 +846,7 @@ static void part_dslice(Part *p, Inst *in, Value **args) {
     all_known &= is_known[d];
   }
   if (all_known) {
-    part_put(p, in->results[0], slice_to(p, in->pos, x, known, T->shape, T));
+    part_put(p, in->results[0], op_slice_to(p, in->pos, x, known, T->shape, T));
     return;
   }
   Value **largs = arena_alloc(sizeof(Value *) * (size_t)(r + 2));
@@ -1279,38 +908,6 @@ static void part_dupdate(Part *p, Inst *in, Value **args) {
   part_put(p, in->results[0], up->results[0]);
 }
 
-/* concatenate: locally when the dim is not split, else one shift of all
- * the operands into the result's blocks. */
-static void part_concat(Part *p, Inst *in, Value **args) {
-  const Mesh *m = &part_mod(p)->mesh;
-  const Type *T = &in->results[0]->type;
-  int k = in->dim, n = in->nargs;
-  bool dist = split_over(m, T->spec[k]), divides = true;
-  for (int i = 0; i < n; i++)
-    divides &= args[i]->type.shape[k] % parts(m, T->spec[k]) == 0;
-  Value **vals = arena_alloc(sizeof(Value *) * (size_t)(n + 1));
-  int64_t *offs = arena_alloc(sizeof(int64_t) * (size_t)(n + 1));
-  int64_t off = 0;
-  for (int i = 0; i < n; i++) {
-    Type t = *T;
-    t.shape[k] = args[i]->type.shape[k];
-    if (!divides)
-      t.spec[k].n = 0;
-    vals[i] = part_to(p, in->pos, args[i], &t);
-    offs[i] = off;
-    off += t.shape[k];
-  }
-  Value *r;
-  if (!dist) {
-    Inst *c = ir_emit(part_mod(p), part_block(p), IR_CONCAT, in->pos, n, vals, 1, T);
-    c->dim = k;
-    r = c->results[0];
-  } else {
-    r = op_shift_rows(p, in->pos, n, vals, offs, NULL, divides ? 0 : SHIFT_SRC_REP, k, T->spec[k], T->shape[k]);
-  }
-  part_put(p, in->results[0], r);
-}
-
 /* ---- C --------------------------------------------------------------------------------------- */
 
 static const char *ctype(const Value *v) { return ty_dtype_c(v->type.dtype); }
@@ -1356,13 +953,6 @@ static void emit_slice(Emit *e, const Inst *in) {
             starts);
 }
 
-static void emit_pad(Emit *e, const Inst *in) {
-  const Value *x = in->args[0], *r = in->results[0];
-  emit_def_array(e, r, false);
-  emit_line(e, "shd_pad(%s, %s, sizeof(%s), %d, %s, %s, %s);", vname(x), vname(r), ctype(r), r->type.rank,
-            emit_shape_lit(e, &x->type), emit_shape_lit(e, &r->type), emit_i64s_lit(in->iv, r->type.rank));
-}
-
 /* The result takes the operand's buffer when it dies here and nothing else
  * refers to it, else a copy; then the window is written. */
 static void emit_dupdate(Emit *e, const Inst *in) {
@@ -1377,20 +967,6 @@ static void emit_dupdate(Emit *e, const Inst *in) {
             emit_i64s_lit(in->iv, r->type.rank), emit_offset_lit(e, &r->type), aligned);
 }
 
-static void emit_concat(Emit *e, const Inst *in) {
-  const Value *r = in->results[0];
-  int k = in->dim;
-  int64_t *rows = arena_alloc(sizeof(int64_t) * (size_t)(in->nargs + 1));
-  for (int i = 0; i < in->nargs; i++)
-    rows[i] = ty_local_dim(emit_mesh(e), &in->args[i]->type, k);
-  emit_def_array(e, r, false);
-  emit_line(e, "{");
-  emit_line(e, "  const void *src[] = {%s};", emit_names_lit(in->args, in->nargs));
-  emit_line(e, "  shd_concat(src, %d, %s, %s, sizeof(%s), %d, %s, %d);", in->nargs, emit_i64s_lit(rows, in->nargs), vname(r),
-            ctype(r), r->type.rank, emit_shape_lit(e, &r->type), k);
-  emit_line(e, "}");
-}
-
 static void emit_index_check(Emit *e, const Inst *in) {
   emit_line(e, "int32_t %s = shd_index_check(%s, %lld, %d, %s);", vname(in->results[0]), vname(in->args[0]),
             (long long)in->ival, in->dim, emit_where_lit(e, in->pos));
@@ -1398,25 +974,13 @@ static void emit_index_check(Emit *e, const Inst *in) {
 
 /* ---- the IR text --------------------------------------------------------------------------------- */
 
-static void print_i64(FILE *out, const char *name, const int64_t *v, int n) {
-  fprintf(out, " %s=[", name);
-  for (int i = 0; i < n; i++)
-    fprintf(out, "%s%lld", i ? "," : "", (long long)v[i]);
-  fputc(']', out);
-}
-
 static void print_slice(FILE *out, const Module *mod, const Inst *in) {
-  print_i64(out, "starts", in->iv, in->niv);
+  ir_print_i64s(out, "starts", in->iv, in->niv);
 }
 
-static void print_pad(FILE *out, const Module *mod, const Inst *in) {
-  print_i64(out, "lo", in->iv, in->niv / 2);
-  print_i64(out, "hi", in->iv + in->niv / 2, in->niv / 2);
+static void print_dupdate(FILE *out, const Module *mod, const Inst *in) {
+  ir_print_i64s(out, "sizes", in->iv, in->niv);
 }
-
-static void print_dupdate(FILE *out, const Module *mod, const Inst *in) { print_i64(out, "sizes", in->iv, in->niv); }
-
-static void print_dim(FILE *out, const Module *mod, const Inst *in) { fprintf(out, " dim=%d", in->dim); }
 
 static void print_check(FILE *out, const Module *mod, const Inst *in) {
   fprintf(out, " dim=%d size=%lld", in->dim, (long long)in->ival);
@@ -1427,9 +991,8 @@ static void print_check(FILE *out, const Module *mod, const Inst *in) {
 /* ---- types from operands ---------------------------------------------------------- */
 
 /* A window of x at starts iv (static) or i32 operands (dynamic), the
- * declared sizes fitting; pad grows each dim by lo + hi; an update keeps
- * x's shape; concatenate adds the dims along dim, split divides it; an
- * index check passes its i32 through. */
+ * declared sizes fitting; an update keeps x's shape; an index check passes
+ * its i32 through. */
 static bool infer_slice(const Module *mod, const Inst *in, Type *out) {
   if (!ir_arg_is(in, 0, out->dtype))
     return false;
@@ -1452,15 +1015,6 @@ static bool infer_slice(const Module *mod, const Inst *in, Type *out) {
   return true;
 }
 
-static bool infer_pad(const Module *mod, const Inst *in, Type *out) {
-  if (in->nargs != 1 || !ir_arg_is(in, 0, -1) || in->niv != 2 * in->args[0]->type.rank)
-    return false;
-  Type r = in->args[0]->type;
-  for (int d = 0; d < r.rank; d++)
-    r.shape[d] += in->iv[d] + in->iv[r.rank + d];
-  return ir_infer_shape(out, &r);
-}
-
 static bool infer_dupdate(const Module *mod, const Inst *in, Type *out) {
   if (!ir_arg_is(in, 0, -1) || !ir_arg_is(in, 1, in->args[0]->type.dtype))
     return false;
@@ -1473,34 +1027,6 @@ static bool infer_dupdate(const Module *mod, const Inst *in, Type *out) {
   return ir_infer_shape(out, &in->args[0]->type);
 }
 
-static bool infer_concat(const Module *mod, const Inst *in, Type *out) {
-  if (in->nargs < 1 || !ir_arg_is(in, 0, -1) || in->dim < 0 || in->dim >= in->args[0]->type.rank)
-    return false;
-  Type r = in->args[0]->type;
-  for (int i = 1; i < in->nargs; i++) {
-    const Type *a = &in->args[i]->type;
-    if (!ir_arg_is(in, i, r.dtype) || a->rank != r.rank)
-      return false;
-    for (int d = 0; d < r.rank; d++)
-      if (d != in->dim && a->shape[d] != r.shape[d])
-        return false;
-    r.shape[in->dim] += a->shape[in->dim];
-  }
-  return ir_infer_shape(out, &r);
-}
-
-static bool infer_split(const Module *mod, const Inst *in, Type *out) {
-  if (in->nargs != 1 || !ir_arg_is(in, 0, -1) || in->dim < 0 || in->dim >= in->args[0]->type.rank ||
-      in->nresults < 1 || in->args[0]->type.shape[in->dim] % in->nresults)
-    return false;
-  Type r = in->args[0]->type;
-  r.shape[in->dim] /= in->nresults;
-  for (int k = 0; k < in->nresults; k++)
-    if (!ir_infer_shape(&out[k], &r))
-      return false;
-  return true;
-}
-
 static bool infer_index_check(const Module *mod, const Inst *in, Type *out) {
   return in->nargs == 1 && ir_arg_is(in, 0, DT_I32) && ir_infer_shape(out, &in->args[0]->type);
 }
@@ -1508,14 +1034,10 @@ static bool infer_index_check(const Module *mod, const Inst *in, Type *out) {
 static const OpDef ops[] = {
     {.op = IR_SLICE, .name = "slice", .print = print_slice, .vjp = vjp_slice, .partition = part_slice,
      .emit = emit_slice, .result = result_slice, .infer = infer_slice},
-    {.op = IR_PAD, .name = "pad", .print = print_pad, .vjp = vjp_pad, .partition = part_pad, .emit = emit_pad, .infer = infer_pad},
     {.op = IR_DSLICE, .name = "dynamic_slice", .vjp = vjp_dslice, .partition = part_dslice, .emit = emit_slice,
      .result = result_slice, .infer = infer_slice},
     {.op = IR_DUPDATE, .name = "dynamic_update_slice", .print = print_dupdate, .vjp = vjp_dupdate,
      .partition = part_dupdate, .emit = emit_dupdate, .result = result_steal, .infer = infer_dupdate},
-    {.op = IR_CONCAT, .name = "concatenate", .print = print_dim, .vjp = vjp_concat, .partition = part_concat,
-     .emit = emit_concat, .infer = infer_concat},
-    {.op = IR_SPLIT, .name = "split", .print = print_dim, .vjp = vjp_split, .partition = part_split, .infer = infer_split},
     {.op = IR_INDEX_CHECK, .name = "index_check", .print = print_check, .emit = emit_index_check, .infer = infer_index_check},
     {0},
 };
@@ -1524,10 +1046,6 @@ static const BuiltinDef builtins[] = {
     {.name = "x[...]", .flags = BIF_ANNOT, .check = check_index, .lower = lower_index, .syntax = SYN_INDEX},
     {.name = "dynamic_slice", .code = B_DSLICE, .check = check_dslice, .lower = lower_dslice},
     {.name = "dynamic_update_slice", .code = B_DUPDATE, .check = check_dupdate, .lower = lower_dupdate},
-    {.name = "pad", .code = B_PAD, .check = check_pad, .lower = lower_pad},
-    {.name = "concatenate", .code = B_CONCAT, .check = check_concat, .lower = lower_concat},
-    {.name = "stack", .code = B_STACK, .check = check_concat, .lower = lower_concat},
-    {.name = "split", .code = B_SPLIT, .check = check_split, .lower = lower_split},
     {0},
 };
 

@@ -31,7 +31,7 @@
 /* BuiltinDef.code: the runtime's reduction (RED_), or R_MEAN; R_CUMSUM. */
 enum { R_MEAN = 16, R_CUMSUM };
 
-/* The family's own opcodes (op_softmax.c numbers its own from +0x40). */
+/* The family's own opcodes. */
 enum {
   IR_ARGREDUCE = IR_BASE_REDUCTION,   /* fn: RED_MAX/RED_MIN; dim */
   IR_ARGREDUCE_GROUP,                 /* SPMD: the same over a dim sharded over axes (a collective) */
@@ -543,10 +543,10 @@ static double argreduce_seconds(const NetCost *c, const Inst *in, const char **a
 }
 
 static int64_t argreduce_bytes_sent(const Module *mod, const Inst *in) {
-  int64_t g = 1, n = pair_bytes(mod, in);
+  int64_t g = 1;
   for (int i = 0; i < in->naxes; i++)
     g *= mod->mesh.sizes[in->axes[i]];
-  return 2 * (g - 1) * n / g;
+  return op_allreduce_bytes(pair_bytes(mod, in), g);
 }
 
 static const char *arg_variant(const Inst *in) { return in->fn == RED_MAX ? "argmax" : "argmin"; }

@@ -1,9 +1,10 @@
-/* op_shift.c: the one data movement of the indexing family: `shift`,
- * the SPMD instruction that moves the rows of one dim that change owner.
+/* op_shift.c: the one data movement of the indexing and joining families:
+ * `shift`, the SPMD instruction that moves the rows of one dim that change
+ * owner.
  *
- * Input: built by op_index.c's partitioning rules (slices, pads, splits,
- * concatenations, run-time slices and updates of a sharded dim) through
- * op_shift_rows. Output: the C call of runtime/redistribute.c's shd_shift,
+ * Input: built by op_index.c's and op_join.c's partitioning rules (slices,
+ * run-time slices and updates, pads, splits, concatenations of a sharded
+ * dim) through op_shift_rows. Output: the C call of runtime/redistribute.c's shd_shift,
  * the IR text, and the bytes one rank sends, computed with the runtime's
  * own plan so `shdc explain` equals the SHD_TRACE measurement.
  *
@@ -19,8 +20,8 @@
 #define vname emit_vname
 
 enum {
-  IR_SHIFT = IR_BASE_INDEX + 0x60, /* args sources [, run-time offset]; dim, axes (the group), iv: offsets, fn: SHIFT_ */
-  IR_SHIFT_LOCAL,                  /* the same, proved local: no row leaves its rank */
+  IR_SHIFT = IR_BASE_SHIFT, /* args sources [, run-time offset]; dim, axes (the group), iv: offsets, fn: SHIFT_ */
+  IR_SHIFT_LOCAL,           /* the same, proved local: no row leaves its rank */
 };
 
 static int64_t parts(const Mesh *m, DimSpec s) { return ty_spec_parts(m, s); }
@@ -216,19 +217,12 @@ static int64_t shift_bytes(const Module *mod, const Inst *in) {
 
 /* ---- the IR text --------------------------------------------------------------------------------- */
 
-static void print_i64(FILE *out, const char *name, const int64_t *v, int n) {
-  fprintf(out, " %s=[", name);
-  for (int i = 0; i < n; i++)
-    fprintf(out, "%s%lld", i ? "," : "", (long long)v[i]);
-  fputc(']', out);
-}
-
 static void print_shift(FILE *out, const Module *mod, const Inst *in) {
   fprintf(out, " dim=%d", in->dim);
   if (in->fn & SHIFT_DYN)
     fprintf(out, " offset=%s%%%d", (in->fn & SHIFT_NEG) ? "-" : "", in->args[nsources(in)]->id);
   else
-    print_i64(out, "offsets", in->iv, in->niv);
+    ir_print_i64s(out, "offsets", in->iv, in->niv);
   if (in->fn & SHIFT_FILL)
     fprintf(out, " fill");
   ir_print_axes(out, mod, in);

@@ -29,10 +29,9 @@
 #define vname emit_vname
 #define fail rule_fail
 
-/* The family's opcodes after op_reduction.c's (both number from
- * IR_BASE_REDUCTION). The last four exist only in the SPMD IR. */
+/* The family's opcodes; the last four exist only in the SPMD IR. */
 enum {
-  IR_SOFTMAX = IR_BASE_REDUCTION + 0x40,   /* fn: kind; dim */
+  IR_SOFTMAX = IR_BASE_SOFTMAX,   /* fn: kind; dim */
   IR_SOFTMAX_GRAD,      /* args (y, g), or (x, y, g) for logsumexp */
   IR_SOFTMAX_EXPSUM,    /* args (x, m): this block's sum of exp(x - m) per row */
   IR_SOFTMAX_FINISH,    /* args (x, m, s): the result from the whole rows' max and sum */

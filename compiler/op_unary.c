@@ -44,12 +44,17 @@ typedef struct {
   const char *op;      /* the operator it also is (-x, !x), or NULL */
 } UnaryDef;
 
-/* Hidden entries (derivatives) and the functions nothing else names. */
+/* The entries no other file names, around shdc.h's UnOp: the functions,
+ * then the hidden entries (derivatives). */
 enum {
-  UN_ERF = UN__NAMED, UN_LOG1P, UN_EXPM1, UN_GELU, UN_SILU, UN_SOFTPLUS,
+  UN_SIN = UN_LOG + 1, UN_COS, UN_TANH, UN_SQRT, UN_ABS, UN_RELU, UN_SIGMOID,
+  UN_SIGN = UN_NOT + 1, UN_STEP, /* step(x) = x > 0 */
+  UN_RSQRT, UN_SQUARE,
+  UN_ERF = UN_FLOOR + 1, UN_LOG1P, UN_EXPM1, UN_GELU, UN_SILU, UN_SOFTPLUS,
   UN_ERF_D, UN_GELU_D, UN_SILU_D,
   UN__COUNT
 };
+_Static_assert(UN_SIGMOID + 1 == UN_NOT && UN_SQUARE + 1 == UN_FLOOR, "the table has no gap around UnOp's entries");
 
 /* ---- folding: the same functions in f64 ------------------------------------------- */
 

@@ -2,7 +2,7 @@
  *
  * Each family file (op_elementwise.c, op_unary.c, op_contraction.c,
  * op_reduction.c, op_softmax.c, op_shape.c, op_collective.c, op_creation.c,
- * op_io.c, op_index.c, op_gather.c, op_shift.c, op_string.c,
+ * op_io.c, op_index.c, op_join.c, op_gather.c, op_shift.c, op_string.c,
  * op_attention.c) exports one OpFamily: a table of its builtins (name or
  * operator, typing, lowering, folding), a table of its IR operations (types, text, transpose,
  * partitioning, emission, costs) and what it adds to the generated file.
@@ -17,19 +17,18 @@
  *
  * Invariant: every opcode below IR__CORE that appears in the IR has an
  * entry, except the control and call instructions the stages handle
- * themselves (const, call, for, if, yield, return, grad, tapes, copy,
- * retype), and no two entries share an opcode, a builtin name or an
- * operator's (syntax, code, operand kind) (checked once, at the first
- * lookup).
+ * themselves (const, call, for, if, yield, return, grad, tapes, retype),
+ * and no two entries share an opcode, a builtin name or an operator's
+ * (syntax, code, operand kind) (checked once, at the first lookup).
  */
 #include "shdc.h"
 
 /* In the order of their preambles in the generated file. */
 static const OpFamily *const families[] = {
-    &op_elementwise_family, &op_unary_family, &op_contraction_family, &op_reduction_family,
-    &op_shape_family,       &op_collective_family, &op_creation_family, &op_io_family,
-    &op_softmax_family,     &op_index_family,      &op_gather_family,     &op_shift_family,
-    &op_string_family,      &op_attention_family, NULL,
+    &op_elementwise_family, &op_unary_family,      &op_contraction_family, &op_reduction_family,
+    &op_shape_family,       &op_collective_family, &op_creation_family,    &op_io_family,
+    &op_softmax_family,     &op_index_family,      &op_join_family,        &op_gather_family,
+    &op_shift_family,       &op_string_family,     &op_attention_family,   NULL,
 };
 
 /* Forms that make a function of a function (tc_expr.c types them). */
@@ -56,10 +55,8 @@ static void build(void) {
   int n = 2;
   EACH_BUILTIN(b)
     n++;
-  names = calloc((size_t)n + 1, sizeof *names);
-  operators = calloc((size_t)n + 1, sizeof *operators);
-  if (!names || !operators)
-    diag_ice("ops: out of memory");
+  names = mem_calloc((size_t)n + 1, sizeof *names);
+  operators = mem_calloc((size_t)n + 1, sizeof *operators);
   int k = 0;
   EACH_BUILTIN(b) {
     if (b->syntax != SYN_CALL) {

@@ -225,7 +225,7 @@ static bool pend_sum(Module *mod, IrBlock *b, Inst *root, int *uses, Vec *out, P
   }
   Type P = T;
   P.U |= best;
-  bool *in_group = calloc((size_t)terms.len + 1, sizeof(bool));
+  bool *in_group = mem_calloc((size_t)terms.len + 1, sizeof(bool));
   int ngroup = 0;
   for (int i = 0; best && i < terms.len; i++) {
     Term *t = terms.data[i];
@@ -391,19 +391,15 @@ typedef struct {
 
 static void each_func(Module *mod, void (*fn)(Module *, Func *, Scratch *)) {
   int n = mod->next_value + 1;
-  Scratch sc = {calloc((size_t)n, sizeof(int)), calloc((size_t)n, sizeof(Value *))};
+  Scratch sc = {mem_calloc((size_t)n, sizeof(int)), mem_calloc((size_t)n, sizeof(Value *))};
   for (int i = 0; i < mod->funcs.len; i++) {
     Func *f = mod->funcs.data[i];
     fn(mod, f, &sc);
     if (mod->next_value + 1 > n) {
       /* the pass made values: their (zero) entries, for the clearing below */
       int m = mod->next_value + 1;
-      sc.uses = realloc(sc.uses, sizeof(int) * (size_t)m);
-      sc.repl = realloc(sc.repl, sizeof(Value *) * (size_t)m);
-      if (!sc.uses || !sc.repl)
-        diag_ice("out of memory");
-      memset(sc.uses + n, 0, sizeof(int) * (size_t)(m - n));
-      memset(sc.repl + n, 0, sizeof(Value *) * (size_t)(m - n));
+      sc.uses = mem_resize(sc.uses, n, m, sizeof *sc.uses);
+      sc.repl = mem_resize(sc.repl, n, m, sizeof *sc.repl);
       n = m;
     }
     ir_clear_ids(f->body, sc.uses, sizeof(int));
@@ -624,8 +620,8 @@ static bool drop_unread(IrBlock *b, const bool *read) {
 
 void opt_prune_tapes(Module *mod, Func *f) {
   int n = mod->next_value + 1;
-  int *uses = calloc((size_t)n, sizeof(int));
-  bool *read = calloc((size_t)n, sizeof(bool));
+  int *uses = mem_calloc((size_t)n, sizeof(int));
+  bool *read = mem_calloc((size_t)n, sizeof(bool));
   for (bool again = true; again;) {
     memset(uses, 0, sizeof(int) * (size_t)n);
     ir_count_uses(f->body, uses);

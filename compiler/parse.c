@@ -558,7 +558,7 @@ Program *parse_file(const SourceFile *file) {
   pc.prog->file = file;
   Lexer lx;
   lex_init(&lx, file);
-  void *parser = ParseAlloc(malloc);
+  void *parser = ParseAlloc(mem_alloc);
   /* After a syntax error the rest of the statement is skipped, a { } block
    * in it included, up to the end of its line or an unmatched }; then
    * parsing goes on with the next statement, so one run reports the errors

@@ -225,7 +225,7 @@ bool part_module(Module *mod) {
   p.mod = mod;
   p.m = &mod->mesh;
   p.cap = mod->next_value + 1;
-  p.map = calloc((size_t)p.cap, sizeof(Value *));
+  p.map = mem_calloc((size_t)p.cap, sizeof(Value *));
   int errors = diag_error_count();
   for (int i = 0; i < mod->funcs.len; i++) {
     Func *f = mod->funcs.data[i];

@@ -196,7 +196,7 @@ static void measure(const Walk *w0, const Module *mod, Row *row) {
   CallGraph g;
   ir_call_graph(mod, nf, &g);
   w.index = g.index;
-  w.incl = calloc((size_t)nf + 1, sizeof(Cost));
+  w.incl = mem_calloc((size_t)nf + 1, sizeof(Cost));
   for (int k = 0; k < nf; k++) {
     int f = g.order[k];
     block_cost(&w, ((const Func *)mod->funcs.data[f])->body, 1, &w.incl[f]);
@@ -367,12 +367,7 @@ static bool enumerate(Plan *p, int *sizes, int i, int64_t n) {
   if (i == a->naxes) {
     if (n != 1)
       return true;
-    if (p->n == p->cap) {
-      p->cap = p->cap ? 2 * p->cap : 16;
-      p->rows = realloc(p->rows, sizeof(Row) * (size_t)p->cap);
-      if (!p->rows)
-        diag_ice("out of memory");
-    }
+    p->rows = mem_grow(p->rows, &p->cap, p->n + 1, sizeof *p->rows);
     Row *r = &p->rows[p->n++];
     memset(r, 0, sizeof *r);
     memcpy(r->sizes, sizes, sizeof(int) * MAX_AXES);

@@ -205,13 +205,7 @@ static void relax(Search *s, int from, const Type *t, Step step, Cost cost) {
   Cost c = cost_add(s->nodes[from].cost, cost);
   int i = find_node(s, t);
   if (i < 0) {
-    if (s->n == s->cap) {
-      s->cap = s->cap ? s->cap * 2 : 64;
-      Node *nn = arena_alloc(sizeof(Node) * (size_t)s->cap);
-      if (s->n)
-        memcpy(nn, s->nodes, sizeof(Node) * (size_t)s->n);
-      s->nodes = nn;
-    }
+    s->nodes = mem_grow(s->nodes, &s->cap, s->n + 1, sizeof *s->nodes);
     i = s->n++;
     s->nodes[i] = (Node){*t, c, from, step, false};
     return;
@@ -424,12 +418,7 @@ static int search(Search *s, const Type *to) {
 
 /* Appends a node reached from `from` by `step` (no search). */
 static int chain(Search *s, int from, const Type *t, Step step) {
-  if (s->n == s->cap) {
-    s->cap *= 2;
-    Node *nn = arena_alloc(sizeof(Node) * (size_t)s->cap);
-    memcpy(nn, s->nodes, sizeof(Node) * (size_t)s->n);
-    s->nodes = nn;
-  }
+  s->nodes = mem_grow(s->nodes, &s->cap, s->n + 1, sizeof *s->nodes);
   s->nodes[s->n] = (Node){*t, {0, 0, 0}, from, step, true};
   return s->n++;
 }
@@ -488,9 +477,8 @@ static int plan(const Mesh *m, const Type *from, const Type *to, Search *s) {
   for (int a = 0; a < m->naxes; a++)
     if (m->sizes[a] > 1 && !(to->V & (1u << a)))
       s->movable |= 1u << a;
-  /* Node 0 is the physical source. */
-  s->cap = 64;
-  s->nodes = arena_alloc(sizeof(Node) * (size_t)s->cap);
+  /* Node 0 is the physical source; the caller frees s->nodes. */
+  s->nodes = mem_grow(NULL, &s->cap, 64, sizeof *s->nodes);
   s->nodes[0] = (Node){src, {0, 0, 0}, -1, {0}, false};
   s->n = 1;
   int end = search(s, &goal);
@@ -504,7 +492,9 @@ int64_t part_reshard_cost(const Mesh *m, const Type *from, const Type *to, int *
   Search s;
   int end = plan(m, from, to, &s);
   *ncoll = s.nodes[end].cost.ncoll;
-  return s.nodes[end].cost.bytes;
+  int64_t bytes = s.nodes[end].cost.bytes;
+  free(s.nodes);
+  return bytes;
 }
 
 Value *part_reshard(Module *mod, IrBlock *b, Pos pos, Value *v, const Type *to) {
@@ -527,6 +517,7 @@ Value *part_reshard(Module *mod, IrBlock *b, Pos pos, Value *v, const Type *to) 
     memcpy(in->axes, nd->step.axes, sizeof in->axes);
     v = in->results[0];
   }
+  free(s.nodes);
   if (!ty_equal(&v->type, to))
     v = ir_emit1(mod, b, IR_RETYPE, pos, 1, &v, *to);
   return v;

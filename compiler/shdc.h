@@ -1,12 +1,38 @@
 /* shdc.h: the one internal header of the compiler, sectioned by the file that
  * owns each declaration (chibicc style). Exported names carry the prefix of
- * their module: arena_/vec_/str_/ptrmap_/strmap_ (arena.c), diag_ (diag.c), lex_ (lexer.re),
- * parse_ (parse.c), ast_ (ast.c), ty_ (types.c), rule_ (rules.c), tc_
- * (typecheck*.c), ir_ (ir.c), lower_ (lower.c), ad_ (autodiff.c), part_
- * (partition.c, reshard.c), opt_ (optimize.c), explain_ (explain.c), emit_
- * (emit_*.c), sched_ (sched.c), fuse_ (fuse.c), drv_ (driver.c, main.c,
- * install.c), op_ (ops.c and the operation families op_*.c), diagout_ (diag_json.c), show_ (show.c), net_ (netmodel.c), tsum_
- * (trace_summary.c), file_ (files.c), sha256_ (sha256.c), cache_ (cache.c).
+ * their module:
+ *
+ *   arena_ mem_ vec_ str_ ptrmap_ strmap_  arena.c
+ *   diag_      diag.c, diag_fix.c, diag_codes.c, diag_json.c
+ *   diagout_   diag_json.c (the diagnostics as data)
+ *   lex_       lexer.re
+ *   Parse      grammar.y (Lemon's names)
+ *   parse_     parse.c
+ *   ast_ tok_  ast.c
+ *   import_    import.c
+ *   ty_        types.c
+ *   rule_      rules.c, and each family's sharding rules in its op_*.c
+ *   tc_        tc.c, tc_expr.c, tc_args.c, tc_manual.c, tc_struct.c, instance.c
+ *   ir_        ir.c
+ *   lower_     lower.c
+ *   ad_        autodiff.c
+ *   part_      partition.c, reshard.c
+ *   opt_       optimize.c
+ *   op_        ops.c and the operation families op_*.c
+ *   explain_   explain.c
+ *   emit_      emit_c.c, emit_group.c, emit_program.c, emit_parts.c
+ *   fuse_      fuse.c (the fusion and loop-group plan)
+ *   sched_     sched.c (the plan, and the pass that orders column sums)
+ *   net_       netmodel.c
+ *   plan_      plan.c
+ *   show_      show.c
+ *   tsum_      trace_summary.c
+ *   file_      files.c
+ *   lsp_       lsp.c, lsp_query.c, lsp_index.c, lsp_hover.c (lsp.h)
+ *   drv_       driver.c, build.c, install.c, explain_error.c (main.c exports none)
+ *   cache_     cache.c (the build cache)
+ *   sha256_    sha256.c
+ *   shd_       runtime/blockmap.c, runtime/safefile.c, linked into shdc too
  */
 #ifndef SHDC_H
 #define SHDC_H
@@ -24,6 +50,20 @@
 #define MAX_DEVICES (1 << 24) /* product of the mesh sizes: ranks fit an int, byte sums int64 */
 
 /* ---- arena.c ------------------------------------------------------------ */
+
+/* The one allocation choke point: every heap allocation of the compiler
+ * (the arena's chunks too) is one of these, and none returns NULL: out of
+ * memory prints "shdc: out of memory" and exits 2, an internal error.
+ * SHDC_FAIL_ALLOC=N makes the Nth and every later one fail (tests).
+ * mem_calloc zero-fills; mem_resize reallocates an array of old elements
+ * of elem bytes to n, zeroing the new ones; mem_grow makes *cap (doubled,
+ * at least need) hold need elements the same way. */
+void *mem_alloc(size_t n);
+void *mem_calloc(size_t n, size_t size);
+void *mem_realloc(void *p, size_t n);
+char *mem_strdup(const char *s);
+void *mem_resize(void *p, int old, int n, size_t elem);
+void *mem_grow(void *p, int *cap, int need, size_t elem);
 
 /* All compiler memory comes from one arena freed at exit: nodes, types and
  * IR are never freed individually. arena_alloc zero-fills. */
@@ -240,14 +280,11 @@ typedef enum {
   BIN__COUNT
 } BinOp;
 
-/* The unary functions other files build by name; the table of op_unary.c
- * holds these first, in this order, and then the rest. */
-typedef enum {
-  UN_NEG, UN_EXP, UN_LOG, UN_SIN, UN_COS, UN_TANH, UN_SQRT, UN_ABS,
-  UN_RELU, UN_SIGMOID, UN_NOT, UN_SIGN, UN_STEP, /* step(x) = x > 0 */
-  UN_RSQRT, UN_SQUARE, UN_FLOOR,
-  UN__NAMED
-} UnOp;
+/* The unary functions other files build by name, at their places in
+ * op_unary.c's table, whose order is the builtins' (shdc list-ops, the
+ * helper functions of the generated file); the other entries are that
+ * file's own. */
+typedef enum { UN_NEG = 0, UN_EXP = 1, UN_LOG = 2, UN_NOT = 10, UN_FLOOR = 15 } UnOp;
 
 struct Expr {
   ExprKind kind;
@@ -886,7 +923,6 @@ typedef enum {
   IR_RESHAPE,          /* result shape from the type */
   IR_RESHARD,          /* global view only: any type to any type */
   IR_PCAST,            /* manual state change, no data movement */
-  IR_COPY,             /* a fresh copy (SPMD) */
   /* collectives: attr axes/naxes (ordered group) */
   IR_ALL_REDUCE,       /* attr fn: RED_ */
   IR_ALL_GATHER,       /* attr dim */
@@ -908,18 +944,21 @@ typedef enum {
   IR_TAPE_PUSH,        /* args: tape, index, value: keeps a reference */
   IR_TAPE_GET,         /* args: tape, index; result: the value stored there */
   IR__CORE,
-  /* The families' bases, 0x40 opcodes apart; a new family takes the next
-   * free one. */
+  /* The families' bases, one per family file, at least 0x40 opcodes apart;
+   * a new family takes the next free one. */
   IR_BASE_SHAPE = 0x100,
-  IR_BASE_INDEX = 0x200,          /* op_index.c; op_gather.c + 0x40, op_shift.c + 0x60 */
-  IR_BASE_REDUCTION = 0x300,      /* op_reduction.c; op_softmax.c + 0x40 */
-  IR_BASE_ELEMENTWISE = 0x400,
+  IR_BASE_INDEX = 0x200,
+  IR_BASE_REDUCTION = 0x300,
   IR_BASE_STRING = 0x500,
   IR_BASE_CREATION = 0x540,
   IR_BASE_CONTRACTION = 0x580,
   IR_BASE_COLLECTIVE = 0x5c0,
   IR_BASE_IO = 0x600,
   IR_BASE_ATTENTION = 0x640,
+  IR_BASE_GATHER = 0x680,
+  IR_BASE_SHIFT = 0x6c0,
+  IR_BASE_SOFTMAX = 0x700,
+  IR_BASE_JOIN = 0x740,
   IR__LIMIT = 0x800
 } Opcode;
 
@@ -1013,6 +1052,7 @@ const char *ir_red_name(int op);
 /* For the families' OpDef.print: " over (X,Y)", " name=[1,2]". */
 void ir_print_axes(FILE *out, const Module *mod, const Inst *in);
 void ir_print_ints(FILE *out, const char *name, const int *v, int n);
+void ir_print_i64s(FILE *out, const char *name, const int64_t *v, int n);
 void ir_print_module(FILE *out, const Module *mod);
 void ir_print_func(FILE *out, const Module *mod, const Func *f);
 const char *ir_opname(int op);
@@ -1285,6 +1325,9 @@ int op_unary_count(void);                            /* entries of the table */
  * for n bytes on each rank; ring false: MPI's algorithms only (the
  * all-reduce of argmax's (value, index) pairs). */
 double op_allreduce_seconds(const NetCost *c, double n, bool ring, const char **algo);
+/* The bytes one rank of a group of g sends in an all-reduce of n bytes
+ * (the runtime trace's formula, without overflow), for the same pairs. */
+int64_t op_allreduce_bytes(int64_t n, int64_t g);
 
 /* op_contraction.c: @ and einsum (1.4). */
 bool rule_dot(RuleCtx *c, const Type *lhs, const Type *rhs, const DotDims *d, const Type *annot, Type *out);
@@ -1308,8 +1351,25 @@ enum { IR_TRANSPOSE = IR_BASE_SHAPE + 1 };
 bool rule_reshape(RuleCtx *c, const Type *x, int rank, const int64_t *shape, const Type *annot, Type *out);
 bool rule_reshard(RuleCtx *c, const Type *x, const Type *target, Type *out);
 
-/* op_shift.c: the rows of one dim that change owner, for op_index.c's
- * partitioning rules. Output row j of dim d is row j - offs[i] of source i
+/* op_index.c: what joining (op_join.c) shares with indexing. The resize
+ * rule (1.9, 1.10): x resized to size keeps its sharding, and a sharded
+ * dim whose size changes must stay divisible by its axes ([E_RESIZE], the
+ * fix reshards that dim away). Operands sharded alike ([E_SAME], [E_UR];
+ * bname is b in the message: "update" or "other operand", btext its source).
+ * A compile-time integer argument (a literal, a const or arithmetic on
+ * them). The slice of x at start, typed t, in a transpose; x cut to the box
+ * (start, size) and resharded to T, in a partitioning rule. */
+bool rule_resize(RuleCtx *c, const Type *x, const int64_t *size, Type *out);
+bool rule_same_sharding(RuleCtx *c, const Type *a, const Type *b, const char *bname, const char *btext);
+bool op_static_int(TcCtx *c, Expr *b, int64_t *v, const char *what);
+Value *op_slice_ad(AD *a, Value *x, const int64_t *start, Type t);
+Value *op_slice_to(Part *p, Pos pos, Value *x, const int64_t *start, const int64_t *size, const Type *T);
+/* op_join.c's pad (iv: lo of each dim, then hi of each dim), which
+ * op_index.c's slice transposes to. */
+enum { IR_PAD = IR_BASE_JOIN };
+
+/* op_shift.c: the rows of one dim that change owner, for op_index.c's and
+ * op_join.c's partitioning rules. Output row j of dim d is row j - offs[i] of source i
  * (plus the run-time dyn, negated with SHIFT_NEG); the sources are split
  * over `group` (or replicated over it: SHIFT_SRC_REP), so is the result
  * (or replicated: SHIFT_OUT_REP), n_out rows in all; SHIFT_FILL zeros the
@@ -1337,7 +1397,7 @@ bool op_shift_plan(const Mesh *m, DimSpec xs, DimSpec ts, int64_t n_out, DimSpec
  * The families (op_*.c), listed by ops.c. */
 extern const OpFamily op_elementwise_family, op_unary_family, op_contraction_family, op_reduction_family,
     op_shape_family, op_collective_family, op_creation_family, op_io_family, op_softmax_family, op_index_family,
-    op_gather_family, op_shift_family, op_string_family, op_attention_family;
+    op_join_family, op_gather_family, op_shift_family, op_string_family, op_attention_family;
 
 /* ---- lower.c: typed AST to global IR ------------------------------------ */
 

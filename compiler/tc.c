@@ -960,7 +960,7 @@ static void check_recursion(Program *p) {
   for (int i = 0; i < n; i++)
     ptrmap_put(&index, p->funcs.data[i], i);
   char *state = arena_alloc((size_t)n + 1);   /* 0 new, 1 on the stack, 2 done */
-  int *stack = malloc(sizeof(int) * (size_t)(n + 1)), *next = calloc((size_t)n + 1, sizeof(int));
+  int *stack = mem_alloc(sizeof(int) * (size_t)(n + 1)), *next = mem_calloc((size_t)n + 1, sizeof(int));
   for (int root = 0; root < n; root++) {
     if (state[root])
       continue;

@@ -71,9 +71,7 @@ static void skip_ws(Reader *r) {
 static void *pool_alloc(Reader *r, size_t n) {
   n = (n + 15) & ~(size_t)15;
   if (r->used + n > r->cap) {
-    void *p = calloc(1, n);
-    if (!p)
-      bad(r, "out of memory");
+    void *p = mem_calloc(1, n);
     vec_push(&r->spill, p);
     return p;
   }
@@ -245,8 +243,7 @@ static RankSum *rank_of(Summary *s, Reader *r, int pid) {
   if (pid < 0 || pid > 1 << 20)
     bad(r, "pid %d is not a rank", pid);
   if (pid >= s->nranks) {
-    s->ranks = realloc(s->ranks, sizeof(RankSum) * (size_t)(pid + 1));
-    memset(s->ranks + s->nranks, 0, sizeof(RankSum) * (size_t)(pid + 1 - s->nranks));
+    s->ranks = mem_resize(s->ranks, s->nranks, pid + 1, sizeof *s->ranks);
     s->nranks = pid + 1;
   }
   return &s->ranks[pid];
@@ -411,12 +408,7 @@ int tsum_run(const char *path) {
   }
   Reader r = {f, path, 0, 1, 0, NULL, 0, 0, {0}};
   r.cap = 1 << 20;
-  r.pool = malloc(r.cap);
-  if (!r.pool) {
-    fclose(f);
-    fprintf(stderr, "shdc: error: out of memory\n");
-    return 2;
-  }
+  r.pool = mem_alloc(r.cap);
   next(&r);
   Summary s = {0};
   read_trace(&s, &r);

@@ -1,5 +1,14 @@
-/* alloc.c: refcounted, 64-byte aligned array buffers with a size-exact
- * cache.
+/* alloc.c: the runtime's one allocation choke point, and refcounted,
+ * 64-byte aligned array buffers with a size-exact cache.
+ *
+ * Every heap allocation of the runtime goes through shd_mem_try or
+ * shd_mem_aligned_try below (the others are built on them), so out of
+ * memory is reported in one place (shd_out_of_memory: the rank, the bytes,
+ * what for, and every rank stops) and SHD_FAIL_ALLOC=N, which makes the
+ * Nth allocation of a process and every later one fail, reaches every one
+ * (tests/e2e/test_out_of_memory.py). Callers that can go on without the
+ * memory (the timeline drops events) use the _try forms. Allocations
+ * inside MPI, OpenBLAS and the C library (open_memstream) are their own.
  *
  * Every buffer is one block from posix_memalign: a 64-byte header, then the
  * data, so the data stays 64-byte aligned and the header is found by pointer
@@ -14,6 +23,8 @@
  * refcount > 0 and never counts cached blocks; peak_bytes is its maximum.
  * A header's magic is HDR_LIVE exactly while the block is live.
  */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +68,115 @@ static struct {
     size_t live, peak, cached;
 } g_alloc;
 
+/* ---- the choke point ------------------------------------------------------ */
+
+/* SHD_FAIL_ALLOC=N: from the Nth allocation of this process on (counting
+ * from 1), every one fails as if the system had no memory left. Compiled
+ * into every build, so the tests run it against the runtime they test;
+ * read once, at the first allocation. */
+static bool injected_failure(void)
+{
+    static long fail_at = -1, count;
+    if (fail_at < 0) {
+        const char *v = getenv("SHD_FAIL_ALLOC");
+        char *end;
+        long n = v ? strtol(v, &end, 10) : 0;
+        fail_at = v && *v && !*end && n > 0 ? n : 0;
+    }
+    return fail_at && ++count >= fail_at;
+}
+
+void *shd_mem_try(void *old, size_t bytes)
+{
+    return injected_failure() ? NULL : realloc(old, bytes ? bytes : 1);
+}
+
+void *shd_mem_aligned_try(size_t bytes)
+{
+    void *p = NULL;
+    if (injected_failure() || posix_memalign(&p, ALIGN, bytes ? bytes : 1) != 0)
+        return NULL;
+    return p;
+}
+
+/* The one report: the rank (shd_fatal), the bytes, what they were for. */
+__attribute__((noreturn)) static void out_of_memory_v(size_t bytes, const char *fmt, va_list ap)
+{
+    char what[SHD_MSG_LEN];
+    vsnprintf(what, sizeof what, fmt, ap);
+    shd_fatal("out of memory: cannot allocate %zu bytes (%s)", bytes, what);
+}
+
+void shd_out_of_memory(size_t bytes, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    out_of_memory_v(bytes, fmt, ap);
+}
+
+void *shd_mem(void *old, size_t bytes, const char *fmt, ...)
+{
+    void *p = shd_mem_try(old, bytes);
+    if (!p) {
+        va_list ap;
+        va_start(ap, fmt);
+        out_of_memory_v(bytes, fmt, ap);
+    }
+    return p;
+}
+
+void *shd_mem_zero(size_t n, size_t size, const char *fmt, ...)
+{
+    size_t bytes = size && n > SIZE_MAX / size ? SIZE_MAX : n * size;
+    void *p = bytes == SIZE_MAX ? NULL : shd_mem_try(NULL, bytes);
+    if (!p) {
+        va_list ap;
+        va_start(ap, fmt);
+        out_of_memory_v(bytes, fmt, ap);
+    }
+    return memset(p, 0, bytes);
+}
+
+char *shd_mem_strdup(const char *s, const char *fmt, ...)
+{
+    size_t n = strlen(s) + 1;
+    void *p = shd_mem_try(NULL, n);
+    if (!p) {
+        va_list ap;
+        va_start(ap, fmt);
+        out_of_memory_v(n, fmt, ap);
+    }
+    return memcpy(p, s, n);
+}
+
+void *shd_mem_grow_try(void *p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return p;
+    size_t n = *cap ? *cap : 16;
+    while (n < need && n <= SIZE_MAX / 2)
+        n *= 2;
+    void *q = n < need || n > SIZE_MAX / elem ? NULL : shd_mem_try(p, n * elem);
+    if (q)
+        *cap = n;
+    return q;
+}
+
+void *shd_mem_grow(void *p, size_t *cap, size_t need, size_t elem, const char *fmt, ...)
+{
+    if (need <= *cap)
+        return p;
+    void *q = shd_mem_grow_try(p, cap, need, elem);
+    if (!q) {
+        va_list ap;
+        va_start(ap, fmt);
+        out_of_memory_v(need <= SIZE_MAX / elem ? need * elem : SIZE_MAX, fmt, ap);
+    }
+    return q;
+}
+
+/* ---- array buffers --------------------------------------------------------- */
+
 static header *hdr_of(void *p)
 {
     return (header *)((char *)p - ALIGN);
@@ -76,9 +196,7 @@ static size_class *find_class(size_t bytes, bool create)
             return c;
     if (!create)
         return NULL;
-    size_class *c = calloc(1, sizeof *c);
-    if (!c)
-        shd_fatal("out of memory (allocator cache)");
+    size_class *c = shd_mem_zero(1, sizeof *c, "the allocator's cache");
     c->bytes = bytes;
     c->next = *head;
     *head = c;
@@ -102,14 +220,14 @@ static void drop_cache(void)
 static header *fresh_block(size_t bytes)
 {
     if (bytes > SIZE_MAX - 2 * ALIGN)
-        shd_fatal("out of memory: cannot allocate %zu bytes", bytes);
-    void *raw = NULL;
-    if (posix_memalign(&raw, ALIGN, ALIGN + bytes) != 0) {
+        shd_out_of_memory(bytes, "more than the address space");
+    void *raw = shd_mem_aligned_try(ALIGN + bytes);
+    if (!raw) {
         drop_cache();
-        if (posix_memalign(&raw, ALIGN, ALIGN + bytes) != 0)
-            shd_fatal("out of memory: cannot allocate %zu bytes "
-                      "(%zu bytes live)", bytes, g_alloc.live);
+        raw = shd_mem_aligned_try(ALIGN + bytes);
     }
+    if (!raw)
+        shd_out_of_memory(bytes, "%zu bytes live", g_alloc.live);
     return raw;
 }
 

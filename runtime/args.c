@@ -291,9 +291,7 @@ void shd_args_check(const shd_arg_spec *specs, int n)
     shd_saved_args(&argc, &argv);
     char msg[MSG_LEN] = "";
     int help = 0;
-    g_cl.flags = calloc((size_t)(argc > 0 ? argc : 1), sizeof *g_cl.flags);
-    if (!g_cl.flags)
-        shd_fatal("out of memory reading the command line");
+    g_cl.flags = shd_mem_zero((size_t)(argc > 0 ? argc : 1), sizeof *g_cl.flags, "reading the command line");
     bool after_bool = false;
     for (int i = 1; i < argc && argv && argv[i] && !msg[0]; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {

@@ -35,13 +35,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives.h"
 #include "shdrt_internal.h"
 
 enum { ALGO_RING, ALGO_MPI, ALGO_AUTO };
-/* all_reduce "auto": from this buffer size up the ring beats Open MPI's
- * MPI_Allreduce here (at 2, 4 and 8 ranks: 32 MiB 8.7 vs 12.8 ms at 2
- * ranks), below it MPI_Allreduce is ~10% faster (bench/collectives.sh). */
-#define AR_RING_MIN_BYTES ((size_t)32 << 20)
 enum { NSCRATCH = 3 };
 enum { STRIDED_AUTO, STRIDED_DATATYPE, STRIDED_PACK };
 /* Strided MPI datatypes beat packing when each run is long enough; with
@@ -144,8 +141,8 @@ static void *scratch(int slot, size_t bytes)
     if (bytes > g_coll.cap[slot]) {
         free(g_coll.scratch[slot]);
         g_coll.scratch[slot] = NULL;
-        if (posix_memalign(&g_coll.scratch[slot], 64, bytes) != 0)
-            shd_fatal("out of memory: collective scratch of %zu bytes", bytes);
+        if (!(g_coll.scratch[slot] = shd_mem_aligned_try(bytes)))
+            shd_out_of_memory(bytes, "collective scratch");
         g_coll.cap[slot] = bytes;
     }
     return g_coll.scratch[slot];
@@ -437,7 +434,7 @@ static void all_reduce_impl(void *buf, size_t count, shd_dtype dt, shd_redop op,
         return;
     MPI_Comm comm = shd_group_comm(axes, naxes);
     bool ring = g_coll.ar_algo == ALGO_RING ||
-                (g_coll.ar_algo == ALGO_AUTO && n >= AR_RING_MIN_BYTES);
+                (g_coll.ar_algo == ALGO_AUTO && n >= SHD_AR_RING_MIN_BYTES);
     if (ring)
         allreduce_ring(buf, count, dt, op, comm, shd_group_index(axes, naxes), (int)G);
     else

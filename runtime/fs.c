@@ -120,15 +120,8 @@ static void prune(const char *dir, const char *prefix, int32_t keep, char *msg)
     for (struct dirent *e; (e = readdir(d));) {
         if (strncmp(e->d_name, prefix, plen) != 0 || !strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            char **p = realloc(names, cap * sizeof *p);
-            if (!p)
-                shd_fatal("keep_last: out of memory listing %s", dir);
-            names = p;
-        }
-        if (!(names[n++] = strdup(e->d_name)))
-            shd_fatal("keep_last: out of memory listing %s", dir);
+        names = shd_mem_grow(names, &cap, n + 1, sizeof *names, "keep_last: listing %s", dir);
+        names[n++] = shd_mem_strdup(e->d_name, "keep_last: listing %s", dir);
     }
     closedir(d);
     qsort(names, n, sizeof *names, by_name);

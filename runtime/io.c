@@ -35,16 +35,7 @@ typedef struct {
 
 static void sb_put(sbuf *b, const char *s, size_t n)
 {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p)
-            shd_fatal("out of memory (printing)");
-        b->s = p;
-        b->cap = cap;
-    }
+    b->s = shd_mem_grow(b->s, &b->cap, b->len + n + 1, 1, "printing");
     memcpy(b->s + b->len, s, n);
     b->len += n;
     b->s[b->len] = 0;

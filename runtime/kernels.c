@@ -65,9 +65,7 @@ static void gemm_i32(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                      const int32_t *B, int64_t ldb, double beta, int32_t *C,
                      int64_t ldc)
 {
-    int64_t *row = malloc((size_t)N * sizeof *row);
-    if (!row)
-        shd_fatal("out of memory (gemm)");
+    int64_t *row = shd_mem(NULL, (size_t)N * sizeof *row, "an integer product's row of %lld", (long long)N);
     for (int64_t i = 0; i < M; i++) {
         memset(row, 0, (size_t)N * sizeof *row);
         for (int64_t k = 0; k < K; k++) {
@@ -477,9 +475,7 @@ static void reduce_impl(const void *in, void *out, shd_dtype dt, shd_redop op,
             return;
     }
     /* Accumulators are 8 bytes: double for floats, int64 otherwise. */
-    void *acc = malloc((size_t)nout * 8);
-    if (!acc)
-        shd_fatal("out of memory (reduce of %lld outputs)", (long long)nout);
+    void *acc = shd_mem(NULL, (size_t)nout * 8, "the accumulators of a reduce to %lld outputs", (long long)nout);
     fill_identity(acc, nout, dt, op);
     if (nonempty) {
         reduction r = normalise_reduce(rank, shape, dims_mask);

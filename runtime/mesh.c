@@ -47,7 +47,8 @@ static struct {
     int argc;
     char **argv;
     group_entry *groups;
-    int ngroups, cap_groups;
+    int ngroups;
+    size_t cap_groups;
 } g_mesh = { .size = 1, .product = 1 };
 
 /* ---- small shared helpers --------------------------------------------- */
@@ -385,14 +386,8 @@ MPI_Comm shd_group_comm(const int *axes, int n)
         if (e->n == n && memcmp(e->axes, axes, (size_t)n * sizeof *axes) == 0)
             return e->comm;
     }
-    if (g_mesh.ngroups == g_mesh.cap_groups) {
-        int cap = g_mesh.cap_groups ? 2 * g_mesh.cap_groups : 8;
-        group_entry *p = realloc(g_mesh.groups, (size_t)cap * sizeof *p);
-        if (!p)
-            shd_fatal("out of memory (group cache)");
-        g_mesh.groups = p;
-        g_mesh.cap_groups = cap;
-    }
+    g_mesh.groups = shd_mem_grow(g_mesh.groups, &g_mesh.cap_groups, (size_t)g_mesh.ngroups + 1, sizeof *g_mesh.groups,
+                                 "the communicators of the axis groups");
     group_entry *e = &g_mesh.groups[g_mesh.ngroups];
     memset(e, 0, sizeof *e);
     e->n = n;

@@ -101,16 +101,7 @@ void shd_metrics_open(const char *path)
 
 static void put(const char *s, size_t n)
 {
-    if (g_m.len + n + 2 > g_m.cap) {
-        size_t cap = g_m.cap ? g_m.cap : 256;
-        while (cap < g_m.len + n + 2)
-            cap *= 2;
-        char *p = realloc(g_m.buf, cap);
-        if (!p)
-            shd_fatal("metrics: out of memory for a line of %zu bytes", g_m.len + n);
-        g_m.buf = p;
-        g_m.cap = cap;
-    }
+    g_m.buf = shd_mem_grow(g_m.buf, &g_m.cap, g_m.len + n + 2, 1, "metrics: a line of %zu bytes", g_m.len + n);
     memcpy(g_m.buf + g_m.len, s, n);
     g_m.len += n;
 }
@@ -178,10 +169,10 @@ char *shd_json_quote(const char *s)
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f)
-        shd_fatal("out of memory quoting a string of %zu bytes", strlen(s));
+        shd_out_of_memory(strlen(s), "quoting a string");
     json_escape(s, strlen(s), stream_sink, f);
     if (fclose(f) != 0 || !buf)
-        shd_fatal("out of memory quoting a string of %zu bytes", strlen(s));
+        shd_out_of_memory(strlen(s), "quoting a string");
     return buf;
 }
 

@@ -602,7 +602,7 @@ static long read_preamble(FILE *f, const char *what, const char *path, shd_npy_h
         shd_msgf(msg, "%s(\"%s\"): unsupported .npy version %d.%d", what, path, pre[6], pre[7]);
         return -1;
     }
-    char *dict = hlen < (1u << 24) ? malloc(hlen + 1) : NULL;
+    char *dict = hlen < (1u << 24) ? shd_mem_try(NULL, hlen + 1) : NULL;
     const char *why = dict ? "truncated header" : "header too long";
     bool ok = dict && fread(dict, 1, hlen, f) == hlen;
     if (ok)
@@ -846,9 +846,7 @@ void shd_load_npy_window(const char *path, void *local, shd_dtype dt, int rank, 
     MPI_Bcast(got, 5 + rank, MPI_INT64_T, 0, MPI_COMM_WORLD);
     if (!got[1]) {
         shd_npy_fini();
-        char *copy = strdup(path);
-        if (!copy)
-            shd_fatal("load(\"%s\"): out of memory", path);
+        char *copy = shd_mem_strdup(path, "load(\"%s\")", path);
         g_win.fh = open_checked(path, got + 2, line);
         g_win.path = copy;
         if (shd_world_rank() == 0)

@@ -91,23 +91,13 @@ static void zero_rows(char *dst, int64_t total, int64_t r0, int64_t rows, shape_
 static struct {
     MPI_Request *req;
     MPI_Datatype *types;
-    int cap;
+    size_t cap_req, cap_types;
 } g_shift;
 
 static void reserve(int n)
 {
-    if (n <= g_shift.cap)
-        return;
-    int cap = g_shift.cap ? g_shift.cap : 16;
-    while (cap < n)
-        cap *= 2;
-    MPI_Request *r = realloc(g_shift.req, sizeof *r * (size_t)cap);
-    MPI_Datatype *t = realloc(g_shift.types, sizeof *t * (size_t)cap);
-    if (!r || !t)
-        shd_fatal("out of memory: shift requests");
-    g_shift.req = r;
-    g_shift.types = t;
-    g_shift.cap = cap;
+    g_shift.req = shd_mem_grow(g_shift.req, &g_shift.cap_req, (size_t)n, sizeof *g_shift.req, "shift requests");
+    g_shift.types = shd_mem_grow(g_shift.types, &g_shift.cap_types, (size_t)n, sizeof *g_shift.types, "shift requests");
 }
 
 static void shift_impl(const void *const *src, int nsrc, const int64_t *n_src, bool src_split, const int64_t *offset,

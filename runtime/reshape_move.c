@@ -21,7 +21,8 @@ typedef struct {
 
 typedef struct {
     Run *runs;
-    int n, cap;
+    int n;
+    size_t cap;
 } RunList;
 
 typedef struct {
@@ -36,12 +37,7 @@ typedef struct {
 
 static void push(RunList *l, int64_t off, int64_t len)
 {
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 16;
-        l->runs = realloc(l->runs, sizeof(Run) * (size_t)l->cap);
-        if (!l->runs)
-            shd_fatal("reshape: out of memory planning a data movement");
-    }
+    l->runs = shd_mem_grow(l->runs, &l->cap, (size_t)l->n + 1, sizeof *l->runs, "reshape: planning a data movement");
     l->runs[l->n++] = (Run){off, len};
 }
 
@@ -85,18 +81,17 @@ static Plan *make_plan(const shd_layout *from, const shd_layout *to, size_t elem
     shd_bm_mesh m;
     shd_mesh_shape(&m.naxes, m.sizes);
     shd_bm_layout a = bm_layout(from), b = bm_layout(to);
-    Plan *p = calloc(1, sizeof *p);
+    const char *what = "reshape: planning a data movement";
+    Plan *p = shd_mem_zero(1, sizeof *p, "%s", what);
     int P = shd_world_size(), me = shd_world_rank();
     p->world = P;
     p->elem = elem;
-    p->send = calloc((size_t)P, sizeof(RunList));
-    p->recv = calloc((size_t)P, sizeof(RunList));
-    p->scount = calloc((size_t)P, sizeof(int));
-    p->sdispl = calloc((size_t)P, sizeof(int));
-    p->rcount = calloc((size_t)P, sizeof(int));
-    p->rdispl = calloc((size_t)P, sizeof(int));
-    if (!p->send || !p->recv || !p->scount || !p->sdispl || !p->rcount || !p->rdispl)
-        shd_fatal("reshape: out of memory planning a data movement");
+    p->send = shd_mem_zero((size_t)P, sizeof(RunList), "%s", what);
+    p->recv = shd_mem_zero((size_t)P, sizeof(RunList), "%s", what);
+    p->scount = shd_mem_zero((size_t)P, sizeof(int), "%s", what);
+    p->sdispl = shd_mem_zero((size_t)P, sizeof(int), "%s", what);
+    p->rcount = shd_mem_zero((size_t)P, sizeof(int), "%s", what);
+    p->rdispl = shd_mem_zero((size_t)P, sizeof(int), "%s", what);
     for (int r = 0; r < P; r++) {
         shd_bm_pieces(&m, &a, &b, me, r, add_send, &p->send[r]);
         shd_bm_pieces(&m, &a, &b, r, me, add_recv, &p->recv[r]);
@@ -119,11 +114,8 @@ static Plan *make_plan(const shd_layout *from, const shd_layout *to, size_t elem
     unsigned long long mine = (unsigned long long)p->sbytes, most = 0;
     MPI_Allreduce(&mine, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
     p->most = (size_t)most;
-    p->sbuf = malloc((size_t)p->sbytes + 1);
-    p->rbuf = malloc((size_t)p->rbytes + 1);
-    if (!p->sbuf || !p->rbuf)
-        shd_fatal("reshape: out of memory for %lld + %lld bytes of send and receive buffers",
-                  (long long)p->sbytes, (long long)p->rbytes);
+    p->sbuf = shd_mem(NULL, (size_t)p->sbytes + 1, "reshape: the send buffer");
+    p->rbuf = shd_mem(NULL, (size_t)p->rbytes + 1, "reshape: the receive buffer");
     return p;
 }
 

@@ -50,6 +50,27 @@ void shd_coll_fini(void);
 /* alloc.c: returns the cached free blocks to the system. */
 void shd_alloc_fini(void);
 
+/* alloc.c, the one allocation choke point: every heap allocation of the
+ * runtime is one of these. shd_mem_try is realloc (old NULL: malloc),
+ * shd_mem_aligned_try a 64-byte aligned block (for free), and
+ * shd_mem_grow_try p grown to hold need elements of elem bytes (*cap
+ * doubled, from 16): NULL when the system has no memory (p and *cap kept),
+ * for callers that go on without it. shd_out_of_memory is the one report,
+ * "out of memory: cannot allocate N bytes (WHAT)" through shd_fatal, so
+ * every rank stops; shd_mem, shd_mem_zero (zeroed), shd_mem_strdup and
+ * shd_mem_grow make it, with WHAT from their format, instead of returning
+ * NULL. SHD_FAIL_ALLOC=N makes the Nth allocation of the process and every
+ * later one fail (tests). */
+void *shd_mem_try(void *old, size_t bytes);
+void *shd_mem_aligned_try(size_t bytes);
+void *shd_mem_grow_try(void *p, size_t *cap, size_t need, size_t elem);
+__attribute__((noreturn, format(printf, 2, 3))) void shd_out_of_memory(size_t bytes, const char *fmt, ...);
+__attribute__((format(printf, 3, 4))) void *shd_mem(void *old, size_t bytes, const char *fmt, ...);
+__attribute__((format(printf, 3, 4))) void *shd_mem_zero(size_t n, size_t size, const char *fmt, ...);
+__attribute__((format(printf, 2, 3))) char *shd_mem_strdup(const char *s, const char *fmt, ...);
+__attribute__((format(printf, 5, 6))) void *shd_mem_grow(void *p, size_t *cap, size_t need, size_t elem,
+                                                         const char *fmt, ...);
+
 /* trace.c: prints the SHD_TRACE table (rank 0) at shd_finalize. */
 void shd_trace_report(void);
 

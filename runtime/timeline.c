@@ -219,15 +219,13 @@ static void record(const tl_event *e)
         return;
     }
     if (g_tl.n == g_tl.cap) {
-        size_t cap = g_tl.cap ? g_tl.cap * 2 : 4096;
-        tl_event *p = realloc(g_tl.events, cap * sizeof *p);
+        tl_event *p = shd_mem_grow_try(g_tl.events, &g_tl.cap, g_tl.n + 1, sizeof *p);
         if (!p) {   /* keep what we have rather than fail the program */
             g_tl.max = g_tl.n;
             g_tl.dropped++;
             return;
         }
         g_tl.events = p;
-        g_tl.cap = cap;
     }
     g_tl.events[g_tl.n++] = *e;
 }
@@ -244,9 +242,7 @@ void shd_trace_files(int n, const char *const *names)
 {
     if (!shd_timeline_on || g_tl.files)
         return;
-    g_tl.files = calloc((size_t)(n > 0 ? n : 1), sizeof(char *));
-    if (!g_tl.files)
-        shd_fatal("trace: out of memory");
+    g_tl.files = shd_mem_zero((size_t)(n > 0 ? n : 1), sizeof(char *), "trace: the source files' names");
     for (int i = 0; i < n; i++)
         g_tl.files[i] = shd_json_quote(names[i] ? names[i] : "?");
     g_tl.nfiles = n;
@@ -374,14 +370,7 @@ static void put(text *t, const char *fmt, ...)
             t->len += (size_t)n;
             return;
         }
-        size_t cap = t->cap ? t->cap * 2 : 1 << 16;
-        while (cap < t->len + (size_t)n + 1)
-            cap *= 2;
-        char *p = realloc(t->buf, cap);
-        if (!p)
-            shd_fatal("trace: out of memory formatting %zu events", g_tl.n);
-        t->buf = p;
-        t->cap = cap;
+        t->buf = shd_mem_grow(t->buf, &t->cap, t->len + (size_t)n + 1, 1, "trace: formatting %zu events", g_tl.n);
     }
 }
 
@@ -440,9 +429,7 @@ static void collect(int from)
 {
     uint64_t len;
     MPI_Recv(&len, 1, MPI_UINT64_T, from, 0x7e, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    char *buf = malloc(len ? len : 1);
-    if (!buf)
-        shd_fatal("trace: out of memory receiving rank %d's %llu bytes", from, (unsigned long long)len);
+    char *buf = shd_mem(NULL, len, "trace: receiving rank %d's timeline", from);
     for (uint64_t done = 0; done < len;) {
         int n = len - done > (1u << 30) ? 1 << 30 : (int)(len - done);
         MPI_Recv(buf + done, n, MPI_CHAR, from, 0x7f, MPI_COMM_WORLD, MPI_STATUS_IGNORE);

@@ -66,18 +66,18 @@ static void log_call(int kind, size_t bytes)
         g_log.on = trace_enabled();
     if (!g_log.on || g_log.overflow)
         return;
-    if (g_log.n == g_log.cap) {
-        size_t cap = g_log.cap ? 2 * g_log.cap : 1024;
-        uint64_t *k = cap <= MAX_LOG ? realloc(g_log.kind, cap * sizeof *k) : NULL;
-        uint64_t *b = k ? realloc(g_log.bytes, cap * sizeof *b) : NULL;
+    if (g_log.n == g_log.cap) {   /* both arrays grow to the same capacity */
+        size_t kcap = g_log.cap, bcap = g_log.cap;
+        uint64_t *k = g_log.n < MAX_LOG ? shd_mem_grow_try(g_log.kind, &kcap, g_log.n + 1, sizeof *k) : NULL;
         if (k)
             g_log.kind = k;
+        uint64_t *b = k ? shd_mem_grow_try(g_log.bytes, &bcap, g_log.n + 1, sizeof *b) : NULL;
         if (!k || !b) {
             g_log.overflow = true;
             return;
         }
         g_log.bytes = b;
-        g_log.cap = cap;
+        g_log.cap = kcap;
     }
     g_log.kind[g_log.n] = (uint64_t)kind;
     g_log.bytes[g_log.n++] = bytes;
@@ -137,9 +137,8 @@ static bool busiest_per_call(uint64_t *most)
     if (all[1] || all[0] == 0 || all[0] > INT32_MAX)
         return false;
     size_t n = (size_t)all[0];
-    uint64_t *buf = calloc(2 * n, sizeof *buf), *red = calloc(2 * n, sizeof *red);
-    if (!buf || !red)
-        shd_fatal("trace: out of memory reducing %zu calls", n);
+    uint64_t *buf = shd_mem_zero(2 * n, sizeof *buf, "trace: reducing %zu calls", n);
+    uint64_t *red = shd_mem_zero(2 * n, sizeof *red, "trace: reducing %zu calls", n);
     for (size_t i = 0; i < g_log.n; i++) {
         buf[i] = g_log.kind[i];
         buf[n + i] = g_log.bytes[i];
