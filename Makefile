@@ -45,7 +45,10 @@ CFLAGS_C := -std=c11 -D_GNU_SOURCE $(OPT) $(SAN) $(WARN) -MMD -MP
 # runtime, so it compiles them with the same flags; at -O1 and for one
 # instruction set (SHD_NO_CLONES), which keeps `make test-san` to a few times
 # the normal suite's time (the sanitizers look at the same code either way).
-PROG_CFLAGS := $(if $(SAN),-DSHDC_PROGRAM_CFLAGS='"$(SAN) -O1 -DSHD_NO_CLONES"')
+# PROG_SAN: the sanitizer flags of programs (the coverage build counts the
+# runtime's lines, not the programs': its programs link gcov's library).
+PROG_SAN ?= $(SAN)
+PROG_CFLAGS := $(if $(SAN),-DSHDC_PROGRAM_CFLAGS='"$(PROG_SAN) -O1 -DSHD_NO_CLONES"')
 # Deferred: on a fresh machine OpenBLAS is installed by $(B)/stamp-deps first.
 BLAS_INC  = $(shell pkg-config --cflags openblas 2>/dev/null)
 RE2C     ?= re2c
@@ -215,7 +218,7 @@ install: all
 	install -m 644 man/shdc.1 $(I_MAN1)/shdc.1
 	sed -e 's|@PREFIX@|'$(call pcval,PREFIX)'|' -e 's|@LIBDIR@|'$(call pcval,LIBDIR)'|' \
 	    -e 's|@INCLUDEDIR@|'$(call pcval,INCLUDEDIR)'|' -e 's|@VERSION@|$(VERSION)|' \
-	    -e 's|@SAN@|$(filter -fsanitize=%,$(SAN))|' tools/shdrt.pc.in > $(I_PC)/shdrt.pc
+	    -e 's|@SAN@|$(filter -fsanitize=% --coverage,$(SAN))|' tools/shdrt.pc.in > $(I_PC)/shdrt.pc
 	for d in $(I_VIM) $(I_NVIM); do \
 	    install -m 644 editors/vim/syntax/shd.vim "$$d/syntax/shd.vim" && \
 	    install -m 644 editors/vim/ftdetect/shd.vim "$$d/ftdetect/shd.vim" || exit 1; done
@@ -285,11 +288,36 @@ san: $(B)/stamp-deps
 # the comparison, SAN_MESHES=all every mesh. SHD_TEST_SAMPLE=4: the
 # diagnostics fuzz test checks every fourth of its inputs (`make fuzz`
 # checks them all, and more).
+# The tests tests/san-leave-out lists are left out: the lines of compiler/
+# and runtime/ they reach under the sanitizers, the others reach too
+# (tools/san-coverage measures it and chose them); SAN_LEAVE_OUT= runs
+# every test, as `make test-full` does.
 SAN_MESHES ?= largest
+SAN_LEAVE_OUT ?= tests/san-leave-out
 test-san: san $(B)/stamp-deps-test $(B)/stamp-npm
 	$(MAKE) B=$(B)/san SAN="$(SANFLAGS)" OPT="$(SAN_OPT)" runtime-tests
 	ln -sfn ../npm $(B)/san/npm
-	$(SAN_ENV) SHD_TEST_SAMPLE=4 "$$(tools/find-python)" tests/run.py -j $(TESTJOBS) --meshes=$(SAN_MESHES) --shdc $(B)/san/shdc --build $(B)/san $(TESTFLAGS)
+	$(SAN_ENV) SHD_TEST_SAMPLE=4 "$$(tools/find-python)" tests/run.py -j $(TESTJOBS) --meshes=$(SAN_MESHES) \
+	    $(if $(SAN_LEAVE_OUT),--leave-out $(SAN_LEAVE_OUT)) --shdc $(B)/san/shdc --build $(B)/san $(TESTFLAGS)
+
+# Everything, as CI ran it before the sanitizer pass chose its tests: the
+# normal pass, then every test through the sanitizer build.
+test-full:
+	$(MAKE) test SKIP_SAN=1
+	$(MAKE) test-san SAN_LEAVE_OUT=
+
+# The sanitizer build with gcov's counters, under build/cov: what
+# tools/san-coverage runs the sanitizer pass through, to measure the lines
+# of compiler/ and runtime/ it reaches.
+COV_PROG := $(SANFLAGS) $(shell $(CC) -print-file-name=libgcov.a 2>/dev/null)
+cov: $(B)/stamp-deps
+	@mkdir -p $(B)/cov
+	@printf 'SAN := %s\nOPT := %s\nPROG_SAN := %s\n' '$(SANFLAGS) --coverage' '$(SAN_OPT)' '$(COV_PROG)' \
+	    > $(B)/cov/config.mk.tmp
+	@if cmp -s $(B)/cov/config.mk.tmp $(B)/cov/config.mk; then rm -f $(B)/cov/config.mk.tmp; \
+	 else mv $(B)/cov/config.mk.tmp $(B)/cov/config.mk; fi
+	$(MAKE) B=$(B)/cov SAN="$(SANFLAGS) --coverage" OPT="$(SAN_OPT)" PROG_SAN="$(COV_PROG)" all runtime-tests
+	ln -sfn ../npm $(B)/cov/npm
 
 # Through the sanitizer build: every test program truncated and mutated
 # (shdc must answer each with diagnostics, never crash or hang), then
@@ -330,7 +358,7 @@ $(DATA)/brown_train.npy: $(BROWN_TGZ) tools/brown_tokens.py | $(B)/stamp-deps-de
 clean:
 	rm -rf $(B)
 
-.PHONY: all test test-san demo san fuzz bench clean runtime-tests install uninstall data FORCE
+.PHONY: all test test-san test-full cov demo san fuzz bench clean runtime-tests install uninstall data FORCE
 FORCE:
 
 -include $(COMPILER_OBJ:.o=.d) $(RUNTIME_OBJ:.o=.d) $(RT_TESTS:=.d)

@@ -112,7 +112,8 @@ static const char **cc_command(const RuntimePaths *rp, const char *const *inputs
    * the runtime, so it compiles them with the same flags. */
   char *san = arena_strdup(SHDC_PROGRAM_CFLAGS);
   for (char *tok = strtok(san, " \t"); tok && argc < limit - 40; tok = strtok(NULL, " \t"))
-    argv[argc++] = tok;
+    if (!compile_only || !link_input(tok, NULL))   /* the coverage build's libgcov.a: the link's */
+      argv[argc++] = tok;
 #endif
   int before = argc;
   char *extra = getenv("SHDC_CFLAGS") ? arena_strdup(getenv("SHDC_CFLAGS")) : NULL;

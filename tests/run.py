@@ -135,9 +135,15 @@ class Result:
         return iter((self.rc, self.out, self.err))
 
 
+# What the commands of the test this thread runs see on top of BASE_ENV
+# (--gcov: the test's own GCOV_PREFIX).
+JOB_ENV = threading.local()
+
+
 def run(cmd, cwd=None, timeout=300, env=None):
     e = dict(os.environ)
     e.update(BASE_ENV)
+    e.update(getattr(JOB_ENV, "env", {}))
     if env:
         e.update(env)
     shell = shell_line(cmd, cwd, env)
@@ -759,8 +765,8 @@ class Job:
 
 
 class Runner:
-    def __init__(self, jobs, keep, times):
-        self.jobs, self.keep, self.times = jobs, keep, times
+    def __init__(self, jobs, keep, times, gcov=None):
+        self.jobs, self.keep, self.times, self.gcov = jobs, keep, times, gcov
         self.failed, self.skipped, self.took = [], [], {}
         self.lock = threading.Lock()
 
@@ -768,6 +774,9 @@ class Runner:
         """Runs a job and prints its PASS or FAIL block in one piece."""
         t0 = time.time()
         ctx, lines, ok, skip = {}, [], False, None
+        # --gcov: each test's coverage counters in a directory of its own
+        # (tools/san-coverage reads them per test).
+        JOB_ENV.env = {"GCOV_PREFIX": os.path.join(self.gcov, job.name.replace(os.sep, "__"))} if self.gcov else {}
         try:
             job.check(job.path, ctx)
             ok = True
@@ -842,6 +851,22 @@ class ShdJob:
         t.run_all()
 
 
+def read_list(path):
+    """The test paths a list file names (relative to the tree), one a
+    line; blank lines and # comments ignored. A path that names no test is
+    an error: a list must not silently outlive a renamed test."""
+    out = set()
+    with open(path) as f:
+        for k, l in enumerate(f, 1):
+            l = l.split("#", 1)[0].strip()
+            if not l:
+                continue
+            if not os.path.isfile(os.path.join(ROOT, l)):
+                sys.exit("%s:%d: %s: no such test" % (path, k, l))
+            out.add(l)
+    return out
+
+
 def load_times(path):
     try:
         with open(path) as f:
@@ -871,6 +896,13 @@ def main():
                          "(default); the all-ones one and the largest; or the largest alone, with its output and "
                          "REF checks (the sanitizer pass: memory errors and undefined behaviour; the normal pass "
                          "compares every mesh)")
+    ap.add_argument("--leave-out", metavar="FILE",
+                    help="do not run the tests FILE lists (one path a line, # comments): the sanitizer pass leaves "
+                         "out what tests/san-leave-out lists, tests whose compiler and runtime lines the others reach "
+                         "(tools/san-coverage chose them)")
+    ap.add_argument("--gcov", metavar="DIR",
+                    help="give each test GCOV_PREFIX=DIR/NAME, so that a build with --coverage writes each test's "
+                         "counters apart (tools/san-coverage)")
     ap.add_argument("patterns", nargs="*", help="run only tests whose path contains one of these (or these files)")
     a = ap.parse_args()
     if a.jobs < 1:
@@ -894,6 +926,11 @@ def main():
                    not os.path.abspath(p).startswith(ROOT + os.sep)]
         tests = pick(tests) + outside
         rt, scripts, docs = pick(rt), pick(scripts), pick(docs)
+    left_out = []
+    if a.leave_out:
+        listed = read_list(a.leave_out)
+        left_out = [j for j in tests + scripts + rt if os.path.relpath(j, ROOT) in listed]
+        tests, scripts, rt = ([t for t in paths if t not in left_out] for paths in (tests, scripts, rt))
     if np is None:
         print("warning: NumPy is missing, so results are not compared with references (apt-get install python3-numpy)")
     shd = ShdJob(shdc, a.meshes)
@@ -904,7 +941,10 @@ def main():
     times_path = os.path.join(build, "test-times.json")
     times = load_times(times_path)
     start = time.time()
-    r = Runner(jobs, a.keep, times)
+    r = Runner(jobs, a.keep, times, a.gcov and os.path.abspath(a.gcov))
+    if left_out:
+        print("leaving out %d tests listed in %s" % (len(left_out), os.path.relpath(os.path.abspath(a.leave_out))),
+              flush=True)
     try:
         r.run(a.jobs)
     except KeyboardInterrupt:

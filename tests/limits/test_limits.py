@@ -274,7 +274,7 @@ def main():
     ap.add_argument("--shdc", required=True)
     args = ap.parse_args()
     san = os.path.join(os.path.dirname(os.path.abspath(args.shdc)), "san", "shdc")
-    if os.path.basename(os.path.dirname(os.path.abspath(args.shdc))) == "san":   # make test-san
+    if b"__asan_init" in open(os.path.abspath(args.shdc), "rb").read():   # make test-san, tools/san-coverage
         san = os.path.abspath(args.shdc)
     if not os.path.exists(san):
         print("no sanitizer build at %s: run `make san` (make test does)" % san)

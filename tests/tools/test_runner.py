@@ -114,15 +114,31 @@ def main():
         with open(f, "w") as fh:
             fh.write("// RUN: X=2 | X=1 | X=4 | X=2\n// REF: ref_x = np.ones(8, np.float32)\n" + PROG.replace(
                 "mesh {X: 2}", "mesh {X: 4}"))
-        for opt, want in (("--meshes=ends", ["prog_m2", "prog_ref"]), ("--meshes=largest", ["prog_largest"]),
-                          ("--meshes=all", ["prog_m0", "prog_m2", "prog_m3", "prog_ref"])):
+        # Each mesh is built once (X=2 runs twice on one program).
+        for opt, want, nbuilt in (("--meshes=ends", ["m2", "ref"], 2), ("--meshes=largest", ["largest"], 1),
+                                  ("--meshes=all", ["m0", "m2", "m3", "ref"], 3)):
             p = runner(["--shdc", shdc, "--keep", opt, f], d)
             m = re.search(r"its files are in (\S+)", p.stdout)
-            built = sorted(x for x in os.listdir(m.group(1)) if x.startswith("prog_")) if m else None
-            if p.returncode != 0 or built != want:
-                failures.append("%s: exit %d, built %s, expected %s:\n%s" % (opt, p.returncode, built, want, p.stdout))
+            ran = sorted(x for x in os.listdir(m.group(1)) if os.path.isdir(os.path.join(m.group(1), x))) if m else None
+            built = len([x for x in os.listdir(m.group(1)) if x.startswith("prog_")]) if m else None
+            if p.returncode != 0 or ran != want or built != nbuilt:
+                failures.append("%s: exit %d, ran %s from %s programs, expected %s from %d:\n%s"
+                                % (opt, p.returncode, ran, built, want, nbuilt, p.stdout))
             if m:
                 shutil.rmtree(m.group(1), ignore_errors=True)
+        # --leave-out FILE: the tests it lists do not run (a line naming no
+        # test is an error, so that a list cannot outlive a renamed test).
+        listed = os.path.join(d, "leave-out")
+        with open(listed, "w") as fh:
+            fh.write("# a comment\n%s\n" % os.path.relpath(files[0], testlib.ROOT))
+        p = runner(["--shdc", shdc, "--leave-out", listed, files[0], f], d)
+        if p.returncode != 0 or "leaving out 1 tests" not in p.stdout or "1 of 1 tests passed" not in p.stdout:
+            failures.append("--leave-out: exit %d, expected the one listed test left out:\n%s" % (p.returncode, p.stdout))
+        with open(listed, "a") as fh:
+            fh.write("tests/no/such_test.shd\n")
+        p = runner(["--shdc", shdc, "--leave-out", listed, f], d)
+        if p.returncode == 0 or not re.search(r"leave-out:3: tests/no/such_test.shd: no such test", p.stdout + p.stderr):
+            failures.append("--leave-out naming no test: exit %d:\n%s%s" % (p.returncode, p.stdout, p.stderr))
         # Without --keep a passing test leaves nothing behind (in a temporary
         # directory of its own: the suite's other tests use the shared one).
         own = tempfile.mkdtemp(prefix="runner-tmp-")

@@ -83,9 +83,10 @@ def main():
     if not objs:
         print("no compiler objects beside %s: nothing to link the verifier with" % shdc)
         sys.exit(1)
-    # A sanitizer build's objects link with the sanitizers.
+    # A sanitizer build's objects link with the sanitizers, the coverage
+    # build's (tools/san-coverage) with gcov's library too.
     san = subprocess.run(["nm", os.path.join(build, "compiler", "ir.o")], capture_output=True, text=True).stdout
-    flags = ["-fsanitize=address,undefined"] if "__asan" in san else []
+    flags = (["-fsanitize=address,undefined"] if "__asan" in san else []) + (["--coverage"] if "__gcov" in san else [])
     failures = []
     with tempfile.TemporaryDirectory() as d:
         src, exe = os.path.join(d, "verify.c"), os.path.join(d, "verify")
