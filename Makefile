@@ -294,7 +294,7 @@ san: $(B)/stamp-deps
 # every test, as `make test-full` does.
 SAN_MESHES ?= largest
 SAN_LEAVE_OUT ?= tests/san-leave-out
-test-san: san $(B)/stamp-deps-test $(B)/stamp-npm
+test-san: all san $(B)/stamp-deps-test $(B)/stamp-npm
 	$(MAKE) B=$(B)/san SAN="$(SANFLAGS)" OPT="$(SAN_OPT)" runtime-tests
 	ln -sfn ../npm $(B)/san/npm
 	$(SAN_ENV) SHD_TEST_SAMPLE=4 "$$(tools/find-python)" tests/run.py -j $(TESTJOBS) --meshes=$(SAN_MESHES) \
