@@ -109,17 +109,11 @@ static int made(const char *path, bool dir) {
       signal(sigs[i], on_signal);
     }
   }
-  char *copy = strdup(path);
-  if (!copy)
-    return -1;
+  char *copy = mem_strdup(path);
   int i = g_made.n;
   if (i == g_made.cap) {
     int cap = g_made.cap ? 2 * g_made.cap : 64;
-    Made *grown = malloc(sizeof(Made) * (size_t)cap);
-    if (!grown) {
-      free(copy);
-      return -1;
-    }
+    Made *grown = mem_alloc(sizeof(Made) * (size_t)cap);
     if (i)
       memcpy(grown, g_made.slots, sizeof(Made) * (size_t)i);
     g_made.slots = grown;   /* the old array stays readable: a handler may hold it */
