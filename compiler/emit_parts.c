@@ -90,9 +90,7 @@ static void mark_calls(const IrBlock *b, const PtrMap *index, bool *called) {
 }
 
 static void unit_begin(Emit *e, const SourceFile *file, const bool *holds, char **buf, size_t *len) {
-  e->out = open_memstream(buf, len);
-  if (!e->out)
-    diag_ice("out of memory");
+  e->out = mem_open_stream(buf, len);
   e->unit = holds;
   emit_file_header(e, file);
   fprintf(e->out, "#ifdef SHD_SPLIT_CLONES\n#define SHD_FN_COPY(f, isa) f##__##isa\n"
@@ -100,8 +98,7 @@ static void unit_begin(Emit *e, const SourceFile *file, const bool *holds, char 
 }
 
 static void unit_end(Emit *e) {
-  if (fclose(e->out) != 0)
-    diag_ice("out of memory");
+  mem_close_stream(e->out);
   e->out = NULL;
   e->unit = NULL;
 }
@@ -207,12 +204,9 @@ int emit_module_units(const Module *mod, const SourceFile *file, int64_t main_pe
   for (int i = 0; i < nf; i++) {
     if (!live[i])
       continue;
-    e.out = open_memstream(&body[i], &blen[i]);
-    if (!e.out)
-      diag_ice("out of memory");
+    e.out = mem_open_stream(&body[i], &blen[i]);
     emit_func_body(&e, mod->funcs.data[i]);
-    if (fclose(e.out) != 0)
-      diag_ice("out of memory");
+    mem_close_stream(e.out);
   }
   int *group = plan_groups(mod, live, blen);
   int ngroups = 0;

@@ -64,6 +64,10 @@ void *mem_realloc(void *p, size_t n);
 char *mem_strdup(const char *s);
 void *mem_resize(void *p, int old, int n, size_t elem);
 void *mem_grow(void *p, int *cap, int need, size_t elem);
+/* A stream writing into *buf (open_memstream), the same way: mem_close_stream
+ * closes it, *buf and *len then hold the text (free *buf). */
+FILE *mem_open_stream(char **buf, size_t *len);
+void mem_close_stream(FILE *f);
 
 /* All compiler memory comes from one arena freed at exit: nodes, types and
  * IR are never freed individually. arena_alloc zero-fills. */
