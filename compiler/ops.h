@@ -7,7 +7,8 @@
  *
  * Included by the families, by ops.c, and by the stage files that own
  * something declared here (their builders); every other file needs only
- * shdc.h, which has what a stage reads of an operation: its OpDef.
+ * shdc.h, which has what a stage reads of an operation: its OpDef
+ * (tests/tools/test_layering.py holds the cut).
  */
 #ifndef OPS_H
 #define OPS_H
