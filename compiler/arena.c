@@ -5,8 +5,9 @@
  * tables by value id), so out of memory is reported in one place, and
  * SHDC_FAIL_ALLOC=N, which makes the Nth of them and every later one fail,
  * reaches every one (tests/errors/test_out_of_memory.py). Allocations
- * inside the C library (realpath, getline, open_memstream, stdio buffers)
- * are its own.
+ * inside the C library (realpath, getline, stdio buffers) are its own,
+ * but for text built in memory: mem_open_stream and mem_close_stream
+ * count open_memstream as an allocation and report its refusal here too.
  *
  * Every node, type and IR object lives until the process exits, so memory is
  * taken from large chunks and never freed one by one. Vec and Str are the two
@@ -82,6 +83,19 @@ void *mem_grow(void *p, int *cap, int need, size_t elem) {
   p = mem_resize(p, *cap, n, elem);
   *cap = n;
   return p;
+}
+
+FILE *mem_open_stream(char **buf, size_t *len) {
+  FILE *f = injected_failure() ? NULL : open_memstream(buf, len);
+  if (!f)
+    out_of_memory(BUFSIZ);   /* the C library's first buffer */
+  return f;
+}
+
+void mem_close_stream(FILE *f) {
+  long n = ftell(f);
+  if (fclose(f) != 0)   /* the last flush grows the buffer */
+    out_of_memory(n > 0 ? (size_t)n + 1 : 1);
 }
 
 void *arena_alloc(size_t n) {

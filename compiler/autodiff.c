@@ -41,7 +41,7 @@
  * any call: second derivatives work, except through a loop (the inner
  * gradient's tape is not differentiated: [E_GRAD]).
  */
-#include "shdc.h"
+#include "ops.h"
 
 typedef struct {
   Inst *loop;

@@ -482,9 +482,8 @@ static void show_log(const Unit *u, char **text, size_t *len) {
   FILE *f = file_open_regular(u->log, 64 << 20, &why, &size);
   if (!f)
     return;
-  *text = malloc((size_t)size + 1);
-  if (*text)
-    *len = fread(*text, 1, (size_t)size, f);
+  *text = mem_alloc((size_t)size + 1);
+  *len = fread(*text, 1, (size_t)size, f);
   fclose(f);
   if (*len)
     fwrite(*text, 1, *len, stderr);

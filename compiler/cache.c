@@ -207,9 +207,7 @@ static unsigned char *read_fd(int fd, long long max, size_t *len) {
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > max)
     return NULL;
   size_t cap = (size_t)st.st_size, n = 0;
-  unsigned char *buf = malloc(cap + 1);
-  if (!buf)
-    return NULL;
+  unsigned char *buf = mem_alloc(cap + 1);
   while (n < cap) {
     ssize_t r = read(fd, buf + n, cap - n);
     if (r < 0 && errno == EINTR)
@@ -434,11 +432,8 @@ bool cache_get(BuildCache *c, const char *key, const char *obj, char **messages,
   if (ok) {
     futimens(fd, NULL);   /* least recently used goes first; fails harmlessly on another user's entry */
     if (e.messages) {
-      *messages = malloc((size_t)e.messages);
-      if (*messages) {
-        memcpy(*messages, e.body_messages, (size_t)e.messages);
-        *nmessages = (size_t)e.messages;
-      }
+      *messages = memcpy(mem_alloc((size_t)e.messages), e.body_messages, (size_t)e.messages);
+      *nmessages = (size_t)e.messages;
     }
   }
   close(fd);
@@ -564,12 +559,12 @@ static int older_first(const void *a, const void *b) {
 
 /* Every entry (and temporary) of the cache; stale temporaries removed. */
 static Held *list_entries(BuildCache *c, int *n, long long *total) {
-  int cap = 256;
-  Held *h = malloc(sizeof(Held) * (size_t)cap);
+  int cap = 0;
+  Held *h = NULL;
   *n = 0;
   *total = 0;
   time_t now = time(NULL);
-  for (int i = 0; h && i < 256; i++) {
+  for (int i = 0; i < 256; i++) {
     const char *xx = arena_printf("%02x", i);
     int dir = c->sub[i] >= 0 ? c->sub[i] : (c->sub[i] = open_subdir(c->v1, xx, false));
     int dup_fd = dir >= 0 ? dup(dir) : -1;
@@ -591,12 +586,7 @@ static Held *list_entries(BuildCache *c, int *n, long long *total) {
         unlinkat(dir, de->d_name, 0);   /* left by a build that was killed */
         continue;
       }
-      if (*n == cap) {
-        Held *grown = realloc(h, sizeof(Held) * (size_t)(cap *= 2));
-        if (!grown)
-          break;
-        h = grown;
-      }
+      h = mem_grow(h, &cap, *n + 1, sizeof *h);
       Held *e = &h[(*n)++];
       e->sec = (long long)st.st_mtim.tv_sec;
       e->nsec = (long long)st.st_mtim.tv_nsec;

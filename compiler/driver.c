@@ -249,7 +249,7 @@ int drv_check_text(const char *name, const char *text, const char *max_memory, c
   int status;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
     ;
-  *out = s.buf ? s.buf : strdup("");
+  *out = s.buf ? s.buf : mem_strdup("");
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 

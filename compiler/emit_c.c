@@ -244,12 +244,7 @@ int emit_file_index(Emit *e, Pos pos) {
   if (k < 0)
     diag_ice("emit_file_index: order %d", k);
   if (k >= e->nfiles) {
-    const SourceFile **p = realloc(e->files, sizeof(*p) * (size_t)(k + 1));
-    if (!p)
-      diag_ice("out of memory");
-    for (int i = e->nfiles; i <= k; i++)
-      p[i] = NULL;
-    e->files = p;
+    e->files = mem_resize(e->files, e->nfiles, k + 1, sizeof *e->files);
     e->nfiles = k + 1;
   }
   if (f)
@@ -474,9 +469,7 @@ void emit_state_init(Emit *e, FILE *out, const Module *mod, const SourceFile *fi
   e->fused = e->plan->fused;
   e->uses = e->plan->uses;
   e->nobuf = e->plan->nobuf;
-  e->owned = calloc((size_t)mod->next_value + 1, sizeof(bool));
-  if (!e->owned)
-    diag_ice("out of memory");
+  e->owned = mem_calloc((size_t)mod->next_value + 1, sizeof(bool));
   const Func *mainf = emit_main_func(mod);
   e->main_body = mainf ? mainf->body : NULL;
 }

@@ -219,9 +219,7 @@ void emit_group(Emit *e, const Group *g) {
   emit_line(e, "shd_span_begin_at(SHD_SPAN_ELEMENTWISE, \"elementwise\", %d, %d);", emit_file_index(e, g->mem[0]->pos),
             g->mem[0]->pos.line);
   e->cur_group = g;
-  bool *need = calloc((size_t)g->n + 1, sizeof(bool));
-  if (!need)
-    diag_ice("out of memory");
+  bool *need = mem_calloc((size_t)g->n + 1, sizeof(bool));
   if (g->k < 0)
     flat_nest(e, g, need);
   else

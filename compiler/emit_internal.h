@@ -5,7 +5,7 @@
  * emit_program.c (blocks, control flow, functions, the one-file program)
  * and emit_parts.c (the same program as several translation units, for a
  * parallel build), and by no one else: the families see Emit only through
- * the builders of shdc.h. What is fused and grouped, and when each value
+ * the builders of ops.h. What is fused and grouped, and when each value
  * dies, is the plan's (schedule.h), which the emitter only reads.
  *
  * Layers, each calling only those below it: emit_parts.c, emit_program.c,
@@ -13,6 +13,7 @@
  */
 #ifndef EMIT_INTERNAL_H
 #define EMIT_INTERNAL_H
+#include "ops.h"
 #include "schedule.h"
 
 

@@ -55,9 +55,7 @@ static bool cut_after(const char *name) {
  * function) for the functions main reaches; -1 for the others. */
 static int *plan_groups(const Module *mod, const bool *live, const size_t *blen) {
   int nf = mod->funcs.len;
-  int *group = malloc(sizeof(int) * (size_t)(nf + 1));
-  if (!group)
-    diag_ice("out of memory");
+  int *group = mem_alloc(sizeof(int) * (size_t)(nf + 1));
   int open = -1;
   size_t bytes = 0;
   for (int i = 0; i < nf; i++) {
@@ -92,9 +90,7 @@ static void mark_calls(const IrBlock *b, const PtrMap *index, bool *called) {
 }
 
 static void unit_begin(Emit *e, const SourceFile *file, const bool *holds, char **buf, size_t *len) {
-  e->out = open_memstream(buf, len);
-  if (!e->out)
-    diag_ice("out of memory");
+  e->out = mem_open_stream(buf, len);
   e->unit = holds;
   emit_file_header(e, file);
   fprintf(e->out, "#ifdef SHD_SPLIT_CLONES\n#define SHD_FN_COPY(f, isa) f##__##isa\n"
@@ -102,8 +98,7 @@ static void unit_begin(Emit *e, const SourceFile *file, const bool *holds, char 
 }
 
 static void unit_end(Emit *e) {
-  if (fclose(e->out) != 0)
-    diag_ice("out of memory");
+  mem_close_stream(e->out);
   e->out = NULL;
   e->unit = NULL;
 }
@@ -112,9 +107,7 @@ static void unit_end(Emit *e) {
 static void group_unit(Emit *e, const Module *mod, const int *group, int g, int isa,
                        char *const *body, const size_t *blen, const PtrMap *index, EmitUnit *u) {
   int nf = mod->funcs.len;
-  bool *holds = calloc((size_t)nf + 1, sizeof(bool)), *called = calloc((size_t)nf + 1, sizeof(bool));
-  if (!holds || !called)
-    diag_ice("out of memory");
+  bool *holds = mem_calloc((size_t)nf + 1, sizeof(bool)), *called = mem_calloc((size_t)nf + 1, sizeof(bool));
   Str label = {0};
   for (int i = 0; i < nf; i++)
     if (group[i] == g) {
@@ -162,9 +155,7 @@ static void group_unit(Emit *e, const Module *mod, const int *group, int g, int 
 static void main_unit(Emit *e, const Module *mod, const SourceFile *file, const Func *mainf, const bool *live,
                       EmitUnit *u) {
   int nf = mod->funcs.len;
-  bool *none = calloc((size_t)nf + 1, sizeof(bool));
-  if (!none)
-    diag_ice("out of memory");
+  bool *none = mem_calloc((size_t)nf + 1, sizeof(bool));
   u->label = "entry point";
   unit_begin(e, file, none, &u->text, &u->len);
   FILE *o = e->out;
@@ -205,30 +196,23 @@ int emit_module_units(const Module *mod, const SourceFile *file, int64_t main_pe
   bool *live = emit_reachable(mod, mainf);
   int nf = mod->funcs.len, nisa = clones ? 3 : 1;
   /* Each function's body once, as text. */
-  char **body = calloc((size_t)nf + 1, sizeof(char *));
-  size_t *blen = calloc((size_t)nf + 1, sizeof(size_t));
-  if (!body || !blen)
-    diag_ice("out of memory");
+  char **body = mem_calloc((size_t)nf + 1, sizeof(char *));
+  size_t *blen = mem_calloc((size_t)nf + 1, sizeof(size_t));
   Emit e;
   emit_state_init(&e, NULL, mod, file);
   e.main_peak = main_peak;
   for (int i = 0; i < nf; i++) {
     if (!live[i])
       continue;
-    e.out = open_memstream(&body[i], &blen[i]);
-    if (!e.out)
-      diag_ice("out of memory");
+    e.out = mem_open_stream(&body[i], &blen[i]);
     emit_func_body(&e, mod->funcs.data[i]);
-    if (fclose(e.out) != 0)
-      diag_ice("out of memory");
+    mem_close_stream(e.out);
   }
   int *group = plan_groups(mod, live, blen);
   int ngroups = 0;
   for (int i = 0; i < nf; i++)
     ngroups += group[i] == i;
-  EmitUnit *u = calloc((size_t)(ngroups * nisa + 1), sizeof(EmitUnit));
-  if (!u)
-    diag_ice("out of memory");
+  EmitUnit *u = mem_calloc((size_t)(ngroups * nisa + 1), sizeof(EmitUnit));
   PtrMap index = {0};
   for (int i = 0; i < nf; i++)
     ptrmap_put(&index, mod->funcs.data[i], i);

@@ -54,7 +54,7 @@ static void emit_elementwise(Emit *e, const Inst *in) {
  * a block costs time linear in its length. */
 static Releases plan_releases(Emit *e, const IrBlock *b) {
   int n = b->insts.len, total = 0;
-  Releases r = {NULL, calloc((size_t)n + 2, sizeof(int))};
+  Releases r = {NULL, mem_calloc((size_t)n + 2, sizeof(int))};
   for (int i = 0; i < n; i++) {
     const Inst *in = b->insts.data[i];
     for (int k = 0; k < in->nresults; k++, total++) {
@@ -65,8 +65,8 @@ static Releases plan_releases(Emit *e, const IrBlock *b) {
   }
   for (int i = 0; i < n; i++)
     r.at[i + 1] += r.at[i];
-  r.vals = malloc(sizeof(Value *) * (size_t)(total + 1));
-  int *fill = malloc(sizeof(int) * (size_t)(n + 1));
+  r.vals = mem_alloc(sizeof(Value *) * (size_t)(total + 1));
+  int *fill = mem_alloc(sizeof(int) * (size_t)(n + 1));
   memcpy(fill, r.at, sizeof(int) * (size_t)(n + 1));
   for (int i = 0; i < n; i++) {
     const Inst *in = b->insts.data[i];
@@ -435,8 +435,8 @@ static void mark_callees(const IrBlock *b, const PtrMap *index, bool *live, int 
  * main), by a worklist over the calls: linear in the program. */
 bool *emit_reachable(const Module *mod, const Func *mainf) {
   int nf = mod->funcs.len, n = 0;
-  bool *live = calloc((size_t)nf + 1, sizeof(bool));
-  int *work = malloc(sizeof(int) * (size_t)(nf + 1));
+  bool *live = mem_calloc((size_t)nf + 1, sizeof(bool));
+  int *work = mem_alloc(sizeof(int) * (size_t)(nf + 1));
   PtrMap index = {0};
   for (int i = 0; i < nf; i++) {
     ptrmap_put(&index, mod->funcs.data[i], i);
@@ -463,7 +463,7 @@ void emit_main_fn(Emit *e, FILE *o, const Module *mod, const Func *mainf, const 
   int nf = 0;
   while (fams[nf])
     nf++;
-  const char **setup = calloc((size_t)nf + 1, sizeof *setup);
+  const char **setup = mem_calloc((size_t)nf + 1, sizeof *setup);
   for (int i = 0; i < nf; i++)
     setup[i] = fams[i]->main_setup ? fams[i]->main_setup(e, live) : NULL;
   int mfile = emit_file_index(e, mainf->pos);

@@ -212,15 +212,13 @@ static void bump(Sim *s) {
 }
 
 static int buf_entry(Sim *s, int64_t bytes, const Value *v) {
-  if (s->nbufs == s->capbufs) {
-    s->capbufs = s->capbufs ? s->capbufs * 2 : 256;
-    s->bytes = realloc(s->bytes, sizeof(int64_t) * (size_t)s->capbufs);
-    s->refs = realloc(s->refs, sizeof(int) * (size_t)s->capbufs);
-    s->val = realloc(s->val, sizeof(Value *) * (size_t)s->capbufs);
-    s->steal_of = realloc(s->steal_of, sizeof(int) * (size_t)s->capbufs);
-    s->taped = realloc(s->taped, sizeof(bool) * (size_t)s->capbufs);
-    if (!s->bytes || !s->refs || !s->val || !s->steal_of || !s->taped)
-      diag_ice("out of memory");
+  if (s->nbufs == s->capbufs) {   /* the by-buffer arrays grow together */
+    int old = s->capbufs;
+    s->bytes = mem_grow(s->bytes, &s->capbufs, s->nbufs + 1, sizeof *s->bytes);
+    s->refs = mem_resize(s->refs, old, s->capbufs, sizeof *s->refs);
+    s->val = mem_resize(s->val, old, s->capbufs, sizeof *s->val);
+    s->steal_of = mem_resize(s->steal_of, old, s->capbufs, sizeof *s->steal_of);
+    s->taped = mem_resize(s->taped, old, s->capbufs, sizeof *s->taped);
   }
   s->bytes[s->nbufs] = bytes;
   s->refs[s->nbufs] = 1;
@@ -361,9 +359,7 @@ static void sim_for(Sim *s, const Inst *in) {
     if (loop < 0) {
       loop = s->nloops++;
       ptrmap_put(&s->loop_map, in, loop);
-      s->loop_extra = realloc(s->loop_extra, sizeof(int64_t) * (size_t)s->nloops);
-      if (!s->loop_extra)
-        diag_ice("out of memory");
+      s->loop_extra = mem_resize(s->loop_extra, s->nloops - 1, s->nloops, sizeof *s->loop_extra);
     }
     s->loop_extra[loop] = extra;
   }
@@ -418,7 +414,7 @@ static void sim_if(Sim *s, const Inst *in) {
   int64_t live0 = s->live, peak0 = s->peak, stolen0 = s->stolen, peak2_0 = s->peak2;
   int *outs = arena_alloc(sizeof(int) * (size_t)(in->nresults + 1));
   int saved_n = s->nbufs, saved_pushes = s->npushes;
-  int *saved_refs = malloc(sizeof(int) * (size_t)(s->nbufs + 1));
+  int *saved_refs = mem_alloc(sizeof(int) * (size_t)(s->nbufs + 1));
   if (s->nbufs)
     memcpy(saved_refs, s->refs, sizeof(int) * (size_t)s->nbufs);
   sim_block(s, in->regions[1], outs);
@@ -507,11 +503,10 @@ static void sim_tape_push(Sim *s, const Inst *in) {
   if (bv >= 0)
     s->taped[bv] = true;
   s->bytes[bt] += moved;
-  if (s->npushes == s->cappushes) {
-    s->cappushes = s->cappushes ? 2 * s->cappushes : 64;
-    s->pushes = realloc(s->pushes, sizeof(int64_t) * 2 * (size_t)s->cappushes);
-    if (!s->pushes)
-      diag_ice("out of memory");
+  if (s->npushes == s->cappushes) {   /* (buffer, bytes) pairs */
+    int old = s->cappushes;
+    s->cappushes = old ? 2 * old : 64;
+    s->pushes = mem_resize(s->pushes, 2 * old, 2 * s->cappushes, sizeof *s->pushes);
   }
   s->pushes[2 * s->npushes] = bt;
   s->pushes[2 * s->npushes + 1] = moved;
@@ -554,10 +549,8 @@ static void sim_block(Sim *s, const IrBlock *b, int *yield_bufs) {
   const BlockPlan *bp = sched_block(s->plan, b);
   /* the instructions made at each index, in order (a loop group's members
    * at its last one, then the tape pushes made after the group) */
-  int *head = malloc(sizeof(int) * (size_t)(n + 1)), *tail = malloc(sizeof(int) * (size_t)(n + 1)),
-      *next = malloc(sizeof(int) * (size_t)(n + 1));
-  if (!head || !tail || !next)
-    diag_ice("out of memory");
+  int *head = mem_alloc(sizeof(int) * (size_t)(n + 1)), *tail = mem_alloc(sizeof(int) * (size_t)(n + 1)),
+      *next = mem_alloc(sizeof(int) * (size_t)(n + 1));
   for (int i = 0; i < n; i++)
     head[i] = tail[i] = next[i] = -1;
   for (int pass = 0; pass < 2; pass++)
@@ -571,7 +564,7 @@ static void sim_block(Sim *s, const IrBlock *b, int *yield_bufs) {
         next[tail[i]] = j;
       tail[i] = j;
     }
-  int *dying = malloc(sizeof(int) * (size_t)(n + 1));
+  int *dying = mem_alloc(sizeof(int) * (size_t)(n + 1));
   for (int i = 0; i < n; i++)
     dying[i] = -1;
   for (int i = 0; i < n; i++) {
@@ -606,7 +599,7 @@ static void summarise(Sim *s, const Func *f, Summary *sm) {
   s->cur = NULL;
   /* Parameters are the caller's buffers: counted, never released here. */
   int np = f->body->nargs;
-  int *param_of = calloc((size_t)np + 1, sizeof(int));
+  int *param_of = mem_calloc((size_t)np + 1, sizeof(int));
   for (int i = 0; i < np; i++) {
     const Value *p = f->body->args[i];
     s->buf_of[p->id] = p->type.rank ? buf_new(s, local_bytes(s->mod, &p->type), f->pos, p) : -1;
@@ -643,7 +636,7 @@ static void summarise_all(Sim *s) {
   ir_call_graph(s->mod, nf, &g);
   s->func_index = g.index;
   g.index = (PtrMap){0};
-  s->sums = calloc((size_t)nf + 1, sizeof(Summary));
+  s->sums = mem_calloc((size_t)nf + 1, sizeof(Summary));
   for (int k = 0; k < nf; k++)
     summarise(s, s->mod->funcs.data[g.order[k]], &s->sums[g.order[k]]);
   ir_call_graph_free(&g);
@@ -671,8 +664,8 @@ static Sim *sim_module(const Module *mod) {
   memset(s, 0, sizeof *s);
   s->mod = mod;
   size_t nv = (size_t)mod->next_value + 1;
-  s->buf_of = calloc(nv, sizeof(int));
-  s->dead_next = calloc(nv, sizeof(int));
+  s->buf_of = mem_calloc(nv, sizeof(int));
+  s->dead_next = mem_calloc(nv, sizeof(int));
   s->plan = sched_plan(mod);
   s->last_use = s->plan->last_use;
   summarise_all(s);

@@ -97,7 +97,10 @@ static void on_signal(int sig) {
   raise(sig);
 }
 
-static int made(const char *path, bool dir) {
+/* Room for one more path of at most len bytes, taken before the file is
+ * made: once it exists, registering it (made) cannot fail, so out of
+ * memory never leaves behind a file it made. */
+static char *made_reserve(size_t len) {
   if (!g_made.hooked) {
     g_made.hooked = true;
     atexit(remove_made);
@@ -109,25 +112,22 @@ static int made(const char *path, bool dir) {
       signal(sigs[i], on_signal);
     }
   }
-  char *copy = strdup(path);
-  if (!copy)
-    return -1;
-  int i = g_made.n;
-  if (i == g_made.cap) {
+  if (g_made.n == g_made.cap) {
     int cap = g_made.cap ? 2 * g_made.cap : 64;
-    Made *grown = malloc(sizeof(Made) * (size_t)cap);
-    if (!grown) {
-      free(copy);
-      return -1;
-    }
-    if (i)
-      memcpy(grown, g_made.slots, sizeof(Made) * (size_t)i);
+    Made *grown = mem_alloc(sizeof(Made) * (size_t)cap);
+    if (g_made.n)
+      memcpy(grown, g_made.slots, sizeof(Made) * (size_t)g_made.n);
     g_made.slots = grown;   /* the old array stays readable: a handler may hold it */
     g_made.cap = cap;
   }
-  g_made.slots[i] = (Made){copy, dir};
+  return mem_alloc(len + 1);
+}
+
+/* Registers path in the room made_reserve took (room: at least its length). */
+static void made(char *room, const char *path, bool dir) {
+  int i = g_made.n;
+  g_made.slots[i] = (Made){strcpy(room, path), dir};
   g_made.n = i + 1;
-  return i;
 }
 
 void file_forget(const char *path) {
@@ -147,15 +147,18 @@ const char *file_private_dir(const char *beside) {
     const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     tmpl = arena_printf("%s/shdc-XXXXXX", tmp);
   }
-  if (!mkdtemp(tmpl))
+  char *room = made_reserve(strlen(tmpl));   /* mkdtemp keeps the length */
+  if (!mkdtemp(tmpl)) {
+    free(room);
     return NULL;
-  made(tmpl, true);
+  }
+  made(room, tmpl, true);
   return tmpl;
 }
 
 const char *file_private_path(const char *dir, const char *name) {
   const char *p = arena_printf("%s/%s", dir, name);
-  made(p, false);
+  made(made_reserve(strlen(p)), p, false);   /* before the file exists */
   return p;
 }
 
@@ -170,12 +173,14 @@ FILE *file_out_open(FileOut *o, const char *path) {
     errno = EEXIST;
     return NULL;
   }
+  char *room = made_reserve(sizeof o->tmp.path);
   int fd = shd_temp_create(&o->tmp, path, "shdc-out");
   if (fd < 0) {
     o->why = arena_printf("cannot create a file beside %s: %s", path, strerror(errno));
+    free(room);
     return NULL;
   }
-  made(o->tmp.path, false);
+  made(room, o->tmp.path, false);
   o->f = fdopen(fd, "w");
   if (!o->f) {
     o->why = arena_printf("cannot write %s: %s", path, strerror(errno));

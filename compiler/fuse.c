@@ -214,12 +214,7 @@ static int64_t col_count(const Group *g) {
 }
 
 static void group_add(Group *g, const Inst *in, int idx) {
-  if (g->n == g->cap) {
-    g->cap = g->cap ? 2 * g->cap : 8;
-    g->mem = realloc(g->mem, sizeof(Inst *) * (size_t)g->cap);
-    if (!g->mem)
-      diag_ice("out of memory");
-  }
+  g->mem = mem_grow(g->mem, &g->cap, g->n + 1, sizeof *g->mem);
   if (!g->n)
     g->first = idx;
   g->mem[g->n++] = in;
@@ -323,10 +318,8 @@ static bool finish_group(const Fuse *f, Group *g, int gi) {
       s->gmember[g->mem[i]->results[0]->id] = 0;
     return false;
   }
-  g->stage = calloc((size_t)g->n + 1, sizeof(int));
-  g->kind = calloc((size_t)g->n + 1, sizeof(MemberKind));
-  if (!g->stage || !g->kind)
-    diag_ice("out of memory");
+  g->stage = mem_calloc((size_t)g->n + 1, sizeof(int));
+  g->kind = mem_calloc((size_t)g->n + 1, sizeof(MemberKind));
   StageScan sc = {gi, 0, s->scratch};   /* by value id; zero outside fuse_chains */
   for (int i = 0; i < g->n; i++) {
     const Inst *m = g->mem[i];
@@ -368,12 +361,7 @@ static void close_group(const Fuse *f, Group *cur, BlockPlan *bp, int *cap) {
     free_group(cur);
     return;
   }
-  if (bp->ngroups == *cap) {
-    *cap = *cap ? 2 * *cap : 4;
-    bp->groups = realloc(bp->groups, sizeof(Group) * (size_t)*cap);
-    if (!bp->groups)
-      diag_ice("out of memory");
-  }
+  bp->groups = mem_grow(bp->groups, cap, bp->ngroups + 1, sizeof *bp->groups);
   bp->groups[bp->ngroups++] = *cur;
 }
 
@@ -423,12 +411,7 @@ static bool sinkable(const Inst *in) {
 
 /* Appends instruction index idx to a group's list (sunk or deferred). */
 static void push_index(int **a, int *n, int *cap, int idx) {
-  if (*n == *cap) {
-    *cap = *cap ? 2 * *cap : 4;
-    *a = realloc(*a, sizeof(int) * (size_t)*cap);
-    if (!*a)
-      diag_ice("out of memory");
-  }
+  *a = mem_grow(*a, cap, *n + 1, sizeof **a);
   (*a)[(*n)++] = idx;
 }
 

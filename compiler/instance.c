@@ -29,7 +29,7 @@
  * MAX_INST_DEPTH deep (a function that calls itself with ever larger types
  * would not end), with an error at the call that goes past.
  */
-#include "shdc.h"
+#include "ops.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 #define MAX_INST_DEPTH 500

@@ -8,7 +8,7 @@
  * shows local shapes. The text form is documented in docs/spmd-ir.md, and
  * the verifier checks the invariants every pass relies on.
  */
-#include "shdc.h"
+#include "ops.h"
 
 Module *ir_module(const Mesh *m) {
   Module *mod = arena_alloc(sizeof *mod);

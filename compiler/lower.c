@@ -26,7 +26,7 @@
 #include <float.h>
 #include <math.h>
 
-#include "shdc.h"
+#include "ops.h"
 
 struct Lower {
   Module *mod;

@@ -296,11 +296,9 @@ static json_t *elsewhere(const LspCtx *c, json_t *d, const char *docs) {
 static json_t *diagnostics(LspCtx *c) {
   char *text = NULL;
   size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  if (!f)
-    return json_array();
+  FILE *f = mem_open_stream(&text, &len);
   diagout_write(f);
-  fclose(f);
+  mem_close_stream(f);
   json_error_t err;
   json_t *all = json_loadb(text ? text : "[]", len, 0, &err);
   free(text);

@@ -1,6 +1,9 @@
-/* main.c: the shdc command line: the usage text, the options, and the
- * command each run (driver.c runs the pipeline). The pipeline, as
- * straight-line code:
+/* main.c: the shdc command line: a table of the commands (one row each:
+ * its name, what it takes, the function that runs it, its lines of the
+ * usage, from which the usage is written), the options every command
+ * shares, and the checks of a command line against the table before a
+ * command runs (driver.c runs the pipeline). The pipeline, as straight-line
+ * code:
  *
  *   parse -> typecheck -> lower (global IR) -> autodiff -> partition (SPMD IR)
  *         -> optimize -> emit C -> mpicc
@@ -24,27 +27,12 @@
 
 #include "driver.h"
 
-static const char usage[] =
+/* The usage text around the commands, which the table below gives. */
+static const char usage_head[] =
     "usage: shdc COMMAND [options] FILE\n"
     "\n"
-    "commands:\n"
-    "  check FILE...          parse, type-check and differentiate; diagnostics on stderr\n"
-    "  types FILE             print FUNCTION.NAME: TYPE for every binding\n"
-    "  show FILE [FUNC.NAME...]  draw which device holds which block of each array\n"
-    "  build FILE -o PROG     compile to an executable for mpirun\n"
-    "  emit-ir FILE           print the SPMD IR after partitioning (--global: before)\n"
-    "  emit-c FILE            print the generated C\n"
-    "  explain FILE           list every collective inserted, with bytes per rank,\n"
-    "                         and the peak bytes of live arrays per rank\n"
-    "  plan FILE --devices=N  every layout of the mesh axes over N devices, ranked by\n"
-    "                         estimated step time, with the peak memory per rank\n"
-    "  trace-summary RUN.json time per category (gemm, elementwise, communication,\n"
-    "                         waiting) and collectives per rank of a SHD_TRACE=RUN.json run\n"
-    "  explain-error [CODE]   what an error code means: the rule, a program with the\n"
-    "                         error, its message and the fix (no CODE: list them; --all)\n"
-    "  lsp                    a Language Server Protocol server on stdin/stdout (editors:\n"
-    "                         diagnostics and fixes, hover types, definitions, symbols;\n"
-    "                         -I DIR as for check)\n"
+    "commands:\n";
+static const char usage_options[] =
     "\n"
     "options:\n"
     "  --mesh AXIS=N,...      override mesh axis sizes (e.g. --mesh data=2,model=1)\n"
@@ -84,6 +72,7 @@ static const char usage[] =
     "\n"
     "exit status: 0 clean, 1 errors in the program, 2 usage, I/O or toolchain trouble\n"
     "each error ends with its code, e.g. [E_CONTRACT]: shdc explain-error E_CONTRACT explains it\n";
+
 /* --mesh data=2,model=1: syntax here, names once the file is parsed. */
 static void check_mesh_syntax(const char *m) {
   const char *p = m;
@@ -176,13 +165,186 @@ static void build_environment(Options *o, bool isa_given) {
     drv_usage_error("SHDC_CACHE_SIZE=%s: expected the build cache's bound in bytes, e.g. 1GiB, 500MB or 2e9", size);
 }
 
+/* ---- the command line, as parsed --------------------------------------------------- */
+
+/* The options only some commands take: given to another, a usage error
+ * that names the commands taking it (the table's). */
+enum {
+  OPT_NETWORK = 1,
+  OPT_MAX_MEMORY = 2,
+  OPT_DEVICES = 4,
+  OPT_MEMORY = 8,
+  OPT_FLOPS = 16,
+  OPT_JSON = 32,
+  OPT_ISA = 64,
+};
+
+typedef struct {
+  Options o;
+  int max_errors;      /* --max-errors; -1: 100 printed, all in a JSON or SARIF document */
+  const char *isa;     /* --isa as given, or NULL */
+} CommandLine;
+
+/* ---- the commands ---------------------------------------------------------------------- */
+
+/* What a command takes after its name: no FILE, one FILE, one or more, or
+ * (a command that reads its own arguments) anything. */
+typedef enum { TAKES_NOTHING, TAKES_ONE_FILE, TAKES_FILES, TAKES_ARGS } Takes;
+
+typedef struct Command {
+  const char *name;
+  const char *synopsis;    /* what it takes, as the usage writes it after the name */
+  const char *help;        /* its lines in the usage; NULL: a developer's command, not listed */
+  Takes takes;
+  unsigned options;        /* the OPT_ options it takes */
+  /* Runs the command on the parsed command line; or (run_args), for
+   * explain-error and the developer's commands, which read their own
+   * arguments, on argv, when it is the first argument (and, taking
+   * nothing, the only one). */
+  int (*run)(CommandLine *cl, const struct Command *c);
+  int (*run_args)(int argc, char **argv);
+} Command;
+
+static int run_pipeline(CommandLine *cl, const Command *c);
+static int run_show(CommandLine *cl, const Command *c);
+static int run_plan(CommandLine *cl, const Command *c);
+static int run_trace_summary(CommandLine *cl, const Command *c);
+static int run_lsp(CommandLine *cl, const Command *c);
+static int explain_error_main(int argc, char **argv);
+static int list_ops_main(int argc, char **argv);
+static int sha256_main(int argc, char **argv);
+
+/* One row per command, in the order of the usage. */
+static const Command commands[] = {
+    {"check", "FILE...", "parse, type-check and differentiate; diagnostics on stderr", TAKES_FILES, OPT_MAX_MEMORY,
+     run_pipeline, NULL},
+    {"types", "FILE", "print FUNCTION.NAME: TYPE for every binding", TAKES_ONE_FILE, 0, run_pipeline, NULL},
+    {"show", "FILE [FUNC.NAME...]", "draw which device holds which block of each array", TAKES_FILES, 0, run_show,
+     NULL},
+    {"build", "FILE -o PROG", "compile to an executable for mpirun", TAKES_ONE_FILE, OPT_MAX_MEMORY | OPT_ISA,
+     run_pipeline, NULL},
+    {"emit-ir", "FILE", "print the SPMD IR after partitioning (--global: before)", TAKES_ONE_FILE, 0, run_pipeline,
+     NULL},
+    {"emit-c", "FILE", "print the generated C", TAKES_ONE_FILE, 0, run_pipeline, NULL},
+    {"explain", "FILE",
+     "list every collective inserted, with bytes per rank,\n"
+     "and the peak bytes of live arrays per rank",
+     TAKES_ONE_FILE, OPT_NETWORK, run_pipeline, NULL},
+    {"plan", "FILE --devices=N",
+     "every layout of the mesh axes over N devices, ranked by\n"
+     "estimated step time, with the peak memory per rank",
+     TAKES_ONE_FILE, OPT_NETWORK | OPT_DEVICES | OPT_MEMORY | OPT_FLOPS | OPT_JSON, run_plan, NULL},
+    {"trace-summary", "RUN.json",
+     "time per category (gemm, elementwise, communication,\n"
+     "waiting) and collectives per rank of a SHD_TRACE=RUN.json run",
+     TAKES_ONE_FILE, 0, run_trace_summary, NULL},
+    {"explain-error", "[CODE]",
+     "what an error code means: the rule, a program with the\n"
+     "error, its message and the fix (no CODE: list them; --all)",
+     TAKES_ARGS, 0, NULL, explain_error_main},
+    {"lsp", "",
+     "a Language Server Protocol server on stdin/stdout (editors:\n"
+     "diagnostics and fixes, hover types, definitions, symbols;\n"
+     "-I DIR as for check)",
+     TAKES_NOTHING, 0, run_lsp, NULL},
+    /* the developer's commands: the registry's builtins and IR operations
+     * (ops.c), which a test compares with the docs; the build cache's
+     * SHA-256 of files */
+    {"list-ops", "", NULL, TAKES_NOTHING, 0, NULL, list_ops_main},
+    {"sha256", "[FILE...]", NULL, TAKES_ARGS, 0, NULL, sha256_main},
+};
+enum { NCOMMANDS = sizeof commands / sizeof *commands };
+
+static const Command *command_named(const char *name) {
+  for (int i = 0; i < NCOMMANDS; i++)
+    if (!strcmp(commands[i].name, name))
+      return &commands[i];
+  return NULL;
+}
+
+/* The usage: each listed command's name and synopsis after two spaces,
+ * its help from column HELP_AT (two spaces after a longer synopsis), a
+ * line of the help a line of the usage. */
+enum { HELP_AT = 25 };
+static const char *usage_text(void) {
+  static Str s;
+  if (s.len)
+    return s.buf;
+  str_printf(&s, "%s", usage_head);
+  for (int i = 0; i < NCOMMANDS; i++) {
+    const Command *c = &commands[i];
+    if (!c->help)
+      continue;
+    const char *head = arena_printf("  %s%s%s", c->name, c->synopsis[0] ? " " : "", c->synopsis);
+    int width = (int)strlen(head) < HELP_AT ? HELP_AT : (int)strlen(head) + 2;
+    str_printf(&s, "%-*s", width, head);
+    for (const char *h = c->help; *h;) {
+      size_t n = strcspn(h, "\n");
+      str_printf(&s, "%*s%.*s\n", h == c->help ? 0 : HELP_AT, "", (int)n, h);
+      h += n + (h[n] == '\n');
+    }
+  }
+  str_printf(&s, "%s", usage_options);
+  return s.buf;
+}
+
+/* The commands that take option opt, in alphabetical order, as a phrase:
+ * "build and check". */
+static const char *commands_taking(unsigned opt) {
+  const char *names[NCOMMANDS];
+  int n = 0;
+  for (int i = 0; i < NCOMMANDS; i++)
+    if (commands[i].options & opt) {
+      int k = n++;
+      for (; k > 0 && strcmp(names[k - 1], commands[i].name) > 0; k--)
+        names[k] = names[k - 1];
+      names[k] = commands[i].name;
+    }
+  Str s = {0};
+  for (int i = 0; i < n; i++)
+    str_printf(&s, "%s%s", i == 0 ? "" : i == n - 1 ? " and " : ", ", names[i]);
+  const char *out = arena_strdup(n ? str_cstr(&s) : "");
+  free(s.buf);
+  return out;
+}
+
+/* Those of the OPT_ options the command line gives. */
+static unsigned options_given(const CommandLine *cl) {
+  const Options *o = &cl->o;
+  return (o->network ? OPT_NETWORK : 0) | (o->max_memory ? OPT_MAX_MEMORY : 0) | (o->devices ? OPT_DEVICES : 0) |
+         (o->memory ? OPT_MEMORY : 0) | (o->flops > 0 ? OPT_FLOPS : 0) | (o->json ? OPT_JSON : 0) |
+         (cl->isa ? OPT_ISA : 0);
+}
+
+/* An option the command does not take: a usage error naming those that do. */
+static void check_option(const CommandLine *cl, const Command *c, unsigned opt, const char *name, const char *note) {
+  if ((options_given(cl) & opt) && !(c->options & opt))
+    drv_usage_error("%s is an option of %s%s", name, commands_taking(opt), note);
+}
+
+/* What every command with a FILE checks before it runs: its FILEs, then
+ * the options of other commands (--isa is build's own check, later). */
+static void check_command_line(const CommandLine *cl, const Command *c) {
+  const Options *o = &cl->o;
+  if (o->files.len == 0)
+    drv_usage_error("%s needs a FILE", c->name);
+  if (o->files.len > 1 && c->takes == TAKES_ONE_FILE)
+    drv_usage_error("%s takes one FILE", c->name);
+  check_option(cl, c, OPT_NETWORK, "--network", "");
+  check_option(cl, c, OPT_MAX_MEMORY, "--max-memory", " (plan takes --memory)");
+  check_option(cl, c, OPT_DEVICES, "--devices", "");
+  check_option(cl, c, OPT_MEMORY, "--memory", "");
+  check_option(cl, c, OPT_FLOPS, "--flops", "");
+  check_option(cl, c, OPT_JSON, "--json", "");
+}
+
 /* --help and --version: their text, and exit 2 when it could not be
  * written (a full disk, a closed pipe) rather than 0. */
 static int print_info(bool version) {
   if (version)
     drv_print_version(stdout);
   else
-    fputs(usage, stdout);
+    fputs(usage_text(), stdout);
   if (fflush(stdout) != 0 || ferror(stdout)) {
     fprintf(stderr, "shdc: error: cannot write the %s: %s\n", version ? "version" : "help", strerror(errno));
     return 2;
@@ -190,10 +352,34 @@ static int print_info(bool version) {
   return 0;
 }
 
+/* ---- the commands that read their own arguments ------------------------------------------ */
+
+/* `shdc explain-error [CODE | --all]`. */
+static int explain_error_main(int argc, char **argv) {
+  if (argc > 3)
+    drv_usage_error("explain-error takes one CODE (or --all), e.g. shdc explain-error E_CONTRACT");
+  bool all = argc == 3 && !strcmp(argv[2], "--all");
+  if (argc == 3 && !all && argv[2][0] == '-')
+    drv_usage_error("unknown option '%s' of explain-error (its only option is --all)", argv[2]);
+  int rc = drv_explain_error(argc == 3 && !all ? argv[2] : NULL, all);
+  if (fflush(stdout) != 0 || ferror(stdout))
+    drv_io_error("cannot write the output: %s", strerror(errno));
+  return rc;
+}
+
+/* `shdc list-ops`, a developer's command: the registry's builtins and IR
+ * operations (ops.c), which a test compares with the docs. */
+static int list_ops_main(int argc, char **argv) {
+  if (op_list(stdout))
+    return 0;
+  fprintf(stderr, "shdc: error: cannot write the list to stdout: %s\n", strerror(errno));
+  return 2;
+}
+
 /* `shdc sha256 [FILE...]`, a developer's command (as list-ops is): the
  * build cache's SHA-256 of each file (stdin without one), printed as
  * sha256sum prints, which a test compares it with. */
-static int print_sha256(int argc, char **argv) {
+static int sha256_main(int argc, char **argv) {
   int rc = 0;
   for (int i = 2; i < argc || i == 2; i++) {
     const char *name = i < argc ? argv[i] : "-", *why = NULL;
@@ -224,32 +410,76 @@ static int print_sha256(int argc, char **argv) {
   return rc;
 }
 
-static int drv_main(int argc, char **argv) {
-  /* A developer's command, not in the usage: the registry's builtins and
-   * IR operations (ops.c), which a test compares with the docs. */
-  if (argc == 2 && !strcmp(argv[1], "list-ops")) {
-    if (op_list(stdout))
-      return 0;
-    fprintf(stderr, "shdc: error: cannot write the list to stdout: %s\n", strerror(errno));
-    return 2;
+/* ---- the commands of the parsed command line --------------------------------------------- */
+
+/* lsp takes no FILE; it reads -I and leaves the other options alone. */
+static int run_lsp(CommandLine *cl, const Command *c) {
+  if (cl->o.files.len)
+    drv_usage_error("lsp takes no FILE: it talks the Language Server Protocol on stdin and stdout");
+  return lsp_main(&cl->o.incdirs);
+}
+
+static int run_plan(CommandLine *cl, const Command *c) {
+  if (!cl->o.devices)
+    drv_usage_error("plan needs --devices=N, the number of devices to lay the mesh over");
+  return drv_plan(&cl->o, cl->o.files.data[0]);
+}
+
+static int run_trace_summary(CommandLine *cl, const Command *c) { return tsum_run(cl->o.files.data[0]); }
+
+static int run_show(CommandLine *cl, const Command *c) {
+  int r = drv_run_one(&cl->o, cl->o.files.data[0]);
+  diag_finish();
+  return r;
+}
+
+/* check, types, build, emit-ir, emit-c, explain: each FILE through the
+ * pipeline (driver.c), with the outputs and build's settings checked
+ * first. */
+static int run_pipeline(CommandLine *cl, const Command *c) {
+  Options *o = &cl->o;
+  bool check = !strcmp(c->name, "check"), build = !strcmp(c->name, "build");
+  if (o->out && check && o->diagnostics == DIAG_PLAIN)
+    drv_usage_error("check -o FILE writes a diagnostics document: add --diagnostics=json or --diagnostics=sarif");
+  if (o->out && (build || check))
+    for (int i = 0; i < o->files.len; i++)
+      check_output(o->out, o->files.data[i], "-o");
+  check_option(cl, c, OPT_ISA, "--isa", "");
+  if (build) {
+    build_environment(o, cl->isa != NULL);
+    if (!o->out)
+      drv_usage_error("build needs -o PROG");
+    if (o->keep_c)
+      check_output(arena_printf("%s.c", o->out), o->files.data[0], "--keep-c's");
   }
-  if (argc >= 2 && !strcmp(argv[1], "sha256"))
-    return print_sha256(argc, argv);
-  Options o;
-  memset(&o, 0, sizeof o);
-  if (argc >= 2 && !strcmp(argv[1], "explain-error")) {
-    if (argc > 3)
-      drv_usage_error("explain-error takes one CODE (or --all), e.g. shdc explain-error E_CONTRACT");
-    bool all = argc == 3 && !strcmp(argv[2], "--all");
-    if (argc == 3 && !all && argv[2][0] == '-')
-      drv_usage_error("unknown option '%s' of explain-error (its only option is --all)", argv[2]);
-    int rc = drv_explain_error(argc == 3 && !all ? argv[2] : NULL, all);
-    if (fflush(stdout) != 0 || ferror(stdout))
-      drv_io_error("cannot write the output: %s", strerror(errno));
-    return rc;
+  int max_errors = cl->max_errors >= 0 ? cl->max_errors : o->diagnostics == DIAG_PLAIN ? 100 : 0;
+  diag_set_max_errors(max_errors);
+  diagout_start(o->diagnostics);
+  int rc = 0;
+  for (int i = 0; i < o->files.len; i++) {
+    int r = drv_run_one(o, o->files.data[i]);
+    diag_finish();
+    int hidden = diag_errors_not_shown();
+    if (hidden)
+      fprintf(stderr, "shdc: %s: %d more error%s not shown (--max-errors=%d; --max-errors=0 shows all)\n",
+              (const char *)o->files.data[i], hidden, hidden == 1 ? "" : "s", max_errors);
+    if (r > rc)
+      rc = r;
   }
-  int max_errors = -1;   /* default: 100 printed; all in a JSON or SARIF document */
-  const char *isa = NULL;
+  if (o->diagnostics != DIAG_PLAIN && !drv_write_diagnostics(o))
+    rc = 2;
+  if (fflush(stdout) != 0 || ferror(stdout))
+    drv_io_error("cannot write the output: %s", strerror(errno));
+  return rc;
+}
+
+/* ---- the options, shared by every command ------------------------------------------------ */
+
+/* The options and the command's word from argv into cl; the first word
+ * that is not an option is the command, the others its FILEs. --help and
+ * --version end the parse: their exit status, else -1. */
+static int parse_command_line(int argc, char **argv, CommandLine *cl) {
+  Options *o = &cl->o;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h") || !strcmp(a, "help")) {
@@ -259,61 +489,61 @@ static int drv_main(int argc, char **argv) {
     } else if (!strcmp(a, "-o")) {
       if (++i >= argc)
         drv_usage_error("-o needs a file name");
-      if (o.out)
+      if (o->out)
         drv_usage_error("-o is given twice");
-      o.out = argv[i];
+      o->out = argv[i];
     } else if (!strncmp(a, "--max-errors=", 13)) {
       char *end;
       long n = strtol(a + 13, &end, 10);
       if (!a[13] || *end || n < 0 || n > 1000000)
         drv_usage_error("--max-errors expects a count from 0 (no limit) to 1000000, not '%s'", a + 13);
-      max_errors = (int)n;
+      cl->max_errors = (int)n;
     } else if (!strcmp(a, "--mesh") || !strncmp(a, "--mesh=", 7)) {
-      if (o.mesh)
+      if (o->mesh)
         drv_usage_error("--mesh is given twice; name every axis in one --mesh AXIS=N,...");
       if (a[6] == '=')
-        o.mesh = a + 7;
+        o->mesh = a + 7;
       else if (++i >= argc)
         drv_usage_error("--mesh needs AXIS=N,...");
       else
-        o.mesh = argv[i];
-      check_mesh_syntax(o.mesh);
+        o->mesh = argv[i];
+      check_mesh_syntax(o->mesh);
     } else if (!strcmp(a, "-D") || !strncmp(a, "-D", 2)) {
       const char *d = a[2] ? a + 2 : NULL;
       if (!d && ++i >= argc)
         drv_usage_error("-D needs NAME=VALUE (e.g. -D C=256)");
       d = d ? d : argv[i];
       check_define_syntax(d);
-      vec_push(&o.defines, (void *)d);
+      vec_push(&o->defines, (void *)d);
     } else if (!strcmp(a, "-I") || !strncmp(a, "-I", 2)) {
       const char *d = a[2] ? a + 2 : NULL;
       if (!d && ++i >= argc)
         drv_usage_error("-I needs a directory (e.g. -I lib)");
-      vec_push(&o.incdirs, (void *)(d ? d : argv[i]));
+      vec_push(&o->incdirs, (void *)(d ? d : argv[i]));
     } else if (!strncmp(a, "-O", 2) && strlen(a) == 3 && a[2] >= '0' && a[2] <= '3') {
-      o.opt = a;
+      o->opt = a;
     } else if (!strcmp(a, "--isa") || !strncmp(a, "--isa=", 6)) {
-      if (isa)
+      if (cl->isa)
         drv_usage_error("--isa is given twice");
       if (a[5] == '=')
-        isa = a + 6;
+        cl->isa = a + 6;
       else if (++i >= argc)
         drv_usage_error("--isa needs clones, native or baseline");
       else
-        isa = argv[i];
-      o.isa = parse_isa(isa, "--isa");
+        cl->isa = argv[i];
+      o->isa = parse_isa(cl->isa, "--isa");
     } else if (!strcmp(a, "--keep-c")) {
-      o.keep_c = true;
+      o->keep_c = true;
     } else if (!strcmp(a, "--global")) {
-      o.global_ir = true;
+      o->global_ir = true;
     } else if (!strcmp(a, "--network") || !strncmp(a, "--network=", 10)) {
       if (a[9] == '=')
-        o.network = a + 10;
+        o->network = a + 10;
       else if (++i >= argc)
         drv_usage_error("--network needs BANDWIDTH,LATENCY or a file");
       else
-        o.network = argv[i];
-      const char *err = net_parse(&o.net, o.network);
+        o->network = argv[i];
+      const char *err = net_parse(&o->net, o->network);
       if (err)
         drv_usage_error("--network: %s", err);
     } else if (!strncmp(a, "--max-memory=", 13) || !strncmp(a, "--memory=", 9)) {
@@ -322,120 +552,70 @@ static int drv_main(int argc, char **argv) {
       int64_t bytes;
       if (!plan_parse_bytes(v, &bytes))
         drv_usage_error("%.*s expects a number of bytes, e.g. 80GB, 80GiB, 512MiB or 1.5e9, not '%s'",
-                    (int)(strchr(a, '=') - a), a, v);
+                        (int)(strchr(a, '=') - a), a, v);
       if (max) {
-        o.max_memory = v;
-        o.max_memory_bytes = bytes;
+        o->max_memory = v;
+        o->max_memory_bytes = bytes;
       } else {
-        o.memory = v;
-        o.memory_bytes = bytes;
+        o->memory = v;
+        o->memory_bytes = bytes;
       }
     } else if (!strcmp(a, "--json")) {
-      o.json = true;
+      o->json = true;
     } else if (!strncmp(a, "--devices=", 10)) {
       char *end;
       long long n = strtoll(a + 10, &end, 10);
       if (!a[10] || *end || n < 1 || n > 1 << 20)
         drv_usage_error("--devices expects a count from 1 to 1048576, not '%s'", a + 10);
-      o.devices = n;
+      o->devices = n;
     } else if (!strncmp(a, "--flops=", 8)) {
       char *f = arena_strdup(a + 8), *comma = strchr(f, ',');
       if (comma)
         *comma = 0;
-      if (!plan_parse_flops(f, &o.flops) || (comma && !plan_parse_flops(comma + 1, &o.ew_flops)))
+      if (!plan_parse_flops(f, &o->flops) || (comma && !plan_parse_flops(comma + 1, &o->ew_flops)))
         drv_usage_error("--flops expects FLOP/s per device, e.g. 100G, 1.5TFLOP/s or 5e10, and optionally a second "
-                    "rate for elementwise work (--flops=100G,20G), not '%s'", a + 8);
+                        "rate for elementwise work (--flops=100G,20G), not '%s'", a + 8);
     } else if (!strncmp(a, "--diagnostics=", 14)) {
       const char *f = a + 14;
       if (!strcmp(f, "plain"))
-        o.diagnostics = DIAG_PLAIN;
+        o->diagnostics = DIAG_PLAIN;
       else if (!strcmp(f, "json"))
-        o.diagnostics = DIAG_JSON;
+        o->diagnostics = DIAG_JSON;
       else if (!strcmp(f, "sarif"))
-        o.diagnostics = DIAG_SARIF;
+        o->diagnostics = DIAG_SARIF;
       else
         drv_usage_error("--diagnostics is plain, json or sarif, not '%s'", f);
     } else if (a[0] == '-' && a[1]) {
       drv_usage_error("unknown option '%s'", a);
-    } else if (!o.cmd) {
-      o.cmd = a;
+    } else if (!o->cmd) {
+      o->cmd = a;
     } else {
-      vec_push(&o.files, (void *)a);
+      vec_push(&o->files, (void *)a);
     }
   }
-  if (!o.cmd) {
-    fputs(usage, stderr);
+  return -1;
+}
+
+static int drv_main(int argc, char **argv) {
+  const Command *c = argc >= 2 ? command_named(argv[1]) : NULL;
+  if (c && c->run_args && (c->takes != TAKES_NOTHING || argc == 2))
+    return c->run_args(argc, argv);
+  CommandLine cl;
+  memset(&cl, 0, sizeof cl);
+  cl.max_errors = -1;
+  int rc = parse_command_line(argc, argv, &cl);
+  if (rc >= 0)
+    return rc;
+  if (!cl.o.cmd) {
+    fputs(usage_text(), stderr);
     return 2;
   }
-  static const char *cmds[] = {"check", "types", "build", "emit-ir", "emit-c", "explain", "show", "trace-summary",
-                               "plan"};
-  if (!strcmp(o.cmd, "lsp")) {
-    if (o.files.len)
-      drv_usage_error("lsp takes no FILE: it talks the Language Server Protocol on stdin and stdout");
-    return lsp_main(&o.incdirs);
-  }
-  bool known = false;
-  for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
-    known |= !strcmp(o.cmd, cmds[i]);
-  if (!known)
-    drv_usage_error("unknown command '%s'", o.cmd);
-  if (o.files.len == 0)
-    drv_usage_error("%s needs a FILE", o.cmd);
-  if (o.files.len > 1 && strcmp(o.cmd, "check") && strcmp(o.cmd, "show"))
-    drv_usage_error("%s takes one FILE", o.cmd);
-  if (o.network && strcmp(o.cmd, "explain") && strcmp(o.cmd, "plan"))
-    drv_usage_error("--network is an option of explain and plan");
-  if (o.max_memory && strcmp(o.cmd, "build") && strcmp(o.cmd, "check"))
-    drv_usage_error("--max-memory is an option of build and check (plan takes --memory)");
-  if ((o.devices || o.memory || o.flops > 0 || o.json) && strcmp(o.cmd, "plan"))
-    drv_usage_error("%s is an option of plan",
-                o.devices ? "--devices" : o.memory ? "--memory" : o.flops > 0 ? "--flops" : "--json");
-  if (!strcmp(o.cmd, "plan")) {
-    if (!o.devices)
-      drv_usage_error("plan needs --devices=N, the number of devices to lay the mesh over");
-    return drv_plan(&o, o.files.data[0]);
-  }
-  if (!strcmp(o.cmd, "trace-summary"))
-    return tsum_run(o.files.data[0]);
-  if (!strcmp(o.cmd, "show")) {
-    int r = drv_run_one(&o, o.files.data[0]);
-    diag_finish();
-    return r;
-  }
-  if (o.out && !strcmp(o.cmd, "check") && o.diagnostics == DIAG_PLAIN)
-    drv_usage_error("check -o FILE writes a diagnostics document: add --diagnostics=json or --diagnostics=sarif");
-  if (o.out && (!strcmp(o.cmd, "build") || !strcmp(o.cmd, "check")))
-    for (int i = 0; i < o.files.len; i++)
-      check_output(o.out, o.files.data[i], "-o");
-  if (isa && strcmp(o.cmd, "build"))
-    drv_usage_error("--isa is an option of build");
-  if (!strcmp(o.cmd, "build")) {
-    build_environment(&o, isa != NULL);
-    if (!o.out)
-      drv_usage_error("build needs -o PROG");
-    if (o.keep_c)
-      check_output(arena_printf("%s.c", o.out), o.files.data[0], "--keep-c's");
-  }
-  if (max_errors < 0)
-    max_errors = o.diagnostics == DIAG_PLAIN ? 100 : 0;
-  diag_set_max_errors(max_errors);
-  diagout_start(o.diagnostics);
-  int rc = 0;
-  for (int i = 0; i < o.files.len; i++) {
-    int r = drv_run_one(&o, o.files.data[i]);
-    diag_finish();
-    int hidden = diag_errors_not_shown();
-    if (hidden)
-      fprintf(stderr, "shdc: %s: %d more error%s not shown (--max-errors=%d; --max-errors=0 shows all)\n",
-              (const char *)o.files.data[i], hidden, hidden == 1 ? "" : "s", max_errors);
-    if (r > rc)
-      rc = r;
-  }
-  if (o.diagnostics != DIAG_PLAIN && !drv_write_diagnostics(&o))
-    rc = 2;
-  if (fflush(stdout) != 0 || ferror(stdout))
-    drv_io_error("cannot write the output: %s", strerror(errno));
-  return rc;
+  c = command_named(cl.o.cmd);
+  if (!c || !c->run)
+    drv_usage_error("unknown command '%s'", cl.o.cmd);
+  if (c->takes != TAKES_NOTHING)
+    check_command_line(&cl, c);
+  return c->run(&cl, c);
 }
 
 /* The compiler runs on a thread with a large stack: its passes recurse over

@@ -36,7 +36,7 @@
  */
 #include <math.h>
 
-#include "shdc.h"
+#include "ops.h"
 
 #include "../runtime/attention_blocks.h"
 

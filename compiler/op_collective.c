@@ -13,7 +13,7 @@
  */
 #include <math.h>
 
-#include "shdc.h"
+#include "ops.h"
 #include "../runtime/collectives.h"
 
 #define TS(t) ty_str(c->mesh, (t))

@@ -10,7 +10,7 @@
  * the differentiated operand's cotangent type (4.2). The C is a batched
  * sgemm, transposes passed to BLAS where the layout allows.
  */
-#include "shdc.h"
+#include "ops.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname
@@ -290,7 +290,7 @@ static bool rule_matmul_dims(RuleCtx *c, const Type *a, const Type *b, DotDims *
 }
 /* ---- typing ----------------------------------------------------------------------- */
 
-/* a @ b: the typechecker has typed a and b (BuiltinDef, shdc.h). */
+/* a @ b: the typechecker has typed a and b (BuiltinDef, ops.h). */
 static Type check_matmul(TcCtx *c, Expr *e, const Type *annot) {
   Type a = *e->lhs->ty, b = *e->rhs->ty;
   if (!tc_want_array(c, e->lhs, &a, "@") | !tc_want_array(c, e->rhs, &b, "@"))

@@ -8,7 +8,7 @@
  * so values do not depend on the mesh). A type with U holds the value on the
  * first device along the U axes and zeros elsewhere (part_created).
  */
-#include "shdc.h"
+#include "ops.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname

@@ -17,7 +17,7 @@
  */
 #include <math.h>
 
-#include "shdc.h"
+#include "ops.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 #define fail rule_fail
@@ -390,7 +390,7 @@ static const char *binop_opname(int op) {
 }
 
 /* a + b, ... on arrays and scalars: the typechecker has typed a and b
- * (BuiltinDef, shdc.h); a str operand goes to op_string.c's rows. */
+ * (BuiltinDef, ops.h); a str operand goes to op_string.c's rows. */
 static Type check_binary_op(TcCtx *c, Expr *e, const Type *annot) {
   Type a = *e->lhs->ty, b = *e->rhs->ty;
   const char *name = e->bi->name;

@@ -36,7 +36,7 @@
  * (runtime shd_fatal). one_hot gives a zero row for an index out of range,
  * as jax.nn.one_hot does.
  */
-#include "shdc.h"
+#include "ops.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname

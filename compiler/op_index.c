@@ -36,7 +36,7 @@
  * out like the operand (shifted dims); shift is the only one that
  * communicates.
  */
-#include "shdc.h"
+#include "ops.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname

@@ -44,7 +44,7 @@
  * (Inst.str is then NULL), arg("name", "default") gives a str whose default
  * is its operand, and print prints str values as text.
  */
-#include "shdc.h"
+#include "ops.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname

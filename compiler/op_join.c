@@ -24,13 +24,13 @@
  * Invariant of the SPMD forms: pad and concatenate change only dims that
  * are not split across ranks.
  */
-#include "shdc.h"
+#include "ops.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname
 #define fail rule_fail
 
-/* IR_PAD = IR_BASE_JOIN is in shdc.h: op_index.c's slice transposes to it. */
+/* IR_PAD = IR_BASE_JOIN is in ops.h: op_index.c's slice transposes to it. */
 enum {
   IR_CONCAT = IR_PAD + 1, /* args the operands; dim */
   IR_SPLIT,               /* global only: one result per piece; dim */

@@ -22,7 +22,7 @@
  * cumsum needs the scanned dim unsharded ([E_AXIS]); its transpose is the
  * reversed cumsum. Not linear in JAX's rules, so a pending sum is [E_UR].
  */
-#include "shdc.h"
+#include "ops.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname

@@ -13,7 +13,7 @@
  * natural result of the rule is resharded to the asked type, and only as a
  * last resort the operand is gathered, reshaped and sliced.
  */
-#include "shdc.h"
+#include "ops.h"
 #include "../runtime/blockmap.h"
 
 #define TS(t) ty_str(c->mesh, (t))
@@ -24,7 +24,7 @@ enum { S_TRANSPOSE, S_RESHAPE, S_EXPAND_DIMS, S_SQUEEZE };
 
 /* The data movement of a reshape whose blocks do not stay in place
  * (runtime/reshape_move.c): operand and result have the same states. */
-enum { IR_RESHAPE_MOVE = IR_BASE_SHAPE };   /* IR_TRANSPOSE = IR_BASE_SHAPE + 1 (shdc.h) */
+enum { IR_RESHAPE_MOVE = IR_BASE_SHAPE };   /* IR_TRANSPOSE = IR_BASE_SHAPE + 1 (ops.h) */
 
 
 /* ---- the rules ---------------------------------------------------------------------- */

@@ -15,7 +15,7 @@
  * `shift_local` too: no messages, not a collective. With a run-time offset
  * the bytes are an upper bound (every row a rank holds may move).
  */
-#include "shdc.h"
+#include "ops.h"
 
 #define vname emit_vname
 

@@ -23,7 +23,7 @@
  * the per-row statistics. The derivative all-reduces one per-row sum the
  * same way (logsumexp's none).
  */
-#include "shdc.h"
+#include "ops.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname

@@ -23,7 +23,7 @@
  * text reaches the C only as escaped literals (emit_str_lit), with its
  * length, so no byte of a string can change the generated code.
  */
-#include "shdc.h"
+#include "ops.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname
@@ -35,7 +35,7 @@ static bool is_str(const Type *t) { return t->kind == TY_STRING; }
 /* ---- typing ---------------------------------------------------------------------- */
 
 /* a + b, a == b, a != b where one side is a str: the typechecker has typed
- * both and chosen these rows for the str operand (BuiltinDef, shdc.h). */
+ * both and chosen these rows for the str operand (BuiltinDef, ops.h). */
 static Type check_binary(TcCtx *c, Expr *e, const Type *annot) {
   const char *op = e->bi->name;
   const Type *a = e->lhs->ty, *b = e->rhs->ty;

@@ -19,7 +19,7 @@
  */
 #include <math.h>
 
-#include "shdc.h"
+#include "ops.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 #define fail rule_fail
@@ -209,7 +209,7 @@ static Type check_unary_fn(TcCtx *c, Expr *e, const Type *annot) {
   return rule_unary(&r, info->un, &x, &out) ? out : ty_error();
 }
 
-/* -x and !x: the typechecker has typed x (BuiltinDef, shdc.h). */
+/* -x and !x: the typechecker has typed x (BuiltinDef, ops.h). */
 static Type check_unary_op(TcCtx *c, Expr *e, const Type *annot) {
   Type x = *e->lhs->ty;
   if (!tc_want_array(c, e->lhs, &x, e->bi->name))

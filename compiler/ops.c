@@ -21,7 +21,7 @@
  * and no two entries share an opcode, a builtin name or an operator's
  * (syntax, code, operand kind) (checked once, at the first lookup).
  */
-#include "shdc.h"
+#include "ops.h"
 
 /* In the order of their preambles in the generated file. */
 static const OpFamily *const families[] = {

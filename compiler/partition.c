@@ -21,7 +21,7 @@
  * whose condition varies across devices is reported ([E_DIVERGE]): the
  * typechecker cannot see it.
  */
-#include "shdc.h"
+#include "ops.h"
 
 struct Part {
   Module *mod;

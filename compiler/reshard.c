@@ -25,7 +25,7 @@
  * the bytes of the buffers it allocates. Dijkstra's algorithm returns a
  * cheapest plan in that order; ties go to the step listed first above.
  */
-#include "shdc.h"
+#include "ops.h"
 
 /* ---- block geometry ----------------------------------------------------------- */
 

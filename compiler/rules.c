@@ -13,7 +13,7 @@
  * Manual bodies (RuleCtx.manual != 0) use the same rules on the explicit
  * axes, and the VMA rules (section 2.2) on the manual ones.
  */
-#include "shdc.h"
+#include "ops.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 

@@ -27,15 +27,8 @@
 /* ---- the plan -------------------------------------------------------------------------------- */
 
 static BlockPlan *new_plan(Schedule *s, const IrBlock *b) {
-  if (s->nplans == s->capplans) {
-    s->capplans = s->capplans ? 2 * s->capplans : 64;
-    s->plans = realloc(s->plans, sizeof(BlockPlan *) * (size_t)s->capplans);
-    if (!s->plans)
-      diag_ice("out of memory");
-  }
-  BlockPlan *bp = calloc(1, sizeof *bp);
-  if (!bp)
-    diag_ice("out of memory");
+  s->plans = mem_grow(s->plans, &s->capplans, s->nplans + 1, sizeof *s->plans);
+  BlockPlan *bp = mem_calloc(1, sizeof *bp);
   bp->block = b;
   ptrmap_put(&s->index, b, s->nplans);
   s->plans[s->nplans++] = bp;
@@ -45,9 +38,7 @@ static BlockPlan *new_plan(Schedule *s, const IrBlock *b) {
 /* By instruction index: the group (index + 1) after which a deferred tape
  * push is made, or 0. */
 static int *deferred_pushes(const BlockPlan *bp) {
-  int *d = calloc((size_t)bp->block->insts.len + 1, sizeof(int));
-  if (!d)
-    diag_ice("out of memory");
+  int *d = mem_calloc((size_t)bp->block->insts.len + 1, sizeof(int));
   for (int gi = 0; gi < bp->ngroups; gi++)
     for (int a = 0; a < bp->groups[gi].nafter; a++)
       d[bp->groups[gi].after[a]] = gi + 1;
@@ -57,9 +48,7 @@ static int *deferred_pushes(const BlockPlan *bp) {
 /* By instruction index: where its results are made. */
 static int *made_at(const Schedule *s, const BlockPlan *bp) {
   const IrBlock *b = bp->block;
-  int *at = malloc(sizeof(int) * (size_t)(b->insts.len + 1));
-  if (!at)
-    diag_ice("out of memory");
+  int *at = mem_alloc(sizeof(int) * (size_t)(b->insts.len + 1));
   for (int i = 0; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];
     int g = in->nresults ? s->gmember[in->results[0]->id] : bp->deferred[i];
@@ -84,17 +73,10 @@ static void plan_block(Schedule *s, const IrBlock *b) {
   }
 }
 
-static void *by_id(const Schedule *s, size_t elem) {
-  void *p = calloc((size_t)s->mod->next_value + 1, elem);
-  if (!p)
-    diag_ice("out of memory");
-  return p;
-}
+static void *by_id(const Schedule *s, size_t elem) { return mem_calloc((size_t)s->mod->next_value + 1, elem); }
 
 Schedule *sched_plan(const Module *mod) {
-  Schedule *s = calloc(1, sizeof *s);
-  if (!s)
-    diag_ice("out of memory");
+  Schedule *s = mem_calloc(1, sizeof *s);
   s->mod = mod;
   s->uses = by_id(s, sizeof(int));
   s->last_use = by_id(s, sizeof(int));
@@ -158,9 +140,7 @@ static void sink_after(IrBlock *b, const Group *g) {
   if (!n)
     return;
   int span = g->last - g->first + 1, w = 0, s = 0;
-  void **tmp = malloc(sizeof(void *) * (size_t)span);
-  if (!tmp)
-    diag_ice("out of memory");
+  void **tmp = mem_alloc(sizeof(void *) * (size_t)span);
   for (int i = g->first; i <= g->last; i++) {
     if (s < g->nsunk && g->sunk[s] == i) {
       s++;

@@ -8,7 +8,7 @@
  * many. Expressions are in tc_expr.c, builtins in the op_*.c families
  * (their arguments through tc_args.c), the manual boundary in tc_manual.c.
  */
-#include "shdc.h"
+#include "ops.h"
 
 static Scope globals;   /* constants, functions, structs and mesh axes */
 static PtrMap duplicates;   /* declarations (ConstDecl, StructDecl, FuncDecl *) of a name declared before */

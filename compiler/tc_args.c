@@ -9,7 +9,7 @@
  * reports its own error on the argument's position and returns false (or
  * -1 / ty_error()).
  */
-#include "shdc.h"
+#include "ops.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 

@@ -11,7 +11,7 @@
  * a call's found by its name, an operator's by its syntax, its code and the
  * kind of its operands.
  */
-#include "shdc.h"
+#include "ops.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 

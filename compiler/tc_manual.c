@@ -12,7 +12,7 @@
  * message names the types involved and the pcast, collective or type that
  * would make the program check (docs/manual.md).
  */
-#include "shdc.h"
+#include "ops.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 

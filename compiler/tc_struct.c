@@ -20,7 +20,7 @@
  * type is well formed (rank at most MAX_RANK with the stacked dims, each
  * mesh axis once).
  */
-#include "shdc.h"
+#include "ops.h"
 
 TcUp tc_up;
 

@@ -16,6 +16,12 @@ the shdc under test (nm) and on its sources:
   emit_group, emit_c), and explain uses netmodel, never the reverse;
 - no stage source names a family's own opcode (only the core enum of
   shdc.h: control and the stages' builder vocabulary);
+- the headers' cut: ops.h, the vocabulary of the families (builtin rows,
+  the families' tables, the builders the stages export for them), is seen
+  (included, directly or through a header of the compiler) only by the
+  families, ops.c and the files that define something it declares (and
+  those sharing a private header with one: the emitter's emit_internal.h);
+  every other file reads operations through shdc.h alone;
 - no source but ops.c and ir.c compares a name with a builtin's or an IR
   operation's name (strcmp on op names), using `shdc list-ops` for the
   names.
@@ -103,6 +109,45 @@ def why_circle(comp, edges, uses, defs):
     return "; ".join(out)
 
 
+def local_includes(path):
+    return re.findall(r'^#include "([\w.]+)"', open(path).read(), re.M)
+
+
+def header_cut(ops_header, defs):
+    """The compiler sources that see ops.h and have no business with it."""
+    comp = os.path.join(ROOT, "compiler")
+    declared = set(re.findall(r"\b([a-z]\w*)\s*\(", re.sub(r"/\*.*?\*/", "", ops_header, flags=re.S)))
+    owners = {defs[s] for s in declared if s in defs}
+
+    def closure(name, seen):
+        for h in local_includes(os.path.join(comp, name)):
+            if h not in seen and os.path.exists(os.path.join(comp, h)):
+                seen.add(h)
+                closure(h, seen)
+        return seen
+
+    sources = sorted(os.path.basename(p) for p in glob.glob(os.path.join(comp, "*.c")))
+    seen = {src: closure(src, set()) for src in sources}
+    # a private header (not shdc.h, not ops.h) included by an owner shares ops.h with its other includers
+    shared = {h for src in sources if src[:-2] in owners for h in seen[src]} - {"shdc.h", "ops.h"}
+    out, nseeing = [], 0
+    if len(owners) < 10:
+        out.append("found only %d files defining what ops.h declares" % len(owners))
+    for src in sources:
+        name = src[:-2]
+        if "ops.h" not in seen[src]:
+            continue
+        nseeing += 1
+        if name.startswith("op_") or name == "ops" or name in owners:
+            continue
+        via = sorted(h for h in seen[src] & shared if "ops.h" in closure(h, set()))
+        if via:
+            continue
+        out.append("compiler/%s sees ops.h but defines nothing it declares: include shdc.h (the stages read "
+                   "operations through OpDef)" % src)
+    return out, nseeing
+
+
 def main():
     shdc = testlib.shdc_option()
     build = os.path.dirname(shdc)
@@ -147,12 +192,13 @@ def main():
 
     # 3. No family opcode in a stage source.
     header = open(os.path.join(ROOT, "compiler", "shdc.h")).read()
+    ops_header = open(os.path.join(ROOT, "compiler", "ops.h")).read()
     enum = header[header.index("  IR_CONST,"):header.index("} Opcode;")]
     core = set(re.findall(r"\b(IR_\w+)\b", enum))
     family_ops = set()
     for src in glob.glob(os.path.join(ROOT, "compiler", "op_*.c")):
         family_ops |= set(re.findall(r"\b(IR_\w+)\b", open(src).read())) - core
-    family_ops |= set(re.findall(r"\b(IR_\w+) = IR_BASE_", header))
+    family_ops |= set(re.findall(r"\b(IR_\w+) = IR_BASE_", ops_header))
     if "IR_DOT" not in family_ops or "IR_BINARY" not in core:
         failures.append("could not tell family opcodes (%d) from core ones (%d)" % (len(family_ops), len(core)))
     for st in STAGES:
@@ -160,7 +206,11 @@ def main():
             for op in sorted(set(re.findall(r"\b(IR_\w+)\b", open(src).read())) & family_ops):
                 failures.append("compiler/%s.c names the family opcode %s" % (st, op))
 
-    # 4. No strcmp on an op's name outside ops.c and ir.c.
+    # 4. Who sees ops.h.
+    cut, nseeing = header_cut(ops_header, defs)
+    failures += cut
+
+    # 5. No strcmp on an op's name outside ops.c and ir.c.
     p = subprocess.run([shdc, "list-ops"], capture_output=True, text=True, timeout=60)
     names = set()
     for line in p.stdout.split("\n"):
@@ -184,8 +234,9 @@ def main():
     for f in failures:
         print("FAIL", f)
     print("%d stage objects checked; largest dependency circle without ops.o: %d files (%s); %d family opcodes kept "
-          "out of the stages: %d problems" % (len(STAGES), biggest, ", ".join("/".join(c) for c in comps) or "none",
-                                               len(family_ops), len(failures)))
+          "out of the stages; %d sources see ops.h: %d problems" % (
+              len(STAGES), biggest, ", ".join("/".join(c) for c in comps) or "none", len(family_ops), nseeing,
+              len(failures)))
     sys.exit(1 if failures else 0)
 
 
