@@ -2,7 +2,10 @@
 #
 #   make          build build/shdc, build/libshdrt.a, build/include/shdrt.h
 #   make test     install what is missing, build, run every test (then test-san)
-#   make test-san every test again through the ASan+UBSan build
+#   make test-san the tests again through the ASan+UBSan build, but those
+#                 tests/san-leave-out lists (tools/san-coverage chose them)
+#   make test-full every test in both passes
+#   make cov      the sanitizer build with gcov's counters (tools/san-coverage)
 #   make demo     build, fetch the data, train dsl-examples/gpt2.shd on the Brown Corpus
 #                 for about two minutes (data parallel on the cores), generate text
 #   make san      the same build with ASan+UBSan, under build/san/
