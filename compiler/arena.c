@@ -15,7 +15,9 @@
  * objects to indices (functions to their summaries, for passes that must
  * stay linear in program size).
  */
+#include <errno.h>
 #include <limits.h>
+#include <unistd.h>
 
 #include "shdc.h"
 
@@ -176,6 +178,25 @@ void str_putc(Str *s, char c) {
   str_reserve(s, 1);
   s->buf[s->len++] = c;
   s->buf[s->len] = 0;
+}
+
+/* Appends what fd gives until its end, keeping at most `limit` bytes in s
+ * (the rest is read and dropped, so a writer is never left blocked on a
+ * full pipe); a read error ends it like the end. */
+void str_read_fd(Str *s, int fd, size_t limit) {
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return;
+    size_t keep = s->len >= limit ? 0 : (size_t)n < limit - s->len ? (size_t)n : limit - s->len;
+    str_reserve(s, keep);
+    memcpy(s->buf + s->len, buf, keep);
+    s->len += keep;
+    s->buf[s->len] = 0;
+  }
 }
 
 const char *str_cstr(Str *s) {

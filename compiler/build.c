@@ -216,16 +216,7 @@ static int capture(const char **argv, Str *out) {
     _exit(127);
   }
   close(fds[1]);
-  char buf[4096];
-  for (;;) {
-    ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      break;
-    if (out->len < 65536)
-      str_printf(out, "%.*s", (int)n, buf);
-  }
+  str_read_fd(out, fds[0], 65536);
   close(fds[0]);
   int status;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR)

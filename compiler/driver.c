@@ -236,15 +236,7 @@ int drv_check_text(const char *name, const char *text, const char *max_memory, c
   }
   close(fds[1]);
   Str s = {0};
-  char buf[4096];
-  for (;;) {
-    ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      break;
-    str_printf(&s, "%.*s", (int)n, buf);
-  }
+  str_read_fd(&s, fds[0], SIZE_MAX);
   close(fds[0]);
   int status;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR)

@@ -120,6 +120,7 @@ typedef struct {
 __attribute__((format(printf, 2, 3))) void str_printf(Str *s, const char *fmt, ...);
 void str_vprintf(Str *s, const char *fmt, va_list ap);
 void str_putc(Str *s, char c);
+void str_read_fd(Str *s, int fd, size_t limit);   /* until fd's end, at most limit bytes kept */
 const char *str_cstr(Str *s);
 
 /* ---- diag.c ------------------------------------------------------------- */
