@@ -122,7 +122,7 @@ static const char **cc_command(const RuntimePaths *rp, const char *const *inputs
     if (compile_only && link_input(tok, prev))
       continue;
     if (argc == limit)
-      drv_io_error("SHDC_CFLAGS has more words than the %d it may add", limit - before);
+      diag_io_error("SHDC_CFLAGS has more words than the %d it may add", limit - before);
     argv[argc++] = tok;
   }
   argv[argc] = NULL;
@@ -147,10 +147,10 @@ typedef struct {
 static Tool start_tool(const char **argv, int out_fd) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0)
-    drv_io_error("pipe: %s", strerror(errno));
+    diag_io_error("pipe: %s", strerror(errno));
   pid_t pid = fork();
   if (pid < 0)
-    drv_io_error("fork: %s", strerror(errno));
+    diag_io_error("fork: %s", strerror(errno));
   if (pid == 0) {
     close(fds[0]);
     if (out_fd >= 0) {
@@ -173,7 +173,7 @@ static int tool_status(Tool t, int status) {
   ssize_t n = read(t.fd, &err, sizeof err);
   close(t.fd);
   if (n == (ssize_t)sizeof err)
-    drv_io_error("cannot run the C compiler '%s'%s: %s%s", t.name, getenv("SHDC_CC") ? " (SHDC_CC)" : "", strerror(err),
+    diag_io_error("cannot run the C compiler '%s'%s: %s%s", t.name, getenv("SHDC_CC") ? " (SHDC_CC)" : "", strerror(err),
              getenv("SHDC_CC") ? "" : "; install Open MPI (apt-get install libopenmpi-dev) or set SHDC_CC");
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
@@ -229,7 +229,7 @@ static int capture(const char **argv, Str *out) {
 static const char *work_dir(void) {
   static const char *dir;
   if (!dir && !(dir = file_private_dir(NULL)))
-    drv_io_error("cannot create a directory in %s: %s", getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+    diag_io_error("cannot create a directory in %s: %s", getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
              strerror(errno));
   return dir;
 }
@@ -238,7 +238,7 @@ static const char *work_dir(void) {
 static int private_file(const char *path) {
   int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0)
-    drv_io_error("cannot write %s: %s", path, strerror(errno));
+    diag_io_error("cannot write %s: %s", path, strerror(errno));
   return fd;
 }
 
@@ -257,7 +257,7 @@ static int cc_failed(const RuntimePaths *rp, const char *cfile, const CcOptions 
   unlink(probe_out);
   if (!ok) {
     const char *flags = getenv("SHDC_CFLAGS");
-    drv_io_error("the C compiler '%s' cannot build even an empty program with these options%s%s%s (its messages are "
+    diag_io_error("the C compiler '%s' cannot build even an empty program with these options%s%s%s (its messages are "
              "above); check SHDC_CC, SHDC_CFLAGS and the Open MPI and OpenBLAS installation",
              cc_name(), flags ? " (SHDC_CFLAGS='" : "", flags ? flags : "", flags ? "')" : "");
   }
@@ -268,7 +268,7 @@ static int cc_failed(const RuntimePaths *rp, const char *cfile, const CcOptions 
 
 static void find_runtime(RuntimePaths *rp) {
   if (!drv_find_runtime(rp))
-    drv_io_error("cannot find the runtime (include/shdrt.h and libshdrt.a) in %s; reinstall shdc, or set SHDC_HOME to "
+    diag_io_error("cannot find the runtime (include/shdrt.h and libshdrt.a) in %s; reinstall shdc, or set SHDC_HOME to "
              "the directory that holds them", rp->searched);
 }
 
@@ -278,16 +278,16 @@ static void find_runtime(RuntimePaths *rp) {
 static const char *private_prog(const char *out) {
   const char *dir = file_private_dir(out);
   if (!dir)
-    drv_io_error("cannot write %s: %s", out, strerror(errno));
+    diag_io_error("cannot write %s: %s", out, strerror(errno));
   return file_private_path(dir, "prog");
 }
 
 static void replace_output(const char *prog, const char *out) {
   const char *bad = shd_file_unreplaceable(out);
   if (bad)
-    drv_io_error("cannot write %s: %s %s", out, out, bad);
+    diag_io_error("cannot write %s: %s %s", out, out, bad);
   if (rename(prog, out) != 0)
-    drv_io_error("cannot write %s: %s", out, strerror(errno));
+    diag_io_error("cannot write %s: %s", out, strerror(errno));
 }
 
 /* How many C compilers a build runs at once: SHDC_JOBS, else the cores
@@ -298,7 +298,7 @@ static int build_jobs(void) {
     char *end;
     long n = strtol(j, &end, 10);
     if (*end || n < 1 || n > 16)
-      drv_usage_error("SHDC_JOBS=%s: expected a number of compiler jobs from 1 to 16", j);
+      diag_usage_error("SHDC_JOBS=%s: expected a number of compiler jobs from 1 to 16", j);
     return (int)n;
   }
   cpu_set_t set;
@@ -460,7 +460,7 @@ static void write_text(const char *path, const char *text, size_t len) {
     done += ok ? (size_t)w : 0;
   }
   if (close(fd) != 0 || !ok)
-    drv_io_error("cannot write %s: %s", path, strerror(errno));
+    diag_io_error("cannot write %s: %s", path, strerror(errno));
 }
 
 /* A compile's messages (its stdout and stderr, kept in u->log) to our
@@ -503,7 +503,7 @@ static int compile_misses(Unit **miss, int n, int jobs, const RuntimePaths *rp, 
     if (pid < 0) {
       if (errno == EINTR)
         continue;
-      drv_io_error("waiting for the C compiler: %s", strerror(errno));
+      diag_io_error("waiting for the C compiler: %s", strerror(errno));
     }
     int k = 0;
     while (k < active && running[k].pid != pid)
@@ -630,11 +630,11 @@ static int build_one_file(const Module *mod, const SourceFile *src, int64_t main
   FileOut kept;
   FILE *f = file_out_open(&kept, cfile);
   if (!f)
-    drv_io_error("cannot write %s: %s", cfile, kept.why);
+    diag_io_error("cannot write %s: %s", cfile, kept.why);
   emit_module(f, mod, src, main_peak);
   const char *why = file_out_commit(&kept);
   if (why)
-    drv_io_error("cannot write %s: %s", cfile, why);
+    diag_io_error("cannot write %s: %s", cfile, why);
   if (diag_error_count())   /* e.g. the peak memory check's sum overflowed */
     return 1;
   RuntimePaths rp;

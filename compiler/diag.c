@@ -245,6 +245,32 @@ void diag_note(Pos pos, const char *fmt, ...) {
   print_source_line(pos);
 }
 
+/* The user's or the system's trouble outside the program text (a bad
+ * option, a file that cannot be read or written, a broken toolchain):
+ * "shdc: error: ..." on stderr after any diagnostics, exit status 2; a
+ * usage error also points at --help. */
+void diag_usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  diag_finish();
+  fputs("shdc: error: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputs("\n(run shdc --help for usage)\n", stderr);
+  va_end(ap);
+  exit(2);
+}
+
+void diag_io_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  diag_finish();
+  fputs("shdc: error: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  exit(2);
+}
+
 void diag_ice(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

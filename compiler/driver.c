@@ -5,7 +5,7 @@
  *
  * Each stage reports through diag.c; the driver stops between stages when
  * there were errors. Exit status (fixed): 0 clean, 1 errors in the program,
- * 2 usage, I/O or toolchain trouble (drv_io_error names the cause) and
+ * 2 usage, I/O or toolchain trouble (diag_io_error names the cause) and
  * internal errors (diag_ice). The driver checks what it can before any
  * work: inputs are regular files of at most 8 MiB, -o is writable and not
  * an input. build.c compiles and links the C (through the build cache).
@@ -21,28 +21,6 @@
 #include <unistd.h>
 
 #include "driver.h"
-
-__attribute__((noreturn, format(printf, 1, 2))) void drv_usage_error(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  diag_finish();
-  fputs("shdc: error: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputs("\n(run shdc --help for usage)\n", stderr);
-  va_end(ap);
-  exit(2);
-}
-
-__attribute__((noreturn, format(printf, 1, 2))) void drv_io_error(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  diag_finish();
-  fputs("shdc: error: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  exit(2);
-}
 
 /* An unreadable file is exit status 2; the other files are still checked. */
 static SourceFile *cannot_read(const char *path, const char *why) {
@@ -93,7 +71,7 @@ static void check_mesh_names(const char *m, const Program *prog, const char *fil
       Str names = {0};
       for (int a = 0; a < prog->mesh->naxes; a++)
         str_printf(&names, "%s%.*s", a ? ", " : "", prog->mesh->names[a].len, prog->mesh->names[a].start);
-      drv_usage_error("--mesh: %s has no mesh axis '%.*s' (its axes: %s)", file, len, p, str_cstr(&names));
+      diag_usage_error("--mesh: %s has no mesh axis '%.*s' (its axes: %s)", file, len, p, str_cstr(&names));
     }
     const char *comma = strchr(eq, ',');
     p = comma ? comma + 1 : eq + strlen(eq);
@@ -115,7 +93,7 @@ static void check_define_names(const Vec *defines, const Program *prog, const ch
         const ConstDecl *cd = prog->consts.data[k];
         str_printf(&names, "%s%.*s", k ? ", " : "", cd->name.len, cd->name.start);
       }
-      drv_usage_error("-D: %s has no const '%.*s' (its consts: %s)", file, len, d,
+      diag_usage_error("-D: %s has no const '%.*s' (its consts: %s)", file, len, d,
                   names.len ? str_cstr(&names) : "none");
     }
   }
@@ -210,11 +188,11 @@ int drv_check_text(const char *name, const char *text, const char *max_memory, c
   int fds[2];
   *out = NULL;
   if (pipe2(fds, O_CLOEXEC) != 0)
-    drv_io_error("pipe: %s", strerror(errno));
+    diag_io_error("pipe: %s", strerror(errno));
   fflush(NULL);
   pid_t pid = fork();
   if (pid < 0)
-    drv_io_error("fork: %s", strerror(errno));
+    diag_io_error("fork: %s", strerror(errno));
   if (pid == 0) {
     close(fds[0]);
     dup2(fds[1], 2);
@@ -326,7 +304,7 @@ static int run_source(const Options *o, SourceFile *src, const char *path) {
     if (o->network) {
       const char *err = net_check_mesh(&o->net, &c.mesh);
       if (err)
-        drv_usage_error("--network: %s", err);
+        diag_usage_error("--network: %s", err);
     }
     explain_module(stdout, c.mod, c.src, o->network ? &o->net : NULL);
     return diag_error_count() ? 1 : 0;   /* a sum that overflowed is reported on its line */
@@ -414,7 +392,7 @@ int drv_plan(const Options *o, const char *path) {
     names.names[i] = a.names[i];
   const char *err = net_check_mesh(a.net, &names);
   if (err)
-    drv_usage_error("--network: %s", err);
+    diag_usage_error("--network: %s", err);
   a.flops = o->flops > 0 ? o->flops : 1e12;
   a.ew_flops = o->ew_flops > 0 ? o->ew_flops : a.flops;
   PlanCtx ctx = {o, src, path};

@@ -38,8 +38,6 @@ typedef struct {
   bool json;
 } Options;
 
-__attribute__((noreturn, format(printf, 1, 2))) void drv_usage_error(const char *fmt, ...);
-__attribute__((noreturn, format(printf, 1, 2))) void drv_io_error(const char *fmt, ...);
 /* One FILE through the command o->cmd: its exit status. */
 int drv_run_one(const Options *o, const char *path);
 /* build.c: the module (with a main) compiled and linked to o->out; the

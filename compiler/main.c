@@ -79,17 +79,17 @@ static void check_mesh_syntax(const char *m) {
   while (*p) {
     const char *eq = strchr(p, '=');
     if (!eq || eq == p)
-      drv_usage_error("--mesh expects AXIS=N,... (e.g. --mesh data=2,model=1), not '%s'", m);
+      diag_usage_error("--mesh expects AXIS=N,... (e.g. --mesh data=2,model=1), not '%s'", m);
     for (const char *q = m; q < p;) {   /* an axis named twice */
       const char *qe = strchr(q, '=');
       if (qe - q == eq - p && !strncmp(q, p, (size_t)(eq - p)))
-        drv_usage_error("--mesh names axis '%.*s' twice", (int)(eq - p), p);
+        diag_usage_error("--mesh names axis '%.*s' twice", (int)(eq - p), p);
       q = strchr(qe, ',') + 1;
     }
     char *end;
     long v = strtol(eq + 1, &end, 10);
     if (end == eq + 1 || v < 1 || v > 1 << 20 || (*end && *end != ','))
-      drv_usage_error("--mesh: the size after '%.*s=' must be a positive integer", (int)(eq - p), p);
+      diag_usage_error("--mesh: the size after '%.*s=' must be a positive integer", (int)(eq - p), p);
     p = *end ? end + 1 : end;
   }
 }
@@ -102,12 +102,12 @@ static void check_define_syntax(const char *d) {
   for (const char *p = d; ident && p < eq; p++)
     ident = *p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9');
   if (!ident)
-    drv_usage_error("-D expects NAME=VALUE with NAME a const of the file (e.g. -D C=256), not '%s'", d);
+    diag_usage_error("-D expects NAME=VALUE with NAME a const of the file (e.g. -D C=256), not '%s'", d);
   char *end;
   errno = 0;
   long long v = strtoll(eq + 1, &end, 10);
   if (end == eq + 1 || *end || errno == ERANGE || v < -(1ll << 53) || v > 1ll << 53)
-    drv_usage_error("-D %.*s: the value '%s' is not an integer; -D overrides integer consts (e.g. -D %.*s=8)",
+    diag_usage_error("-D %.*s: the value '%s' is not an integer; -D overrides integer consts (e.g. -D %.*s=8)",
                 (int)(eq - d), d, eq + 1, (int)(eq - d), d);
 }
 
@@ -118,14 +118,14 @@ static void check_output(const char *out, const char *input, const char *what) {
   struct stat so, si;
   bool exists = stat(out, &so) == 0;
   if (!strcmp(out, input) || (exists && stat(input, &si) == 0 && so.st_dev == si.st_dev && so.st_ino == si.st_ino))
-    drv_usage_error("%s %s is the input file; choose another name", what, out);
+    diag_usage_error("%s %s is the input file; choose another name", what, out);
   const char *bad = shd_file_unreplaceable(out);
   if (bad)
-    drv_io_error("cannot write %s: %s %s", out, out, bad);
+    diag_io_error("cannot write %s: %s %s", out, out, bad);
   char *copy = arena_strdup(out);
   const char *dir = dirname(copy);
   if (access(dir, W_OK | X_OK) != 0 || (exists && access(out, W_OK) != 0))
-    drv_io_error("cannot write %s: %s", out, strerror(errno));
+    diag_io_error("cannot write %s: %s", out, strerror(errno));
 }
 
 /* --isa=VALUE, or SHDC_ISA=VALUE (what names it in the message). */
@@ -136,7 +136,7 @@ static Isa parse_isa(const char *v, const char *what) {
     return ISA_NATIVE;
   if (!strcmp(v, "baseline"))
     return ISA_BASELINE;
-  drv_usage_error("%s%s%s: expected clones (copies for default, avx2 and avx512f, the default), native "
+  diag_usage_error("%s%s%s: expected clones (copies for default, avx2 and avx512f, the default), native "
                   "(-march=native: this machine) or baseline (any x86-64), not '%s'",
                   what, what[0] == '-' ? "" : "=", what[0] == '-' ? "" : v, v);
 }
@@ -148,7 +148,7 @@ static void build_environment(Options *o, bool isa_given) {
   const char *opt = getenv("SHDC_OPT");
   if (opt && *opt) {
     if (strlen(opt) != 3 || strncmp(opt, "-O", 2) || opt[2] < '0' || opt[2] > '3')
-      drv_usage_error("SHDC_OPT=%s: expected -O0, -O1, -O2 or -O3 (build's level when the command line gives none)",
+      diag_usage_error("SHDC_OPT=%s: expected -O0, -O1, -O2 or -O3 (build's level when the command line gives none)",
                       opt);
     if (!o->opt)
       o->opt = opt;
@@ -162,7 +162,7 @@ static void build_environment(Options *o, bool isa_given) {
   o->cache_limit = (int64_t)1 << 30;
   const char *size = getenv("SHDC_CACHE_SIZE");
   if (size && *size && !plan_parse_bytes(size, &o->cache_limit))
-    drv_usage_error("SHDC_CACHE_SIZE=%s: expected the build cache's bound in bytes, e.g. 1GiB, 500MB or 2e9", size);
+    diag_usage_error("SHDC_CACHE_SIZE=%s: expected the build cache's bound in bytes, e.g. 1GiB, 500MB or 2e9", size);
 }
 
 /* ---- the command line, as parsed --------------------------------------------------- */
@@ -319,7 +319,7 @@ static unsigned options_given(const CommandLine *cl) {
 /* An option the command does not take: a usage error naming those that do. */
 static void check_option(const CommandLine *cl, const Command *c, unsigned opt, const char *name, const char *note) {
   if ((options_given(cl) & opt) && !(c->options & opt))
-    drv_usage_error("%s is an option of %s%s", name, commands_taking(opt), note);
+    diag_usage_error("%s is an option of %s%s", name, commands_taking(opt), note);
 }
 
 /* What every command with a FILE checks before it runs: its FILEs, then
@@ -327,9 +327,9 @@ static void check_option(const CommandLine *cl, const Command *c, unsigned opt, 
 static void check_command_line(const CommandLine *cl, const Command *c) {
   const Options *o = &cl->o;
   if (o->files.len == 0)
-    drv_usage_error("%s needs a FILE", c->name);
+    diag_usage_error("%s needs a FILE", c->name);
   if (o->files.len > 1 && c->takes == TAKES_ONE_FILE)
-    drv_usage_error("%s takes one FILE", c->name);
+    diag_usage_error("%s takes one FILE", c->name);
   check_option(cl, c, OPT_NETWORK, "--network", "");
   check_option(cl, c, OPT_MAX_MEMORY, "--max-memory", " (plan takes --memory)");
   check_option(cl, c, OPT_DEVICES, "--devices", "");
@@ -357,13 +357,13 @@ static int print_info(bool version) {
 /* `shdc explain-error [CODE | --all]`. */
 static int explain_error_main(int argc, char **argv) {
   if (argc > 3)
-    drv_usage_error("explain-error takes one CODE (or --all), e.g. shdc explain-error E_CONTRACT");
+    diag_usage_error("explain-error takes one CODE (or --all), e.g. shdc explain-error E_CONTRACT");
   bool all = argc == 3 && !strcmp(argv[2], "--all");
   if (argc == 3 && !all && argv[2][0] == '-')
-    drv_usage_error("unknown option '%s' of explain-error (its only option is --all)", argv[2]);
+    diag_usage_error("unknown option '%s' of explain-error (its only option is --all)", argv[2]);
   int rc = drv_explain_error(argc == 3 && !all ? argv[2] : NULL, all);
   if (fflush(stdout) != 0 || ferror(stdout))
-    drv_io_error("cannot write the output: %s", strerror(errno));
+    diag_io_error("cannot write the output: %s", strerror(errno));
   return rc;
 }
 
@@ -415,13 +415,13 @@ static int sha256_main(int argc, char **argv) {
 /* lsp takes no FILE; it reads -I and leaves the other options alone. */
 static int run_lsp(CommandLine *cl, const Command *c) {
   if (cl->o.files.len)
-    drv_usage_error("lsp takes no FILE: it talks the Language Server Protocol on stdin and stdout");
+    diag_usage_error("lsp takes no FILE: it talks the Language Server Protocol on stdin and stdout");
   return lsp_main(&cl->o.incdirs);
 }
 
 static int run_plan(CommandLine *cl, const Command *c) {
   if (!cl->o.devices)
-    drv_usage_error("plan needs --devices=N, the number of devices to lay the mesh over");
+    diag_usage_error("plan needs --devices=N, the number of devices to lay the mesh over");
   return drv_plan(&cl->o, cl->o.files.data[0]);
 }
 
@@ -440,7 +440,7 @@ static int run_pipeline(CommandLine *cl, const Command *c) {
   Options *o = &cl->o;
   bool check = !strcmp(c->name, "check"), build = !strcmp(c->name, "build");
   if (o->out && check && o->diagnostics == DIAG_PLAIN)
-    drv_usage_error("check -o FILE writes a diagnostics document: add --diagnostics=json or --diagnostics=sarif");
+    diag_usage_error("check -o FILE writes a diagnostics document: add --diagnostics=json or --diagnostics=sarif");
   if (o->out && (build || check))
     for (int i = 0; i < o->files.len; i++)
       check_output(o->out, o->files.data[i], "-o");
@@ -448,7 +448,7 @@ static int run_pipeline(CommandLine *cl, const Command *c) {
   if (build) {
     build_environment(o, cl->isa != NULL);
     if (!o->out)
-      drv_usage_error("build needs -o PROG");
+      diag_usage_error("build needs -o PROG");
     if (o->keep_c)
       check_output(arena_printf("%s.c", o->out), o->files.data[0], "--keep-c's");
   }
@@ -469,7 +469,7 @@ static int run_pipeline(CommandLine *cl, const Command *c) {
   if (o->diagnostics != DIAG_PLAIN && !drv_write_diagnostics(o))
     rc = 2;
   if (fflush(stdout) != 0 || ferror(stdout))
-    drv_io_error("cannot write the output: %s", strerror(errno));
+    diag_io_error("cannot write the output: %s", strerror(errno));
   return rc;
 }
 
@@ -488,47 +488,47 @@ static int parse_command_line(int argc, char **argv, CommandLine *cl) {
       return print_info(true);
     } else if (!strcmp(a, "-o")) {
       if (++i >= argc)
-        drv_usage_error("-o needs a file name");
+        diag_usage_error("-o needs a file name");
       if (o->out)
-        drv_usage_error("-o is given twice");
+        diag_usage_error("-o is given twice");
       o->out = argv[i];
     } else if (!strncmp(a, "--max-errors=", 13)) {
       char *end;
       long n = strtol(a + 13, &end, 10);
       if (!a[13] || *end || n < 0 || n > 1000000)
-        drv_usage_error("--max-errors expects a count from 0 (no limit) to 1000000, not '%s'", a + 13);
+        diag_usage_error("--max-errors expects a count from 0 (no limit) to 1000000, not '%s'", a + 13);
       cl->max_errors = (int)n;
     } else if (!strcmp(a, "--mesh") || !strncmp(a, "--mesh=", 7)) {
       if (o->mesh)
-        drv_usage_error("--mesh is given twice; name every axis in one --mesh AXIS=N,...");
+        diag_usage_error("--mesh is given twice; name every axis in one --mesh AXIS=N,...");
       if (a[6] == '=')
         o->mesh = a + 7;
       else if (++i >= argc)
-        drv_usage_error("--mesh needs AXIS=N,...");
+        diag_usage_error("--mesh needs AXIS=N,...");
       else
         o->mesh = argv[i];
       check_mesh_syntax(o->mesh);
     } else if (!strcmp(a, "-D") || !strncmp(a, "-D", 2)) {
       const char *d = a[2] ? a + 2 : NULL;
       if (!d && ++i >= argc)
-        drv_usage_error("-D needs NAME=VALUE (e.g. -D C=256)");
+        diag_usage_error("-D needs NAME=VALUE (e.g. -D C=256)");
       d = d ? d : argv[i];
       check_define_syntax(d);
       vec_push(&o->defines, (void *)d);
     } else if (!strcmp(a, "-I") || !strncmp(a, "-I", 2)) {
       const char *d = a[2] ? a + 2 : NULL;
       if (!d && ++i >= argc)
-        drv_usage_error("-I needs a directory (e.g. -I lib)");
+        diag_usage_error("-I needs a directory (e.g. -I lib)");
       vec_push(&o->incdirs, (void *)(d ? d : argv[i]));
     } else if (!strncmp(a, "-O", 2) && strlen(a) == 3 && a[2] >= '0' && a[2] <= '3') {
       o->opt = a;
     } else if (!strcmp(a, "--isa") || !strncmp(a, "--isa=", 6)) {
       if (cl->isa)
-        drv_usage_error("--isa is given twice");
+        diag_usage_error("--isa is given twice");
       if (a[5] == '=')
         cl->isa = a + 6;
       else if (++i >= argc)
-        drv_usage_error("--isa needs clones, native or baseline");
+        diag_usage_error("--isa needs clones, native or baseline");
       else
         cl->isa = argv[i];
       o->isa = parse_isa(cl->isa, "--isa");
@@ -540,18 +540,18 @@ static int parse_command_line(int argc, char **argv, CommandLine *cl) {
       if (a[9] == '=')
         o->network = a + 10;
       else if (++i >= argc)
-        drv_usage_error("--network needs BANDWIDTH,LATENCY or a file");
+        diag_usage_error("--network needs BANDWIDTH,LATENCY or a file");
       else
         o->network = argv[i];
       const char *err = net_parse(&o->net, o->network);
       if (err)
-        drv_usage_error("--network: %s", err);
+        diag_usage_error("--network: %s", err);
     } else if (!strncmp(a, "--max-memory=", 13) || !strncmp(a, "--memory=", 9)) {
       bool max = a[2] == 'm' && a[3] == 'a';
       const char *v = strchr(a, '=') + 1;
       int64_t bytes;
       if (!plan_parse_bytes(v, &bytes))
-        drv_usage_error("%.*s expects a number of bytes, e.g. 80GB, 80GiB, 512MiB or 1.5e9, not '%s'",
+        diag_usage_error("%.*s expects a number of bytes, e.g. 80GB, 80GiB, 512MiB or 1.5e9, not '%s'",
                         (int)(strchr(a, '=') - a), a, v);
       if (max) {
         o->max_memory = v;
@@ -566,14 +566,14 @@ static int parse_command_line(int argc, char **argv, CommandLine *cl) {
       char *end;
       long long n = strtoll(a + 10, &end, 10);
       if (!a[10] || *end || n < 1 || n > 1 << 20)
-        drv_usage_error("--devices expects a count from 1 to 1048576, not '%s'", a + 10);
+        diag_usage_error("--devices expects a count from 1 to 1048576, not '%s'", a + 10);
       o->devices = n;
     } else if (!strncmp(a, "--flops=", 8)) {
       char *f = arena_strdup(a + 8), *comma = strchr(f, ',');
       if (comma)
         *comma = 0;
       if (!plan_parse_flops(f, &o->flops) || (comma && !plan_parse_flops(comma + 1, &o->ew_flops)))
-        drv_usage_error("--flops expects FLOP/s per device, e.g. 100G, 1.5TFLOP/s or 5e10, and optionally a second "
+        diag_usage_error("--flops expects FLOP/s per device, e.g. 100G, 1.5TFLOP/s or 5e10, and optionally a second "
                         "rate for elementwise work (--flops=100G,20G), not '%s'", a + 8);
     } else if (!strncmp(a, "--diagnostics=", 14)) {
       const char *f = a + 14;
@@ -584,9 +584,9 @@ static int parse_command_line(int argc, char **argv, CommandLine *cl) {
       else if (!strcmp(f, "sarif"))
         o->diagnostics = DIAG_SARIF;
       else
-        drv_usage_error("--diagnostics is plain, json or sarif, not '%s'", f);
+        diag_usage_error("--diagnostics is plain, json or sarif, not '%s'", f);
     } else if (a[0] == '-' && a[1]) {
-      drv_usage_error("unknown option '%s'", a);
+      diag_usage_error("unknown option '%s'", a);
     } else if (!o->cmd) {
       o->cmd = a;
     } else {
@@ -612,7 +612,7 @@ static int drv_main(int argc, char **argv) {
   }
   c = command_named(cl.o.cmd);
   if (!c || !c->run)
-    drv_usage_error("unknown command '%s'", cl.o.cmd);
+    diag_usage_error("unknown command '%s'", cl.o.cmd);
   if (c->takes != TAKES_NOTHING)
     check_command_line(&cl, c);
   return c->run(&cl, c);

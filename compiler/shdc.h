@@ -174,6 +174,10 @@ int diag_errors_not_shown(void);
  * message can be skipped otherwise). */
 bool diag_will_show(void);
 /* Fatal internal error: the compiler found a bug in itself. */
+/* Trouble outside the program text (usage, I/O, the toolchain): "shdc:
+ * error: ..." after the diagnostics, exit 2; a usage error adds --help. */
+__attribute__((noreturn, format(printf, 1, 2))) void diag_usage_error(const char *fmt, ...);
+__attribute__((noreturn, format(printf, 1, 2))) void diag_io_error(const char *fmt, ...);
 __attribute__((noreturn, format(printf, 1, 2))) void diag_ice(const char *fmt, ...);
 
 /* Structured fixes for the error reported last (diag_fix.c). The plain
