@@ -12,6 +12,7 @@
 #   make fuzz     mutated and generated programs through the sanitizer build
 #   make bench    run the benchmarks in bench/ and print their tables
 #   make install  PREFIX=/usr/local DESTDIR=  (make uninstall: the same files)
+#   make vsix     the VS Code extension packed as build/shd-VERSION.vsix
 #   Each target installs only the Debian packages it needs (tools/install-deps,
 #   groups in tools/deps/): build for all and install, demo adds for demo and
 #   data, test for test, bench for bench.
@@ -163,8 +164,9 @@ $(B)/include/shdrt.h: runtime/shdrt.h
 # in PREFIX/share/shdc/lib, so the prefix can be moved as a whole;
 # shdrt.pc names its directories under PREFIX through ${prefix} for the same
 # reason (pkg-config --define-prefix). The docs go to DOCDIR with their links.
-DOCS      := README.md $(wildcard docs/*.md)
-VSCODE    := package.json language-configuration.json extension.js syntaxes/shd.tmLanguage.json
+DOCS      := README.md LICENSE $(wildcard docs/*.md)
+VSCODE    := package.json language-configuration.json extension.js syntaxes/shd.tmLanguage.json \
+             README.md LICENSE
 STDLIB    := $(wildcard lib/std/*.shd)
 # Every installed path reaches the shell as one quoted word (sq: in single
 # quotes, each ' as '\''), so a PREFIX or DESTDIR with spaces or quotes is
@@ -233,6 +235,16 @@ uninstall:
 	-rmdir $(I_VSCODE)/syntaxes $(I_VSCODE) $(I_SHARE)/editors $(I_SHARE)/lib/std $(I_SHARE)/lib \
 	    $(I_SHARE) $(I_DOC) 2>/dev/null
 
+# ---- the VS Code extension as a .vsix --------------------------------------
+# `code --install-extension build/shd-1.0.0.vsix`. tools/pack-vsix packs the
+# files editors/vscode/.vscodeignore keeps and the language client, which
+# npm installs as editors/vscode/package-lock.json pins it (no vsce).
+VSIX := $(B)/shd-$(shell sed -n 's/^  "version": "\(.*\)",$$/\1/p' editors/vscode/package.json).vsix
+vsix: $(VSIX)
+$(VSIX): tools/pack-vsix editors/vscode/package-lock.json editors/vscode/.vscodeignore \
+         $(addprefix editors/vscode/,$(VSCODE)) | $(B)/stamp-deps-vsix
+	tools/pack-vsix editors/vscode $@
+
 # ---- runtime unit tests (tests/runtime/test_*.c, run by tests/run.py) ------
 RT_TEST_SRC := $(wildcard tests/runtime/test_*.c)
 RT_TESTS    := $(RT_TEST_SRC:tests/runtime/%.c=$(B)/tests/runtime/%)
@@ -257,7 +269,7 @@ $(B)/stamp-npm: tools/npm/package.json tools/npm/package-lock.json tools/install
 # sanitizer build (test-san); `make test SKIP_SAN=1` only the first. Tests
 # run TESTJOBS at a time (one per core; tests marked SERIAL run alone).
 TESTJOBS ?= $(NPROC)
-test: all $(B)/stamp-deps-demo $(B)/stamp-deps-test runtime-tests san $(B)/stamp-npm
+test: all $(B)/stamp-deps-demo $(B)/stamp-deps-test runtime-tests san $(B)/stamp-npm $(VSIX)
 	"$$(tools/find-python)" tests/run.py -j $(TESTJOBS) --shdc $(B)/shdc --build $(B) $(TESTFLAGS)
 	$(if $(SKIP_SAN),,$(MAKE) test-san)
 
@@ -361,7 +373,7 @@ $(DATA)/brown_train.npy: $(BROWN_TGZ) tools/brown_tokens.py | $(B)/stamp-deps-de
 clean:
 	rm -rf $(B)
 
-.PHONY: all test test-san test-full cov demo san fuzz bench clean runtime-tests install uninstall data FORCE
+.PHONY: all test test-san test-full cov demo san fuzz bench clean runtime-tests install uninstall data vsix FORCE
 FORCE:
 
 -include $(COMPILER_OBJ:.o=.d) $(RUNTIME_OBJ:.o=.d) $(RT_TESTS:=.d)
