@@ -94,7 +94,8 @@ $(B)/stamp-deps: tools/install-deps tools/deps/build
 $(B)/stamp-deps-%: tools/install-deps tools/deps/% | $(B)/stamp-deps
 	@tools/install-deps $*
 	@touch $@
-# apt-get takes a lock: one group at a time, even under make -j.
+# apt-get takes a lock: one group at a time, even under make -j (and
+# install-deps waits for another's).
 $(B)/stamp-deps-test: | $(B)/stamp-deps-demo
 
 # ---- compiler -------------------------------------------------------------
