@@ -166,6 +166,7 @@ $(B)/include/shdrt.h: runtime/shdrt.h
 # shdrt.pc names its directories under PREFIX through ${prefix} for the same
 # reason (pkg-config --define-prefix). The docs go to DOCDIR with their links.
 DOCS      := README.md LICENSE $(wildcard docs/*.md)
+VIMFILES  := syntax/shd.vim ftdetect/shd.vim ftplugin/shd.vim compiler/shdc.vim
 VSCODE    := package.json language-configuration.json extension.js syntaxes/shd.tmLanguage.json \
              README.md LICENSE
 STDLIB    := $(wildcard lib/std/*.shd)
@@ -210,13 +211,12 @@ pk_INCLUDEDIR = $(call pkdir,INCLUDEDIR)
 sedesc = $(subst &,\&,$(subst |,\|,$(subst \,\\,$($(1)))))
 pcval = '$(subst ','\'',$(call sedesc,pk_$(1)))'
 INSTALLED := $(I_BIN)/shdc $(I_LIB)/libshdrt.a $(I_INC)/shdrt.h $(I_MAN1)/shdc.1 $(I_PC)/shdrt.pc \
-             $(I_VIM)/syntax/shd.vim $(I_VIM)/ftdetect/shd.vim $(I_NVIM)/syntax/shd.vim \
-             $(I_NVIM)/ftdetect/shd.vim $(addprefix $(I_VSCODE)/,$(VSCODE)) \
+             $(addprefix $(I_VIM)/,$(VIMFILES)) $(addprefix $(I_NVIM)/,$(VIMFILES)) \
+             $(addprefix $(I_VSCODE)/,$(VSCODE)) \
              $(addprefix $(I_DOC)/,$(notdir $(DOCS))) $(STDLIB:lib/%=$(I_SHARE)/lib/%)
 
 install: all
-	install -d $(I_BIN) $(I_PC) $(I_INC) $(I_MAN1) $(I_VIM)/syntax $(I_VIM)/ftdetect $(I_NVIM)/syntax \
-	    $(I_NVIM)/ftdetect $(I_VSCODE)/syntaxes $(I_DOC) $(I_SHARE)/lib/std
+	install -d $(I_BIN) $(I_PC) $(I_INC) $(I_MAN1) $(I_VSCODE)/syntaxes $(I_DOC) $(I_SHARE)/lib/std
 	install -m 755 $(B)/shdc $(I_BIN)/shdc
 	install -m 644 $(STDLIB) $(I_SHARE)/lib/std/
 	install -m 644 $(B)/libshdrt.a $(I_LIB)/libshdrt.a
@@ -225,9 +225,8 @@ install: all
 	sed -e 's|@PREFIX@|'$(call pcval,PREFIX)'|' -e 's|@LIBDIR@|'$(call pcval,LIBDIR)'|' \
 	    -e 's|@INCLUDEDIR@|'$(call pcval,INCLUDEDIR)'|' -e 's|@VERSION@|$(VERSION)|' \
 	    -e 's|@SAN@|$(filter -fsanitize=% --coverage,$(SAN))|' tools/shdrt.pc.in > $(I_PC)/shdrt.pc
-	for d in $(I_VIM) $(I_NVIM); do \
-	    install -m 644 editors/vim/syntax/shd.vim "$$d/syntax/shd.vim" && \
-	    install -m 644 editors/vim/ftdetect/shd.vim "$$d/ftdetect/shd.vim" || exit 1; done
+	for d in $(I_VIM) $(I_NVIM); do for f in $(VIMFILES); do \
+	    install -D -m 644 "editors/vim/$$f" "$$d/$$f" || exit 1; done; done
 	for f in $(VSCODE); do install -m 644 "editors/vscode/$$f" $(I_VSCODE)/"$$f" || exit 1; done
 	install -m 644 $(DOCS) $(I_DOC)/
 
