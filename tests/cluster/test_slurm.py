@@ -20,10 +20,17 @@ A one-node cluster (munged, slurmctld, slurmd) in a temporary directory
   both checkpoints resume. The test renices these jobs' processes to 19
   (scontrol listpids) so that their minute of training yields the CPU, and
   back to 0 once a job prints that it was asked to stop;
+- train_gpt2.sbatch, the 2-node GPT-2 job of the doc (srun, checkpoints,
+  resume), submitted with --nodes=1 --ntasks-per-node=2 on the command line
+  (the cluster has one node) for a data=2 build: a first job trains 4
+  steps and checkpoints, a second submission of the same script resumes and
+  trains to 6, and the 6 losses of metrics.jsonl equal those of one
+  uninterrupted mpirun run bitwise;
 - the job scripts are docs/cluster.md's, verbatim.
 
 Without root or the Slurm and munge packages the test is skipped.
 """
+import json
 import os
 import re
 import shutil
@@ -40,6 +47,8 @@ sys.path.insert(0, HERE)
 import clusterlib  # noqa: E402
 from clusterlib import ROOT, Unavailable  # noqa: E402
 import testlib  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "tests", "gpt2"))
+import gptlib  # noqa: E402
 
 EX = os.path.join(ROOT, "dsl-examples")
 CLUSTER_EX = os.path.join(EX, "cluster")
@@ -103,6 +112,47 @@ class Renice(threading.Thread):
                         os.setpriority(os.PRIO_PROCESS, int(pid), 0 if stopping else 19)
                     except OSError:
                         pass
+
+
+def metrics_losses(path):
+    with open(path) as f:
+        rows = [json.loads(l) for l in f if l.strip()]
+    return {r["step"]: r["loss"] for r in rows if "loss" in r}
+
+
+def check_gpt2_job(slurm, shdc, d):
+    """train_gpt2.sbatch on one node: a job, a second one that resumes, and
+    the losses of one uninterrupted run."""
+    cfg = dict(gptlib.TINY, T=16, C=32, NH=4)       # tests/gpt2/test_data_gen.py's build: one cache entry
+    try:
+        exe = gptlib.build(shdc, gptlib.GPT2, {"data": 2, "model": 1}, os.path.join(d, "gpt2_2"), cfg, "-O1")
+    except gptlib.Failure as e:
+        return check(False, "gpt2 for train_gpt2.sbatch: %s" % e)
+    data = ["--data=" + gptlib.corpus(os.path.join(d, "train.npy"), 20000),
+            "--val=" + gptlib.corpus(os.path.join(d, "val.npy"), 4000)]
+    w = job_dir(d, "gpt2_sbatch", exe, "train")
+    os.rmdir(os.path.join(w, "ckpt"))
+    for steps in (4, 6):
+        p = clusterlib.sh(["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2",
+                           "--export=ALL,STEPS=%d,SAVE_EVERY=2" % steps, os.path.join(CLUSTER_EX, "train_gpt2.sbatch")]
+                          + data, env=slurm.env, cwd=w)
+        jid = p.stdout.strip().split(";")[0]
+        state = slurm.wait_job(jid, 240)
+        out_path = os.path.join(w, "slurm-%s.out" % jid)
+        out = open(out_path).read() if os.path.exists(out_path) else ""
+        if not check(state == "COMPLETED", "train_gpt2.sbatch (STEPS=%d): job %s\n%s%s" % (steps, state, out[-3000:],
+                                                                                         slurm.logs())):
+            return
+        step = np.load(os.path.join(w, "ckpt", "step.npy"))
+        if not check(int(step) == steps, "train_gpt2.sbatch (STEPS=%d): ckpt/step.npy says %s" % (steps, step)):
+            return
+    got = metrics_losses(os.path.join(w, "metrics.jsonl"))
+    local_run(exe, 2, data + ["--steps=6", "--metrics=m.jsonl"], os.path.join(d, "gpt2_local"))
+    want = metrics_losses(os.path.join(d, "gpt2_local", "m.jsonl"))
+    check(sorted(got) == list(range(1, 7)) and got == want,
+          "train_gpt2.sbatch, a job and its resumption: losses %s, one run %s" % (got, want))
+    print("train_gpt2.sbatch: a job of 4 steps, a second that resumed from its checkpoint to 6; their losses equal "
+          "one uninterrupted run's bitwise")
 
 
 def limit_jobs(slurm, exe, d):
@@ -189,6 +239,8 @@ def main():
                     check(f in got and np.allclose(got[f], one[f], rtol=1e-4, atol=1e-4),
                           "sbatch: %s differs from the one-device build's" % f)
                 print("sbatch + mpirun: the matmul's arrays equal mpirun's bitwise and the one-device build's")
+
+            check_gpt2_job(slurm, shdc, d)
 
             # srun --mpi=pmix, bound to cores: the DP MLP.
             run = os.path.join(d, "dp_srun")
