@@ -199,6 +199,36 @@ void str_read_fd(Str *s, int fd, size_t limit) {
   }
 }
 
+/* The edit distance between a and b (insertions, deletions, substitutions
+ * and swaps of two neighbours, one each: "stpes" is 1 from "steps"), or
+ * `limit` or more when it is at least that: the did-you-mean of names,
+ * fields, options and error codes. Names past 63 bytes are never near. */
+int str_distance(const char *a, const char *b, int limit) {
+  int la = (int)strlen(a), lb = (int)strlen(b);
+  if (la > 63 || lb > 63 || la - lb >= limit || lb - la >= limit)
+    return limit;
+  int d[64][64];
+  for (int i = 0; i <= la; i++)
+    d[i][0] = i;
+  for (int j = 0; j <= lb; j++)
+    d[0][j] = j;
+  for (int i = 1; i <= la; i++) {
+    int least = d[i][0];
+    for (int j = 1; j <= lb; j++) {
+      int sub = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+      int v = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
+        v = d[i - 2][j - 2] + 1;
+      d[i][j] = v;
+      least = v < least ? v : least;
+    }
+    if (least >= limit)
+      return limit;
+  }
+  return d[la][lb] < limit ? d[la][lb] : limit;
+}
+
 const char *str_cstr(Str *s) {
   str_reserve(s, 0);
   s->buf[s->len] = 0;

@@ -33,7 +33,28 @@ static SourceFile *cannot_read(const char *path, const char *why) {
  * (files.c): a FIFO would block, a device such as /dev/zero never end. */
 #define MAX_SOURCE (8 << 20)
 
+/* `-`: the program on the standard input (an editor's buffer piped to
+ * `shdc check -`), named <stdin> in messages; its imports are looked up
+ * from the current directory and -I. */
+static SourceFile *read_stdin(void) {
+  Str text = {0};
+  str_read_fd(&text, 0, (size_t)MAX_SOURCE + 1);
+  if (text.len > (size_t)MAX_SOURCE)
+    return cannot_read("<stdin>", arena_printf("it has more than %d bytes; a program may have at most %d bytes (8 MiB)",
+                                               MAX_SOURCE, MAX_SOURCE));
+  SourceFile *sf = arena_alloc(sizeof *sf);
+  sf->name = "<stdin>";
+  sf->len = text.len;
+  char *copy = arena_alloc(text.len + 1);
+  memcpy(copy, str_cstr(&text), text.len + 1);   /* NULs and all: the lexer reports them */
+  sf->text = copy;
+  free(text.buf);
+  return sf;
+}
+
 static SourceFile *read_source(const char *path) {
+  if (!strcmp(path, "-"))
+    return read_stdin();
   const char *why;
   long long size = 0;
   FILE *f = file_open_regular(path, MAX_SOURCE, &why, &size);

@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <libgen.h>
 #include <pthread.h>
 #include <sys/stat.h>
@@ -39,7 +40,7 @@ static const char usage_options[] =
     "  -D NAME=VALUE          override the integer `const NAME` (repeatable; e.g. -D C=256)\n"
     "  -I DIR                 where `import` looks after the importing file's directory\n"
     "                         (repeatable; then the installed library, with std/)\n"
-    "  -o PROG                output executable (build)\n"
+    "  -o PROG, --output=PROG output executable (build)\n"
     "  -O0 ... -O3            C optimisation level of the build (default -O3, or SHDC_OPT)\n"
     "  --isa=clones|native|baseline\n"
     "                         build: each function for default, avx2 and avx512f, the\n"
@@ -63,8 +64,11 @@ static const char usage_options[] =
     "                         stdout (check; check -o FILE writes it to FILE), else stderr\n"
     "  --max-errors=N         print at most N errors (default 100, and all in a json or\n"
     "                         sarif document; 0: all)\n"
-    "  --help                 this text\n"
-    "  --version              the version, git revision and runtime ABI\n"
+    "  --help, -h             this text\n"
+    "  --version, -V          the version, git revision and runtime ABI\n"
+    "\n"
+    "FILE - is the standard input; -- ends the options; a long option may be\n"
+    "shortened to a prefix that names only it\n"
     "\n"
     "environment: SHDC_CC, SHDC_CFLAGS, SHDC_JOBS, SHDC_OPT, SHDC_ISA, SHDC_HOME;\n"
     "the build cache: SHDC_CACHE=DIR (default ~/.cache/shdc) or off,\n"
@@ -330,6 +334,9 @@ static void check_command_line(const CommandLine *cl, const Command *c) {
     diag_usage_error("%s needs a FILE", c->name);
   if (o->files.len > 1 && c->takes == TAKES_ONE_FILE)
     diag_usage_error("%s takes one FILE", c->name);
+  for (int i = 0, dashes = 0; i < o->files.len; i++)
+    if (!strcmp(o->files.data[i], "-") && ++dashes > 1)
+      diag_usage_error("- (the standard input) is given twice");
   check_option(cl, c, OPT_NETWORK, "--network", "");
   check_option(cl, c, OPT_MAX_MEMORY, "--max-memory", " (plan takes --memory)");
   check_option(cl, c, OPT_DEVICES, "--devices", "");
@@ -475,123 +482,212 @@ static int run_pipeline(CommandLine *cl, const Command *c) {
 
 /* ---- the options, shared by every command ------------------------------------------------ */
 
+/* getopt_long's conventions: `--mesh X=2` or `--mesh=X=2`, `-o PROG` or
+ * `-oPROG`, options before and after the FILEs, `--` ends the options and
+ * `-` is the standard input as a FILE; a long option may be shortened to
+ * any prefix that names only it. */
+enum {
+  LO_MESH = 256, LO_ISA, LO_KEEP_C, LO_GLOBAL, LO_NETWORK, LO_MAX_MEMORY, LO_MEMORY, LO_JSON, LO_DEVICES,
+  LO_FLOPS, LO_DIAGNOSTICS, LO_MAX_ERRORS,
+};
+
+static const struct option long_options[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {"output", required_argument, NULL, 'o'},
+    {"mesh", required_argument, NULL, LO_MESH},
+    {"isa", required_argument, NULL, LO_ISA},
+    {"keep-c", no_argument, NULL, LO_KEEP_C},
+    {"global", no_argument, NULL, LO_GLOBAL},
+    {"network", required_argument, NULL, LO_NETWORK},
+    {"max-memory", required_argument, NULL, LO_MAX_MEMORY},
+    {"memory", required_argument, NULL, LO_MEMORY},
+    {"json", no_argument, NULL, LO_JSON},
+    {"devices", required_argument, NULL, LO_DEVICES},
+    {"flops", required_argument, NULL, LO_FLOPS},
+    {"diagnostics", required_argument, NULL, LO_DIAGNOSTICS},
+    {"max-errors", required_argument, NULL, LO_MAX_ERRORS},
+    {NULL, 0, NULL, 0},
+};
+#define SHORT_OPTIONS ":ho:D:I:O:V"
+
+/* What an option's value is, for "needs" messages. */
+static const char *option_value(int opt) {
+  switch (opt) {
+  case 'o': return "-o needs a file name";
+  case 'D': return "-D needs NAME=VALUE (e.g. -D C=256)";
+  case 'I': return "-I needs a directory (e.g. -I lib)";
+  case 'O': return "-O needs a level: -O0, -O1, -O2 or -O3";
+  case LO_MESH: return "--mesh needs AXIS=N,...";
+  case LO_ISA: return "--isa needs clones, native or baseline";
+  case LO_NETWORK: return "--network needs BANDWIDTH,LATENCY or a file";
+  case LO_MAX_MEMORY: return "--max-memory needs a number of bytes, e.g. 80GB";
+  case LO_MEMORY: return "--memory needs a number of bytes, e.g. 80GB";
+  case LO_DEVICES: return "--devices needs a count, e.g. --devices=8";
+  case LO_FLOPS: return "--flops needs FLOP/s per device, e.g. --flops=100G";
+  case LO_DIAGNOSTICS: return "--diagnostics needs plain, json or sarif";
+  default: return "--max-errors needs a count, e.g. --max-errors=20";
+  }
+}
+
+/* An option that takes one value, given twice: the second would silently
+ * win, so it is refused (as a second -o always was). */
+static void once(unsigned *seen, int opt) {
+  unsigned bit = 1u << (opt >= 256 ? opt - 256 + 2 : opt == 'o' ? 0 : 1);
+  if (*seen & bit) {
+    if (opt == LO_MESH)
+      diag_usage_error("--mesh is given twice; name every axis in one --mesh AXIS=N,...");
+    const struct option *lo = long_options;
+    while (lo->name && lo->val != opt)
+      lo++;
+    diag_usage_error("%s is given twice", opt == 'o' ? "-o" : opt == 'O' ? "-O" : arena_printf("--%s", lo->name));
+  }
+  *seen |= bit;
+}
+
+/* An option getopt_long did not take: unknown (with the nearest name),
+ * a prefix of several, a value where it takes none. */
+static void bad_option(const char *arg) {
+  if (arg[0] != '-' || arg[1] != '-')
+    diag_usage_error("unknown option '%s'", arg);
+  const char *name = arg + 2;
+  size_t len = strcspn(name, "=");
+  const char *near = NULL;
+  int best = 3, prefix_of = 0;
+  Str all = {0};
+  for (const struct option *lo = long_options; lo->name; lo++) {
+    if (!strncmp(lo->name, name, len) && strlen(lo->name) > len) {
+      str_printf(&all, "%s--%s", prefix_of++ ? ", " : "", lo->name);
+    } else if (strlen(lo->name) == len && !strncmp(lo->name, name, len) && lo->has_arg == no_argument) {
+      diag_usage_error("--%s takes no value, not '%s'", lo->name, name + len + 1);
+    }
+    char *n = arena_strdup(name);
+    n[len] = 0;
+    int d = str_distance(n, lo->name, best);
+    if (d < best && d < (int)len) {
+      best = d;
+      near = lo->name;
+    }
+  }
+  if (prefix_of > 1)
+    diag_usage_error("option '--%.*s' is ambiguous: %s", (int)len, name, str_cstr(&all));
+  if (near)
+    diag_usage_error("unknown option '--%.*s'; did you mean '--%s'?", (int)len, name, near);
+  diag_usage_error("unknown option '--%.*s'", (int)len, name);
+}
+
+/* --max-memory=BYTES or --memory=BYTES. */
+static void take_bytes(Options *o, int opt, const char *v) {
+  int64_t bytes;
+  const char *name = opt == LO_MAX_MEMORY ? "--max-memory" : "--memory";
+  if (!plan_parse_bytes(v, &bytes))
+    diag_usage_error("%s expects a number of bytes, e.g. 80GB, 80GiB, 512MiB or 1.5e9, not '%s'", name, v);
+  if (opt == LO_MAX_MEMORY) {
+    o->max_memory = v;
+    o->max_memory_bytes = bytes;
+  } else {
+    o->memory = v;
+    o->memory_bytes = bytes;
+  }
+}
+
+static void take_count(const char *name, const char *v, long long lo, long long hi, long long *out) {
+  char *end;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  if (!*v || *end || errno == ERANGE || n < lo || n > hi)
+    diag_usage_error("%s expects a count from %lld%s to %lld, not '%s'", name, lo, lo ? "" : " (no limit)", hi, v);
+  *out = n;
+}
+
+static void take_flops(Options *o, const char *v) {
+  char *f = arena_strdup(v), *comma = strchr(f, ',');
+  if (comma)
+    *comma = 0;
+  if (!plan_parse_flops(f, &o->flops) || (comma && !plan_parse_flops(comma + 1, &o->ew_flops)))
+    diag_usage_error("--flops expects FLOP/s per device, e.g. 100G, 1.5TFLOP/s or 5e10, and optionally a second "
+                     "rate for elementwise work (--flops=100G,20G), not '%s'", v);
+}
+
+static void take_diagnostics(Options *o, const char *f) {
+  if (!strcmp(f, "plain"))
+    o->diagnostics = DIAG_PLAIN;
+  else if (!strcmp(f, "json"))
+    o->diagnostics = DIAG_JSON;
+  else if (!strcmp(f, "sarif"))
+    o->diagnostics = DIAG_SARIF;
+  else
+    diag_usage_error("--diagnostics is plain, json or sarif, not '%s'", f);
+}
+
+/* One option getopt_long returned, and its value v. */
+static void take_option(CommandLine *cl, int opt, const char *v) {
+  Options *o = &cl->o;
+  long long n;
+  switch (opt) {
+  case 'o': o->out = v; break;
+  case 'D': check_define_syntax(v); vec_push(&o->defines, (void *)v); break;
+  case 'I': vec_push(&o->incdirs, (void *)v); break;
+  case 'O':
+    if (strlen(v) != 1 || v[0] < '0' || v[0] > '3')
+      diag_usage_error("-O expects a level from 0 to 3 (-O0 ... -O3), not '-O%s'", v);
+    o->opt = arena_printf("-O%s", v);
+    break;
+  case LO_MESH: o->mesh = v; check_mesh_syntax(v); break;
+  case LO_ISA: cl->isa = v; o->isa = parse_isa(v, "--isa"); break;
+  case LO_KEEP_C: o->keep_c = true; break;
+  case LO_GLOBAL: o->global_ir = true; break;
+  case LO_NETWORK: {
+    o->network = v;
+    const char *err = net_parse(&o->net, v);
+    if (err)
+      diag_usage_error("--network: %s", err);
+    break;
+  }
+  case LO_MAX_MEMORY: case LO_MEMORY: take_bytes(o, opt, v); break;
+  case LO_JSON: o->json = true; break;
+  case LO_DEVICES: take_count("--devices", v, 1, 1 << 20, &n); o->devices = n; break;
+  case LO_FLOPS: take_flops(o, v); break;
+  case LO_DIAGNOSTICS: take_diagnostics(o, v); break;
+  case LO_MAX_ERRORS:
+    take_count("--max-errors", v, 0, 1000000, &n);
+    cl->max_errors = (int)n;
+    break;
+  }
+}
+
 /* The options and the command's word from argv into cl; the first word
  * that is not an option is the command, the others its FILEs. --help and
  * --version end the parse: their exit status, else -1. */
 static int parse_command_line(int argc, char **argv, CommandLine *cl) {
-  Options *o = &cl->o;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h") || !strcmp(a, "help")) {
+  unsigned seen = 0;
+  opterr = 0;
+  optind = 1;
+  for (;;) {
+    int opt = getopt_long(argc, argv, SHORT_OPTIONS, long_options, NULL);
+    if (opt == -1)
+      break;
+    if (opt == 'h')
       return print_info(false);
-    } else if (!strcmp(a, "--version")) {
+    if (opt == 'V')
       return print_info(true);
-    } else if (!strcmp(a, "-o")) {
-      if (++i >= argc)
-        diag_usage_error("-o needs a file name");
-      if (o->out)
-        diag_usage_error("-o is given twice");
-      o->out = argv[i];
-    } else if (!strncmp(a, "--max-errors=", 13)) {
-      char *end;
-      long n = strtol(a + 13, &end, 10);
-      if (!a[13] || *end || n < 0 || n > 1000000)
-        diag_usage_error("--max-errors expects a count from 0 (no limit) to 1000000, not '%s'", a + 13);
-      cl->max_errors = (int)n;
-    } else if (!strcmp(a, "--mesh") || !strncmp(a, "--mesh=", 7)) {
-      if (o->mesh)
-        diag_usage_error("--mesh is given twice; name every axis in one --mesh AXIS=N,...");
-      if (a[6] == '=')
-        o->mesh = a + 7;
-      else if (++i >= argc)
-        diag_usage_error("--mesh needs AXIS=N,...");
-      else
-        o->mesh = argv[i];
-      check_mesh_syntax(o->mesh);
-    } else if (!strcmp(a, "-D") || !strncmp(a, "-D", 2)) {
-      const char *d = a[2] ? a + 2 : NULL;
-      if (!d && ++i >= argc)
-        diag_usage_error("-D needs NAME=VALUE (e.g. -D C=256)");
-      d = d ? d : argv[i];
-      check_define_syntax(d);
-      vec_push(&o->defines, (void *)d);
-    } else if (!strcmp(a, "-I") || !strncmp(a, "-I", 2)) {
-      const char *d = a[2] ? a + 2 : NULL;
-      if (!d && ++i >= argc)
-        diag_usage_error("-I needs a directory (e.g. -I lib)");
-      vec_push(&o->incdirs, (void *)(d ? d : argv[i]));
-    } else if (!strncmp(a, "-O", 2) && strlen(a) == 3 && a[2] >= '0' && a[2] <= '3') {
-      o->opt = a;
-    } else if (!strcmp(a, "--isa") || !strncmp(a, "--isa=", 6)) {
-      if (cl->isa)
-        diag_usage_error("--isa is given twice");
-      if (a[5] == '=')
-        cl->isa = a + 6;
-      else if (++i >= argc)
-        diag_usage_error("--isa needs clones, native or baseline");
-      else
-        cl->isa = argv[i];
-      o->isa = parse_isa(cl->isa, "--isa");
-    } else if (!strcmp(a, "--keep-c")) {
-      o->keep_c = true;
-    } else if (!strcmp(a, "--global")) {
-      o->global_ir = true;
-    } else if (!strcmp(a, "--network") || !strncmp(a, "--network=", 10)) {
-      if (a[9] == '=')
-        o->network = a + 10;
-      else if (++i >= argc)
-        diag_usage_error("--network needs BANDWIDTH,LATENCY or a file");
-      else
-        o->network = argv[i];
-      const char *err = net_parse(&o->net, o->network);
-      if (err)
-        diag_usage_error("--network: %s", err);
-    } else if (!strncmp(a, "--max-memory=", 13) || !strncmp(a, "--memory=", 9)) {
-      bool max = a[2] == 'm' && a[3] == 'a';
-      const char *v = strchr(a, '=') + 1;
-      int64_t bytes;
-      if (!plan_parse_bytes(v, &bytes))
-        diag_usage_error("%.*s expects a number of bytes, e.g. 80GB, 80GiB, 512MiB or 1.5e9, not '%s'",
-                        (int)(strchr(a, '=') - a), a, v);
-      if (max) {
-        o->max_memory = v;
-        o->max_memory_bytes = bytes;
-      } else {
-        o->memory = v;
-        o->memory_bytes = bytes;
-      }
-    } else if (!strcmp(a, "--json")) {
-      o->json = true;
-    } else if (!strncmp(a, "--devices=", 10)) {
-      char *end;
-      long long n = strtoll(a + 10, &end, 10);
-      if (!a[10] || *end || n < 1 || n > 1 << 20)
-        diag_usage_error("--devices expects a count from 1 to 1048576, not '%s'", a + 10);
-      o->devices = n;
-    } else if (!strncmp(a, "--flops=", 8)) {
-      char *f = arena_strdup(a + 8), *comma = strchr(f, ',');
-      if (comma)
-        *comma = 0;
-      if (!plan_parse_flops(f, &o->flops) || (comma && !plan_parse_flops(comma + 1, &o->ew_flops)))
-        diag_usage_error("--flops expects FLOP/s per device, e.g. 100G, 1.5TFLOP/s or 5e10, and optionally a second "
-                        "rate for elementwise work (--flops=100G,20G), not '%s'", a + 8);
-    } else if (!strncmp(a, "--diagnostics=", 14)) {
-      const char *f = a + 14;
-      if (!strcmp(f, "plain"))
-        o->diagnostics = DIAG_PLAIN;
-      else if (!strcmp(f, "json"))
-        o->diagnostics = DIAG_JSON;
-      else if (!strcmp(f, "sarif"))
-        o->diagnostics = DIAG_SARIF;
-      else
-        diag_usage_error("--diagnostics is plain, json or sarif, not '%s'", f);
-    } else if (a[0] == '-' && a[1]) {
-      diag_usage_error("unknown option '%s'", a);
-    } else if (!o->cmd) {
-      o->cmd = a;
-    } else {
-      vec_push(&o->files, (void *)a);
+    if (opt == ':')
+      diag_usage_error("%s", option_value(optopt));
+    if (opt == '?') {
+      const char *a = argv[optind - 1];
+      bad_option(optopt && optopt < 256 && strncmp(a, "--", 2) ? arena_printf("-%c", optopt) : a);
     }
+    if (opt != 'D' && opt != 'I' && opt != LO_KEEP_C && opt != LO_GLOBAL && opt != LO_JSON)
+      once(&seen, opt);
+    take_option(cl, opt, optarg);
+  }
+  for (int i = optind; i < argc; i++) {
+    if (!cl->o.cmd && !strcmp(argv[i], "help"))
+      return print_info(false);
+    if (!cl->o.cmd)
+      cl->o.cmd = argv[i];
+    else
+      vec_push(&cl->o.files, argv[i]);
   }
   return -1;
 }

@@ -164,6 +164,57 @@ def check_defines(shdc, d, failures):
                                 (cmd, " ".join(flags), p.returncode, pat, p.stderr))
 
 
+def convention_cases(shdc, good, bad, d):
+    """getopt_long's conventions (issue 27, item 6): `-` reads the program
+    from stdin (named <stdin>), `--` ends the options, `-oFILE`, `--opt VALUE`
+    and `--opt=VALUE`, a unique prefix of a long option, -V; a mistyped
+    option gets the nearest one, an ambiguous prefix its candidates, and an
+    option of one value given twice is refused."""
+    failures = []
+    dash = os.path.join(d, "-dash.shd")
+    with open(good) as f, open(dash, "w") as g:
+        g.write(f.read())
+    with open(good) as f:
+        good_text = f.read()
+    with open(bad) as f:
+        bad_text = f.read()
+    doc = os.path.join(d, "diag.json")
+    version = subprocess.run([shdc, "--version"], capture_output=True, text=True).stdout
+    cases = [
+        (["check", "-"], good_text, 0, None, r"^$"),
+        (["check", "-"], bad_text, 1, None, r"^<stdin>:\d+:\d+: error: .*\[E_SHAPE\]$"),
+        (["check", "--diagnostics=json", "-"], bad_text, 1, r'"file": "<stdin>"', None),
+        (["check", "-", "-"], good_text, 2, None, r"- \(the standard input\) is given twice"),
+        (["check", "--", "-dash.shd"], None, 0, None, r"^$"),
+        (["check", "-dash.shd"], None, 2, None, r"unknown option '-d'"),
+        (["check", good, "--mesh=X=2"], None, 0, None, r"^$"),
+        (["check", good, "--mesh", "X=2"], None, 0, None, r"^$"),
+        (["check", "--mes", "X=2", good], None, 0, None, r"^$"),
+        (["check", good, "--diagnostics", "json", "-o" + doc], None, 0, None, r"^$"),
+        (["-V"], None, 0, "^" + re.escape(version) + "$", None),
+        (["check", good, "--meshh=X=2"], None, 2, None, r"unknown option '--meshh'; did you mean '--mesh'\?"),
+        (["check", good, "--max-erors=3"], None, 2, None, r"did you mean '--max-errors'\?"),
+        (["check", good, "--m", "X=2"], None, 2, None, r"'--m' is ambiguous: .*--mesh.*--max-memory"),
+        (["check", good, "--json=yes"], None, 2, None, r"--json takes no value"),
+        (["check", good, "--mesh"], None, 2, None, r"--mesh needs AXIS=N"),
+        (["check", good, "-O5"], None, 2, None, r"-O expects a level from 0 to 3"),
+        (["check", good, "--network=1GB/s,5us", "--network", "2GB/s,5us"], None, 2, None,
+         r"--network is given twice"),
+        (["plan", good, "--devices=2", "--devices=4"], None, 2, None, r"--devices is given twice"),
+    ]
+    for args, stdin, want, out_pat, err_pat in cases:
+        p = subprocess.run([shdc] + args, input=stdin if stdin is not None else "", capture_output=True,
+                           text=True, timeout=60, cwd=d)
+        if p.returncode != want or (err_pat and not re.search(err_pat, p.stderr, re.M)) or \
+                (out_pat and not re.search(out_pat, p.stdout, re.M)):
+            failures.append("shdc %s%s: exit %d (expected %d), stdout /%s/, stderr /%s/:\n%s%s" % (
+                " ".join(args), " < program" if stdin else "", p.returncode, want, out_pat, err_pat, p.stdout,
+                p.stderr))
+    if not os.path.exists(doc) or open(doc).read().strip() != "[]":
+        failures.append("check --diagnostics json -oFILE wrote no document to FILE")
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
@@ -205,6 +256,7 @@ def main():
             elif want == 2 and "error" not in p.stderr and "usage" not in p.stderr:
                 failures.append("shdc %s: exit 2 without a message\n%s" % (" ".join(args), p.stderr))
         failures += trouble_cases(shdc, good, d)
+        failures += convention_cases(shdc, good, bad, d)
         # --help and --version into a full disk: not a success (exit 2, said).
         for flag in ("--help", "--version"):
             with open("/dev/full", "w") as full:
