@@ -16,6 +16,8 @@
  * With --diagnostics=json or sarif they are recorded instead (diag_json.c)
  * and written as one document at the end.
  */
+#include <unistd.h>
+
 #include "shdc.h"
 
 static int error_count;
@@ -71,10 +73,39 @@ const char *diag_line_text(const SourceFile *f, int line, size_t *len) {
   return p;
 }
 
-/* The source line and a caret under pos.col, each written with one call
- * (stderr is unbuffered: a byte at a time made a long line quadratic). A
- * line longer than SNIPPET_MAX bytes is shown as a window around the
- * column, cut ends marked with "...". */
+/* ---- colour ------------------------------------------------------------------ */
+
+/* As gcc and clang: the place bold, "error:" bold red, "warning:" bold
+ * magenta, "note:" bold cyan, the message bold, the caret line bold green;
+ * on a terminal unless NO_COLOR is set (and not empty) or TERM is dumb, or
+ * as --color says. */
+static int color_mode = DIAG_COLOR_AUTO, color_on = -1;
+
+void diag_set_color(int mode) {
+  color_mode = mode;
+  color_on = -1;
+}
+
+static const char *sgr(const char *code) {
+  if (color_on < 0) {
+    const char *no = getenv("NO_COLOR"), *term = getenv("TERM");
+    color_on = color_mode == DIAG_COLOR_ALWAYS ||
+               (color_mode == DIAG_COLOR_AUTO && isatty(2) && !(no && *no) && !(term && !strcmp(term, "dumb")));
+  }
+  return color_on ? code : "";
+}
+#define SGR_BOLD "\033[1m"
+#define SGR_ERROR "\033[1;31m"
+#define SGR_WARNING "\033[1;35m"
+#define SGR_NOTE "\033[1;36m"
+#define SGR_CARET "\033[1;32m"
+#define SGR_RESET "\033[0m"
+
+/* The source line and under it a caret at pos.col, with ~ under the rest
+ * of the expression the diagnostic is about on that line (`a @ b`: clang's
+ * ~~^~~), each written with one call (stderr is unbuffered: a byte at a
+ * time made a long line quadratic). A line longer than SNIPPET_MAX bytes
+ * is shown as a window around the column, cut ends marked with "...". */
 #define SNIPPET_MAX 240
 static void print_source_line(Pos pos) {
   if (!pos.file || pos.line <= 0)
@@ -84,22 +115,35 @@ static void print_source_line(Pos pos) {
   size_t col = pos.col > 1 ? (size_t)pos.col - 1 : 0;   /* bytes before the caret */
   if (col > len)
     col = len;
+  size_t lo = col, hi = col + 1;   /* the bytes of the line under ~ or ^ */
+  Pos rf, rt;
+  if (diag_expr_range(pos, &rf, &rt)) {
+    size_t indent = 0;   /* a part on an earlier line: from the first non-blank byte of this one */
+    while (indent < col && (p[indent] == ' ' || p[indent] == '\t'))
+      indent++;
+    lo = rf.line < pos.line ? indent : rf.line == pos.line && (size_t)rf.col - 1 < col ? (size_t)rf.col - 1 : col;
+    hi = rt.line > pos.line ? len : rt.line == pos.line && (size_t)rt.col - 1 > col ? (size_t)rt.col - 1 : col + 1;
+  }
   size_t from = 0, to = len;
   if (len > SNIPPET_MAX) {
     from = col > SNIPPET_MAX / 2 ? col - SNIPPET_MAX / 2 : 0;
     to = from + SNIPPET_MAX < len ? from + SNIPPET_MAX : len;
   }
+  lo = lo < from ? from : lo;
+  hi = hi > to ? (to > col ? to : col + 1) : hi;
   const char *pre = from > 0 ? "..." : "", *post = to < len ? "..." : "";
-  char *caret = mem_alloc(col - from + strlen(pre) + 1);
+  char *marks = mem_alloc(hi - from + strlen(pre) + 1);
   size_t n = 0;
   for (const char *q = pre; *q; q++)
-    caret[n++] = ' ';
-  /* The caret lines up under tabs as well as spaces. */
-  for (size_t i = from; i < col; i++)
-    caret[n++] = p[i] == '\t' ? '\t' : ' ';
-  caret[n] = 0;
-  fprintf(stderr, "  %s%.*s%s\n  %s^\n", pre, (int)(to - from), p + from, post, caret);
-  free(caret);
+    marks[n++] = ' ';
+  /* The marks line up under tabs as well as spaces. */
+  for (size_t i = from; i < hi; i++)
+    marks[n++] = i == col ? '^' : i >= lo ? '~' : p[i] == '\t' ? '\t' : ' ';
+  marks[n] = 0;
+  size_t blank = strlen(pre) + (lo - from);
+  fprintf(stderr, "  %s%.*s%s\n  %.*s%s%s%s\n", pre, (int)(to - from), p + from, post, (int)blank, marks,
+          sgr(SGR_CARET), marks + blank, sgr(SGR_RESET));
+  free(marks);
 }
 
 /* The code whose explain-error hint is still to be written: the last line
@@ -108,19 +152,22 @@ static const char *hint_code;
 
 static void flush_hint(void) {
   if (hint_code)
-    fprintf(stderr, "  = help: shdc explain-error %s (the rule, an example, the fix)\n", hint_code);
+    fprintf(stderr, "  = %shelp:%s shdc explain-error %s (the rule, an example, the fix)\n", sgr(SGR_BOLD),
+            sgr(SGR_RESET), hint_code);
   hint_code = NULL;
 }
 
 void diag_finish(void) { flush_hint(); }
 
 static void print_where(Pos pos) {
+  fputs(sgr(SGR_BOLD), stderr);
   if (pos.file && pos.line > 0)
     fprintf(stderr, "%s:%d:%d: ", pos.file->name, pos.line, pos.col);
   else if (pos.file)
     fprintf(stderr, "%s: ", pos.file->name);
   else
     fprintf(stderr, "shdc: ");
+  fputs(sgr(SGR_RESET), stderr);
 }
 
 /* The field of a struct operation being typed leaf by leaf ("h.w"): a
@@ -208,11 +255,10 @@ void diag_verror(Pos pos, const char *code, const char *fmt, va_list ap) {
   } else {
     flush_hint();
     print_where(pos);
-    fputs("error: ", stderr);
-    fputs(msg, stderr);
+    fprintf(stderr, "%serror: %s%s%s", sgr(SGR_ERROR), sgr(SGR_RESET), sgr(SGR_BOLD), msg);
     if (code)
       fprintf(stderr, " [%s]", code);
-    fputc('\n', stderr);
+    fprintf(stderr, "%s\n", sgr(SGR_RESET));
     print_source_line(pos);
     hint_code = code && diag_code_index(code) >= 0 ? code : NULL;
   }
@@ -238,7 +284,7 @@ void diag_note(Pos pos, const char *fmt, ...) {
     return;
   }
   print_where(pos);
-  fputs("note: ", stderr);
+  fprintf(stderr, "%snote: %s", sgr(SGR_NOTE), sgr(SGR_RESET));
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);

@@ -72,6 +72,22 @@ static Pos pos_of(const SourceFile *f, const char *p) {
   return r;
 }
 
+/* The position of p, a pointer into f's text near line `line`: found from
+ * that line's start (diag_line_text's index) in the distance between them,
+ * not from the start of the file. */
+static Pos pos_near(const SourceFile *f, int line, const char *p) {
+  size_t len;
+  const char *start = diag_line_text(f, line, &len);
+  while (p < start && line > 1)
+    start = diag_line_text(f, --line, &len);
+  for (const char *q = start; q < p; q++)
+    if (*q == '\n') {
+      line++;
+      start = q + 1;
+    }
+  return (Pos){f, line, (int)(p - start) + 1};
+}
+
 static bool ident_char(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
 
 /* `<U:` `<R:` `<V:` with optional blanks: the length, or 0. */
@@ -304,6 +320,69 @@ static const Expr *expr_at(const Program *prog, Pos at) {
   for (int i = 0; prog && i < prog->consts.len && !fd.found; i++)
     find_in_expr(&fd, ((ConstDecl *)prog->consts.data[i])->value);
   return fd.found;
+}
+
+/* The operators, calls and indexings of one program by position, built
+ * once, so that ranging each of a file's errors costs O(1) (a file may
+ * have 100,000 of them in a JSON document). The outermost expression at a
+ * position wins, as in expr_at. */
+static struct {
+  const Program *prog;
+  PtrMap at;     /* (line, col) -> index in exprs */
+  Vec exprs;
+} ranged;
+
+static const void *pos_key(int line, int col) { return (const void *)(((uintptr_t)line << 24 | (uintptr_t)col) + 1); }
+
+static void index_expr(const Expr *e) {
+  if (!e)
+    return;
+  if ((e->kind == EX_BINARY || e->kind == EX_UNARY || e->kind == EX_CALL || e->kind == EX_INDEX) && e->pos.line > 0 &&
+      e->pos.col > 0 && e->pos.col < (1 << 24) && ptrmap_get(&ranged.at, pos_key(e->pos.line, e->pos.col)) < 0) {
+    ptrmap_put(&ranged.at, pos_key(e->pos.line, e->pos.col), ranged.exprs.len);
+    vec_push(&ranged.exprs, (void *)e);
+  }
+  index_expr(e->lhs);
+  index_expr(e->rhs);
+  index_expr(e->callee);
+  for (int i = 0; i < e->args.len; i++)
+    index_expr(e->args.data[i]);
+}
+
+static void index_block(const Block *b) {
+  for (int i = 0; b && i < b->stmts.len; i++) {
+    const Stmt *s = b->stmts.data[i];
+    index_expr(s->expr);
+    index_expr(s->hi);
+    index_block(s->body);
+    index_block(s->els);
+  }
+}
+
+/* The source extent of the operator, call or indexing whose position is
+ * at: what a diagnostic there is about (`a @ b`, not only its `@`), for
+ * the caret line's ~~~ and the JSON document's range. False when at is
+ * no such expression's, or its extent is not one stretch of the text. */
+bool diag_expr_range(Pos at, Pos *from, Pos *to) {
+  const Program *prog = at.file ? diagout_program_of(at.file) : NULL;
+  if (!prog || at.line <= 0 || at.col <= 0 || at.col >= (1 << 24))
+    return false;
+  if (ranged.prog != prog) {
+    ptrmap_free(&ranged.at);
+    memset(&ranged, 0, sizeof ranged);
+    ranged.prog = prog;
+    for (int i = 0; i < prog->funcs.len; i++)
+      index_block(((FuncDecl *)prog->funcs.data[i])->body);
+    for (int i = 0; i < prog->consts.len; i++)
+      index_expr(((ConstDecl *)prog->consts.data[i])->value);
+  }
+  int k = ptrmap_get(&ranged.at, pos_key(at.line, at.col));
+  Span s;
+  if (k < 0 || !expr_span(at.file, ranged.exprs.data[k], &s))
+    return false;
+  *from = pos_near(at.file, at.line, s.lo);
+  *to = pos_near(at.file, at.line, s.hi);
+  return true;
 }
 
 static const Expr *operand_of(const Expr *e, int k) {

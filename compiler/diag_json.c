@@ -68,7 +68,7 @@ void diagout_add_fix(const PendingFix *f) {
   vec_push(&last->fixes, copy);
 }
 
-static const Program *program_of(const SourceFile *file) {
+const Program *diagout_program_of(const SourceFile *file) {
   for (int i = 0; i < g_out.programs.len; i++) {
     const Program *p = g_out.programs.data[i];
     if (p->file == file)
@@ -137,7 +137,7 @@ static int resolve_fixes(const Diagnostic *d, SourceFix *out, int max) {
   int n = 0;
   for (int i = 0; i < d->fixes.len && n < max; i++) {
     const PendingFix *f = d->fixes.data[i];
-    if (diag_fix_resolve(f, program_of(f->at.file), &out[n]))
+    if (diag_fix_resolve(f, diagout_program_of(f->at.file), &out[n]))
       n++;
   }
   return n;
@@ -158,6 +158,10 @@ static void json_place(FILE *o, Pos p) {
 static void json_diag(FILE *o, const Diagnostic *d) {
   fputs("  {", o);
   json_place(o, d->pos);
+  Pos from, to;
+  if (diag_expr_range(d->pos, &from, &to))   /* the whole expression the caret is in */
+    fprintf(o, ", \"range\": {\"line\": %d, \"column\": %d, \"endLine\": %d, \"endColumn\": %d}", from.line,
+            from.col, to.line, to.col);
   fputs(", \"severity\": \"error\", \"code\": ", o);
   if (d->code)
     json_str(o, d->code);

@@ -176,16 +176,19 @@ static const SourceFile *file_named(const LspCtx *c, const char *name) {
   return NULL;
 }
 
-/* A --diagnostics=json place ({file, line, column, endLine, endColumn}) as
- * an LSP range; a whole-file one is the file's start; one in a file whose
- * text is not at hand counts bytes. */
+/* A --diagnostics=json place ({file, line, column, endLine, endColumn},
+ * or its range: the whole expression, `a @ b` rather than `@`) as an LSP
+ * range; a whole-file one is the file's start; one in a file whose text is
+ * not at hand counts bytes. */
 static json_t *place_range(const LspCtx *c, json_t *d) {
-  json_t *l = json_object_get(d, "line");
+  json_t *l = json_object_get(d, "line"), *r = json_object_get(d, "range");
   if (!json_is_integer(l))
     return lsp_range(c, NULL, 1, 1, 1, 1);
-  int line = (int)json_integer_value(l), col = (int)json_integer_value(json_object_get(d, "column"));
-  int el = (int)json_integer_value(json_object_get(d, "endLine"));
-  int ec = (int)json_integer_value(json_object_get(d, "endColumn"));
+  json_t *at = json_is_object(r) && json_is_integer(json_object_get(r, "line")) ? r : d;
+  int line = (int)json_integer_value(json_object_get(at, "line"));
+  int col = (int)json_integer_value(json_object_get(at, "column"));
+  int el = (int)json_integer_value(json_object_get(at, "endLine"));
+  int ec = (int)json_integer_value(json_object_get(at, "endColumn"));
   const SourceFile *f = file_named(c, json_string_value(json_object_get(d, "file")));
   if (f)
     return lsp_range(c, f, line, col, el, ec);

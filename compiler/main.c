@@ -64,6 +64,8 @@ static const char usage_options[] =
     "                         stdout (check; check -o FILE writes it to FILE), else stderr\n"
     "  --max-errors=N         print at most N errors (default 100, and all in a json or\n"
     "                         sarif document; 0: all)\n"
+    "  --color=WHEN           errors in colour: auto (on a terminal, unless NO_COLOR is\n"
+    "                         set; the default), always or never\n"
     "  --help, -h             this text\n"
     "  --version, -V          the version, git revision and runtime ABI\n"
     "\n"
@@ -488,7 +490,7 @@ static int run_pipeline(CommandLine *cl, const Command *c) {
  * any prefix that names only it. */
 enum {
   LO_MESH = 256, LO_ISA, LO_KEEP_C, LO_GLOBAL, LO_NETWORK, LO_MAX_MEMORY, LO_MEMORY, LO_JSON, LO_DEVICES,
-  LO_FLOPS, LO_DIAGNOSTICS, LO_MAX_ERRORS,
+  LO_FLOPS, LO_DIAGNOSTICS, LO_MAX_ERRORS, LO_COLOR,
 };
 
 static const struct option long_options[] = {
@@ -507,6 +509,7 @@ static const struct option long_options[] = {
     {"flops", required_argument, NULL, LO_FLOPS},
     {"diagnostics", required_argument, NULL, LO_DIAGNOSTICS},
     {"max-errors", required_argument, NULL, LO_MAX_ERRORS},
+    {"color", required_argument, NULL, LO_COLOR},
     {NULL, 0, NULL, 0},
 };
 #define SHORT_OPTIONS ":ho:D:I:O:V"
@@ -526,6 +529,7 @@ static const char *option_value(int opt) {
   case LO_DEVICES: return "--devices needs a count, e.g. --devices=8";
   case LO_FLOPS: return "--flops needs FLOP/s per device, e.g. --flops=100G";
   case LO_DIAGNOSTICS: return "--diagnostics needs plain, json or sarif";
+  case LO_COLOR: return "--color needs auto, always or never";
   default: return "--max-errors needs a count, e.g. --max-errors=20";
   }
 }
@@ -652,6 +656,11 @@ static void take_option(CommandLine *cl, int opt, const char *v) {
   case LO_MAX_ERRORS:
     take_count("--max-errors", v, 0, 1000000, &n);
     cl->max_errors = (int)n;
+    break;
+  case LO_COLOR:
+    if (strcmp(v, "auto") && strcmp(v, "always") && strcmp(v, "never"))
+      diag_usage_error("--color is auto (on a terminal, unless NO_COLOR is set), always or never, not '%s'", v);
+    diag_set_color(!strcmp(v, "always") ? DIAG_COLOR_ALWAYS : !strcmp(v, "never") ? DIAG_COLOR_NEVER : DIAG_COLOR_AUTO);
     break;
   }
 }

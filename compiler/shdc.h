@@ -156,7 +156,10 @@ void diag_pop_note(void);
 bool diag_push_redirect(Pos at, const char *callee);
 void diag_pop_redirect(void);
 /* A note attached to the previous error: "FILE:LINE:COL: note: ...". */
-__attribute__((format(printf, 2, 3))) void diag_note(Pos pos, const char *fmt, ...);
+__attribute__((format(printf, 2, 3))) /* Colour on stderr: auto (a terminal, NO_COLOR unset), always, never. */
+enum { DIAG_COLOR_AUTO, DIAG_COLOR_ALWAYS, DIAG_COLOR_NEVER };
+void diag_set_color(int mode);
+void diag_note(Pos pos, const char *fmt, ...);
 /* While set, the first error's text (FILE:LINE:COL: MESSAGE [CODE]) is
  * stored in *first and nothing is printed (shdc plan tries layouts). */
 void diag_capture(const char **first);
@@ -1107,6 +1110,9 @@ void diagout_add_fix(const PendingFix *f);
 bool diag_fix_resolve(const PendingFix *f, const Program *prog, SourceFix *out);
 /* The column just past the token at pos (for a diagnostic's range). */
 int diag_token_end(Pos pos);
+/* The extent [from, to) of the operator, call or indexing at pos. */
+bool diag_expr_range(Pos at, Pos *from, Pos *to);
+const Program *diagout_program_of(const SourceFile *file);
 
 typedef struct {
   const char *code;        /* E_CONTRACT */

@@ -49,12 +49,24 @@ def check_json(exe, prog, failures):
     got = sorted((d["line"] or 0, d["column"] or 0, d["code"], d["message"]) for d in diags)
     if got != want:
         failures.append("%s: json diagnostics differ from plain:\n  json  %s\n  plain %s" % (prog, got, want))
+    ranged = 0
     for d in diags:
         keys = {"file", "line", "column", "endLine", "endColumn", "severity", "code", "message", "notes", "fixes"}
-        if set(d) != keys or d["file"] != prog or d["severity"] != "error":
+        if set(d) - {"range"} != keys or d["file"] != prog or d["severity"] != "error":
             failures.append("%s: malformed diagnostic %s" % (prog, d))
         elif d["line"] and not d["endColumn"] >= d["column"]:
             failures.append("%s:%d: end column %d before column %d" % (prog, d["line"], d["endColumn"], d["column"]))
+        elif "range" in d:
+            # The expression the caret is in: it holds the caret's token.
+            r = d["range"]
+            ranged += 1
+            if set(r) != {"line", "column", "endLine", "endColumn"} or \
+                    (r["line"], r["column"]) > (d["line"], d["column"]) or \
+                    (r["endLine"], r["endColumn"]) < (d["endLine"], d["endColumn"]):
+                failures.append("%s:%d: range %s does not hold the caret's token (columns %d to %d)" % (
+                    prog, d["line"], r, d["column"], d["endColumn"]))
+    if diags and PLAIN.search(plain.stderr) and ranged == 0 and "E_CONTRACT" in plain.stderr:
+        failures.append("%s: no diagnostic has the range of its expression" % prog)
     return diags
 
 

@@ -10,9 +10,11 @@ Neovim: the Lua recipe of docs/cli.md ("In Neovim"), taken from the doc as
 it is, is the configuration of a headless Neovim (Debian 12's 0.7.2, which
 has no vim.fs or vim.lsp.start): opening a .shd file starts `shdc lsp` and
 the buffer gets the server's diagnostics, the same errors at the same
-places as `shdc check`; a second .shd file in the directory shares the
+places as `shdc check --diagnostics=json` (an error's range: `a @ b`, not
+only its `@`); a second .shd file in the directory shares the
 server.
 """
+import json
 import os
 import re
 import subprocess
@@ -64,6 +66,17 @@ def check_errors(shdc, path):
     if p.returncode != 1 or len(errs) < 2:
         sys.exit("shdc check %s: rc %d, expected two errors:\n%s" % (path, p.returncode, p.stderr))
     return [(int(l), int(c), m) for l, c, m in errs]
+
+
+def lsp_places(shdc, path):
+    """[(line, col, message)] where an editor's LSP marks check's errors: the
+    start of the expression an error is about (its JSON range), else the caret."""
+    p = subprocess.run([shdc, "check", "--diagnostics=json", path], capture_output=True, text=True, timeout=60)
+    out = []
+    for d in json.loads(p.stdout):
+        at = d.get("range") or d
+        out.append((at["line"], at["column"], d["message"]))
+    return out
 
 
 def run_editor(argv, env, out, what, failures):
@@ -135,13 +148,10 @@ def main():
             f.write(PROGRAM)
         with open(second, "w") as f:
             f.write(PROGRAM.replace("print(c)", "print(a)"))
-        want, want2 = check_errors(shdc, src), None
-        p = subprocess.run([shdc, "check", second], capture_output=True, text=True, timeout=60)
-        want2 = [(int(l), int(c), m) for l, c, m in
-                 re.findall(r"^[^\n]*?:(\d+):(\d+): error: (.*?)(?: \[E_\w+\])?$", p.stderr, re.M)]
+        want = check_errors(shdc, src)
         env = dict(os.environ, PATH=os.path.dirname(shdc) + os.pathsep + os.environ.get("PATH", ""))
         check_vim(src, env, tmp, want, failures)
-        check_neovim(src, second, env, tmp, want, want2, failures)
+        check_neovim(src, second, env, tmp, lsp_places(shdc, src), lsp_places(shdc, second), failures)
     if failures:
         print("\n".join(failures))
         sys.exit(1)
