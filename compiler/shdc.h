@@ -122,6 +122,7 @@ void str_vprintf(Str *s, const char *fmt, va_list ap);
 void str_putc(Str *s, char c);
 void str_read_fd(Str *s, int fd, size_t limit);   /* until fd's end, at most limit bytes kept */
 const char *str_cstr(Str *s);
+int str_distance(const char *a, const char *b, int limit);   /* edit distance with transpositions, 99 past limit */
 
 /* ---- diag.c ------------------------------------------------------------- */
 

@@ -25,32 +25,6 @@ static Type set(Expr *e, Type t) {
 
 /* ---- names --------------------------------------------------------------- */
 
-/* The edit distance of a and b, or 99 once it is sure to reach `limit`
- * (a row of the table whose least entry is at least the limit): most
- * names are far from the unknown one, and are dropped after a row or two. */
-static int edit_distance(const char *a, const char *b, int limit) {
-  int la = (int)strlen(a), lb = (int)strlen(b);
-  if (la > 32 || lb > 32 || la - lb >= limit || lb - la >= limit)
-    return 99;
-  int d[33][33];
-  for (int i = 0; i <= la; i++)
-    d[i][0] = i;
-  for (int j = 0; j <= lb; j++)
-    d[0][j] = j;
-  for (int i = 1; i <= la; i++) {
-    int least = d[i][0];
-    for (int j = 1; j <= lb; j++) {
-      int sub = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-      int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
-      d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
-      least = d[i][j] < least ? d[i][j] : least;
-    }
-    if (least >= limit)
-      return 99;
-  }
-  return d[la][lb];
-}
-
 /* A name close to an unknown one, looked for only when the error will be
  * printed and among the latest names of each scope, so that a file of many
  * errors costs linear time. */
@@ -62,21 +36,21 @@ static const char *suggest(TcCtx *c, const char *name) {
   for (Scope *s = c->scope; s; s = s->up)
     for (int i = s->syms.len > 500 ? s->syms.len - 500 : 0; i < s->syms.len; i++) {
       Symbol *sym = s->syms.data[i];
-      int d = edit_distance(name, sym->name, bestd);
+      int d = str_distance(name, sym->name, bestd);
       if (d < bestd && d < (int)strlen(name)) {
         bestd = d;
         best = sym->name;
       }
     }
   for (const char *const *b = op_builtin_names(); *b; b++) {
-    int d = edit_distance(name, *b, bestd);
+    int d = str_distance(name, *b, bestd);
     if (d < bestd && d < (int)strlen(name)) {
       bestd = d;
       best = *b;
     }
   }
   for (int a = 0; a < c->mesh->naxes; a++) {
-    int d = edit_distance(name, c->mesh->names[a], bestd);
+    int d = str_distance(name, c->mesh->names[a], bestd);
     if (d < bestd && d < (int)strlen(name)) {
       bestd = d;
       best = c->mesh->names[a];

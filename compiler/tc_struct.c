@@ -319,30 +319,12 @@ static const char *field_list(const StructDef *d) {
   return r;
 }
 
-static int edit_distance(const char *a, const char *b) {
-  int la = (int)strlen(a), lb = (int)strlen(b);
-  if (la > 32 || lb > 32)
-    return 99;
-  int dist[33][33];
-  for (int i = 0; i <= la; i++)
-    dist[i][0] = i;
-  for (int j = 0; j <= lb; j++)
-    dist[0][j] = j;
-  for (int i = 1; i <= la; i++)
-    for (int j = 1; j <= lb; j++) {
-      int sub = dist[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-      int del = dist[i - 1][j] + 1, ins = dist[i][j - 1] + 1;
-      dist[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
-    }
-  return dist[la][lb];
-}
-
 /* The field of d closest to `name`, or NULL. */
 static const char *closest_field(const StructDef *d, const char *name) {
   const char *best = NULL;
   int bestd = 3;
   for (int f = 0; f < d->nfields; f++) {
-    int dist = edit_distance(name, d->field_names[f]);
+    int dist = str_distance(name, d->field_names[f], bestd);
     if (dist < bestd && dist < (int)strlen(name)) {
       bestd = dist;
       best = d->field_names[f];
