@@ -77,9 +77,16 @@ static const char *dir_of(const char *name) {
   return arena_strdup(dirname(copy));
 }
 
+/* What a name that is there but not a regular file is, for the message. */
+static const char *file_kind(mode_t m) {
+  return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket"
+         : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device" : "not a regular file";
+}
+
 /* Where the import may name a file: its real path, or NULL; *tried lists
- * the places looked at, for the message. */
-static char *locate(Importer *im, const SourceFile *from, const char *path, Str *tried) {
+ * the places looked at, for the message, and *odd the first of them that
+ * is there but is not a regular file (a directory, a FIFO), with what it is. */
+static char *locate(Importer *im, const SourceFile *from, const char *path, Str *tried, const char **odd) {
   Vec dirs = {0};
   if (path[0] == '/')
     vec_push(&dirs, "");
@@ -99,6 +106,8 @@ static char *locate(Importer *im, const SourceFile *from, const char *path, Str 
     struct stat st;
     if (stat(full, &st) == 0 && S_ISREG(st.st_mode))
       found = realpath(full, NULL);
+    else if (!*odd && stat(full, &st) == 0)
+      *odd = arena_printf("%s is %s", full, file_kind(st.st_mode));
   }
   free(dirs.data);
   return found;
@@ -148,7 +157,14 @@ static void merge(Importer *im, Program *from);
 
 static void import_one(Importer *im, const SourceFile *from, ImportDecl *d) {
   Str tried = {0};
-  char *real = locate(im, from, d->path, &tried);
+  const char *odd = NULL;
+  char *real = locate(im, from, d->path, &tried, &odd);
+  if (!real && odd) {
+    diag_error(d->pos, "E_IMPORT", "cannot import \"%s\": %s, not a regular file; an import names a .shd file",
+               d->path, odd);
+    free(tried.buf);
+    return;
+  }
   if (!real) {
     diag_error(d->pos, "E_IMPORT", "cannot find the imported file \"%s\" (looked for %s); add the directory that "
                "holds it with -I DIR", d->path, str_cstr(&tried));
