@@ -573,8 +573,8 @@ static int parse_command_line(int argc, char **argv, CommandLine *cl) {
       if (comma)
         *comma = 0;
       if (!plan_parse_flops(f, &o->flops) || (comma && !plan_parse_flops(comma + 1, &o->ew_flops)))
-        diag_usage_error("--flops expects FLOP/s per device, e.g. 100G, 1.5TFLOP/s or 5e10, and optionally a second "
-                        "rate for elementwise work (--flops=100G,20G), not '%s'", a + 8);
+        diag_usage_error("--flops expects FLOP/s per device from 1 to 1e21, e.g. 100G, 1.5TFLOP/s or 5e10, and "
+                        "optionally a second rate for elementwise work (--flops=100G,20G), not '%s'", a + 8);
     } else if (!strncmp(a, "--diagnostics=", 14)) {
       const char *f = a + 14;
       if (!strcmp(f, "plain"))

@@ -1087,6 +1087,8 @@ void diagout_tool_error(const char *message);
 bool diagout_write(FILE *out);
 /* s as a JSON string literal (UTF-8 kept, invalid bytes as U+FFFD). */
 void diag_json_string(FILE *o, const char *s);
+/* v as a JSON number, or null when it is not finite (JSON has no inf, nan). */
+void diag_json_number(FILE *o, double v);
 
 /* A pending fix, resolved to a source range when the document is written. */
 typedef enum { FIX_RANGE, FIX_WRAP_EXPR, FIX_WRAP_OPERAND, FIX_ANNOTATE, FIX_KEYWORD } FixKind;
