@@ -112,7 +112,7 @@ static void set_leaves(Lower *L, Symbol *s, Value **in) {
   memcpy(v, in, sizeof(Value *) * (size_t)n);
   for (int k = 0; k < n; k++)
     if (!v[k]->name)
-      v[k]->name = leaf_name(s->name, s->type.sdef->leaf_paths[k]);
+      v[k]->name = leaf_name(s->name, ty_leaf_names(s->type.sdef)[k]);
   int id = sym_id(L, s);   /* first: it may move svals */
   L->svals[id] = v;
 }
@@ -808,7 +808,7 @@ static Func *declare(Lower *L, FuncDecl *f) {
     const Type *t = &f->local_param_types[i];
     if (t->kind == TY_STRUCT)
       for (int k = 0; k < t->nelems; k++)
-        fn->body->args[at + k]->name = leaf_name(tok_str(p->name), t->sdef->leaf_paths[k]);
+        fn->body->args[at + k]->name = leaf_name(tok_str(p->name), ty_leaf_names(t->sdef)[k]);
     else
       fn->body->args[at]->name = tok_str(p->name);
     at += ty_nleaves(t);
