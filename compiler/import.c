@@ -48,18 +48,14 @@ typedef struct {
   Program *into;
   const Vec *incdirs;
   Vec files;           /* FileEntry * */
+  StrMap by_real;      /* real path -> FileEntry *: a lookup per import, not a pass over every file */
   Vec merged;          /* Item *, in declaration order */
   int depth;
   int next_order;
 } Importer;
 
 static FileEntry *find_file(Importer *im, const char *real) {
-  for (int i = 0; i < im->files.len; i++) {
-    FileEntry *f = im->files.data[i];
-    if (!strcmp(f->real, real))
-      return f;
-  }
-  return NULL;
+  return strmap_get(&im->by_real, real);
 }
 
 static FileEntry *add_file(Importer *im, const char *real, const SourceFile *sf) {
@@ -68,6 +64,7 @@ static FileEntry *add_file(Importer *im, const char *real, const SourceFile *sf)
   f->state = 1;
   f->file = sf;
   vec_push(&im->files, f);
+  strmap_put(&im->by_real, f->real, f);
   return f;
 }
 
@@ -249,4 +246,5 @@ void import_program(Program *p, const Vec *incdirs) {
   free(p->items_order.data);
   p->items_order = im.merged;
   free(im.files.data);
+  strmap_free(&im.by_real);
 }
