@@ -199,19 +199,27 @@ void str_read_fd(Str *s, int fd, size_t limit) {
   }
 }
 
-/* The edit distance between a and b (insertions, deletions, substitutions
- * and swaps of two neighbours, one each: "stpes" is 1 from "steps"), or
- * `limit` or more when it is at least that: the did-you-mean of names,
- * fields, options and error codes. Names past 63 bytes are never near. */
+const char *str_cstr(Str *s) {
+  str_reserve(s, 0);
+  s->buf[s->len] = 0;
+  return s->buf;
+}
+
+/* The edit distance of a and b: insertions, deletions, substitutions and
+ * transpositions of two neighbours (Damerau-Levenshtein, restricted), or 99
+ * once it is sure to reach `limit` (two rows of the table whose least
+ * entries are at least the limit: no later entry can be smaller) or either
+ * is longer than 32 bytes. For "did you mean" suggestions. */
 int str_distance(const char *a, const char *b, int limit) {
   int la = (int)strlen(a), lb = (int)strlen(b);
-  if (la > 63 || lb > 63 || la - lb >= limit || lb - la >= limit)
-    return limit;
-  int d[64][64];
+  if (la > 32 || lb > 32 || la - lb >= limit || lb - la >= limit)
+    return 99;
+  int d[33][33];
   for (int i = 0; i <= la; i++)
     d[i][0] = i;
   for (int j = 0; j <= lb; j++)
     d[0][j] = j;
+  int prev_least = 0;
   for (int i = 1; i <= la; i++) {
     int least = d[i][0];
     for (int j = 1; j <= lb; j++) {
@@ -223,16 +231,11 @@ int str_distance(const char *a, const char *b, int limit) {
       d[i][j] = v;
       least = v < least ? v : least;
     }
-    if (least >= limit)
-      return limit;
+    if (least >= limit && prev_least >= limit)
+      return 99;
+    prev_least = least;
   }
-  return d[la][lb] < limit ? d[la][lb] : limit;
-}
-
-const char *str_cstr(Str *s) {
-  str_reserve(s, 0);
-  s->buf[s->len] = 0;
-  return s->buf;
+  return d[la][lb];
 }
 
 /* ---- a pointer-keyed map (open addressing, linear probing) ---------------- */

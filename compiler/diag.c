@@ -174,11 +174,32 @@ static void print_where(Pos pos) {
  * message that does not name it yet gets "in field h.w: " after its first
  * "OP: " (or in front). */
 static const char *context_field;
+/* Or the field as a function of (obj, k), called only when a message needs
+ * it: a struct of n leaves nested n deep would spend n^2 making paths for
+ * messages that are never written. */
+static const char *(*context_path)(const void *obj, int k);
+static const void *context_obj;
+static int context_k;
+
+static const char *field_now(void) {
+  if (context_path) {
+    context_field = context_path(context_obj, context_k);
+    context_path = NULL;
+  }
+  return context_field;
+}
 
 const char *diag_set_field(const char *field) {
-  const char *old = context_field;
+  const char *old = field_now();
   context_field = field;
   return old;
+}
+
+void diag_set_field_lazy(const char *(*path)(const void *obj, int k), const void *obj, int k) {
+  context_field = NULL;
+  context_path = path;
+  context_obj = obj;
+  context_k = k;
 }
 
 /* Notes that every error carries while they are pushed: the instantiation
@@ -218,10 +239,10 @@ void diag_pop_redirect(void) { redirect.on = false; }
  * operation is typed leaf by leaf (the leaf's expression has no text of its
  * own: `n.h[1]` is not `n.h.w[1]`) or while errors are moved to a call in a
  * manual body (the position is not the expression's). */
-bool diag_fixes_apply(void) { return !context_field && !redirect.on; }
+bool diag_fixes_apply(void) { return !context_field && !context_path && !redirect.on; }
 
 static const char *with_field(const char *msg) {
-  if (!context_field)
+  if (!field_now())
     return msg;
   const char *tag = arena_printf("in field %s: ", context_field);
   if (strstr(msg, tag))

@@ -19,6 +19,7 @@
  * UTF-8: bytes that are not are replaced by U+FFFD.
  */
 #include <unistd.h>
+#include <math.h>
 
 #include "shdc.h"
 
@@ -436,3 +437,14 @@ bool diagout_write(FILE *out) {
 /* A JSON string literal of s, as the diagnostics write them (shdc plan
  * --json uses it for file names and error messages). */
 void diag_json_string(FILE *o, const char *s) { json_str(o, s); }
+
+/* A JSON number: v to 17 significant digits, which read back exactly; JSON
+ * has no inf or nan, so a value that is not finite is written null (every
+ * caller bounds its inputs so that none should be: this is the last guard
+ * of the document's validity). */
+void diag_json_number(FILE *o, double v) {
+  if (isfinite(v))
+    fprintf(o, "%.17g", v);
+  else
+    fputs("null", o);
+}

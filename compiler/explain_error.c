@@ -117,18 +117,23 @@ static void all_codes(FILE *o) {
     explain_one(o, diag_code_at(i), true), fputc('\n', o);
 }
 
-/* Codes whose names share the most letters with what was typed, for the
- * error message. */
+/* The code nearest to what was typed, for the error message: the least
+ * edit distance (transpositions count one edit) to the typed name in
+ * capitals, with E_ added when it was left out; among equals the first in
+ * the table, which lists the common codes first. Brackets are dropped. */
 static const char *closest(const char *arg) {
-  int best = -1, score = -1;
+  char typed[36], want[40];
+  int n = 0;
+  for (const char *p = arg; *p && n < (int)sizeof typed - 1; p++)
+    if (isalnum((unsigned char)*p) || *p == '_')   /* [E_CODE] as diagnostics print it */
+      typed[n++] = (char)toupper((unsigned char)*p);
+  typed[n] = 0;
+  snprintf(want, sizeof want, "%s%s", strncmp(typed, "E_", 2) ? "E_" : "", typed);
+  int best = -1, bestd = 99;
   for (int i = 0; i < diag_code_count(); i++) {
-    const char *c = diag_code_at(i)->code + 2;
-    int s = 0;
-    for (const char *p = arg; *p; p++)
-      s += strchr(c, toupper((unsigned char)*p)) != NULL;
-    s -= abs((int)strlen(c) - (int)strlen(arg));
-    if (s > score)
-      score = s, best = i;
+    int d = str_distance(want, diag_code_at(i)->code, bestd);
+    if (d < bestd)
+      bestd = d, best = i;
   }
   return best >= 0 ? diag_code_at(best)->code : "E_SYNTAX";
 }

@@ -48,18 +48,14 @@ typedef struct {
   Program *into;
   const Vec *incdirs;
   Vec files;           /* FileEntry * */
+  StrMap by_real;      /* real path -> FileEntry *: a lookup per import, not a pass over every file */
   Vec merged;          /* Item *, in declaration order */
   int depth;
   int next_order;
 } Importer;
 
 static FileEntry *find_file(Importer *im, const char *real) {
-  for (int i = 0; i < im->files.len; i++) {
-    FileEntry *f = im->files.data[i];
-    if (!strcmp(f->real, real))
-      return f;
-  }
-  return NULL;
+  return strmap_get(&im->by_real, real);
 }
 
 static FileEntry *add_file(Importer *im, const char *real, const SourceFile *sf) {
@@ -68,6 +64,7 @@ static FileEntry *add_file(Importer *im, const char *real, const SourceFile *sf)
   f->state = 1;
   f->file = sf;
   vec_push(&im->files, f);
+  strmap_put(&im->by_real, f->real, f);
   return f;
 }
 
@@ -77,9 +74,16 @@ static const char *dir_of(const char *name) {
   return arena_strdup(dirname(copy));
 }
 
+/* What a name that is there but not a regular file is, for the message. */
+static const char *file_kind(mode_t m) {
+  return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket"
+         : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device" : "not a regular file";
+}
+
 /* Where the import may name a file: its real path, or NULL; *tried lists
- * the places looked at, for the message. */
-static char *locate(Importer *im, const SourceFile *from, const char *path, Str *tried) {
+ * the places looked at, for the message, and *odd the first of them that
+ * is there but is not a regular file (a directory, a FIFO), with what it is. */
+static char *locate(Importer *im, const SourceFile *from, const char *path, Str *tried, const char **odd) {
   Vec dirs = {0};
   if (path[0] == '/')
     vec_push(&dirs, "");
@@ -99,6 +103,8 @@ static char *locate(Importer *im, const SourceFile *from, const char *path, Str 
     struct stat st;
     if (stat(full, &st) == 0 && S_ISREG(st.st_mode))
       found = realpath(full, NULL);
+    else if (!*odd && stat(full, &st) == 0)
+      *odd = arena_printf("%s is %s", full, file_kind(st.st_mode));
   }
   free(dirs.data);
   return found;
@@ -148,7 +154,14 @@ static void merge(Importer *im, Program *from);
 
 static void import_one(Importer *im, const SourceFile *from, ImportDecl *d) {
   Str tried = {0};
-  char *real = locate(im, from, d->path, &tried);
+  const char *odd = NULL;
+  char *real = locate(im, from, d->path, &tried, &odd);
+  if (!real && odd) {
+    diag_error(d->pos, "E_IMPORT", "cannot import \"%s\": %s, not a regular file; an import names a .shd file",
+               d->path, odd);
+    free(tried.buf);
+    return;
+  }
   if (!real) {
     diag_error(d->pos, "E_IMPORT", "cannot find the imported file \"%s\" (looked for %s); add the directory that "
                "holds it with -I DIR", d->path, str_cstr(&tried));
@@ -233,4 +246,5 @@ void import_program(Program *p, const Vec *incdirs) {
   free(p->items_order.data);
   p->items_order = im.merged;
   free(im.files.data);
+  strmap_free(&im.by_real);
 }

@@ -41,15 +41,39 @@ typedef struct {
   Type *argtypes;      /* ... and its arguments' device-local types */
   int nargs;
   FuncDecl *inst;
+  uint64_t hash;       /* of g and targs: the key of `by_targs` */
 } Instance;
 
 static Vec instances;   /* Instance * */
 static int depth;
 
+/* The generic instances by (g, targs): open addressing on Instance.hash,
+ * each slot an index into instances + 1, so that finding a call's instance
+ * costs one probe, not a pass over every instance. */
+static int *by_targs;
+static int by_cap, by_len;
+
+/* Names taken by functions (their C names), and the next number to try for
+ * each generic function's instances: naming an instance costs O(1), where
+ * trying g_1, g_2, ... against every function was quadratic per instance. */
+static StrMap taken;
+static int ntaken;              /* functions of `named_prog` in `taken` */
+static const Program *named_prog;
+static PtrMap next_number;      /* generic FuncDecl -> the next n of g_n to try */
+
 void tc_instances_reset(void) {
   free(instances.data);
   instances = (Vec){0};
   depth = 0;
+  free(by_targs);
+  by_targs = NULL;
+  by_cap = by_len = 0;
+  strmap_free(&taken);
+  taken = (StrMap){0};
+  ntaken = 0;
+  named_prog = NULL;
+  ptrmap_free(&next_number);
+  next_number = (PtrMap){0};
 }
 
 /* ---- copies of the syntax tree --------------------------------------------------- */
@@ -220,16 +244,86 @@ static const char *binding_text(TcCtx *c, const FuncDecl *g, const Type *targs) 
 
 /* A name for the instance in the IR and the C, unlike any function's. */
 static const char *instance_name(const Program *p, const FuncDecl *g) {
-  for (int n = 1;; n++) {
-    const char *name = arena_printf("%.*s_%d", g->name.len, g->name.start, n);
-    bool taken = false;
-    for (int i = 0; i < p->funcs.len && !taken; i++) {
-      const FuncDecl *f = p->funcs.data[i];
-      taken = f->cname ? !strcmp(f->cname, name) : tok_eq(f->name, name);
-    }
-    if (!taken)
-      return name;
+  if (named_prog != p) {
+    strmap_free(&taken);
+    taken = (StrMap){0};
+    ntaken = 0;
+    named_prog = p;
   }
+  for (; ntaken < p->funcs.len; ntaken++) {   /* the functions added since the last call */
+    const FuncDecl *f = p->funcs.data[ntaken];
+    strmap_put(&taken, f->cname ? f->cname : tok_str(f->name), (void *)1);
+  }
+  int n = ptrmap_get(&next_number, g);
+  for (n = n < 1 ? 1 : n;; n++) {
+    const char *name = arena_printf("%.*s_%d", g->name.len, g->name.start, n);
+    if (!strmap_get(&taken, name)) {
+      ptrmap_put(&next_number, g, n + 1);
+      return name;
+    }
+  }
+}
+
+/* A hash of t consistent with ty_equal (equal types hash alike). */
+static uint64_t type_hash(const Type *t) {
+  uint64_t h = (uint64_t)t->kind * 0x9E3779B97F4A7C15ull;
+  if (t->kind == TY_TUPLE) {
+    for (int i = 0; i < t->nelems; i++)
+      h = (h ^ type_hash(&t->elems[i])) * 0x100000001B3ull;
+    return h;
+  }
+  if (t->kind != TY_ARRAY && t->kind != TY_STRUCT)
+    return h;
+  h = (h ^ (t->kind == TY_STRUCT ? (uint64_t)(uintptr_t)t->sdef : (uint64_t)t->dtype)) * 0x100000001B3ull;
+  h = (h ^ (uint64_t)t->rank) * 0x100000001B3ull;
+  for (int d = 0; d < t->rank && d < MAX_RANK; d++)
+    h = (h ^ (uint64_t)t->shape[d]) * 0x100000001B3ull;
+  if (t->kind == TY_ARRAY)
+    h = (h ^ ((uint64_t)t->U | (uint64_t)t->R << 16 | (uint64_t)t->V << 32)) * 0x100000001B3ull;
+  return h;
+}
+
+static uint64_t instance_hash(const FuncDecl *g, const Type *targs) {
+  uint64_t h = (uint64_t)(uintptr_t)g * 0x9E3779B97F4A7C15ull;
+  for (int k = 0; k < g->ntparams; k++)
+    h = (h ^ type_hash(&targs[k])) * 0x100000001B3ull;
+  return h ^ (h >> 29);
+}
+
+/* The instance of g for targs made before, or NULL. */
+static Instance *find_instance(const FuncDecl *g, const Type *targs, uint64_t h) {
+  for (size_t i = by_cap ? h & (size_t)(by_cap - 1) : 0; by_cap && by_targs[i]; i = (i + 1) & (size_t)(by_cap - 1)) {
+    Instance *in = instances.data[by_targs[i] - 1];
+    bool same = in->hash == h && in->g == g;
+    for (int k = 0; same && k < g->ntparams; k++)
+      same = ty_equal(&in->targs[k], &targs[k]);
+    if (same)
+      return in;
+  }
+  return NULL;
+}
+
+/* Adds instances' last entry to by_targs. */
+static void index_instance(void) {
+  if (2 * (by_len + 1) > by_cap) {
+    int cap = by_cap ? 2 * by_cap : 64;
+    int *t = mem_calloc((size_t)cap, sizeof *t);
+    for (int i = 0; i < by_cap; i++)
+      if (by_targs[i]) {
+        size_t j = ((Instance *)instances.data[by_targs[i] - 1])->hash & (size_t)(cap - 1);
+        while (t[j])
+          j = (j + 1) & (size_t)(cap - 1);
+        t[j] = by_targs[i];
+      }
+    free(by_targs);
+    by_targs = t;
+    by_cap = cap;
+  }
+  size_t j = ((Instance *)instances.data[instances.len - 1])->hash & (size_t)(by_cap - 1);
+  while (by_targs[j])
+    j = (j + 1) & (size_t)(by_cap - 1);
+  by_targs[j] = instances.len;
+  by_len++;
 }
 
 /* A copy of g's declaration for the type arguments targs (one per type
@@ -263,14 +357,10 @@ static TcCtx instance_ctx(const TcCtx *c) {
 }
 
 static FuncDecl *instantiate(TcCtx *c, FuncDecl *g, Type *targs, Pos site) {
-  for (int i = 0; i < instances.len; i++) {
-    Instance *in = instances.data[i];
-    bool same = in->g == g;
-    for (int k = 0; same && k < g->ntparams; k++)
-      same = ty_equal(&in->targs[k], &targs[k]);
-    if (same)
-      return in->inst;
-  }
+  uint64_t h = instance_hash(g, targs);
+  Instance *old = find_instance(g, targs, h);
+  if (old)
+    return old->inst;
   if (depth >= MAX_INST_DEPTH) {
     diag_error(site, "E_NAME", "generic functions instantiate each other more than %d deep here (a function "
                "that calls itself, with ever new types?); %s", MAX_INST_DEPTH, binding_text(c, g, targs));
@@ -281,7 +371,9 @@ static FuncDecl *instantiate(TcCtx *c, FuncDecl *g, Type *targs, Pos site) {
   in->g = g;
   in->targs = targs;
   in->inst = f;
+  in->hash = h;
   vec_push(&instances, in);
+  index_instance();
   /* Checked now, in a context of its own: the caller's is in the middle of
    * its body. */
   TcCtx ic = instance_ctx(c);

@@ -112,7 +112,7 @@ static void set_leaves(Lower *L, Symbol *s, Value **in) {
   memcpy(v, in, sizeof(Value *) * (size_t)n);
   for (int k = 0; k < n; k++)
     if (!v[k]->name)
-      v[k]->name = leaf_name(s->name, s->type.sdef->leaf_paths[k]);
+      v[k]->name = leaf_name(s->name, ty_leaf_names(s->type.sdef)[k]);
   int id = sym_id(L, s);   /* first: it may move svals */
   L->svals[id] = v;
 }
@@ -406,6 +406,24 @@ static Value *leaf_value(Lower *L, Expr *x, int k) {
   return v[at];
 }
 
+/* The leaves of the struct-valued e, read in place where e names a value
+ * (a variable, or a field of one: p.h.w), so that a field access costs its
+ * own leaves, not a copy of the whole struct's (n accesses to a struct of n
+ * fields were n^2); lowered into a new buffer otherwise. Not written. */
+static Value **struct_leaves(Lower *L, Expr *e) {
+  if (e->kind == EX_NAME && e->sym && e->sym->type.kind == TY_STRUCT) {
+    Value **v = L->svals[sym_id(L, e->sym)];
+    if (!v)
+      diag_ice("struct %s has no value", e->sym->name);
+    return v;
+  }
+  if (e->kind == EX_FIELD && e->lhs->ty->kind == TY_STRUCT)
+    return struct_leaves(L, e->lhs) + e->lhs->ty->sdef->field_leaf[ty_find_field(e->lhs->ty->sdef, e->str)];
+  Value **v = leaves_buf(e->ty);
+  lower_leaves(L, e, v);
+  return v;
+}
+
 /* The leaves of a struct-valued (or array-valued) expression. */
 static int lower_leaves(Lower *L, Expr *e, Value **out) {
   const Type *t = e->ty;
@@ -424,8 +442,7 @@ static int lower_leaves(Lower *L, Expr *e, Value **out) {
       out[k] = leaf_value(L, e->lhs, k);
     return n;
   case EX_FIELD: {
-    Value **all = leaves_buf(e->lhs->ty);
-    lower_leaves(L, e->lhs, all);
+    Value **all = struct_leaves(L, e->lhs);
     int f = ty_find_field(e->lhs->ty->sdef, e->str);
     memcpy(out, all + e->lhs->ty->sdef->field_leaf[f], sizeof(Value *) * (size_t)n);
     return n;
@@ -477,11 +494,8 @@ Value *lower_expr(Lower *L, Expr *e) {
     return lower_to(L, e->lhs, e->ty);
   case EX_LEAF:
     return leaf_value(L, e->lhs, e->ival);
-  case EX_FIELD: {
-    Value **all = leaves_buf(e->lhs->ty);
-    lower_leaves(L, e->lhs, all);
-    return all[e->lhs->ty->sdef->field_leaf[ty_find_field(e->lhs->ty->sdef, e->str)]];
-  }
+  case EX_FIELD:
+    return struct_leaves(L, e->lhs)[e->lhs->ty->sdef->field_leaf[ty_find_field(e->lhs->ty->sdef, e->str)]];
   case EX_CALL: {
     if (e->leaves.len == 1 && e->ty->kind == TY_ARRAY)   /* sum of a struct (tc_struct.c) */
       return lower_expr(L, e->leaves.data[0]);
@@ -808,7 +822,7 @@ static Func *declare(Lower *L, FuncDecl *f) {
     const Type *t = &f->local_param_types[i];
     if (t->kind == TY_STRUCT)
       for (int k = 0; k < t->nelems; k++)
-        fn->body->args[at + k]->name = leaf_name(tok_str(p->name), t->sdef->leaf_paths[k]);
+        fn->body->args[at + k]->name = leaf_name(tok_str(p->name), ty_leaf_names(t->sdef)[k]);
     else
       fn->body->args[at]->name = tok_str(p->name);
     at += ty_nleaves(t);

@@ -254,6 +254,22 @@ static void set_text(LspDoc *d, const char *text, size_t len) {
 
 /* ---- analysis in a child ---------------------------------------------------------- */
 
+/* The answer as JSON, written at once: json_dumpfd writes each token with
+ * a system call of its own, and an outline of 50,000 bindings is millions. */
+static bool write_answer(int fd, json_t *answer) {
+  char *text = json_dumps(answer, JSON_COMPACT | JSON_ENCODE_ANY);
+  bool ok = text != NULL;
+  for (size_t n = ok ? strlen(text) : 0, at = 0; ok && at < n;) {
+    ssize_t w = write(fd, text + at, n - at);
+    if (w < 0 && errno == EINTR)
+      continue;
+    ok = w > 0;
+    at += ok ? (size_t)w : 0;
+  }
+  free(text);
+  return ok;
+}
+
 static int64_t now_ms(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -286,8 +302,7 @@ static json_t *run_query(const LspDoc *d, LspQuery q, int64_t line, int64_t ch, 
       dup2(null, 2);
     }
     json_t *answer = lsp_answer(d, S.incdirs, q, line, ch, S.enc);
-    int rc = json_dumpfd(answer ? answer : json_null(), fds[1], JSON_COMPACT | JSON_ENCODE_ANY);
-    _exit(rc == 0 ? 0 : 3);
+    _exit(write_answer(fds[1], answer ? answer : json_null()) ? 0 : 3);
   }
   close(fds[1]);
   Str out = {0};

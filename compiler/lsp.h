@@ -32,8 +32,10 @@ typedef struct {
 /* Byte offset of the LSP position (0-based line, character in enc units)
  * in text; a position past a line's end is its end, past the text its end. */
 size_t lsp_offset(const char *text, size_t len, int64_t line, int64_t ch, LspEncoding enc);
-/* The LSP {line, character} of a 1-based line and byte column of text. */
-json_t *lsp_position(const char *text, size_t len, int line, int col, LspEncoding enc);
+/* The LSP {line, character} of a 1-based line and byte column of text,
+ * which is reported as report_line (the same line, unless text starts at a
+ * later line of the file). */
+json_t *lsp_position(const char *text, size_t len, int line, int col, LspEncoding enc, int report_line);
 /* A file name as a file: URI (percent-encoded), and back (NULL when the URI
  * is not a file: URI). */
 char *lsp_path_uri(const char *path);
@@ -55,6 +57,8 @@ typedef struct {
   Program *prog;       /* with the imported files' declarations merged in */
   Mesh mesh;
   bool typed;
+  size_t *line_starts; /* offset of each line of src: a position costs O(its line), not O(the file) */
+  int64_t nlines;
 } LspCtx;
 
 /* The URI of a compiler file (the document's own, or a file: URI), and LSP

@@ -313,16 +313,19 @@ static void field_markdown(Str *s, const LspCtx *c, const Occ *o) {
     return;
   }
   str_printf(s, "```shd\n%.*s.%.*s: ", sd->name.len, sd->name.start, p->name.len, p->name.start);
-  if (o->fty.kind != TY_ERROR)
-    str_printf(s, "%s", lsp_type_text(c, &o->fty));
+  Type fty = ty_with_leaves(&o->fty);   /* a field's declaration is indexed without its leaves */
+  if (fty.kind != TY_ERROR)
+    str_printf(s, "%s", lsp_type_text(c, &fty));
   else
     ast_type_text(s, p->type);
   str_printf(s, "\n```\nfield %d of struct `%.*s`", o->field + 1, sd->name.len, sd->name.start);
-  if (o->kind == OC_FIELD && sd->def && o->fty.kind != TY_ERROR &&
-      !ty_equal(&o->fty, &sd->def->field_types[o->field]))
-    str_printf(s, ", declared `%s`", lsp_type_text(c, &sd->def->field_types[o->field]));
-  if (o->fty.kind != TY_ERROR)
-    type_markdown(s, c, &o->fty, o->kind == OC_FIELD ? o->fn : NULL);
+  if (o->kind == OC_FIELD && sd->def && fty.kind != TY_ERROR) {
+    Type decl = ty_field_type(sd->def, o->field);
+    if (!ty_equal(&fty, &decl))
+      str_printf(s, ", declared `%s`", lsp_type_text(c, &decl));
+  }
+  if (fty.kind != TY_ERROR)
+    type_markdown(s, c, &fty, o->kind == OC_FIELD ? o->fn : NULL);
   if (o->kind == OC_FIELD)
     declared_at(s, c, p->name.pos);
 }

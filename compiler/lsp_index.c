@@ -170,7 +170,7 @@ static void add_field(LspIndex *ix, Token t, const StructDecl *sd, const Type *f
     char *name = tok_str(t);
     o->field = ty_find_field(sd->def, name);
     if (o->field >= 0)
-      o->fty = fty ? *fty : sd->def->field_types[o->field];
+      o->fty = fty ? *fty : ty_field_type(sd->def, o->field);
   } else if (sd) {
     for (int f = 0; f < sd->fields.len; f++) {
       const Param *p = sd->fields.data[f];
@@ -393,7 +393,7 @@ static void index_struct(LspIndex *ix, const StructDecl *sd) {
     o->sd = sd;
     o->field = f;
     if (sd->def && f < sd->def->nfields)
-      o->fty = sd->def->field_types[f];
+      o->fty = sd->def->field_types[f];   /* its leaves made only for a hover: ty_with_leaves */
     index_type(ix, p->type);
   }
 }

@@ -66,7 +66,7 @@ size_t lsp_offset(const char *text, size_t len, int64_t line, int64_t ch, LspEnc
   return (size_t)(p - text);
 }
 
-json_t *lsp_position(const char *text, size_t len, int line, int col, LspEncoding enc) {
+json_t *lsp_position(const char *text, size_t len, int line, int col, LspEncoding enc, int report_line) {
   const char *p = line_start(text, len, line - 1), *end = text + len;
   int64_t u = 0;
   for (int b = 1; b < col && p < end && *p != '\n';) {
@@ -77,7 +77,7 @@ json_t *lsp_position(const char *text, size_t len, int line, int col, LspEncodin
     p += n;
     b += n;
   }
-  return json_pack("{s:i, s:I}", "line", line > 0 ? line - 1 : 0, "character", (json_int_t)u);
+  return json_pack("{s:i, s:I}", "line", report_line > 0 ? report_line - 1 : 0, "character", (json_int_t)u);
 }
 
 char *lsp_path_uri(const char *path) {
@@ -128,7 +128,24 @@ json_t *lsp_uri_of(const LspCtx *c, const SourceFile *f) {
 
 static json_t *pos_json(const LspCtx *c, const SourceFile *f, int line, int col) {
   f = f ? f : &c->src;
-  return lsp_position(f->text, f->len, line, col, c->enc);
+  if (c->line_starts && line >= 1 && line <= c->nlines && (f == &c->src || !strcmp(f->name, c->src.name))) {
+    size_t at = c->line_starts[line - 1];   /* the same conversion, from the line's start */
+    return lsp_position(c->src.text + at, c->src.len - at, 1, col, c->enc, line);
+  }
+  return lsp_position(f->text, f->len, line, col, c->enc, line);
+}
+
+/* The offset of each line of the document, for pos_json. */
+static void index_lines(LspCtx *c) {
+  int64_t n = 1;
+  for (size_t i = 0; i < c->src.len; i++)
+    n += c->src.text[i] == '\n';
+  c->line_starts = mem_calloc((size_t)n, sizeof *c->line_starts);
+  c->nlines = n;
+  int64_t l = 1;
+  for (size_t i = 0; i < c->src.len; i++)
+    if (c->src.text[i] == '\n')
+      c->line_starts[l++] = i + 1;
 }
 
 json_t *lsp_range(const LspCtx *c, const SourceFile *f, int line, int col, int end_line, int end_col) {
@@ -499,7 +516,7 @@ static json_t *struct_symbol(const LspCtx *c, const StructDecl *sd) {
     const Param *p = sd->fields.data[f];
     const char *detail;
     if (sd->def && f < sd->def->nfields)
-      detail = lsp_type_text(c, &sd->def->field_types[f]);
+      detail = lsp_type_text(c, &sd->def->field_types[f]);   /* the name and dims: no leaves */
     else {
       Str t = {0};
       ast_type_text(&t, p->type);
@@ -599,6 +616,7 @@ json_t *lsp_answer(const LspDoc *doc, const Vec *incdirs, LspQuery q, int64_t li
   c.src.name = doc->path;
   c.src.text = doc->text;
   c.src.len = doc->len;
+  index_lines(&c);
   diagout_start(DIAG_JSON);   /* recorded, never printed */
   diag_set_max_errors(0);
   c.prog = drv_analyze(&c.src, incdirs, &c.mesh, q == Q_DIAGNOSTICS, &c.typed);

@@ -609,8 +609,8 @@ static void take_flops(Options *o, const char *v) {
   if (comma)
     *comma = 0;
   if (!plan_parse_flops(f, &o->flops) || (comma && !plan_parse_flops(comma + 1, &o->ew_flops)))
-    diag_usage_error("--flops expects FLOP/s per device, e.g. 100G, 1.5TFLOP/s or 5e10, and optionally a second "
-                     "rate for elementwise work (--flops=100G,20G), not '%s'", v);
+    diag_usage_error("--flops expects FLOP/s per device from 1 to 1e21, e.g. 100G, 1.5TFLOP/s or 5e10, and "
+                     "optionally a second rate for elementwise work (--flops=100G,20G), not '%s'", v);
 }
 
 static void take_diagnostics(Options *o, const char *f) {

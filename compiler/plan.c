@@ -72,10 +72,16 @@ bool plan_parse_bytes(const char *s, int64_t *out) {
   return true;
 }
 
+/* The rates --flops may give, as --network's links are bounded: anything
+ * outside is a typo (a unit forgotten), and would make estimates of inf
+ * seconds or hundreds of digits. */
+#define MIN_FLOPS 1.0
+#define MAX_FLOPS 1e21
+
 bool plan_parse_flops(const char *s, double *out) {
   double v;
   const char *rest;
-  if (!scaled(s, &v, &rest) || !(v > 0))
+  if (!scaled(s, &v, &rest) || !(v >= MIN_FLOPS && v <= MAX_FLOPS))
     return false;
   if (*rest && strcmp(rest, "FLOP/s") && strcmp(rest, "flop/s") && strcmp(rest, "FLOPS") && strcmp(rest, "flops"))
     return false;
@@ -460,6 +466,12 @@ static void print_functions(FILE *out, const Plan *p, int ok) {
             zero == 1 ? "" : "s");
 }
 
+/* ", "NAME": V, V a JSON number (never inf or nan). */
+static void json_figure(FILE *out, const char *name, double v) {
+  fprintf(out, ", \"%s\": ", name);
+  diag_json_number(out, v);
+}
+
 /* --json: the same figures, unrounded, for scripts. */
 static void print_json(FILE *out, const Plan *p) {
   const PlanArgs *a = p->a;
@@ -470,8 +482,11 @@ static void print_json(FILE *out, const Plan *p) {
     fputs(i ? ", " : "", out);
     diag_json_string(out, a->names[i]);
   }
-  fprintf(out, "], \"contraction_flops_per_second\": %.17g, \"elementwise_flops_per_second\": %.17g, "
-               "\"memory\": ", a->flops, a->ew_flops);
+  fputs("], \"contraction_flops_per_second\": ", out);
+  diag_json_number(out, a->flops);
+  fputs(", \"elementwise_flops_per_second\": ", out);
+  diag_json_number(out, a->ew_flops);
+  fputs(", \"memory\": ", out);
   if (a->memory)
     fprintf(out, "%lld", (long long)a->memory);
   else
@@ -492,17 +507,22 @@ static void print_json(FILE *out, const Plan *p) {
       fputc('}', out);
       continue;
     }
-    fprintf(out, "\"type_checks\": true, \"fits\": %s, \"step_loop_line\": %d, \"step_seconds\": %.17g, "
-                 "\"compute_seconds\": %.17g, \"communication_seconds\": %.17g, \"contraction_flops\": %.17g, "
-                 "\"elementwise_flops\": %.17g, \"collectives\": %.17g, \"bytes_sent\": %.17g, "
-                 "\"run_time_bounds_counted_once\": %s, \"peak_bytes\": %lld,\n   \"functions\": {",
-            !a->memory || r->peak <= a->memory ? "true" : "false", r->step_line, r->secs,
-            r->step.dot / a->flops + r->step.ew / a->ew_flops, r->step.comm, r->step.dot, r->step.ew, r->step.colls,
-            r->step.bytes, r->step.approx ? "true" : "false", (long long)r->peak);
+    fprintf(out, "\"type_checks\": true, \"fits\": %s, \"step_loop_line\": %d",
+            !a->memory || r->peak <= a->memory ? "true" : "false", r->step_line);
+    json_figure(out, "step_seconds", r->secs);
+    json_figure(out, "compute_seconds", r->step.dot / a->flops + r->step.ew / a->ew_flops);
+    json_figure(out, "communication_seconds", r->step.comm);
+    json_figure(out, "contraction_flops", r->step.dot);
+    json_figure(out, "elementwise_flops", r->step.ew);
+    json_figure(out, "collectives", r->step.colls);
+    json_figure(out, "bytes_sent", r->step.bytes);
+    fprintf(out, ", \"run_time_bounds_counted_once\": %s, \"peak_bytes\": %lld,\n   \"functions\": {",
+            r->step.approx ? "true" : "false", (long long)r->peak);
     for (int f = 0; f < r->nf; f++) {
       fputs(f ? ", " : "", out);
       diag_json_string(out, r->fnames[f]);
-      fprintf(out, ": %.17g", r->fsecs[f]);
+      fputs(": ", out);
+      diag_json_number(out, r->fsecs[f]);
     }
     fputs("}}", out);
   }

@@ -122,7 +122,7 @@ void str_vprintf(Str *s, const char *fmt, va_list ap);
 void str_putc(Str *s, char c);
 void str_read_fd(Str *s, int fd, size_t limit);   /* until fd's end, at most limit bytes kept */
 const char *str_cstr(Str *s);
-int str_distance(const char *a, const char *b, int limit);   /* edit distance, or limit when >= limit */
+int str_distance(const char *a, const char *b, int limit);   /* edit distance with transpositions, 99 past limit */
 
 /* ---- diag.c ------------------------------------------------------------- */
 
@@ -145,6 +145,8 @@ void diag_verror(Pos pos, const char *code, const char *fmt, va_list ap);
 /* The struct field being typed leaf by leaf (NULL: none): messages name it.
  * Returns the previous one, to restore. */
 const char *diag_set_field(const char *field);
+/* The same, the field's name made by path(obj, k) only if a message needs it. */
+void diag_set_field_lazy(const char *(*path)(const void *obj, int k), const void *obj, int k);
 bool diag_fixes_apply(void);
 /* While pushed, every error is followed by this note (innermost last
  * pushed, printed first): "in adamw<P = GPT> called from FILE:LINE:COL". */
@@ -582,8 +584,12 @@ struct Type {
 };
 
 /* A struct declaration, resolved: its fields (an array type, or a struct
- * type whose dims are the field's stacked dims), and its leaves flattened
- * (nested stacks applied), with their paths "h.qkvw". */
+ * type whose dims are the field's stacked dims: ty_field_type gives it with
+ * its leaves). Its leaves, flattened (nested stacks applied), are made on
+ * first use (ty_struct_leaves), and a leaf's path "h.qkvw" when asked
+ * (ty_leaf_path): a chain of structs nested n deep costs n, not n^2 leaves
+ * or n^3 bytes of paths, until a value of the outermost is made. */
+#define MAX_STRUCT_NESTING 2000   /* struct declarations nest at most this deep (E_NAME) */
 struct StructDef {
   const char *name;
   Pos pos;
@@ -591,9 +597,11 @@ struct StructDef {
   const char **field_names;
   Type *field_types;
   int *field_leaf;           /* first leaf of each field */
+  StrMap field_index;        /* name -> field + 1 */
   int nleaves;
-  const char **leaf_paths;
-  Type *leaves;
+  int depth;                 /* 1, or 1 + the deepest struct field's */
+  Type *leaves;              /* NULL until ty_struct_leaves */
+  const char **leaf_names;   /* NULL until ty_leaf_names */
 };
 
 Type ty_array(DType dt, int rank, const int64_t *shape);
@@ -655,6 +663,11 @@ int ty_find_field(const StructDef *d, const char *name);
 /* Leaves of a value in lowering order: an array or str is one, a struct its
  * leaves, a tuple its elements' in turn, void none. */
 int ty_nleaves(const Type *t);
+const Type *ty_struct_leaves(const StructDef *d);        /* d's leaves, made on first use */
+const char *ty_leaf_path(const StructDef *d, int k);    /* "h.qkvw", made at each call */
+const char **ty_leaf_names(const StructDef *d);        /* every leaf's path, deep ones shortened (a.b.c...y.z) */
+Type ty_field_type(const StructDef *d, int f);          /* field f's declared type, with its leaves */
+Type ty_with_leaves(const Type *t);   /* t, a struct field's type given its leaves (StructDef.field_types has none) */
 int ty_flatten(const Type *t, Type *out);   /* writes ty_nleaves(t) types */
 /* The first leaf of t (a struct or a tuple of them) whose type differs
  * from u's (same struct): its index, or -1. */
@@ -1090,6 +1103,8 @@ void diagout_tool_error(const char *message);
 bool diagout_write(FILE *out);
 /* s as a JSON string literal (UTF-8 kept, invalid bytes as U+FFFD). */
 void diag_json_string(FILE *o, const char *s);
+/* v as a JSON number, or null when it is not finite (JSON has no inf, nan). */
+void diag_json_number(FILE *o, double v);
 
 /* A pending fix, resolved to a source range when the document is written. */
 typedef enum { FIX_RANGE, FIX_WRAP_EXPR, FIX_WRAP_OPERAND, FIX_ANNOTATE, FIX_KEYWORD } FixKind;

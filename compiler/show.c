@@ -327,7 +327,7 @@ int show_program(FILE *out, const Program *p, const Mesh *m, const char *const *
       /* A struct binding: each leaf, named FUNC.NAME.PATH as `types` prints it. */
       for (int k = 0; s->type.kind == TY_STRUCT && k < s->type.nelems; k++) {
         Symbol leaf = *s;
-        leaf.name = arena_printf("%s.%s", s->name, s->type.sdef->leaf_paths[k]);
+        leaf.name = arena_printf("%s.%s", s->name, ty_leaf_path(s->type.sdef, k));
         leaf.type = s->type.elems[k];
         bool w = want;
         for (int q = 0; q < nnames; q++)

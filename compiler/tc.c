@@ -1034,7 +1034,7 @@ void tc_print_bindings(FILE *out, const Program *p, const Mesh *m) {
       fprintf(out, "%.*s.%s: %s\n", f->name.len, f->name.start, s->name, ty_str(m, &s->type));
       if (s->type.kind == TY_STRUCT)
         for (int k = 0; k < s->type.nelems; k++)
-          fprintf(out, "%.*s.%s.%s: %s\n", f->name.len, f->name.start, s->name, s->type.sdef->leaf_paths[k],
+          fprintf(out, "%.*s.%s.%s: %s\n", f->name.len, f->name.start, s->name, ty_leaf_path(s->type.sdef, k),
                   ty_str(m, &s->type.elems[k]));
     }
   }

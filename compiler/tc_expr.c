@@ -381,7 +381,7 @@ static Type check_grad(TcCtx *c, Expr *e) {
                      "gradient only if every leaf is a float (f32, f64): move the integer fields to another "
                      "parameter, or leave it out of wrt",
                      gname, (int)order[i], p->name.len, p->name.start, fname, pt->sdef->name,
-                     pt->sdef->leaf_paths[k], TS(&pt->elems[k]));
+                     ty_leaf_path(pt->sdef, k), TS(&pt->elems[k]));
           return ty_error();
         }
       outs[nout++] = ty_ct(pt);

@@ -251,7 +251,7 @@ static void text_of(Str *s, const Expr *e) {
   case EX_LEAF:
     text_of(s, e->lhs);
     if (e->ival >= 0 && e->lhs->ty && e->lhs->ty->kind == TY_STRUCT)
-      str_printf(s, ".%s", e->lhs->ty->sdef->leaf_paths[e->ival]);
+      str_printf(s, ".%s", ty_leaf_path(e->lhs->ty->sdef, e->ival));
     return;
   case EX_SLICE:
     if (e->lhs)

@@ -52,19 +52,32 @@ static bool stack_dims(TcCtx *c, TypeExpr *te, Type *dims) {
   return ok;
 }
 
-/* The struct d stacked by `dims`, with every leaf checked (rank, axes). */
-static bool stacked_type(TcCtx *c, const StructDef *d, const Type *dims, Pos pos, Type *out) {
-  *out = ty_struct(d, dims->rank, dims->shape, dims->spec);
+/* The leaves of d stacked by `dims` checked (rank, axes): each quietly
+ * first, so that a leaf's path is made only for the message. Unstacked,
+ * they are the leaves d's declaration checked. */
+static bool check_stacked(TcCtx *c, const StructDef *d, const Type *dims, Pos pos) {
+  if (!dims->rank)
+    return true;
+  const Type *leaves = ty_struct_leaves(d);
+  Type t = ty_struct(d, dims->rank, dims->shape, dims->spec);
   for (int k = 0; k < d->nleaves; k++) {
-    if (dims->rank + d->leaves[k].rank > MAX_RANK) {
+    if (dims->rank + leaves[k].rank > MAX_RANK) {
       diag_error(pos, "E_SPEC", "stacking %s by %d dim%s gives its leaf %s %d dims; arrays have at most %d", d->name,
-                 dims->rank, dims->rank == 1 ? "" : "s", d->leaf_paths[k], dims->rank + d->leaves[k].rank, MAX_RANK);
+                 dims->rank, dims->rank == 1 ? "" : "s", ty_leaf_path(d, k), dims->rank + leaves[k].rank, MAX_RANK);
       return false;
     }
-    if (!ty_check_wellformed(c->mesh, &out->elems[k], pos, 0, arena_printf("leaf %s of %s", d->leaf_paths[k],
-                                                                            TS(out))))
+    if (!ty_check_wellformed(c->mesh, &t.elems[k], (Pos){0}, 0, NULL) &&
+        !ty_check_wellformed(c->mesh, &t.elems[k], pos, 0, arena_printf("leaf %s of %s", ty_leaf_path(d, k), TS(&t))))
       return false;
   }
+  return true;
+}
+
+/* The struct d stacked by `dims`, with every leaf checked (rank, axes). */
+static bool stacked_type(TcCtx *c, const StructDef *d, const Type *dims, Pos pos, Type *out) {
+  if (!check_stacked(c, d, dims, pos))
+    return false;
+  *out = ty_struct(d, dims->rank, dims->shape, dims->spec);
   return true;
 }
 
@@ -93,20 +106,39 @@ static bool field_type(TcCtx *c, StructDecl *owner, TypeExpr *te, Type *out) {
                                             "carry their states");
     return false;
   }
+  /* The field's type without its leaves (ty_field_type makes them): a
+   * struct nested in a struct costs one Type, however many leaves it has. */
   Type dims;
-  return stack_dims(c, te, &dims) && stacked_type(c, s->sdecl->def, &dims, te->pos, out);
+  const StructDef *sd = s->sdecl->def;
+  if (!stack_dims(c, te, &dims) || !check_stacked(c, sd, &dims, te->pos))
+    return false;
+  memset(out, 0, sizeof *out);
+  *out = dims;
+  out->kind = TY_STRUCT;
+  out->sdef = sd;
+  out->nelems = sd->nleaves;
+  out->elems = NULL;
+  return true;
 }
 
-static int depth;   /* nesting of resolve_struct: bounded, with a clear error */
-#define MAX_NESTING 2000
+/* Nesting of struct declarations, in whichever order they are declared:
+ * the depth of each struct (1 + its deepest field's), and the recursion of
+ * resolve_struct (a struct declared before the ones it holds). */
+#define MAX_NESTING MAX_STRUCT_NESTING
+static int depth;
+
+static bool too_deep(Pos use, int d) {
+  if (d <= MAX_NESTING)
+    return false;
+  diag_error(use, "E_NAME", "structs nest more than %d deep here; flatten some of them", MAX_NESTING);
+  return true;
+}
 
 static bool resolve_struct(TcCtx *c, StructDecl *d, Pos use) {
   if (d->state == 2)
     return d->def != NULL;
-  if (depth >= MAX_NESTING) {
-    diag_error(use, "E_NAME", "structs nest more than %d deep here; flatten some of them", MAX_NESTING);
+  if (too_deep(use, depth + 1))
     return false;
-  }
   d->state = 1;
   depth++;
   int nf = d->fields.len;
@@ -124,16 +156,19 @@ static bool resolve_struct(TcCtx *c, StructDecl *d, Pos use) {
     ok = false;
   }
   int64_t nleaves = 0;
+  def->depth = 1;
   for (int f = 0; f < nf; f++) {
     Param *p = d->fields.data[f];
     def->field_names[f] = tok_str(p->name);
-    for (int g = 0; g < f; g++)
-      if (!strcmp(def->field_names[g], def->field_names[f])) {
-        diag_error(p->name.pos, "E_NAME", "struct %s has two fields named '%s'; name each field once", def->name,
-                   def->field_names[f]);
-        diag_note(((Param *)d->fields.data[g])->name.pos, "the first '%s' is here", def->field_names[f]);
-        ok = false;
-      }
+    int g = ty_find_field(def, def->field_names[f]);
+    if (g >= 0) {
+      diag_error(p->name.pos, "E_NAME", "struct %s has two fields named '%s'; name each field once", def->name,
+                 def->field_names[f]);
+      diag_note(((Param *)d->fields.data[g])->name.pos, "the first '%s' is here", def->field_names[f]);
+      ok = false;
+    } else {
+      strmap_put(&def->field_index, def->field_names[f], (void *)(intptr_t)(f + 1));
+    }
     if (!field_type(c, d, p->type, &def->field_types[f])) {
       ok = false;
       continue;
@@ -144,33 +179,25 @@ static bool resolve_struct(TcCtx *c, StructDecl *d, Pos use) {
       ok = false;
       continue;
     }
+    if (ft->kind == TY_STRUCT && ft->sdef->depth + 1 > def->depth) {
+      def->depth = ft->sdef->depth + 1;
+      if (too_deep(p->type->pos, def->depth)) {
+        ok = false;
+        break;
+      }
+    }
     def->field_leaf[f] = (int)nleaves;
     nleaves += ft->kind == TY_STRUCT ? ft->nelems : 1;
     if (nleaves > MAX_LEAVES) {
-      diag_error(p->name.pos, "E_ARG", "struct %s has more than %d leaves (arrays, counting nested structs); that is "
-                                       "the most supported", def->name, MAX_LEAVES);
+      diag_error(p->name.pos, "E_ARG", "struct %s has more than %d (2^16) leaves (arrays, counting those of nested "
+                                       "structs) from this field on; that is the most a struct may have: split it "
+                                       "into structs passed separately", def->name, MAX_LEAVES);
       ok = false;
       break;
     }
   }
-  if (ok) {
-    def->nleaves = (int)nleaves;
-    def->leaves = arena_alloc(sizeof(Type) * (size_t)(nleaves + 1));
-    def->leaf_paths = arena_alloc(sizeof(char *) * (size_t)(nleaves + 1));
-    for (int f = 0; f < nf; f++) {
-      Type *ft = &def->field_types[f];
-      int at = def->field_leaf[f];
-      if (ft->kind != TY_STRUCT) {
-        def->leaves[at] = *ft;
-        def->leaf_paths[at] = def->field_names[f];
-        continue;
-      }
-      for (int k = 0; k < ft->nelems; k++) {
-        def->leaves[at + k] = ft->elems[k];
-        def->leaf_paths[at + k] = arena_printf("%s.%s", def->field_names[f], ft->sdef->leaf_paths[k]);
-      }
-    }
-  }
+  if (ok)
+    def->nleaves = (int)nleaves;   /* the leaves themselves: ty_struct_leaves, when a value needs them */
   depth--;
   d->state = 2;
   d->def = ok ? def : NULL;
@@ -452,6 +479,9 @@ Type tc_construct(TcCtx *c, Expr *e, Symbol *s, const Type *annot) {
 
 /* ---- leaf by leaf ------------------------------------------------------------- */
 
+/* Leaf k's path in struct d, for diag_set_field_lazy. */
+static const char *leaf_path_of(const void *d, int k) { return ty_leaf_path(d, k); }
+
 /* EX_LEAF: leaf k of the struct-valued (already typed) x, or x itself. */
 static Expr *leaf_of(Expr *x, int k) {
   Expr *l = ast_expr(EX_LEAF, x->pos);
@@ -465,7 +495,7 @@ static Expr *leaf_of(Expr *x, int k) {
 /* The path of leaf k of the struct value x as messages name it: the fields
  * x was selected by (p.h -> "h."), then the leaf's own path. */
 static const char *leaf_path(const Expr *x, int k) {
-  const char *path = x->ty->sdef->leaf_paths[k];
+  const char *path = ty_leaf_path(x->ty->sdef, k);
   for (; x->kind == EX_FIELD; x = x->lhs)
     path = arena_printf("%s.%s", x->str, path);
   return path;
@@ -577,7 +607,7 @@ bool tc_struct_fits(TcCtx *c, Expr *e, const Type *t, const Type *annot, const c
   }
   if (k < 0)
     return true;
-  leaf_mismatch(c, e->pos, where, t->sdef->leaf_paths[k], &t->elems[k], &annot->elems[k]);
+  leaf_mismatch(c, e->pos, where, ty_leaf_path(t->sdef, k), &t->elems[k], &annot->elems[k]);
   return false;
 }
 
@@ -714,7 +744,7 @@ static Type lift_elementwise(TcCtx *c, Expr *e, Expr **ops[], int nops, const Ty
     for (int j = 0; j < nops; j++)
       *lops[j] = (*ops[j])->ty->kind == TY_STRUCT ? leaf_of(*ops[j], k) : shared[j];
     vec_push(&e->leaves, le);
-    diag_set_field(st->sdef->leaf_paths[k]);
+    diag_set_field_lazy(leaf_path_of, st->sdef, k);
     leaves[k] = tc_up.expr(c, le);
     ok = leaves[k].kind != TY_ERROR;
     if (ok && leaves[k].kind != TY_ARRAY)
@@ -759,9 +789,9 @@ static Type lift_creation(TcCtx *c, Expr *e, const Type *st) {
     for (int i = 0; i < rest.len; i++)
       vec_push(&le->args, rest.data[i]);
     if (random)
-      le->ival = leaf_stream(st->sdef->leaf_paths[k]);
+      le->ival = leaf_stream(ty_leaf_path(st->sdef, k));
     vec_push(&e->leaves, le);
-    diag_set_field(st->sdef->leaf_paths[k]);
+    diag_set_field_lazy(leaf_path_of, st->sdef, k);
     leaves[k] = tc_up.expr(c, le);
     ok = leaves[k].kind != TY_ERROR;
   }
@@ -835,8 +865,8 @@ static Type lift_sum(TcCtx *c, Expr *e, Expr *x, const Type *st) {
   for (int k = 1; k < nl; k++)
     if (st->elems[k].dtype != dt) {
       diag_error(e->pos, "E_DTYPE", "sum of a struct needs fields of one dtype, but %s is %s and %s is %s; sum "
-                 "the fields apart, or cast them", st->sdef->leaf_paths[0], TS(&st->elems[0]),
-                 st->sdef->leaf_paths[k], TS(&st->elems[k]));
+                 "the fields apart, or cast them", ty_leaf_path(st->sdef, 0), TS(&st->elems[0]),
+                 ty_leaf_path(st->sdef, k), TS(&st->elems[k]));
       return ty_error();
     }
   AxisSet *gA = arena_alloc(sizeof(AxisSet) * (size_t)(nl + 1)), *gR = arena_alloc(sizeof(AxisSet) * (size_t)(nl + 1));
@@ -986,7 +1016,7 @@ Type tc_struct_save(TcCtx *c, Expr *e, Expr *dir, Expr *x, const BuiltinDef *beg
   Expr *tmp = leaf_of(begin, -1);
   bool ok = true;
   for (int k = 0; k < st->nelems && ok; k++) {
-    Expr *s = call2(e->pos, "save", leaf_file(e->pos, tmp, st->sdef->leaf_paths[k]), leaf_of(x, k));
+    Expr *s = call2(e->pos, "save", leaf_file(e->pos, tmp, ty_leaf_path(st->sdef, k)), leaf_of(x, k));
     vec_push(&e->leaves, s);
     ok = tc_up.expr(c, s).kind != TY_ERROR;
   }
@@ -1005,9 +1035,9 @@ Type tc_struct_load(TcCtx *c, Expr *e, Expr *dir, const Type *annot) {
   const char *saved = diag_set_field(NULL);
   bool ok = true;
   for (int k = 0; k < nl && ok; k++) {
-    Expr *l = call2(e->pos, "load", leaf_file(e->pos, d, annot->sdef->leaf_paths[k]), NULL);
+    Expr *l = call2(e->pos, "load", leaf_file(e->pos, d, ty_leaf_path(annot->sdef, k)), NULL);
     vec_push(&e->leaves, l);
-    diag_set_field(annot->sdef->leaf_paths[k]);
+    diag_set_field_lazy(leaf_path_of, annot->sdef, k);
     leaves[k] = tc_up.expr_with(c, l, &annot->elems[k]);
     ok = leaves[k].kind != TY_ERROR;
   }

@@ -473,6 +473,124 @@ Type ty_without_dim(const Type *x, int k) {
 
 /* ---- structs ----------------------------------------------------------------- */
 
+/* l stacked under the dims (nstack, shape, spec) (the caller checks the
+ * rank and the axes). */
+static Type stacked_leaf(const Type *l, int nstack, const int64_t *shape, const DimSpec *spec) {
+  Type r = *l;
+  r.rank = nstack + l->rank;
+  for (int i = 0; i < nstack && i < MAX_RANK; i++) {
+    r.shape[i] = shape[i];
+    r.spec[i] = spec[i];
+  }
+  for (int i = 0; i < l->rank && nstack + i < MAX_RANK; i++) {
+    r.shape[nstack + i] = l->shape[i];
+    r.spec[nstack + i] = l->spec[i];
+  }
+  if (r.rank > MAX_RANK)
+    r.rank = MAX_RANK;
+  return r;
+}
+
+/* d's leaves under the dims (nstack, shape, spec), written to out: nested
+ * structs are walked, not flattened one by one, so making the outermost of
+ * a chain of n structs costs its n leaves, not the n^2 of every level's. */
+static void flatten_into(const StructDef *d, int nstack, const int64_t *shape, const DimSpec *spec, Type *out) {
+  for (int f = 0; f < d->nfields; f++) {
+    const Type *ft = &d->field_types[f];
+    Type *at = out + d->field_leaf[f];
+    if (ft->kind != TY_STRUCT) {
+      *at = stacked_leaf(ft, nstack, shape, spec);
+      continue;
+    }
+    Type dims = stacked_leaf(ft, nstack, shape, spec);   /* the outer dims, then the field's */
+    if (ft->sdef->leaves) {
+      for (int k = 0; k < ft->sdef->nleaves; k++)
+        at[k] = stacked_leaf(&ft->sdef->leaves[k], dims.rank, dims.shape, dims.spec);
+    } else {
+      flatten_into(ft->sdef, dims.rank, dims.shape, dims.spec, at);
+    }
+  }
+}
+
+const Type *ty_struct_leaves(const StructDef *d) {
+  if (!d->leaves) {
+    Type *l = arena_alloc(sizeof(Type) * (size_t)(d->nleaves + 1));
+    flatten_into(d, 0, NULL, NULL, l);
+    ((StructDef *)d)->leaves = l;   /* a cache: the same leaves every time */
+  }
+  return d->leaves;
+}
+
+const char *ty_leaf_path(const StructDef *d, int k) {
+  Str s = {0};
+  for (;;) {
+    int lo = 0, hi = d->nfields - 1;   /* the last field whose first leaf is at most k */
+    while (lo < hi) {
+      int mid = (lo + hi + 1) / 2;
+      if (d->field_leaf[mid] <= k)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    str_printf(&s, "%s%s", s.len ? "." : "", d->field_names[lo]);
+    if (d->field_types[lo].kind != TY_STRUCT)
+      break;
+    k -= d->field_leaf[lo];
+    d = d->field_types[lo].sdef;
+  }
+  const char *r = arena_strdup(str_cstr(&s));
+  free(s.buf);
+  return r;
+}
+
+/* Paths of more parts than this are shortened in ty_leaf_names. */
+#define NAME_PARTS 8
+
+static void join_parts(Str *s, const char **parts, int from, int to) {
+  for (int i = from; i < to; i++)
+    str_printf(s, "%s%s", i > from ? "." : "", parts[i]);
+}
+
+/* Each leaf's name below d, the fields above it in parts[0..n) (the
+ * declarations nest at most MAX_STRUCT_NESTING deep). */
+static void name_leaves(const StructDef *d, const char **parts, int n, const char **out) {
+  for (int f = 0; f < d->nfields && n < MAX_STRUCT_NESTING; f++) {
+    parts[n] = d->field_names[f];
+    const Type *ft = &d->field_types[f];
+    if (ft->kind == TY_STRUCT) {
+      name_leaves(ft->sdef, parts, n + 1, out + d->field_leaf[f]);
+      continue;
+    }
+    Str s = {0};
+    if (n + 1 <= NAME_PARTS) {
+      join_parts(&s, parts, 0, n + 1);
+    } else {   /* the first 3 fields and the last 4: a.b.c...w.x.y.z */
+      join_parts(&s, parts, 0, 3);
+      str_printf(&s, "...");
+      join_parts(&s, parts, n - 3, n + 1);
+    }
+    out[d->field_leaf[f]] = arena_strdup(str_cstr(&s));
+    free(s.buf);
+  }
+}
+
+const char **ty_leaf_names(const StructDef *d) {
+  if (!d->leaf_names) {
+    const char **names = arena_alloc(sizeof(char *) * (size_t)(d->nleaves + 1));
+    const char **parts = mem_calloc(MAX_STRUCT_NESTING + 1, sizeof *parts);
+    name_leaves(d, parts, 0, names);
+    free(parts);
+    ((StructDef *)d)->leaf_names = names;   /* a cache, as leaves */
+  }
+  return d->leaf_names;
+}
+
+Type ty_with_leaves(const Type *t) {
+  return t->kind == TY_STRUCT && !t->elems ? ty_struct(t->sdef, t->rank, t->shape, t->spec) : *t;
+}
+
+Type ty_field_type(const StructDef *d, int f) { return ty_with_leaves(&d->field_types[f]); }
+
 Type ty_struct(const StructDef *d, int nstack, const int64_t *shape, const DimSpec *spec) {
   Type t;
   memset(&t, 0, sizeof t);
@@ -485,22 +603,9 @@ Type ty_struct(const StructDef *d, int nstack, const int64_t *shape, const DimSp
   }
   t.nelems = d->nleaves;
   t.elems = arena_alloc(sizeof(Type) * (size_t)(d->nleaves ? d->nleaves : 1));
-  for (int k = 0; k < d->nleaves; k++) {
-    const Type *l = &d->leaves[k];
-    Type r = *l;
-    r.rank = nstack + l->rank;   /* the caller checks the rank and the axes */
-    for (int i = 0; i < nstack && i < MAX_RANK; i++) {
-      r.shape[i] = shape[i];
-      r.spec[i] = spec[i];
-    }
-    for (int i = 0; i < l->rank && nstack + i < MAX_RANK; i++) {
-      r.shape[nstack + i] = l->shape[i];
-      r.spec[nstack + i] = l->spec[i];
-    }
-    if (r.rank > MAX_RANK)
-      r.rank = MAX_RANK;
-    t.elems[k] = r;
-  }
+  const Type *leaves = ty_struct_leaves(d);
+  for (int k = 0; k < d->nleaves; k++)
+    t.elems[k] = stacked_leaf(&leaves[k], nstack, shape, spec);
   return t;
 }
 
@@ -513,10 +618,7 @@ Type ty_struct_with(const Type *t, const Type *leaves) {
 }
 
 int ty_find_field(const StructDef *d, const char *name) {
-  for (int f = 0; f < d->nfields; f++)
-    if (!strcmp(d->field_names[f], name))
-      return f;
-  return -1;
+  return (int)(intptr_t)strmap_get(&d->field_index, name) - 1;
 }
 
 Type ty_field(const Type *t, int f) {

@@ -34,7 +34,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DIAG = re.compile(r"^[^:\n]+:\d+:\d+: error: .* \[E_[A-Z]+\]$", re.M)
 SOURCES = ["tests/e2e/unreduced.shd", "tests/e2e/einsum.shd", "tests/types/seed_001.shd",
            "dsl-examples/mlp_forward.shd", "tests/e2e/reductions_v1.shd", "tests/index/slice_2d.shd",
-           "tests/index/gather.shd"]
+           "tests/index/gather.shd",
+           # version 2: structs (nested, stacked), generic functions, an import of the standard library
+           "tests/struct/basics.shd", "tests/generic/generic.shd", "tests/std/optim.shd"]
+# What the mutated sources must hold between them (issue 28: the quick form, which CI runs in both
+# passes, once mutated version 1 programs only).
+V2_FEATURES = [("a struct", r"^struct \w+ \{"), ("a generic function", r"^fn \w+<"), ("an import", r"^import \"")]
 PIECES = list("()[]{},@<>:=+-*/\"\\\n x0Y9.;#") + ["\x00", "\xff", "<U:", "<R:", "f32[", "@(", "let ", "fn ",
                                                     "mesh ", "->", "..", "as ", "1e99", "99999999999",
                                                     "softmax(", "log_softmax(", "logsumexp(", "argmax(",
@@ -206,6 +211,10 @@ def main():
                                                                          recursive=True))
         sources += sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "dsl-examples", "*.shd")))
     failures = []
+    texts = "".join(open(os.path.join(ROOT, s), encoding="utf-8").read() for s in sources)
+    for what, pattern in V2_FEATURES:
+        if not re.search(pattern, texts, re.M):
+            failures.append("no mutated source has %s (%s): add one to SOURCES" % (what, pattern))
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "fuzz.shd")
         n = 0

@@ -221,6 +221,20 @@ def main():
                      ["explain", mm, "--devices=4"], ["build", mm, "-o", os.path.join(d, "x"), "--memory=1G"]):
             p = shdc(exe, *args)
             check(p.returncode == 2 and "shdc: error:" in p.stderr, "%s: exit %d\n%s" % (args, p.returncode, p.stderr))
+        # --flops is bounded as --network's links are (issue 28 F07: --flops=1e-300 made --json write
+        # bare inf, which is not JSON), and --json's numbers are JSON at the bounds
+        for flops in ("1e-300", "0.5", "1e22", "1,1e-300", "inf", "nan"):
+            p = shdc(exe, "plan", mm, "--devices=4", "--json", "--flops=" + flops)
+            check(p.returncode == 2 and "--flops expects FLOP/s per device from 1 to 1e21" in p.stderr
+                  and not p.stdout, "--flops=%s: exit %d\n%s%s" % (flops, p.returncode, p.stdout, p.stderr))
+        for flops in ("1", "1e21,1"):
+            p = shdc(exe, "plan", mm, "--devices=4", "--json", "--flops=" + flops)
+            try:
+                json.loads(p.stdout, parse_constant=lambda c: 1 / 0)   # inf, nan: not JSON
+                ok = p.returncode == 0
+            except (ValueError, ZeroDivisionError):
+                ok = False
+            check(ok, "--flops=%s: exit %d, not a JSON document:\n%s" % (flops, p.returncode, p.stdout[:2000]))
 
         # GPT-2, tiny: 8 devices over (data, model); NH=8 heads split up to 8 ways, so every layout
         # type-checks; with NH=4 the model=8 layout cannot split the heads.

@@ -62,6 +62,17 @@ import "nowhere.shd"
 fn main() {
 }
 """,
+    # a name that is there but is no regular file (main() makes them)
+    "odddir.shd": """mesh {X: 2}
+import "adir.shd"
+fn main() {
+}
+""",
+    "oddfifo.shd": """mesh {X: 2}
+import "afifo.shd"
+fn main() {
+}
+""",
     "withmesh.shd": """mesh {X: 2}
 import "lib/meshed.shd"
 fn main() {
@@ -136,6 +147,8 @@ fn mm(a: f32[8@X, 4]) -> f32[8@X, 4] {
 # file, line, code, message pattern (the error's place: file and line)
 ERRORS = [
     ("missing.shd", "missing.shd", 2, "E_IMPORT", r'cannot find the imported file "nowhere\.shd" \(looked for \./nowhere\.shd, .*nowhere\.shd\)'),
+    ("odddir.shd", "odddir.shd", 2, "E_IMPORT", r'cannot import "adir\.shd": \./adir\.shd is a directory, not a regular file'),
+    ("oddfifo.shd", "oddfifo.shd", 2, "E_IMPORT", r'cannot import "afifo\.shd": \./afifo\.shd is a FIFO, not a regular file'),
     ("withmesh.shd", "withmesh.shd", 2, "E_MESH", r'declares a mesh; a library is mesh-independent'),
     ("cycle.shd", "b.shd", 1, "E_IMPORT", r'cyclic import'),
     ("twice.shd", "twice.shd", 3, "E_NAME", r"'scale' is already defined"),
@@ -177,6 +190,8 @@ def main():
             os.makedirs(os.path.dirname(os.path.join(d, name)), exist_ok=True)
             with open(os.path.join(d, name), "w") as f:
                 f.write(text)
+        os.mkdir(os.path.join(d, "adir.shd"))
+        os.mkfifo(os.path.join(d, "afifo.shd"))
         exe = testlib.build(shdc, os.path.join(d, "main.shd"), os.path.join(d, "main"), "-I", os.path.join(d, "incdir"))
         rc, out, err = run(mpirun_cmd(2) + [exe], cwd=d)
         if rc or not re.search(r"^sum 12\.0 k 7 inc 2\.0 sgd 0\.5$", out, re.M):

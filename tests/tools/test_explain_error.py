@@ -80,9 +80,14 @@ def main():
         for alias in ("e_contract", "CONTRACT", "[E_CONTRACT]"):
             if subprocess.run([shdc, "explain-error", alias], capture_output=True, text=True).stdout != want:
                 failures.append("shdc explain-error %s is not E_CONTRACT's entry" % alias)
-        p = subprocess.run([shdc, "explain-error", "E_CONTRCT"], capture_output=True, text=True)
-        if p.returncode != 2 or "did you mean E_CONTRACT?" not in p.stderr:
-            failures.append("an unknown code: exit %d %r" % (p.returncode, p.stderr))
+        # the nearest code by edit distance, a transposition one edit (issue 28 P3: E_SHAPEX once
+        # suggested E_RESHAPE, two edits away, over E_SHAPE, one)
+        for typed, near in (("E_CONTRCT", "E_CONTRACT"), ("E_SHAPEX", "E_SHAPE"), ("E_SAHPE", "E_SHAPE"),
+                            ("shapex", "E_SHAPE"), ("[E_GARD]", "E_GRAD"), ("E_RESHAPX", "E_RESHAPE")):
+            p = subprocess.run([shdc, "explain-error", typed], capture_output=True, text=True)
+            if p.returncode != 2 or "did you mean %s?" % near not in p.stderr:
+                failures.append("unknown code %s: exit %d %r, expected 'did you mean %s?'"
+                                % (typed, p.returncode, p.stderr, near))
         p = subprocess.run([shdc, "explain-error", "--all"], capture_output=True, text=True)
         with open(os.path.join(ROOT, "docs", "errors.md")) as f:
             page = f.read()

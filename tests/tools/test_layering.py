@@ -26,7 +26,10 @@ the shdc under test (nm) and on its sources:
   every other file reads operations through shdc.h alone;
 - no source but ops.c and ir.c compares a name with a builtin's or an IR
   operation's name (strcmp on op names), using `shdc list-ops` for the
-  names.
+  names;
+- no object but arena.o calls the C library's allocators (malloc, realloc,
+  strdup, open_memstream...): every allocation goes through arena.c's
+  mem_* and arena_* functions, which report running out of memory.
 """
 import glob
 import os
@@ -234,6 +237,16 @@ def main():
                 line = text[:m.start()].count("\n") + 1
                 failures.append("compiler/%s:%d compares a name with an operation's: %s" % (base, line,
                                                                                            m.group(0)))
+    # 6. Every allocation through arena.c's choke point (mem_*, arena_*): its out-of-memory
+    # message and SHDC_FAIL_ALLOC reach every one (issue 28: autodiff.c once grew its arrays
+    # with realloc and used them unchecked).
+    libc_alloc = {"malloc", "calloc", "realloc", "reallocarray", "strdup", "strndup", "asprintf", "vasprintf",
+                  "open_memstream", "aligned_alloc", "posix_memalign"}
+    for name, syms in sorted(uses.items()):
+        for s in sorted(syms & libc_alloc):
+            if name != "arena":
+                failures.append("%s.o calls %s: allocate through arena.c (mem_alloc, mem_grow, arena_alloc, ...)"
+                                % (name, s))
     for f in failures:
         print("FAIL", f)
     print("%d stage objects checked; largest dependency circle without ops.o: %d files (%s); %d family opcodes kept "
