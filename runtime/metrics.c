@@ -348,6 +348,7 @@ static const char *write_manifest(const char *path)
         return why;
     }
     shd_guard_temp(NULL);
+    shd_ckpt_note(path, false);   /* in its directory's marker, when the runtime made it */
     return NULL;
 }
 

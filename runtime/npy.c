@@ -452,6 +452,8 @@ static void save_finish(save_job *j)
     const char *why;
     if (shd_world_rank() == 0 && shd_temp_commit(&j->t, j->path, &why) != 0)
         save_fail(j, "%s %s", j->path, why);
+    else if (shd_world_rank() == 0)
+        shd_ckpt_note(j->path, false);   /* in its directory's marker, when the runtime made it */
     shd_agree(j->msg[0] ? j->msg : NULL);
 }
 
