@@ -11,7 +11,7 @@
 #   make san      the same build with ASan+UBSan, under build/san/
 #   make fuzz     mutated and generated programs through the sanitizer build
 #   make bench    run the benchmarks in bench/ and print their tables
-#   make install  PREFIX=/usr/local DESTDIR=  (make uninstall: the same files)
+#   make install  PREFIX=/usr/local DESTDIR=  (make uninstall: the files it made, unchanged)
 #   Each target installs only the Debian packages it needs (tools/install-deps,
 #   groups in tools/deps/): build for all and install, demo adds for demo and
 #   data, test for test, bench for bench.
@@ -211,9 +211,15 @@ INSTALLED := $(I_BIN)/shdc $(I_LIB)/libshdrt.a $(I_INC)/shdrt.h $(I_MAN1)/shdc.1
              $(I_NVIM)/ftdetect/shd.vim $(addprefix $(I_VSCODE)/,$(VSCODE)) \
              $(addprefix $(I_DOC)/,$(notdir $(DOCS))) $(STDLIB:lib/%=$(I_SHARE)/lib/%)
 
+INSTALL_DIRS := $(I_BIN) $(I_PC) $(I_INC) $(I_MAN1) $(I_VIM)/syntax $(I_VIM)/ftdetect $(I_NVIM)/syntax \
+                $(I_NVIM)/ftdetect $(I_VSCODE)/syntaxes $(I_DOC) $(I_SHARE)/lib/std
+# install records what it made (tools/install-record: each file with its
+# SHA-256, each directory that was not there before) in
+# SHARE/shdc/install-record; uninstall removes only those files that are
+# unchanged, and only those directories, when empty.
 install: all
-	install -d $(I_BIN) $(I_PC) $(I_INC) $(I_MAN1) $(I_VIM)/syntax $(I_VIM)/ftdetect $(I_NVIM)/syntax \
-	    $(I_NVIM)/ftdetect $(I_VSCODE)/syntaxes $(I_DOC) $(I_SHARE)/lib/std
+	tools/install-record missing $(INSTALL_DIRS) > $(B)/install-dirs
+	install -d $(INSTALL_DIRS)
 	install -m 755 $(B)/shdc $(I_BIN)/shdc
 	install -m 644 $(STDLIB) $(I_SHARE)/lib/std/
 	install -m 644 $(B)/libshdrt.a $(I_LIB)/libshdrt.a
@@ -227,11 +233,10 @@ install: all
 	    install -m 644 editors/vim/ftdetect/shd.vim "$$d/ftdetect/shd.vim" || exit 1; done
 	for f in $(VSCODE); do install -m 644 "editors/vscode/$$f" $(I_VSCODE)/"$$f" || exit 1; done
 	install -m 644 $(DOCS) $(I_DOC)/
+	tools/install-record write $(I_SHARE)/install-record $(B)/install-dirs $(INSTALLED)
 
 uninstall:
-	rm -f $(INSTALLED)
-	-rmdir $(I_VSCODE)/syntaxes $(I_VSCODE) $(I_SHARE)/editors $(I_SHARE)/lib/std $(I_SHARE)/lib \
-	    $(I_SHARE) $(I_DOC) 2>/dev/null
+	tools/install-record remove $(I_SHARE)/install-record
 
 # ---- runtime unit tests (tests/runtime/test_*.c, run by tests/run.py) ------
 RT_TEST_SRC := $(wildcard tests/runtime/test_*.c)

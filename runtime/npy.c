@@ -359,6 +359,8 @@ static void save_create(save_job *j)
      * device or a FIFO that happens to have the name. */
     if (shd_world_rank() == 0 && (bad = shd_file_unreplaceable(j->path)) != NULL)
         save_fail(j, "%s %s; save to another name", j->path, bad);
+    else if (shd_world_rank() == 0 && (bad = shd_file_foreign(j->path, "\x93NUMPY", 6, "a .npy file")) != NULL)
+        save_fail(j, "%s %s", j->path, bad);   /* and never a file of the user's */
     shd_agree(j->msg[0] ? j->msg : NULL);
     /* Every rank knows (and registers) the name before rank 0 creates the
      * file, so whichever rank survives a kill removes it. */

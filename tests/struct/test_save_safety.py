@@ -17,7 +17,9 @@ One program, run on 2 ranks in a scratch directory:
   job has ended (unlocked) is swept;
 - keep_last removes only older checkpoints: a file, a directory without
   the marker and a symbolic link that share the prefix stay, and are not
-  counted among the kept.
+  counted among the kept;
+- a single array's save, a manifest and the SHD_TRACE file replace a file
+  they wrote, never a file of the user's at their name.
 """
 import fcntl
 import os
@@ -40,6 +42,13 @@ fn main() {
     if n == 0 {
         save(out, full(P, 2.0))
     }
+    if n == -1 {
+        let a: f32[8@X] = iota(axis=0)
+        save(out, a)
+    }
+    if n == -2 {
+        manifest(out, step=1)
+    }
     for i in 0..n {
         save(out + "/step_" + str(i, width=6), full(P, cast(i, f32)))
         keep_last(out, "step_", 2)
@@ -49,9 +58,9 @@ fn main() {
 """
 
 
-def run(exe, work, *args):
+def run(exe, work, *args, env=None):
     return subprocess.run(MPI + [exe] + list(args), cwd=work, capture_output=True, text=True, errors="replace",
-                          timeout=120, env=dict(os.environ, SHD_QUIET="1"))
+                          timeout=120, env=dict(os.environ, SHD_QUIET="1", **(env or {})))
 
 
 def write(path, text="mine\n"):
@@ -146,6 +155,29 @@ def keep_last_own_only(exe, work, failures):
         failures.append("keep_last removed a file of the user's")
 
 
+def foreign_files(exe, work, failures):
+    """A single array's save, a manifest and SHD_TRACE replace a file of
+    their own kind (their second run here), never a file of the user's."""
+    d = os.path.join(work, "files")
+    os.mkdir(d)
+    cases = ((["--n=-1", "--out=a.npy"], {}, "a.npy", r'save\("a\.npy"\): a\.npy exists and is not a \.npy file'),
+             (["--n=-2", "--out=m.json"], {}, "m.json", r"line \d+: manifest: m\.json exists and is not a manifest"),
+             (["--n=-1", "--out=b.npy"], {"SHD_TRACE": "t.json"}, "t.json",
+              r"SHD_TRACE=t\.json: t\.json exists and is not a trace this runtime wrote"))
+    for args, env, name, refusal in cases:
+        for attempt in ("new", "its own"):
+            p = run(exe, d, *args, env=env)
+            if p.returncode:
+                failures.append("%s onto %s file: exit %d\n%s" % (name, attempt, p.returncode, p.stderr[-1500:]))
+        write(os.path.join(d, name), "the user's notes\n")
+        p = run(exe, d, *args, env=env)
+        with open(os.path.join(d, name)) as f:
+            kept = f.read() == "the user's notes\n"
+        if p.returncode == 0 or not re.search(r"^ck: rank 0: .*" + refusal, p.stderr, re.M) or not kept:
+            failures.append("%s onto a file of the user's: exit %d, kept %s, expected /%s/\n%s" % (
+                name, p.returncode, kept, refusal, p.stderr[-1500:]))
+
+
 def main():
     shdc = testlib.shdc_option()
     failures = []
@@ -155,6 +187,7 @@ def main():
         own_checkpoints(exe, work, failures)
         live_and_dead_temporaries(exe, work, failures)
         keep_last_own_only(exe, work, failures)
+        foreign_files(exe, work, failures)
     if failures:
         print("\n".join(failures))
         sys.exit(1)
