@@ -90,7 +90,8 @@ static bool read_listing(int dirfd, listing *l)
         }
         line = nl ? nl + 1 : NULL;
     }
-    qsort(l->names, l->n, sizeof *l->names, by_name);
+    if (l->n)
+        qsort(l->names, l->n, sizeof *l->names, by_name);
     return true;
 }
 
