@@ -76,7 +76,7 @@ static void sync_dir(const char *path)
     }
 }
 
-/* ---- what a save writes ------------------------------------------------------- */
+/* ---- what a save may replace ---------------------------------------------------- */
 
 /* NULL when path may be replaced by a struct save (absent, an empty
  * directory or a checkpoint), else the rest of a sentence that begins
@@ -86,8 +86,9 @@ static const char *unreplaceable(const char *path)
     static char why[SHD_MSG_LEN + 64];
     struct stat st;
     if (lstat(path, &st) != 0) {
-        snprintf(why, sizeof why, "cannot be looked at: %s", strerror(errno));
-        return errno == ENOENT ? NULL : why;
+        int err = errno;
+        snprintf(why, sizeof why, "cannot be looked at: %s", strerror(err));
+        return err == ENOENT ? NULL : why;
     }
     if (S_ISLNK(st.st_mode))
         return "is a symbolic link; a struct save never replaces a link or writes through one: name the "
