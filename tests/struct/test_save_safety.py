@@ -14,7 +14,8 @@ One program, run on 2 ranks in a scratch directory:
   and the link and its target stay;
 - a fresh directory of another job that is still being written (its
   marker locked, as the writer holds it) is kept by the sweep; one whose
-  job has ended (unlocked) is swept;
+  job has ended (unlocked) is swept; two jobs saving to one directory at
+  once both succeed;
 - keep_last removes only older checkpoints: a file, a directory without
   the marker and a symbolic link that share the prefix stay, and are not
   counted among the kept;
@@ -39,7 +40,7 @@ struct P { w: f32[8@X], b: f32[4] }
 fn main() {
     let out = arg("out", "ck")
     let n = arg("n", 0)
-    if n == 0 {
+    if (n == 0) & (arg("reps", 0) == 0) {
         save(out, full(P, 2.0))
     }
     if n == -1 {
@@ -48,6 +49,9 @@ fn main() {
     }
     if n == -2 {
         manifest(out, step=1)
+    }
+    for i in 0..arg("reps", 0) {
+        save(out, full(P, arg("v", 1.0)))
     }
     for i in 0..n {
         save(out + "/step_" + str(i, width=6), full(P, cast(i, f32)))
@@ -140,6 +144,24 @@ def live_and_dead_temporaries(exe, work, failures):
         failures.append("the sweep left a dead job's fresh directory")
 
 
+def two_jobs(exe, work, failures):
+    """Two jobs save to one directory at once, 12 times each: both succeed
+    (neither sweeps the other's fresh directory), and it ends a whole
+    checkpoint of one of them, with nothing left beside it."""
+    d = os.path.join(work, "shared")
+    os.mkdir(d)
+    jobs = [subprocess.Popen(MPI + [exe, "--out=ck2", "--reps=12", "--v=%d" % v], cwd=d, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, errors="replace",
+                             env=dict(os.environ, SHD_QUIET="1")) for v in (1, 2)]
+    for v, p in zip((1, 2), jobs):
+        out, err = p.communicate(timeout=300)
+        if p.returncode or "saved" not in out:
+            failures.append("job %d of two saving to one directory: exit %d\n%s" % (v, p.returncode, err[-1500:]))
+    names = sorted(os.listdir(d))
+    if names != ["ck2"] or sorted(os.listdir(os.path.join(d, "ck2"))) != [".shd-checkpoint", "b.npy", "w.npy"]:
+        failures.append("two jobs left %r, ck2 holding %r" % (names, sorted(os.listdir(os.path.join(d, "ck2")))))
+
+
 def keep_last_own_only(exe, work, failures):
     d = os.path.join(work, "run")
     write(os.path.join(d, "step_notes.txt"))
@@ -186,6 +208,7 @@ def main():
         foreign_targets(exe, work, failures)
         own_checkpoints(exe, work, failures)
         live_and_dead_temporaries(exe, work, failures)
+        two_jobs(exe, work, failures)
         keep_last_own_only(exe, work, failures)
         foreign_files(exe, work, failures)
     if failures:
