@@ -4,13 +4,15 @@
  * mkdir creates a directory and its missing parents and proves that it is
  * a writable directory by creating and removing a file in it, so a training
  * run learns before its first step, not at its first checkpoint hours later,
- * that it cannot save. keep_last removes, among the entries of DIR whose
+ * that it cannot save; each directory it creates is marked as the
+ * runtime's (ckpt.c), so that keep_last may remove it and what saves put
+ * in it later. keep_last removes, among the entries of DIR whose
  * names start with PREFIX, all but the N that sort last by name: with
  * zero-padded step numbers (step_000120) those are the newest checkpoints,
  * as orbax's max_to_keep and the Hugging Face Trainer's save_total_limit
- * keep them. Only checkpoints count, and only they are removed: a struct
- * save's directory (savedir.c's marker, holding only files a save writes;
- * shd_checkpoint_remove removes just those files) or a regular .npy file;
+ * keep them. Only checkpoints count, and only they are removed: a
+ * directory the runtime wrote (ckpt.c: its marker lists every entry;
+ * shd_checkpoint_remove removes just those) or a regular .npy file;
  * an entry of the user's that shares the prefix (a symbolic link, a
  * directory without the marker, notes.txt) is neither counted nor touched.
  *
