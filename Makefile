@@ -11,7 +11,7 @@
 #   make san      the same build with ASan+UBSan, under build/san/
 #   make fuzz     mutated and generated programs through the sanitizer build
 #   make bench    run the benchmarks in bench/ and print their tables
-#   make install  PREFIX=/usr/local DESTDIR=  (make uninstall: the same files)
+#   make install  PREFIX=/usr/local DESTDIR=  (make uninstall: the files it made, unchanged)
 #   make vsix     the VS Code extension packed as build/shd-VERSION.vsix
 #   Each target installs only the Debian packages it needs (tools/install-deps,
 #   groups in tools/deps/): build for all and install, demo adds for demo and
@@ -215,8 +215,15 @@ INSTALLED := $(I_BIN)/shdc $(I_LIB)/libshdrt.a $(I_INC)/shdrt.h $(I_MAN1)/shdc.1
              $(addprefix $(I_VSCODE)/,$(VSCODE)) \
              $(addprefix $(I_DOC)/,$(notdir $(DOCS))) $(STDLIB:lib/%=$(I_SHARE)/lib/%)
 
+INSTALL_DIRS := $(I_BIN) $(I_PC) $(I_INC) $(I_MAN1) $(addprefix $(I_VIM)/,$(sort $(dir $(VIMFILES)))) \
+                $(addprefix $(I_NVIM)/,$(sort $(dir $(VIMFILES)))) $(I_VSCODE)/syntaxes $(I_DOC) $(I_SHARE)/lib/std
+# install records what it made (tools/install-record: each file with its
+# SHA-256, each directory that was not there before) in
+# SHARE/shdc/install-record; uninstall removes only those files that are
+# unchanged, and only those directories, when empty.
 install: all
-	install -d $(I_BIN) $(I_PC) $(I_INC) $(I_MAN1) $(I_VSCODE)/syntaxes $(I_DOC) $(I_SHARE)/lib/std
+	tools/install-record missing $(INSTALL_DIRS) > $(B)/install-dirs
+	install -d $(INSTALL_DIRS)
 	install -m 755 $(B)/shdc $(I_BIN)/shdc
 	install -m 644 $(STDLIB) $(I_SHARE)/lib/std/
 	install -m 644 $(B)/libshdrt.a $(I_LIB)/libshdrt.a
@@ -226,14 +233,13 @@ install: all
 	    -e 's|@INCLUDEDIR@|'$(call pcval,INCLUDEDIR)'|' -e 's|@VERSION@|$(VERSION)|' \
 	    -e 's|@SAN@|$(filter -fsanitize=% --coverage,$(SAN))|' tools/shdrt.pc.in > $(I_PC)/shdrt.pc
 	for d in $(I_VIM) $(I_NVIM); do for f in $(VIMFILES); do \
-	    install -D -m 644 "editors/vim/$$f" "$$d/$$f" || exit 1; done; done
+	    install -m 644 "editors/vim/$$f" "$$d/$$f" || exit 1; done; done
 	for f in $(VSCODE); do install -m 644 "editors/vscode/$$f" $(I_VSCODE)/"$$f" || exit 1; done
 	install -m 644 $(DOCS) $(I_DOC)/
+	tools/install-record write $(I_SHARE)/install-record $(B)/install-dirs $(INSTALLED)
 
 uninstall:
-	rm -f $(INSTALLED)
-	-rmdir $(I_VSCODE)/syntaxes $(I_VSCODE) $(I_SHARE)/editors $(I_SHARE)/lib/std $(I_SHARE)/lib \
-	    $(I_SHARE) $(I_DOC) 2>/dev/null
+	tools/install-record remove $(I_SHARE)/install-record
 
 # ---- the VS Code extension as a .vsix --------------------------------------
 # `code --install-extension build/shd-1.0.0.vsix`. tools/pack-vsix packs the

@@ -12,9 +12,9 @@
  * A flag's value follows '=' or is the next word (a bool's only after '=':
  * a bare `--flag` is true). `--metrics=FILE` is the runtime's own flag of a
  * program that calls metrics() (metrics.c opens FILE here, before any
- * step). The later lookups (shd_arg_i32, ...) read the values that were
- * checked; the last of a repeated flag wins. Messages begin with the
- * program's name.
+ * step). A flag given twice is an error naming it. The later lookups
+ * (shd_arg_i32, ...) read the values that were checked. Messages begin
+ * with the program's name.
  *
  * Invariant: every rank sees the same argv and decides alike, and the
  * verdict is agreed on collectively anyway, so no rank is ever left waiting
@@ -127,7 +127,8 @@ static const char *value_problem(const char *v, shd_dtype dt)
     if (*end)
         return "expected a number";
     if (errno == ERANGE && fabs(x) > 1)
-        return "out of range for f64 (magnitude at most 1.7976931348623157e+308)";
+        return dt == SHD_F32 ? "out of range for f32 (magnitude at most 3.4028235e+38)"
+                             : "out of range for f64 (magnitude at most 1.7976931348623157e+308)";
     if (isnan(x) || isinf(x))
         return dt == SHD_F32 ? "not a finite number (an f32 argument is a number of magnitude at most 3.4028235e+38)"
                              : "not a finite number (an f64 argument is a number of magnitude at most "
@@ -261,6 +262,23 @@ static void print_help(const char *prog, const shd_arg_spec *specs, int n)
     fflush(stdout);
 }
 
+/* A flag given twice is an error, as getopt-based tools and shdc's own -o
+ * make it: which of the two was meant is not ours to guess. */
+static void check_once(const parsed_flag *f, char *msg)
+{
+    char raw[512], nm[512], first[512], second[512];
+    for (int i = 0; i < g_cl.n; i++)
+        if (g_cl.flags[i].len == f->len && memcmp(g_cl.flags[i].name, f->name, f->len) == 0) {
+            snprintf(raw, sizeof raw, "%.*s", (int)f->len, f->name);
+            shown(raw, nm, sizeof nm);
+            shown(g_cl.flags[i].value, first, sizeof first);
+            shown(f->value, second, sizeof second);
+            problem(msg, "argument --%s is given twice (--%s=%s, then --%s=%s): give it once", nm, nm, first, nm,
+                    second);
+            return;
+        }
+}
+
 static const shd_arg_spec *g_specs;   /* the table shd_args_check read */
 static int g_nspecs;
 
@@ -302,6 +320,8 @@ void shd_args_check(const shd_arg_spec *specs, int n)
         int at = i;
         read_flag(argv, argc, &i, specs, n, &f, after_bool, msg);
         after_bool = !msg[0] && f.name && !strchr(argv[at], '=') && i == at && f.value && *f.value == 0;
+        if (f.name && !msg[0])
+            check_once(&f, msg);
         if (f.name && !msg[0])
             g_cl.flags[g_cl.n++] = f;
     }

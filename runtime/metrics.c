@@ -41,6 +41,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "safefile.h"
 #include "shdrt_internal.h"
 
 #define MAX_NEST 8
@@ -311,12 +312,20 @@ void shd_manifest_begin(const char *shdc, const shd_const *consts, int n)
     shd_json_close();
 }
 
+/* How a manifest begins: only such a file (or a new name) is replaced. */
+#define MANIFEST_HEAD "{\n  \"program\": "
+
 /* Rank 0 writes PATH.tmp-PID, then renames it over PATH; the temporary is
  * removed if the run stops in between (guard.c). */
 static const char *write_manifest(const char *path)
 {
     static char why[4400];
     char tmp[4200];
+    const char *bad = shd_file_unreplaceable(path);
+    if (bad || (bad = shd_file_foreign(path, MANIFEST_HEAD, strlen(MANIFEST_HEAD), "a manifest this runtime wrote"))) {
+        snprintf(why, sizeof why, "%.4000s %s", path, bad);
+        return why;
+    }
     if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp)
         return "the path is too long";
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
@@ -348,6 +357,7 @@ static const char *write_manifest(const char *path)
         return why;
     }
     shd_guard_temp(NULL);
+    shd_ckpt_note(path, false);   /* in its directory's marker, when the runtime made it */
     return NULL;
 }
 

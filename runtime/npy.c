@@ -37,6 +37,7 @@
  * so and every rank stops instead.
  */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -359,6 +360,8 @@ static void save_create(save_job *j)
      * device or a FIFO that happens to have the name. */
     if (shd_world_rank() == 0 && (bad = shd_file_unreplaceable(j->path)) != NULL)
         save_fail(j, "%s %s; save to another name", j->path, bad);
+    else if (shd_world_rank() == 0 && (bad = shd_file_foreign(j->path, "\x93NUMPY", 6, "a .npy file")) != NULL)
+        save_fail(j, "%s %s", j->path, bad);   /* and never a file of the user's */
     shd_agree(j->msg[0] ? j->msg : NULL);
     /* Every rank knows (and registers) the name before rank 0 creates the
      * file, so whichever rank survives a kill removes it. */
@@ -452,6 +455,8 @@ static void save_finish(save_job *j)
     const char *why;
     if (shd_world_rank() == 0 && shd_temp_commit(&j->t, j->path, &why) != 0)
         save_fail(j, "%s %s", j->path, why);
+    else if (shd_world_rank() == 0)
+        shd_ckpt_note(j->path, false);   /* in its directory's marker, when the runtime made it */
     shd_agree(j->msg[0] ? j->msg : NULL);
 }
 
@@ -615,6 +620,32 @@ static long read_preamble(FILE *f, const char *what, const char *path, shd_npy_h
     return (long)(at + hlen);
 }
 
+/* Why PATH is missing, when its directory is: " (the directory D does not
+ * exist)" or " (the directory D is empty)", so that a mistyped or empty
+ * --resume=DIR is named as such; "" otherwise. */
+static const char *missing_dir(const char *path)
+{
+    static char why[SHD_MSG_LEN / 2];
+    char dir[SHD_STR_MAX];
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path || (size_t)(slash - path) >= sizeof dir)
+        return "";
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        snprintf(why, sizeof why, " (the directory %.400s does not exist)", dir);
+        return errno == ENOENT ? why : "";
+    }
+    DIR *d = opendir(dir);
+    bool empty = d != NULL;
+    for (struct dirent *e; empty && (e = readdir(d));)
+        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    if (d)
+        closedir(d);
+    snprintf(why, sizeof why, " (the directory %.400s is empty)", dir);
+    return empty ? why : "";
+}
+
 /* Opens PATH for reading its header, or NULL with msg filled. O_NONBLOCK:
  * a FIFO must not block the open; only a regular file is read (a device
  * such as /dev/zero would never end). */
@@ -623,7 +654,9 @@ static FILE *open_npy(const char *what, const char *path, char *msg)
     int fd = open(path, O_RDONLY | O_NONBLOCK);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        shd_msgf(msg, "%s(\"%s\"): cannot open: %s", what, path, fd < 0 ? strerror(errno) : "not a regular file");
+        int err = errno;
+        shd_msgf(msg, "%s(\"%s\"): cannot open: %s%s", what, path, fd < 0 ? strerror(err) : "not a regular file",
+                 fd < 0 && err == ENOENT ? missing_dir(path) : "");
         if (fd >= 0)
             close(fd);
         return NULL;

@@ -110,6 +110,29 @@ const char *shd_file_unreplaceable(const char *path)
            : S_ISSOCK(st.st_mode) ? "is a socket, not a regular file" : "is a device, not a regular file";
 }
 
+const char *shd_file_foreign(const char *path, const char *magic, size_t n, const char *what)
+{
+    static char why[300];
+    char head[64];
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
+        return NULL;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        snprintf(why, sizeof why, "cannot be read to see what it is: %s", strerror(errno));
+        return why;
+    }
+    if (n > sizeof head)
+        n = sizeof head;
+    ssize_t got = read(fd, head, n);
+    close(fd);
+    if (got == (ssize_t)n && !memcmp(head, magic, n))
+        return NULL;
+    snprintf(why, sizeof why, "exists and is not %s (it does not begin as one does), so it is not replaced: "
+             "write to another name, or move it away yourself", what);
+    return why;
+}
+
 bool shd_temp_is_ours(const shd_temp *t)
 {
     struct stat st;

@@ -53,6 +53,15 @@ int shd_temp_create_at(shd_temp *t, const char *name);
  * symbolic link. */
 const char *shd_file_unreplaceable(const char *path);
 
+/* NULL when `path` is absent, not a regular file (shd_file_unreplaceable
+ * tells those), empty, or begins with the n bytes of magic: a file of the
+ * kind the caller writes, so one it may replace. Otherwise the rest of a
+ * sentence that begins with the path: "is not WHAT (it does not begin as
+ * one does)", or why it cannot be read. What a writer replaces is then
+ * only what such a writer could have written, never a user's other file
+ * that happens to have the name. */
+const char *shd_file_foreign(const char *path, const char *magic, size_t n, const char *what);
+
 /* Renames the temporary over target: only when t->path still names the
  * regular file this process created and target may be replaced. 0, or -1
  * with *why set: a static string that follows the target's name in a

@@ -105,6 +105,24 @@ void shd_agree(const char *msg);
 #define SHD_MSG_LEN 1024
 __attribute__((format(printf, 2, 3))) void shd_msgf(char *msg, const char *fmt, ...);
 
+/* ckpt.c: what the runtime wrote in a directory (see there). The marker
+ * a directory the runtime makes holds; why path is not a directory the
+ * runtime wrote (NULL when it is one; empty_ok: an empty one passes too;
+ * static text); whether it is one; removing one: only the entries it
+ * wrote (fresh: a struct save's unfinished directory, whose leaves are not
+ * listed yet), then the directory when that emptied it (0, or -1 with
+ * errno: ENOTEMPTY when something else is in it). Rank 0 writes markers:
+ * a new one in dir (0 or an errno), a struct save's leaves into the
+ * marker open at fd, and path noted in its directory's marker, if it has
+ * one (dir: path is a directory). Nothing follows a symbolic link. */
+#define SHD_CKPT_MARKER ".shd-checkpoint"
+const char *shd_ckpt_not_ours(const char *path, bool empty_ok);
+bool shd_is_checkpoint(const char *path);
+int shd_checkpoint_remove(const char *path, bool fresh);
+int shd_ckpt_mark(const char *dir);
+int shd_ckpt_list_leaves(int fd, const char *dir);
+void shd_ckpt_note(const char *path, bool dir);
+
 /* npy.c: closes the file a window load keeps open (collective; shd_finalize). */
 void shd_npy_fini(void);
 

@@ -107,6 +107,10 @@ static int64_t now_ns(void)
 
 /* ---- set-up ------------------------------------------------------------ */
 
+/* How a trace file begins: a file at SHD_TRACE that does not is not
+ * replaced. */
+#define TRACE_HEAD "{\"displayTimeUnit\""
+
 /* SHD_TRACE names a file unless it is empty, 0 or 1 (the totals). */
 static bool names_file(const char *v)
 {
@@ -123,6 +127,10 @@ static const char *trace_problem(const char *path, char *buf, size_t cap)
     const char *bad = shd_file_unreplaceable(path);
     if (bad) {
         snprintf(buf, cap, "%s %s; name a new file or a regular one", path, bad);
+        return buf;
+    }
+    if ((bad = shd_file_foreign(path, TRACE_HEAD, strlen(TRACE_HEAD), "a trace this runtime wrote"))) {
+        snprintf(buf, cap, "%s %s", path, bad);
         return buf;
     }
     shd_temp t;
@@ -479,7 +487,7 @@ void shd_timeline_write(void)
     if (!g_tl.out)
         shd_fatal("cannot write the trace %s: cannot create %s: %s", g_tl.path, g_tl.tmp.path, strerror(errno));
     text head = {0};
-    put(&head, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"shdc runtime\",\"ranks\":%d,"
+    put(&head, TRACE_HEAD ":\"ms\",\"otherData\":{\"producer\":\"shdc runtime\",\"ranks\":%d,"
                "\"mesh\":\"%s\",\"first_pid\":1,\"steps\":\"%s\",\"dropped_events\":%llu},\n\"traceEvents\":[",
         shd_world_size(), shd_mesh_desc(), g_tl.windowed ? g_tl.window : "all", (unsigned long long)total);
     write_or_die(head.buf, head.len);

@@ -66,14 +66,14 @@ fn main() {
 }
 """ % BIG
 
-OLD = b"previous contents, not an array\n"
-
-
 def npy_iota(n):
     header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d,), }" % n
     pad = (64 - (10 + len(header) + 1) % 64) % 64
     head = b"\x93NUMPY\x01\x00" + (len(header) + pad + 1).to_bytes(2, "little") + header.encode() + b" " * pad + b"\n"
     return head + array.array("f", range(n)).tobytes()
+
+
+OLD = npy_iota(3)   # an earlier save's array (a file that is not one is never replaced: test_save_safety)
 
 
 def leftovers(d):

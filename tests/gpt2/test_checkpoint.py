@@ -2,7 +2,8 @@
 """Issue 9 item 3, issue 17 item 3, issue 14: checkpoints of the GPT-2
 programs.
 
-- --save=DIR --save-every=K writes, after every K-th step, the parameters
+- --save=DIR --save-every=K writes, after every K-th step and the last
+  (--save=DIR alone: the last, issue 27), the parameters
   and both AdamW moments as one struct, State(p, m, v), to the directory
   DIR/step_STEP (one .npy per leaf, named by its path: p.d.wte.npy,
   m.n.h.ln1w.npy, ...; the global arrays, the same whatever the mesh),
@@ -20,7 +21,9 @@ programs.
   2-D layout);
 - a checkpoint written on one mesh resumes on another (and between
   gpt2.shd and gpt2_fsdp.shd) with the same losses within f32 tolerance;
-- a missing checkpoint stops every rank with the file's name."""
+- a resumed run says where from: "resumed from DIR/step_000003 at step 3";
+- a missing or empty --resume directory stops every rank, naming the
+  directory as missing or empty."""
 import argparse
 import json
 import os
@@ -47,7 +50,7 @@ def check_files(ck, step, mesh, args):
             if a.dtype != np.float32 or a.shape != shapes[name]:
                 raise Failure("%s %s of step %d: %s %s, expected f32 %s" % (part, name, step, a.dtype, a.shape,
                                                                          shapes[name]))
-    leaves = sorted(f for f in os.listdir(sd) if f != "manifest.json")
+    leaves = sorted(f for f in os.listdir(sd) if f != "manifest.json" and f != ".shd-checkpoint")
     if len(leaves) != 3 * len(NAMES):
         raise Failure("%s holds %s" % (sd, leaves))
     s = np.load(os.path.join(ck, "step.npy"))
@@ -93,8 +96,8 @@ def main():
             prog = exe(gptlib.GPT2, dm, mm)
             whole = gptlib.run(prog, dm * mm, base + ["--steps=6", "--save=" + ckw, "--save-every=6"], cwd=d)
             wholes[dm, mm] = whole
-            gptlib.run(prog, dm * mm, base + ["--steps=3", "--save=" + ck, "--save-every=3"], cwd=d)
-            check_files(ck, 3, {"data": dm, "model": mm}, {"steps": 3, "save": ck, "save-every": 3, "lr": 0.01,
+            gptlib.run(prog, dm * mm, base + ["--steps=3", "--save=" + ck], cwd=d)   # the final state alone
+            check_files(ck, 3, {"data": dm, "model": mm}, {"steps": 3, "save": ck, "save-every": 0, "lr": 0.01,
                                                           "resume": ""})
             again = gptlib.run(prog, dm * mm, base + ["--steps=6", "--resume=" + ck, "--save=" + ckr, "--save-every=6"],
                                cwd=d)
@@ -115,6 +118,9 @@ def main():
         ck = ckdir("ck_2_1")
         for src, dm, mm in ((gptlib.GPT2, 1, 1), (gptlib.GPT2, 1, 4), (gptlib.FSDP, 2, 2), (gptlib.FSDP, 4, 1)):
             out = gptlib.run(exe(src, dm, mm), dm * mm, base + ["--steps=6", "--resume=" + ck], cwd=d)
+            said = r"^resumed from %s/step_000003 at step 3$" % re.escape(ck)
+            if not re.search(said, out.stdout, re.M):
+                raise Failure("resumed by %s: no line /%s/:\n%s" % (os.path.basename(src), said, out.stdout))
             gptlib.compare("written at data=2,model=1, resumed by %s at data=%d,model=%d" %
                            (os.path.basename(src), dm, mm), gptlib.losses(out), {s: want[s] for s in (3, 4, 5)})
             print("checkpoint of gpt2.shd at data=2 resumed by %s at data=%d,model=%d" %
@@ -127,13 +133,18 @@ def main():
                        {s: want[s] for s in (3, 4, 5)})
         print("checkpoint of gpt2_fsdp.shd at data=4 resumed by gpt2.shd on one device")
         prog = exe(gptlib.GPT2, 2, 1)
-        p = gptlib.run(prog, 2, base + ["--steps=6", "--resume=" + os.path.join(d, "none")], cwd=d, check=False)
-        if p.returncode == 0 or "step.npy" not in p.stderr or "rank" not in p.stderr:
-            raise Failure("a missing checkpoint: exit %d\n%s%s" % (p.returncode, p.stdout, p.stderr))
+        os.mkdir(os.path.join(d, "empty"))
+        for name, said in (("none", "does not exist"), ("empty", "is empty")):
+            where = os.path.join(d, name)
+            p = gptlib.run(prog, 2, base + ["--steps=6", "--resume=" + where], cwd=d, check=False)
+            if p.returncode == 0 or not re.search(r"rank \d+: .*step\.npy.*the directory %s %s" % (re.escape(where), said),
+                                                  p.stderr):
+                raise Failure("--resume=%s: exit %d, expected 'the directory %s %s'\n%s%s" % (
+                    name, p.returncode, where, said, p.stdout, p.stderr))
         # keep the newest 2 of the checkpoints of steps 1..5
         kk = ckdir("keep")
         gptlib.run(prog, 2, base + ["--steps=5", "--save=" + kk, "--save-every=1", "--keep=2"], cwd=d)
-        if sorted(os.listdir(kk)) != ["step.npy", "step_000004", "step_000005"]:
+        if sorted(os.listdir(kk)) != [".shd-checkpoint", "step.npy", "step_000004", "step_000005"]:
             raise Failure("--keep=2 after 5 checkpoints left %s" % sorted(os.listdir(kk)))
         print("--keep=2: the two newest step directories are left")
         # at or past --steps: said, and nothing trained

@@ -17,6 +17,9 @@
   every installed page resolves there (no link leaves the docs);
 - DESTDIR stages the files under DESTDIR/PREFIX with PREFIX in shdrt.pc;
 - `make uninstall` removes every installed file;
+- and only what install made (issue 28): a file changed since the install
+  is kept and named (uninstall exits non-zero), a file of the user's in an
+  installed directory and a directory that was there before stay;
 - a PREFIX with a space, a quote, a comma, `&` and `|` is one path to
   every recipe: install puts everything under it (nothing inside the
   checkout), shdrt.pc's flags name it as pkg-config escapes it, and
@@ -208,6 +211,31 @@ def odd_prefix(build, tmp, failures):
             prefix, left, first, not os.path.isfile(first)))
 
 
+def only_what_it_made(build, tmp, failures):
+    prefix = os.path.join(tmp, "own")
+    os.makedirs(os.path.join(prefix, "share", "shdc", "lib", "std"))   # there before, empty
+    os.makedirs(os.path.join(prefix, "bin"))
+    with open(os.path.join(prefix, "bin", "mine"), "w") as f:
+        f.write("a tool of the user's\n")
+    make(build, "install", "PREFIX=" + prefix)
+    readme = os.path.join(prefix, "share", "doc", "shdc", "README.md")
+    with open(readme, "a") as f:
+        f.write("my notes\n")
+    p = subprocess.run(["make", "-s", "-C", ROOT, "B=" + build, "uninstall", "PREFIX=" + prefix],
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode == 0 or "kept %s: it changed since it was installed" % readme not in p.stderr:
+        failures.append("uninstall with a changed file: exit %d, expected a message naming it:\n%s" % (
+            p.returncode, p.stderr))
+    for path in (readme, os.path.join(prefix, "bin", "mine")):
+        if not os.path.isfile(path):
+            failures.append("make uninstall removed %s, which it did not install" % path)
+    if not os.path.isdir(os.path.join(prefix, "share", "shdc", "lib", "std")):
+        failures.append("make uninstall removed share/shdc/lib/std, which was there before the install")
+    left = [f for f in FILES if os.path.exists(os.path.join(prefix, f)) and not readme.endswith(f)]
+    if left:
+        failures.append("make uninstall (a changed file kept) left installed files %s" % left)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
@@ -244,6 +272,7 @@ def main():
         if [f for _, _, fs in os.walk(stage) for f in fs]:
             failures.append("make uninstall DESTDIR=... left files")
         odd_prefix(build, tmp, failures)
+        only_what_it_made(build, tmp, failures)
     if failures:
         print("\n".join(failures))
         sys.exit(1)
