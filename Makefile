@@ -76,9 +76,10 @@ NVIMDIR    ?= $(DATADIR)/nvim/site
 COMPILER_SRC := $(filter-out compiler/lexer.re compiler/grammar.y,$(wildcard compiler/*.c))
 # runtime/blockmap.c (pure C) is compiled into both: explain predicts with
 # the code the runtime plans with; so is runtime/safefile.c: one way to
-# create and replace files for shdc and for programs.
+# create and replace files for shdc and for programs; and runtime/editdist.c,
+# the did-you-mean of shdc's names and options and of programs' flags.
 COMPILER_OBJ := $(COMPILER_SRC:compiler/%.c=$(B)/compiler/%.o) $(B)/gen/lexer.o $(B)/gen/grammar.o \
-                $(B)/compiler/blockmap.o $(B)/compiler/safefile.o
+                $(B)/compiler/blockmap.o $(B)/compiler/safefile.o $(B)/compiler/editdist.o
 RUNTIME_SRC  := $(wildcard runtime/*.c)
 RUNTIME_OBJ  := $(RUNTIME_SRC:runtime/%.c=$(B)/runtime/%.o)
 
@@ -126,6 +127,10 @@ $(B)/compiler/blockmap.o: runtime/blockmap.c runtime/blockmap.h
 	$(CC) $(CFLAGS_C) -c -o $@ $<
 
 $(B)/compiler/safefile.o: runtime/safefile.c runtime/safefile.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_C) -c -o $@ $<
+
+$(B)/compiler/editdist.o: runtime/editdist.c runtime/editdist.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_C) -c -o $@ $<
 

@@ -959,7 +959,8 @@ static const char *args_setup(Emit *e, const bool *live) {
     }
     fprintf(o, "};\n");
   }
-  const char *r = arena_printf("%sshd_args_check(%s, %d);%s", u.metrics ? "shd_metrics_enable();\n  " : "",
+  const char *r = arena_printf("shd_program_info(%s);\n  %sshd_args_check(%s, %d);%s", str_lit(drv_version_full()),
+                               u.metrics ? "shd_metrics_enable();\n  " : "",
                                u.args.len ? "shd_args" : "NULL", u.args.len, u.stop ? "\n  shd_stop_init();" : "");
   free(u.args.data);
   return r;

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "editdist.h"
 #include "shdrt_internal.h"
 
 #define MSG_LEN 1024
@@ -167,6 +168,28 @@ static void list_names(char *buf, size_t cap, const shd_arg_spec *specs, int n)
         snprintf(buf + at, cap - at, "%s--metrics", n ? ", " : "");
 }
 
+/* The flag nearest an unknown one (--step=3: steps), or NULL: within two
+ * edits, and fewer than the name's length. */
+static const char *nearest_name(const char *a, size_t len, const shd_arg_spec *specs, int n)
+{
+    char name[64];
+    if (len >= sizeof name)
+        return NULL;
+    memcpy(name, a, len);
+    name[len] = 0;
+    const char *best = NULL;
+    int bestd = 3;
+    for (int i = 0; i <= n; i++) {
+        const char *cand = i < n ? specs[i].name : shd_metrics_wanted() ? "metrics" : NULL;
+        int d = cand ? shd_edit_distance(name, cand, bestd) : 99;
+        if (d < bestd && d < (int)len) {
+            bestd = d;
+            best = cand;
+        }
+    }
+    return best;
+}
+
 __attribute__((format(printf, 2, 3)))
 static void problem(char *msg, const char *fmt, ...)
 {
@@ -202,9 +225,15 @@ static void read_flag(char **argv, int argc, int *i, const shd_arg_spec *specs, 
     size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
     const shd_arg_spec *s = lookup(specs, n, a + 2, len);
     if (!s) {
+        const char *near = nearest_name(a + 2, len, specs, n);
+        char near_nm[256];
         list_names(names, sizeof names, specs, n);
-        problem(msg, "unknown argument '%s'; %s%s (see --help)", shown(a, nm, sizeof nm),
-                n || shd_metrics_wanted() ? "this program takes " : "this program takes no arguments", names);
+        if (near)
+            problem(msg, "unknown argument '%s'; did you mean --%s? (this program takes %s; see --help)",
+                    shown(a, nm, sizeof nm), shown(near, near_nm, sizeof near_nm), names);
+        else
+            problem(msg, "unknown argument '%s'; %s%s (see --help)", shown(a, nm, sizeof nm),
+                    n || shd_metrics_wanted() ? "this program takes " : "this program takes no arguments", names);
         return;
     }
     out->name = a + 2;
@@ -300,6 +329,18 @@ void shd_args_describe(void)
     }
 }
 
+static const char *g_built_by = "";
+
+void shd_program_info(const char *shdc) { g_built_by = shdc ? shdc : ""; }
+
+/* --version, rank 0: the program, the shdc that built it, its mesh. */
+static void print_version(void)
+{
+    printf("%s: built by %s for --mesh %s (%d ranks); runtime ABI %d\n", shd_program_name(),
+           *g_built_by ? g_built_by : "shdc", shd_mesh_desc(), shd_world_size(), SHD_ABI_VERSION);
+    fflush(stdout);
+}
+
 void shd_args_check(const shd_arg_spec *specs, int n)
 {
     g_specs = specs;
@@ -313,7 +354,11 @@ void shd_args_check(const shd_arg_spec *specs, int n)
     bool after_bool = false;
     for (int i = 1; i < argc && argv && argv[i] && !msg[0]; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            help = 1;
+            help = help ? help : 1;
+            continue;
+        }
+        if (strcmp(argv[i], "--version") == 0 && !lookup(specs, n, "version", 7)) {
+            help = 3;
             continue;
         }
         parsed_flag f = {0};
@@ -336,6 +381,8 @@ void shd_args_check(const shd_arg_spec *specs, int n)
     if (shd_world_rank() == 0) {
         if (all == 2)
             fprintf(stderr, "%s: rank 0: %s\n", shd_program_name(), msg[0] ? msg : "bad arguments on another rank");
+        else if (all == 3)
+            print_version();
         else
             print_help(argv ? argv[0] : NULL, specs, n);
         fflush(stderr);

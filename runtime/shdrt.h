@@ -334,6 +334,10 @@ typedef struct {
  * 0: argument ...`, and every rank exits with status 1. A value follows
  * '=' or is the next word (a bool's only after '='). */
 void shd_args_check(const shd_arg_spec *specs, int n);
+/* Called by main before shd_args_check: the shdc that built the program
+ * ("shdc 1.0.0 (git ...)"), which --version prints with the program's
+ * mesh and the runtime ABI (unless the program reads an arg "version"). */
+void shd_program_info(const char *shdc);
 
 /* --name=value from the command line (the last one when repeated), else
  * the default; a value that does not parse is shd_fatal naming it. */

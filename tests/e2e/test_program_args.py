@@ -10,7 +10,9 @@ reported once, by rank 0, naming the flag, with the program's name (not
 shdc's) at the start of the message, and the run exits with status 1 on
 every rank, without hanging; so is a flag given twice (issue 28, P5: which
 one was meant is not the program's to guess), and an f32 out of range
-says f32 and its range (P6). Good values run. A wrong rank count is still caught when a value happens to be
+says f32 and its range (P6). A mistyped flag gets the nearest one
+(did you mean --steps?), and --version says which shdc built the program,
+for which mesh, with which runtime ABI (issue 27, items 4 and 6). Good values run. A wrong rank count is still caught when a value happens to be
 "-h".
 """
 import os
@@ -58,7 +60,9 @@ FAILS = [
     (["--lr=abc"], r"argument --lr=abc: expected a number"),
     (["--lr="], r"argument --lr=: expected a number"),
     (["--flag=maybe"], r"argument --flag=maybe: expected true or false"),
-    (["--Steps=3"], r"unknown argument '--Steps=3'"),
+    (["--Steps=3"], r"unknown argument '--Steps=3'; did you mean --steps\?"),
+    (["--step=3"], r"unknown argument '--step=3'; did you mean --steps\? \(this program takes --steps, --lr, "),
+    (["--nmae=x"], r"unknown argument '--nmae=x'; did you mean --name\?"),
     (["--lr=1e400"], r"argument --lr=1e400: out of range for f32 \(magnitude at most 3\.4028235e\+38\)$"),
     (["--steps=5", "--steps=6"], r"argument --steps is given twice \(--steps=5, then --steps=6\): give it once$"),
     (["--flag", "--lr", "1", "--flag=false"], r"argument --flag is given twice \(--flag=, then --flag=false\)"),
@@ -92,6 +96,13 @@ def main():
             p = run(MPIRUN + [exe] + good, cwd=d, env=env)
             if not p or p.returncode != 0 or "values 12 0.5 -1e+300 True a b" not in p.stdout:
                 failures.append("good arguments %s: %s" % (good, p and (p.returncode, p.stdout, p.stderr)))
+        # --version: the shdc that built it, its mesh and the runtime ABI, on rank 0 only
+        version = subprocess.run([shdc, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+        p = run(MPIRUN + [exe, "--version"], cwd=d, env=env)
+        if not p or p.returncode != 0 or p.stdout != "args: built by %s for --mesh X=2 (2 ranks); runtime ABI %s\n" % (
+                version, re.search(r"runtime ABI (\d+)", subprocess.run([shdc, "--version"], capture_output=True,
+                                                                       text=True).stdout).group(1)):
+            failures.append("--version: %r" % ((p.returncode, p.stdout, p.stderr) if p else None,))
         # "-h" as a value is not --help: the wrong rank count is still reported
         p = run(MPIRUN[:-1] + ["3", exe, "--name", "-h"], cwd=d, env=env)
         if not p or p.returncode != 1 or not re.search(r"^args: error: this program was built for mesh \{X: 2\} "
