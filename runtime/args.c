@@ -336,8 +336,13 @@ void shd_program_info(const char *shdc) { g_built_by = shdc ? shdc : ""; }
 /* --version, rank 0: the program, the shdc that built it, its mesh. */
 static void print_version(void)
 {
-    printf("%s: built by %s for --mesh %s (%d ranks); runtime ABI %d\n", shd_program_name(),
-           *g_built_by ? g_built_by : "shdc", shd_mesh_desc(), shd_world_size(), SHD_ABI_VERSION);
+    int naxes, sizes[SHD_MAX_AXES];
+    long ranks = 1;
+    shd_mesh_shape(&naxes, sizes);
+    for (int a = 0; a < naxes; a++)
+        ranks *= sizes[a];
+    printf("%s: built by %s for --mesh %s (%ld ranks); runtime ABI %d\n", shd_program_name(),
+           *g_built_by ? g_built_by : "shdc", shd_mesh_desc(), ranks, SHD_ABI_VERSION);
     fflush(stdout);
 }
 

@@ -216,12 +216,14 @@ static void size_mismatch(long product)
     exit(1);
 }
 
-/* `prog --help` answers at any rank count (shd_args_check prints it, and
- * checks the count when the command line turns out to ask for no help). */
+/* `prog --help` and `prog --version` answer at any rank count
+ * (shd_args_check prints them, and checks the count when the command line
+ * turns out to ask for neither). */
 static bool wants_help(void)
 {
     for (int i = 1; i < g_mesh.argc && g_mesh.argv && g_mesh.argv[i]; i++)
-        if (strcmp(g_mesh.argv[i], "--help") == 0 || strcmp(g_mesh.argv[i], "-h") == 0)
+        if (strcmp(g_mesh.argv[i], "--help") == 0 || strcmp(g_mesh.argv[i], "-h") == 0 ||
+            strcmp(g_mesh.argv[i], "--version") == 0)
             return true;
     return false;
 }
