@@ -621,7 +621,8 @@ static long read_preamble(FILE *f, const char *what, const char *path, shd_npy_h
 }
 
 /* Why PATH is missing, when its directory is: " (the directory D does not
- * exist)" or " (the directory D is empty)", so that a mistyped or empty
+ * exist)" (for a relative D, in which current directory: a program run
+ * away from its data, whose default paths are relative) or " (the directory D is empty)", so that a mistyped or empty
  * --resume=DIR is named as such; "" otherwise. */
 static const char *missing_dir(const char *path)
 {
@@ -633,7 +634,11 @@ static const char *missing_dir(const char *path)
     snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
     struct stat st;
     if (stat(dir, &st) != 0) {
-        snprintf(why, sizeof why, " (the directory %.400s does not exist)", dir);
+        char cwd[512];
+        bool relative = path[0] != '/' && getcwd(cwd, sizeof cwd);
+        snprintf(why, sizeof why, " (the directory %.200s does not exist%s%.200s%s)", dir,
+                 relative ? " in the current directory, " : "", relative ? cwd : "",
+                 relative ? "; a relative path is taken from there" : "");
         return errno == ENOENT ? why : "";
     }
     DIR *d = opendir(dir);

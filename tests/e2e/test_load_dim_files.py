@@ -46,6 +46,11 @@ def main():
         cases = [("huge.npy", r'load_dim\("huge.npy"\): dim 0 of the file\'s array is 3000000000, more than an i32'),
                  ("text.npy", r'load_dim\("text.npy"\): not a .npy file'),
                  ("dir.npy", r'load_dim\("dir.npy"\): cannot open: not a regular file'),
+                 # a relative path whose directory is missing: from which directory (a program's
+                 # default --data=build/data/... run away from the repository)
+                 ("build/data/x.npy", r'load_dim\("build/data/x.npy"\): cannot open: No such file or directory \(the '
+                  r'directory build/data does not exist in the current directory, ' + re.escape(os.path.realpath(d))
+                  + r'; a relative path is taken from there\)'),
                  ("good.npy", None)]
         for path, err in cases:
             p = subprocess.run(MPIRUN + [exe, "--path=" + path], cwd=d, capture_output=True,
@@ -57,7 +62,8 @@ def main():
                 failures.append("%s: exit %d, expected /%s/:\n%s" % (path, p.returncode, err, p.stderr))
     if failures:
         sys.exit("\n".join(failures))
-    print("load_dim stops every rank on a dim past i32, a non-.npy file and a directory; a good file answers")
+    print("load_dim stops every rank on a dim past i32, a non-.npy file, a directory and a relative path whose directory "
+          "is missing (naming the current directory); a good file answers")
 
 
 if __name__ == "__main__":
