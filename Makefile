@@ -215,7 +215,7 @@ pk_LIBDIR = $(call pkdir,LIBDIR)
 pk_INCLUDEDIR = $(call pkdir,INCLUDEDIR)
 sedesc = $(subst &,\&,$(subst |,\|,$(subst \,\\,$($(1)))))
 pcval = '$(subst ','\'',$(call sedesc,pk_$(1)))'
-INSTALLED := $(I_BIN)/shdc $(I_LIB)/libshdrt.a $(I_INC)/shdrt.h $(I_MAN1)/shdc.1 $(I_PC)/shdrt.pc \
+INSTALLED := $(I_BIN)/shdc $(I_BIN)/shdc-plot-loss $(I_LIB)/libshdrt.a $(I_INC)/shdrt.h $(I_MAN1)/shdc.1 $(I_PC)/shdrt.pc \
              $(addprefix $(I_VIM)/,$(VIMFILES)) $(addprefix $(I_NVIM)/,$(VIMFILES)) \
              $(addprefix $(I_VSCODE)/,$(VSCODE)) \
              $(addprefix $(I_DOC)/,$(notdir $(DOCS))) $(STDLIB:lib/%=$(I_SHARE)/lib/%)
@@ -230,6 +230,7 @@ install: all
 	tools/install-record missing $(INSTALL_DIRS) > $(B)/install-dirs
 	install -d $(INSTALL_DIRS)
 	install -m 755 $(B)/shdc $(I_BIN)/shdc
+	install -m 755 tools/plot-loss $(I_BIN)/shdc-plot-loss
 	install -m 644 $(STDLIB) $(I_SHARE)/lib/std/
 	install -m 644 $(B)/libshdrt.a $(I_LIB)/libshdrt.a
 	install -m 644 runtime/shdrt.h $(I_INC)/shdrt.h

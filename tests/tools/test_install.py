@@ -39,9 +39,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from run import mpirun_cmd, run  # noqa: E402
 
-FILES = ["bin/shdc", "lib/libshdrt.a", "include/shdrt.h", "share/man/man1/shdc.1", "lib/pkgconfig/shdrt.pc",
+FILES = ["bin/shdc", "bin/shdc-plot-loss", "lib/libshdrt.a", "include/shdrt.h", "share/man/man1/shdc.1",
+         "lib/pkgconfig/shdrt.pc",
          "share/vim/vimfiles/syntax/shd.vim", "share/vim/vimfiles/ftdetect/shd.vim",
+         "share/vim/vimfiles/ftplugin/shd.vim", "share/vim/vimfiles/compiler/shdc.vim",
          "share/nvim/site/syntax/shd.vim", "share/nvim/site/ftdetect/shd.vim",
+         "share/nvim/site/ftplugin/shd.vim", "share/nvim/site/compiler/shdc.vim",
          "share/shdc/editors/vscode/package.json", "share/shdc/editors/vscode/language-configuration.json",
          "share/shdc/editors/vscode/syntaxes/shd.tmLanguage.json", "share/shdc/editors/vscode/extension.js",
          "share/doc/shdc/README.md", "share/shdc/lib/std/nn.shd", "share/shdc/lib/std/optim.shd",
