@@ -634,6 +634,9 @@ const char *ty_local_str(const Mesh *m, const Type *t);     /* f32[4,8] */
  * pos.file is set) and returns false on the first problem. manual: axes
  * allowed in V. */
 bool ty_check_wellformed(const Mesh *m, const Type *t, Pos pos, AxisSet manual, const char *what);
+/* The same, dim_names[d] the const a written type sized dim d with (or NULL). */
+bool ty_check_wellformed_named(const Mesh *m, const Type *t, Pos pos, AxisSet manual, const char *what,
+                               const char *const *dim_names);
 /* Every array's global byte count fits in TY_MAX_BYTES (so no size, local
  * count or byte sum computed from types overflows); E_SHAPE at pos when
  * not (reported only if pos.file is set). */

@@ -251,6 +251,20 @@ static bool resolve_axis(TcCtx *c, Token t, int *out) {
   return true;
 }
 
+/* The consts a written type sizes its dims with (NULL for a number or a
+ * local), for messages that say which const to raise. */
+static const char *const *const_dims(TcCtx *c, const TypeExpr *te) {
+  const char **names = arena_alloc(sizeof *names * MAX_RANK);
+  for (int d = 0; d < te->rank && d < MAX_RANK; d++) {
+    Token t = te->dims[d].size;
+    if (t.kind == 0 || (t.start[0] >= '0' && t.start[0] <= '9'))
+      continue;
+    Symbol *s = tc_lookup(c, tok_str(t));
+    names[d] = s && s->kind == SYM_CONST ? s->name : NULL;
+  }
+  return names;
+}
+
 static bool resolve_size(TcCtx *c, Token t, int64_t *out) {
   if (t.kind != 0 && t.start[0] >= '0' && t.start[0] <= '9') {
     *out = strtoll(t.start, NULL, 10);
@@ -382,7 +396,7 @@ bool tc_resolve_type(TcCtx *c, TypeExpr *te, Type *out) {
   if (ok && (ty_dim_axes(&t) & c->manual))
     t = body_block_type(c, &t, te->pos, &ok);
   else if (ok)
-    ok = ty_check_wellformed(c->mesh, &t, te->pos, c->manual, "");
+    ok = ty_check_wellformed_named(c->mesh, &t, te->pos, c->manual, "", const_dims(c, te));
   *out = ok ? t : ty_error();
   return ok;
 }

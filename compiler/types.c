@@ -341,6 +341,32 @@ bool ty_check_size(const Type *t, Pos pos) {
 }
 
 bool ty_check_wellformed(const Mesh *m, const Type *t, Pos pos, AxisSet manual, const char *what) {
+  return ty_check_wellformed_named(m, t, pos, manual, what, NULL);
+}
+
+/* A dim not divisible by its axes' devices: when the type wrote its size
+ * as a const (dim_names[d]), the message names the const to raise and the
+ * -D that does it (`plan` lists these for the layouts that fail). */
+static void divis_error(const Mesh *m, const Type *t, Pos pos, const char *pre, int d, int64_t parts,
+                        const char *const *dim_names) {
+  const char *axes = t->spec[d].n == 1 ? axis_name(m, t->spec[d].axes[0]) : ty_spec_str(m, t->spec[d]) + 1;
+  const char *name = dim_names ? dim_names[d] : NULL;
+  long long up = (long long)((t->shape[d] + parts - 1) / parts * parts);
+  if (name)
+    wf_error(pos, "E_DIVIS",
+             "%sdim %d of %s has size %lld (the const %s), which is not divisible by %lld (the size of %s); raise "
+             "%s to a multiple of %lld (e.g. -D %s=%lld) or shard the dim over other axes",
+             pre, d, ty_str(m, t), (long long)t->shape[d], name, (long long)parts, axes, name, (long long)parts, name,
+             up);
+  else
+    wf_error(pos, "E_DIVIS",
+             "%sdim %d of %s has size %lld, which is not divisible by %lld (the size of %s); choose a size "
+             "that is a multiple of %lld or shard it over other axes",
+             pre, d, ty_str(m, t), (long long)t->shape[d], (long long)parts, axes, (long long)parts);
+}
+
+bool ty_check_wellformed_named(const Mesh *m, const Type *t, Pos pos, AxisSet manual, const char *what,
+                               const char *const *dim_names) {
   if (t->kind != TY_ARRAY)
     return true;
   if (!ty_check_size(t, pos))
@@ -369,12 +395,7 @@ bool ty_check_wellformed(const Mesh *m, const Type *t, Pos pos, AxisSet manual, 
     }
     int64_t parts = ty_spec_parts(m, t->spec[d]);
     if (t->shape[d] % parts != 0) {
-      wf_error(pos, "E_DIVIS",
-                 "%sdim %d of %s has size %lld, which is not divisible by %lld (the size of %s); choose a size "
-                 "that is a multiple of %lld or shard it over other axes",
-                 pre, d, ty_str(m, t), (long long)t->shape[d], (long long)parts,
-                 t->spec[d].n == 1 ? axis_name(m, t->spec[d].axes[0]) : ty_spec_str(m, t->spec[d]) + 1,
-                 (long long)parts);
+      divis_error(m, t, pos, pre, d, parts, dim_names);
       return false;
     }
   }
