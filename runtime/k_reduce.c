@@ -24,7 +24,8 @@
  * logits of 1e7 (whose f32 ulp is 1) lose nothing: only what the result
  * itself cannot hold is rounded. Sums of rows accumulate in double lanes (as the
  * generic reduction does: an f32 sum rounds once, at the end); softmax's
- * sums of exponentials in f32 lanes over blocks of 1024, added in double.
+ * sums of exponentials in f32 lanes over blocks of 1024, added in double
+ * (along a strided dim, in double).
  * argmax/argmin return the first index of the extreme value; a NaN counts
  * as the extreme, as NumPy's.
  *
@@ -175,7 +176,8 @@ DEFINE_ROWS(double, exp_f64, log)
     KERNEL void softmax_cols_##T(const T *restrict x, T *restrict y, int kind, int64_t outer, \
                                  int64_t n, int64_t inner)                                    \
     {                                                                                         \
-        T m[CHUNK], s[CHUNK], sh[CHUNK];                                                      \
+        T m[CHUNK], sh[CHUNK], ls[CHUNK];                                                     \
+        double s[CHUNK];                                                                      \
         for (int64_t o = 0; o < outer; o++)                                                   \
             for (int64_t c = 0; c < inner; c += CHUNK) {                                      \
                 int w = (int)(inner - c < CHUNK ? inner - c : CHUNK);                         \
@@ -193,23 +195,23 @@ DEFINE_ROWS(double, exp_f64, log)
                             yo[j * inner + k] = e;                                            \
                             s[k] += e;                                                        \
                         }                                                                     \
-                    for (int k = 0; k < w; k++) s[k] = 1 / s[k];                              \
+                    for (int k = 0; k < w; k++) ls[k] = (T)(1 / s[k]);                        \
                     for (int64_t j = 0; j < n; j++)                                           \
-                        for (int k = 0; k < w; k++) yo[j * inner + k] *= s[k];                \
+                        for (int k = 0; k < w; k++) yo[j * inner + k] *= ls[k];               \
                     continue;                                                                 \
                 }                                                                             \
                 for (int64_t j = 0; j < n; j++)                                               \
                     for (int k = 0; k < w; k++) s[k] += EXP(xo[j * inner + k] - sh[k]);       \
-                for (int k = 0; k < w; k++) s[k] = LOG(s[k]);                                 \
+                for (int k = 0; k < w; k++) ls[k] = (T)log(s[k]);                             \
                 if (kind == SHD_LOGSUMEXP) {                                                  \
                     T *yo = y + o * inner + c;                                                \
-                    for (int k = 0; k < w; k++) yo[k] = LSE_OF(m[k], sh[k] + s[k]);           \
+                    for (int k = 0; k < w; k++) yo[k] = LSE_OF(m[k], sh[k] + ls[k]);          \
                     continue;                                                                 \
                 }                                                                             \
                 T *yo = y + o * n * inner + c;                                                \
                 for (int64_t j = 0; j < n; j++)                                               \
                     for (int k = 0; k < w; k++)                                               \
-                        yo[j * inner + k] = (xo[j * inner + k] - sh[k]) - s[k];               \
+                        yo[j * inner + k] = (xo[j * inner + k] - sh[k]) - ls[k];              \
             }                                                                                 \
     }
 
@@ -251,6 +253,7 @@ CLONES static void softmax_impl(const void *x, void *y, shd_dtype dt, int kind, 
                            int64_t outer, int64_t n, int64_t inner)                           \
     {                                                                                         \
         T tmp[CHUNK];                                                                         \
+        double acc2[CHUNK];                                                                   \
         for (int64_t o = 0; o < outer; o++) {                                                 \
             if (inner == 1) {                                                                 \
                 const T *xr = x + o * n;                                                      \
@@ -270,11 +273,12 @@ CLONES static void softmax_impl(const void *x, void *y, shd_dtype dt, int kind, 
                 const T *mo = m + o * inner + c;                                              \
                 T *so = s + o * inner + c;                                                    \
                 for (int k = 0; k < w; k++) {                                                 \
-                    so[k] = 0;                                                                \
+                    acc2[k] = 0;                                                              \
                     tmp[k] = SHIFT(mo[k]);                                                    \
                 }                                                                             \
                 for (int64_t j = 0; j < n; j++)                                               \
-                    for (int k = 0; k < w; k++) so[k] += EXP(xo[j * inner + k] - tmp[k]);     \
+                    for (int k = 0; k < w; k++) acc2[k] += EXP(xo[j * inner + k] - tmp[k]);   \
+                for (int k = 0; k < w; k++) so[k] = (T)acc2[k];                               \
             }                                                                                 \
         }                                                                                     \
     }                                                                                         \
