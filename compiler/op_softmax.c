@@ -10,7 +10,8 @@
  *
  * IR: one global instruction, softmax.KIND dim=k, whose derivative is one
  * softmax_grad.KIND (softmax dx = y*(g - sum(g*y)), log_softmax dx = g -
- * exp(y)*sum(g), logsumexp dx = g*exp(x - y) = g*softmax(x)): linear in g,
+ * exp(y)*sum(g), logsumexp dx = g*exp(x - y)/rowsum(exp(x - y)) = g*softmax(x),
+ * the division taking out the rounding of y): linear in g,
  * so a pending-sum cotangent (the gradient of a reduced operand) stays
  * pending. Its own derivative (grad of grad) is written out from products,
  * exp and row sums (vjp_softmax_grad).
@@ -35,8 +36,8 @@ enum {
   IR_SOFTMAX_GRAD,      /* args (y, g), or (x, y, g) for logsumexp */
   IR_SOFTMAX_EXPSUM,    /* args (x, m): this block's sum of exp(x - m) per row */
   IR_SOFTMAX_FINISH,    /* args (x, m, s): the result from the whole rows' max and sum */
-  IR_SOFTMAX_GSUM,      /* args (y, g): this block's part of the gradient's row sum */
-  IR_SOFTMAX_GFINISH,   /* args (y, g, s) */
+  IR_SOFTMAX_GSUM,      /* args (y, g), or (x, y) for logsumexp: this block's part of the gradient's row sum */
+  IR_SOFTMAX_GFINISH,   /* args (y, g, s), or (x, y, g, t) for logsumexp */
 };
 
 /* The kinds are the runtime's shd_softmax_kind. */
@@ -211,19 +212,6 @@ static Value *with_specs(Part *p, Pos pos, Value *v, const Type *like) {
 
 static AxisSet spec_set(DimSpec s) { return ty_spec_axes(s); }
 
-/* rows with an unsharded dim of size 1 put back at k. */
-static Type with_unit_dim(const Type *rows, int k) {
-  Type t = *rows;
-  for (int d = rows->rank; d > k; d--) {
-    t.shape[d] = rows->shape[d - 1];
-    t.spec[d] = rows->spec[d - 1];
-  }
-  t.shape[k] = 1;
-  t.spec[k].n = 0;
-  t.rank = rows->rank + 1;
-  return t;
-}
-
 static void part_softmax(Part *p, Inst *in, Value **args) {
   const Type *T = &in->results[0]->type;
   Value *x = args[0];
@@ -238,25 +226,26 @@ static void part_softmax(Part *p, Inst *in, Value **args) {
      * size 1): one row kernel, no collective */
     y = local(p, in, IR_SOFTMAX, 1, &x, natural);
   } else {
-    /* One read of the block: each rank's logsumexp of its piece of the row
-     * (the row kernel), then the pieces combined: M = max over ranks of
-     * the local l, S = sum over ranks of exp(l - M), the row's
-     * logsumexp M + log(S); exp(x - M) / S for softmax. Only row-sized
-     * values between the collectives: softmax and log_softmax read the
-     * block once more to write it, logsumexp does not. */
-    Value *l = local(p, in, IR_SOFTMAX, 1, &x, rows);
-    l->def->fn = SM_LOGSUMEXP;
+    /* The (max, sum) statistics of the whole rows, never the rows: M =
+     * the max over ranks of each block's row max, S = the sum over ranks
+     * of each block's sum of exp(x - M), the row's logsumexp M + log(S),
+     * exp(x - M) / S for softmax. Every exp is of x - M, as on one device
+     * (exact where it matters), so a row of large logits gets the one
+     * device's answer (a block's logsumexp, rounded to the dtype and then
+     * combined, was off by up to half its ulp: 0.5 at 1e7 in f32).
+     * softmax and log_softmax read the block once more to write it. */
+    Inst *mx = ir_emit(part_mod(p), part_block(p), IR_REDUCE, in->pos, 1, &x, 1, &rows);
+    mx->fn = RED_MAX;
+    mx->mask = 1u << in->dim;
+    Value *l = mx->results[0];
     Inst *ar = ir_emit(part_mod(p), part_block(p), IR_ALL_REDUCE, in->pos, 1, &l, 1, &rows);
     ar->fn = RED_MAX;
     for (int i = 0; i < A.n; i++)
       ar->axes[ar->naxes++] = A.axes[i];
     Value *m = ar->results[0];
-    /* exp(l - M) is expsum over a dim of one: l viewed with that dim back */
-    Type unit = with_unit_dim(&rows, in->dim);
-    Value *l1 = part_local(p, in, IR_RESHAPE, 1, &l, unit);
     Type pending = rows;
     pending.U |= spec_set(A);
-    Value *s = local(p, in, IR_SOFTMAX_EXPSUM, 2, (Value *[]){l1, m}, pending);
+    Value *s = local(p, in, IR_SOFTMAX_EXPSUM, 2, (Value *[]){x, m}, pending);
     s = part_to(p, in->pos, s, &rows);
     y = local(p, in, IR_SOFTMAX_FINISH, 3, (Value *[]){x, m, s}, natural);
   }
@@ -268,12 +257,22 @@ static void part_softmax_grad(Part *p, Inst *in, Value **args) {
   int k = in->dim;
   Value *dx;
   if (in->fn == SM_LOGSUMEXP) {
-    /* dx = g * exp(x - y) on each rank's block: y and g are per row */
+    /* dx = g * exp(x - y) / t on each rank's block: y and g are per row,
+     * t the row's sum of exp(x - y) (1 but for y's rounding), all-reduced
+     * over the axes that split the dim */
     Value *x = with_specs(p, in->pos, args[0], T);
     Type rows = ty_without_dim(&x->type, k);
     Value *y = with_specs(p, in->pos, args[1], &rows), *g = with_specs(p, in->pos, args[2], &rows);
-    Type natural = *T;
-    dx = local(p, in, IR_SOFTMAX_GRAD, 3, (Value *[]){x, y, g}, natural);
+    DimSpec A = T->spec[k];
+    if (ty_spec_parts(&part_mod(p)->mesh, A) == 1) {
+      dx = local(p, in, IR_SOFTMAX_GRAD, 3, (Value *[]){x, y, g}, *T);
+    } else {
+      Type pending = rows;
+      pending.U |= spec_set(A);
+      Value *t = local(p, in, IR_SOFTMAX_GSUM, 2, (Value *[]){x, y}, pending);
+      t = part_to(p, in->pos, t, &rows);
+      dx = local(p, in, IR_SOFTMAX_GFINISH, 4, (Value *[]){x, y, g, t}, *T);
+    }
   } else {
     Value *y = with_specs(p, in->pos, args[0], T), *g = with_specs(p, in->pos, args[1], T);
     DimSpec A = T->spec[k];
@@ -325,10 +324,17 @@ static void emit_softmax(Emit *e, const Inst *in) {
       emit_line(e, "shd_softmax_grad(%s, %s, %s, %s, %d, %s);", a0, emit_addr(in->args[1]), res, dt, in->fn, rows);
     return;
   case IR_SOFTMAX_GSUM:
-    emit_line(e, "shd_softmax_gsum(%s, %s, %s, %s, %d, %s);", a0, emit_addr(in->args[1]), res, dt, in->fn, rows);
+    if (in->fn == SM_LOGSUMEXP)
+      emit_line(e, "shd_logsumexp_gsum(%s, %s, %s, %s, %s);", a0, emit_addr(in->args[1]), res, dt, rows);
+    else
+      emit_line(e, "shd_softmax_gsum(%s, %s, %s, %s, %d, %s);", a0, emit_addr(in->args[1]), res, dt, in->fn, rows);
     return;
   case IR_SOFTMAX_GFINISH:
-    emit_line(e, "shd_softmax_gfinish(%s, %s, %s, %s, %s, %d, %s);", a0, emit_addr(in->args[1]),
+    if (in->fn == SM_LOGSUMEXP)
+      emit_line(e, "shd_logsumexp_gfinish(%s, %s, %s, %s, %s, %s, %s);", a0, emit_addr(in->args[1]),
+                emit_addr(in->args[2]), emit_addr(in->args[3]), res, dt, rows);
+    else
+      emit_line(e, "shd_softmax_gfinish(%s, %s, %s, %s, %s, %d, %s);", a0, emit_addr(in->args[1]),
               emit_addr(in->args[2]), res, dt, in->fn, rows);
     return;
   default:

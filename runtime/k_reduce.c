@@ -20,9 +20,12 @@
  *
  * Numerics: the row max is subtracted first (a row of -inf gives a
  * logsumexp of -inf and a softmax of NaN, as JAX; a NaN anywhere in a row
- * makes the row NaN). Sums of rows accumulate in double lanes (as the
+ * makes the row NaN), and log_softmax is (x - max) - log(sum), so that
+ * logits of 1e7 (whose f32 ulp is 1) lose nothing: only what the result
+ * itself cannot hold is rounded. Sums of rows accumulate in double lanes (as the
  * generic reduction does: an f32 sum rounds once, at the end); softmax's
- * sums of exponentials in f32 lanes over blocks of 1024, added in double.
+ * sums of exponentials in f32 lanes over blocks of 1024, added in double
+ * (along a strided dim, in double).
  * argmax/argmin return the first index of the extreme value; a NaN counts
  * as the extreme, as NumPy's.
  *
@@ -50,9 +53,13 @@ enum { BLOCK = 1024, CHUNK = 256 };
 #define MAXV(a, v) (((v) > (a)) | ((v) != (v)) | (((v) == (a)) & (signbit(a) != 0) & (signbit(v) == 0)) ? (v) : (a))
 #define MINV(a, v) (((v) < (a)) | ((v) != (v)) | (((v) == (a)) & (signbit(v) != 0) & (signbit(a) == 0)) ? (v) : (a))
 
-/* The max a row's values are shifted by: finite, or 0 (a row of -inf or
- * +inf, or one holding a NaN, then gives the values JAX gives). */
-#define SAFE(m) (isfinite(m) ? (m) : 0)
+/* The max a row's values are shifted by: the max, or 0 for a row of -inf
+ * (whose softmax is then 0/0, NaN, and logsumexp log(0) = -inf). A row
+ * whose max is +inf or NaN gets a softmax and log_softmax of NaN (inf -
+ * inf), as JAX, PyTorch and NumPy's exp(x - max) / sum; its logsumexp is
+ * the max itself (LSE_OF), as theirs. */
+#define SHIFT(m) ((m) == -INFINITY ? 0 : (m))
+#define LSE_OF(m, l) ((m) != (m) || (m) == INFINITY ? (m) : (l))
 
 /* ---- NaN-propagating max and min of a contiguous row -------------------------- */
 
@@ -140,7 +147,7 @@ DEFINE_ROWS(double, exp_f64, log)
     {                                                                                         \
         for (int64_t r = 0; r < rows; r++) {                                                  \
             const T *xr = x + r * n;                                                          \
-            T m = rmax_##T(xr, n), ms = SAFE(m);                                              \
+            T m = rmax_##T(xr, n), ms = SHIFT(m);                                             \
             if (kind == SHD_SOFTMAX) {                                                        \
                 T *yr = y + r * n;                                                            \
                 T inv = (T)(1.0 / rexp_##T(xr, yr, ms, n));                                   \
@@ -156,20 +163,21 @@ DEFINE_ROWS(double, exp_f64, log)
                 for (; j < e; j++) p[0] += EXP(xr[j] - ms);                                   \
                 for (int k = 0; k < LANES; k++) s += (double)p[k];                            \
             }                                                                                 \
-            T l = (T)((double)ms + log(s));                                                   \
             if (kind == SHD_LOGSUMEXP) {                                                      \
-                y[r] = m != m ? m : l;                                                        \
+                y[r] = LSE_OF(m, (T)((double)ms + log(s)));                                   \
                 continue;                                                                     \
             }                                                                                 \
-            T *yr = y + r * n;                                                                \
-            for (int64_t j = 0; j < n; j++) yr[j] = xr[j] - l;                                \
+            /* (x - max) - log(s), never x - logsumexp: that is rounded at x's magnitude */   \
+            T *yr = y + r * n, ls = (T)log(s);                                                \
+            for (int64_t j = 0; j < n; j++) yr[j] = (xr[j] - ms) - ls;                        \
         }                                                                                     \
     }                                                                                         \
     /* along a strided dim: chunks of w <= CHUNK inner columns */                            \
     KERNEL void softmax_cols_##T(const T *restrict x, T *restrict y, int kind, int64_t outer, \
                                  int64_t n, int64_t inner)                                    \
     {                                                                                         \
-        T m[CHUNK], s[CHUNK];                                                                 \
+        T m[CHUNK], sh[CHUNK], ls[CHUNK];                                                     \
+        double s[CHUNK];                                                                      \
         for (int64_t o = 0; o < outer; o++)                                                   \
             for (int64_t c = 0; c < inner; c += CHUNK) {                                      \
                 int w = (int)(inner - c < CHUNK ? inner - c : CHUNK);                         \
@@ -177,32 +185,33 @@ DEFINE_ROWS(double, exp_f64, log)
                 cmax_##T(xo, m, n, inner, w);                                                 \
                 for (int k = 0; k < w; k++) {                                                 \
                     s[k] = 0;                                                                 \
-                    m[k] = SAFE(m[k]);                                                        \
+                    sh[k] = SHIFT(m[k]);                                                      \
                 }                                                                             \
                 if (kind == SHD_SOFTMAX) {                                                    \
                     T *yo = y + o * n * inner + c;                                            \
                     for (int64_t j = 0; j < n; j++)                                           \
                         for (int k = 0; k < w; k++) {                                         \
-                            T e = EXP(xo[j * inner + k] - m[k]);                              \
+                            T e = EXP(xo[j * inner + k] - sh[k]);                             \
                             yo[j * inner + k] = e;                                            \
                             s[k] += e;                                                        \
                         }                                                                     \
-                    for (int k = 0; k < w; k++) s[k] = 1 / s[k];                              \
+                    for (int k = 0; k < w; k++) ls[k] = (T)(1 / s[k]);                        \
                     for (int64_t j = 0; j < n; j++)                                           \
-                        for (int k = 0; k < w; k++) yo[j * inner + k] *= s[k];                \
+                        for (int k = 0; k < w; k++) yo[j * inner + k] *= ls[k];               \
                     continue;                                                                 \
                 }                                                                             \
                 for (int64_t j = 0; j < n; j++)                                               \
-                    for (int k = 0; k < w; k++) s[k] += EXP(xo[j * inner + k] - m[k]);        \
-                for (int k = 0; k < w; k++) s[k] = m[k] + LOG(s[k]);                          \
+                    for (int k = 0; k < w; k++) s[k] += EXP(xo[j * inner + k] - sh[k]);       \
+                for (int k = 0; k < w; k++) ls[k] = (T)log(s[k]);                             \
                 if (kind == SHD_LOGSUMEXP) {                                                  \
                     T *yo = y + o * inner + c;                                                \
-                    for (int k = 0; k < w; k++) yo[k] = s[k];                                 \
+                    for (int k = 0; k < w; k++) yo[k] = LSE_OF(m[k], sh[k] + ls[k]);          \
                     continue;                                                                 \
                 }                                                                             \
                 T *yo = y + o * n * inner + c;                                                \
                 for (int64_t j = 0; j < n; j++)                                               \
-                    for (int k = 0; k < w; k++) yo[j * inner + k] = xo[j * inner + k] - s[k]; \
+                    for (int k = 0; k < w; k++)                                               \
+                        yo[j * inner + k] = (xo[j * inner + k] - sh[k]) - ls[k];              \
             }                                                                                 \
     }
 
@@ -244,10 +253,11 @@ CLONES static void softmax_impl(const void *x, void *y, shd_dtype dt, int kind, 
                            int64_t outer, int64_t n, int64_t inner)                           \
     {                                                                                         \
         T tmp[CHUNK];                                                                         \
+        double acc2[CHUNK];                                                                   \
         for (int64_t o = 0; o < outer; o++) {                                                 \
             if (inner == 1) {                                                                 \
                 const T *xr = x + o * n;                                                      \
-                T ms = SAFE(m[o]);                                                            \
+                T ms = SHIFT(m[o]);                                                           \
                 double acc = 0;                                                               \
                 for (int64_t b = 0; b < n; b += CHUNK) {                                      \
                     int w = (int)(n - b < CHUNK ? n - b : CHUNK);                             \
@@ -263,11 +273,12 @@ CLONES static void softmax_impl(const void *x, void *y, shd_dtype dt, int kind, 
                 const T *mo = m + o * inner + c;                                              \
                 T *so = s + o * inner + c;                                                    \
                 for (int k = 0; k < w; k++) {                                                 \
-                    so[k] = 0;                                                                \
-                    tmp[k] = SAFE(mo[k]);                                                     \
+                    acc2[k] = 0;                                                              \
+                    tmp[k] = SHIFT(mo[k]);                                                    \
                 }                                                                             \
                 for (int64_t j = 0; j < n; j++)                                               \
-                    for (int k = 0; k < w; k++) so[k] += EXP(xo[j * inner + k] - tmp[k]);     \
+                    for (int k = 0; k < w; k++) acc2[k] += EXP(xo[j * inner + k] - tmp[k]);   \
+                for (int k = 0; k < w; k++) so[k] = (T)acc2[k];                               \
             }                                                                                 \
         }                                                                                     \
     }                                                                                         \
@@ -276,9 +287,9 @@ CLONES static void softmax_impl(const void *x, void *y, shd_dtype dt, int kind, 
     {                                                                                         \
         for (int64_t o = 0; o < outer; o++)                                                   \
             for (int64_t i = 0; i < inner; i++) {                                             \
-                T mi = m[o * inner + i], ms = SAFE(mi), si = s[o * inner + i];                \
+                T mi = m[o * inner + i], ms = SHIFT(mi), si = s[o * inner + i];               \
                 if (kind == SHD_LOGSUMEXP) {                                                  \
-                    y[o * inner + i] = mi != mi ? mi : ms + LOG(si);                          \
+                    y[o * inner + i] = LSE_OF(mi, ms + LOG(si));                              \
                     continue;                                                                 \
                 }                                                                             \
                 const T *xr = x + o * n * inner + i;                                          \
@@ -287,8 +298,8 @@ CLONES static void softmax_impl(const void *x, void *y, shd_dtype dt, int kind, 
                     T inv = 1 / si;                                                           \
                     for (int64_t j = 0; j < n; j++) yr[j * inner] = EXP(xr[j * inner] - ms) * inv; \
                 } else {                                                                      \
-                    T l = ms + LOG(si);                                                       \
-                    for (int64_t j = 0; j < n; j++) yr[j * inner] = xr[j * inner] - l;        \
+                    T ls = LOG(si);                                                           \
+                    for (int64_t j = 0; j < n; j++) yr[j * inner] = (xr[j * inner] - ms) - ls; \
                 }                                                                             \
             }                                                                                 \
     }
@@ -400,31 +411,72 @@ CLONES static void softmax_finish_impl(const void *x, const void *m, const void 
                                                      : g[at] - EXP(y[at]) * s[i];             \
                     }                                                                         \
             }                                                                                 \
-    }                                                                                         \
-    /* logsumexp: dx = g * exp(x - y), y and g per row */                                     \
+    }
+
+/* logsumexp: dx = g * p, p = exp(x - y) / t, y and g per row, t the row's
+ * sum of exp(x - y). y is the forward's logsumexp rounded to T, off by up
+ * to half its ulp (0.5 at 1e7 in f32), so exp(x - y) is the softmax times
+ * a factor common to the row, which dividing by t takes out: p is as exact
+ * as a softmax computed from x - max (x - y is exact wherever p is not 0).
+ * Over a dim split across devices lsegsum gives the block's part of t and
+ * lsegfinish uses the all-reduced t. */
+#define DEFINE_LSE_GRAD(T, EXP)                                                               \
     KERNEL void lsegrad_##T(const T *restrict x, const T *restrict y, const T *restrict g,    \
                             T *restrict dx, int64_t outer, int64_t n, int64_t inner)          \
     {                                                                                         \
-        if (inner == 1) { /* rows: the loop over the row vectorises */                        \
+        if (inner == 1) { /* rows: exp and its sum in one pass, then the scale in cache */    \
             for (int64_t o = 0; o < outer; o++) {                                             \
-                const T *xr = x + o * n;                                                      \
-                T *d = dx + o * n, yr = y[o], gr = g[o];                                      \
-                for (int64_t j = 0; j < n; j++) d[j] = gr * EXP(xr[j] - yr);                  \
+                T *d = dx + o * n;                                                            \
+                T c = (T)((double)g[o] / rexp_##T(x + o * n, d, y[o], n));                    \
+                for (int64_t j = 0; j < n; j++) d[j] *= c;                                    \
             }                                                                                 \
             return;                                                                           \
         }                                                                                     \
-        for (int64_t o = 0; o < outer; o++) {                                                 \
-            const T *yo = y + o * inner, *go = g + o * inner;                                 \
-            const T *xo = x + o * n * inner;                                                  \
-            T *d = dx + o * n * inner;                                                        \
-            for (int64_t j = 0; j < n; j++)                                                   \
-                for (int64_t i = 0; i < inner; i++)                                           \
-                    d[j * inner + i] = go[i] * EXP(xo[j * inner + i] - yo[i]);                \
-        }                                                                                     \
+        double t[CHUNK];                                                                      \
+        for (int64_t o = 0; o < outer; o++)                                                   \
+            for (int64_t c = 0; c < inner; c += CHUNK) {                                      \
+                int64_t w = inner - c < CHUNK ? inner - c : CHUNK, off = o * n * inner + c;   \
+                const T *yo = y + o * inner + c, *go = g + o * inner + c;                     \
+                for (int64_t i = 0; i < w; i++) t[i] = 0;                                     \
+                for (int64_t j = 0; j < n; j++)                                               \
+                    for (int64_t i = 0; i < w; i++) {                                         \
+                        T e = EXP(x[off + j * inner + i] - yo[i]);                            \
+                        dx[off + j * inner + i] = e;                                          \
+                        t[i] += e;                                                            \
+                    }                                                                         \
+                for (int64_t i = 0; i < w; i++) t[i] = go[i] / t[i];                          \
+                for (int64_t j = 0; j < n; j++)                                               \
+                    for (int64_t i = 0; i < w; i++) dx[off + j * inner + i] *= (T)t[i];       \
+            }                                                                                 \
+    }                                                                                         \
+    KERNEL void lsegsum_##T(const T *restrict x, const T *restrict y, T *restrict t,          \
+                            int64_t outer, int64_t n, int64_t inner)                          \
+    {                                                                                         \
+        for (int64_t o = 0; o < outer; o++)                                                   \
+            for (int64_t i = 0; i < inner; i++) {                                             \
+                const T *xr = x + o * n * inner + i;                                          \
+                T yi = y[o * inner + i];                                                      \
+                double acc = 0;                                                               \
+                for (int64_t j = 0; j < n; j++) acc += EXP(xr[j * inner] - yi);               \
+                t[o * inner + i] = (T)acc;                                                    \
+            }                                                                                 \
+    }                                                                                         \
+    KERNEL void lsegfinish_##T(const T *restrict x, const T *restrict y, const T *restrict g, \
+                               const T *restrict t, T *restrict dx, int64_t outer, int64_t n, \
+                               int64_t inner)                                                 \
+    {                                                                                         \
+        for (int64_t o = 0; o < outer; o++)                                                   \
+            for (int64_t i = 0; i < inner; i++) {                                             \
+                int64_t r = o * inner + i;                                                    \
+                const T *xr = x + o * n * inner + i;                                          \
+                T *d = dx + o * n * inner + i, yi = y[r], c = (T)((double)g[r] / t[r]);       \
+                for (int64_t j = 0; j < n; j++) d[j * inner] = EXP(xr[j * inner] - yi) * c;   \
+            }                                                                                 \
     }
-
 DEFINE_GRAD(float, exp_f32)
 DEFINE_GRAD(double, exp_f64)
+DEFINE_LSE_GRAD(float, exp_f32)
+DEFINE_LSE_GRAD(double, exp_f64)
 
 CLONES static void softmax_grad_impl(const void *y, const void *g, void *dx, shd_dtype dt, int kind,
                              int64_t outer, int64_t n, int64_t inner)
@@ -457,6 +509,23 @@ CLONES static void logsumexp_grad_impl(const void *x, const void *y, const void 
     check_float(dt, "logsumexp gradient");
     if (dt == SHD_F32) lsegrad_float(x, y, g, dx, outer, n, inner);
     else lsegrad_double(x, y, g, dx, outer, n, inner);
+}
+
+CLONES static void logsumexp_gsum_impl(const void *x, const void *y, void *t, shd_dtype dt,
+                                       int64_t outer, int64_t n, int64_t inner)
+{
+    check_float(dt, "logsumexp gradient");
+    if (dt == SHD_F32) lsegsum_float(x, y, t, outer, n, inner);
+    else lsegsum_double(x, y, t, outer, n, inner);
+}
+
+CLONES static void logsumexp_gfinish_impl(const void *x, const void *y, const void *g, const void *t,
+                                          void *dx, shd_dtype dt, int64_t outer, int64_t n,
+                                          int64_t inner)
+{
+    check_float(dt, "logsumexp gradient");
+    if (dt == SHD_F32) lsegfinish_float(x, y, g, t, dx, outer, n, inner);
+    else lsegfinish_double(x, y, g, t, dx, outer, n, inner);
 }
 
 /* ---- argmax, argmin ------------------------------------------------------------ */
@@ -758,6 +827,22 @@ void shd_logsumexp_grad(const void *x, const void *y, const void *g, void *dx,
 {
     shd_span_begin(SHD_SPAN_COMPUTE, "logsumexp_grad", 0);
     logsumexp_grad_impl(x, y, g, dx, dt, outer, n, inner);
+    shd_span_end();
+}
+
+void shd_logsumexp_gsum(const void *x, const void *y, void *t, shd_dtype dt, int64_t outer,
+                        int64_t n, int64_t inner)
+{
+    shd_span_begin(SHD_SPAN_COMPUTE, "logsumexp_gsum", 0);
+    logsumexp_gsum_impl(x, y, t, dt, outer, n, inner);
+    shd_span_end();
+}
+
+void shd_logsumexp_gfinish(const void *x, const void *y, const void *g, const void *t, void *dx,
+                           shd_dtype dt, int64_t outer, int64_t n, int64_t inner)
+{
+    shd_span_begin(SHD_SPAN_COMPUTE, "logsumexp_gfinish", 0);
+    logsumexp_gfinish_impl(x, y, g, t, dx, dt, outer, n, inner);
     shd_span_end();
 }
 

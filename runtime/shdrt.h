@@ -468,9 +468,9 @@ typedef enum { SHD_SOFTMAX, SHD_LOG_SOFTMAX, SHD_LOGSUMEXP } shd_softmax_kind;
 void shd_softmax(const void *x, void *y, shd_dtype dt, int kind, int64_t outer,
                  int64_t n, int64_t inner);
 /* The pieces of the same over a dim split across devices: s = sum(exp(x -
- * m)) of this block's part of each row, given the row max m of the whole
- * row; then y from x, m and the all-reduced s (kind as above; x unused for
- * logsumexp). */
+ * m)) of this block's part of each row, given the all-reduced row max m
+ * of the whole row; then y from x, m and the all-reduced s (kind as above;
+ * x unused for logsumexp). */
 void shd_softmax_expsum(const void *x, const void *m, void *s, shd_dtype dt,
                         int64_t outer, int64_t n, int64_t inner);
 void shd_softmax_finish(const void *x, const void *m, const void *s, void *y,
@@ -487,9 +487,15 @@ void shd_softmax_gsum(const void *y, const void *g, void *s, shd_dtype dt,
 void shd_softmax_gfinish(const void *y, const void *g, const void *s, void *dx,
                          shd_dtype dt, int kind, int64_t outer, int64_t n,
                          int64_t inner);
-/* logsumexp: dx = g * exp(x - y), y and g per row. */
+/* logsumexp: dx = g * exp(x - y) / t, y and g per row, t the row's sum of
+ * exp(x - y) (1 but for y's rounding, which it takes out). Over a split
+ * dim gsum gives the block's part of t and gfinish uses the all-reduced t. */
 void shd_logsumexp_grad(const void *x, const void *y, const void *g, void *dx,
                         shd_dtype dt, int64_t outer, int64_t n, int64_t inner);
+void shd_logsumexp_gsum(const void *x, const void *y, void *t, shd_dtype dt, int64_t outer,
+                        int64_t n, int64_t inner);
+void shd_logsumexp_gfinish(const void *x, const void *y, const void *g, const void *t, void *dx,
+                           shd_dtype dt, int64_t outer, int64_t n, int64_t inner);
 /* idx = the first index of the max (SHD_MAX) or min of each row; a NaN is
  * the extreme, as in NumPy. */
 void shd_argreduce(const void *x, int32_t *idx, shd_dtype dt, shd_redop op,

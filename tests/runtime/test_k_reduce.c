@@ -117,7 +117,32 @@ static void test_softmax_special(void) {
         x[p] = 1000.0f;
         shd_softmax(x, y, SHD_F32, 0, 1, N, 1);
         CHECK(close(y[p], 1.0, 1e-6), "softmax with a huge value at %d: %g", p, (double)y[p]);
+        x[p] = INFINITY;   /* as NumPy's exp(x - max) / sum, JAX and PyTorch */
+        shd_softmax(x, y, SHD_F32, 0, 1, N, 1);
+        all = true;
+        for (int i = 0; i < N; i++) all &= isnan(y[i]);
+        CHECK(all, "softmax with +inf at %d", p);
+        shd_softmax(x, &lse, SHD_F32, 2, 1, N, 1);
+        CHECK(lse == INFINITY, "logsumexp with +inf at %d: %g", p, (double)lse);
     }
+}
+
+/* logits of 1e7, whose f32 ulp is 1: log_softmax and logsumexp's gradient
+ * lose nothing (issue 28, F05: they were computed from x - logsumexp) */
+static void test_softmax_offset(void) {
+    enum { N = 50 };
+    float x[N], y[N], dx[N], lse, g = 1;
+    for (int i = 0; i < N; i++) x[i] = 1e7f + (float)(i % 3);
+    shd_softmax(x, &lse, SHD_F32, SHD_LOGSUMEXP, 1, N, 1);
+    shd_logsumexp_grad(x, &lse, &g, dx, SHD_F32, 1, N, 1);
+    shd_softmax(x, y, SHD_F32, SHD_LOG_SOFTMAX, 1, N, 1);
+    double z = 16 + 17 * exp(-1) + 17 * exp(-2);   /* the row's sum of exp(x - max) */
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        bad += !close(dx[i], exp(i % 3 - 2) / z, 1e-6);
+        bad += !close(y[i], i % 3 - 2 - log(z), 1e-6);
+    }
+    CHECK(!bad, "softmax at an offset of 1e7: %d wrong", bad);
 }
 
 static void test_argreduce(void) {
@@ -259,6 +284,7 @@ int main(int argc, char **argv) {
         test_softmax_case(SHD_F64, cases[c][0], cases[c][1], cases[c][2]);
     }
     test_softmax_special();
+    test_softmax_offset();
     test_argreduce();
     test_argreduce_group();
     test_cumsum();
