@@ -24,6 +24,20 @@ static bool is_array(const Value *v) { return v->type.rank > 0; }
 
 /* ---- typing ------------------------------------------------------------------------- */
 
+
+/* Whether e is root or reached from it through operators only (a * 2.0,
+ * -a, (a)): a creation there would have the bound value's type, not that
+ * of a call's parameter. */
+static bool through_operators(const Expr *root, const Expr *e) {
+  if (!root)
+    return false;
+  if (root == e)
+    return true;
+  if (root->kind != EX_BINARY && root->kind != EX_UNARY)
+    return false;
+  return through_operators(root->lhs, e) || through_operators(root->rhs, e);
+}
+
 static Type creation_type(TcCtx *c, Expr *e, Expr *targ, const Type *annot, bool *ok) {
   Type t;
   if (targ) {
@@ -48,6 +62,17 @@ static Type creation_type(TcCtx *c, Expr *e, Expr *targ, const Type *annot, bool
     if (c->annot_v_free)
       tc_manual_states_from(c, &t, 0, 0, 0);
   } else if (c->bad_annot == e) {
+    *ok = false;
+    return ty_error();
+  } else if (c->bound && (c->bound->kind == TY_ARRAY || c->bound->kind == TY_STRUCT) &&
+             through_operators(c->bound_expr, e)) {
+    /* let q: M = normal(seed=2) * 0.02: the binding's type does not reach
+     * a creation inside an operation; say the type the user wrote. */
+    diag_error(e->pos, "E_ARG",
+               "%s needs a type: the %s type %s does not reach it through the expression around it; give it "
+               "here: %s(%s, ...)",
+               tc_callee(e), c->bound->kind == TY_STRUCT ? "struct" : "declared", TS(c->bound), tc_callee(e),
+               TS(c->bound));
     *ok = false;
     return ty_error();
   } else {

@@ -112,6 +112,8 @@ typedef struct {
   bool annot_v_free;             /* manual returns: annotations do not fix the manual states */
   Expr *bad_annot;               /* an expression whose annotation was itself wrong */
   const char *annot_code;        /* code of a creation/annotation mismatch (E_ANNOT if NULL) */
+  const Type *bound;             /* the declared type of the let, var or assignment being checked */
+  const Expr *bound_expr;        /* its value (creations reached through operators get bound's type in hints) */
 } TcCtx;
 
 /* tc.c */

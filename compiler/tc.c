@@ -617,7 +617,13 @@ static Type bind_value(TcCtx *c, Stmt *s, bool mutable_) {
       tc_expr_unannotated(c, s->expr);
       return ty_error();
     }
+    const Type *outer = c->bound;
+    const Expr *outer_expr = c->bound_expr;
+    c->bound = &annot;
+    c->bound_expr = s->expr;
     t = tc_expr_annot(c, s->expr, &annot, what);
+    c->bound = outer;
+    c->bound_expr = outer_expr;
     if (t.kind != TY_ERROR)
       t = annot;
   } else {
@@ -691,11 +697,23 @@ static void check_assign(TcCtx *c, Stmt *s) {
     /* The var's type is the out_sharding; a creation that names another
      * type changes the var's type. */
     c->annot_code = "E_CARRY";
+    const Type *outer = c->bound;
+    const Expr *outer_expr = c->bound_expr;
+    c->bound = &target;
+    c->bound_expr = s->expr;
     tc_expr_annot(c, s->expr, &target, arena_printf("assignment to %s", name));
+    c->bound = outer;
+    c->bound_expr = outer_expr;
     c->annot_code = NULL;
     return;
   }
+  const Type *outer = c->bound;
+  const Expr *outer_expr = c->bound_expr;
+  c->bound = &target;   /* p.w = normal(seed=1) * 2.0: the field's type for creations' messages */
+  c->bound_expr = s->expr;
   t = tc_expr(c, s->expr);
+  c->bound = outer;
+  c->bound_expr = outer_expr;
   if (t.kind == TY_ERROR)
     return;
   if (target.kind == TY_STRUCT || t.kind == TY_STRUCT) {
