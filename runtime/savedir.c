@@ -250,19 +250,34 @@ static bool swap_in(const char *tmp, const char *path, char *msg, int line)
         return true;
     }
     sync_dir(tmp);
-    if (lstat(path, &st) != 0) {
-        if (rename(tmp, path) == 0)
-            return false;
-        shd_msgf(msg, "line %d: save(\"%s\"): cannot rename %s to it: %s", line, path, tmp, strerror(errno));
-    } else if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_EXCHANGE) != 0) {
-        err = errno;
-        shd_msgf(msg, "line %d: save(\"%s\"): cannot replace the directory with the new one "
-                 "(%s): %s", line, path, tmp,
-                 err == EINVAL || err == ENOSYS ? "this file system cannot exchange two directories in one step, "
-                                                  "so it cannot replace a checkpoint atomically; save to a new "
-                                                  "directory, or to a local file system"
-                                                : strerror(err));
+    /* Another job saving to DIR may put its directory there between the
+     * lstat and the rename (ENOTEMPTY), or its exchange may leave none for
+     * a moment (ENOENT): look again, a few times. */
+    for (int tries = 0;; tries++) {
+        if (lstat(path, &st) != 0) {
+            if (rename(tmp, path) == 0)
+                return false;
+            if ((errno == ENOTEMPTY || errno == EEXIST) && tries < 8 && !(why = unreplaceable(path)))
+                continue;
+            if (why)
+                shd_msgf(msg, "line %d: save(\"%s\"): %s %s", line, path, path, why);
+            else
+                shd_msgf(msg, "line %d: save(\"%s\"): cannot rename %s to it: %s", line, path, tmp, strerror(errno));
+            return true;
+        }
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_EXCHANGE) == 0)
+            return true;
+        if (errno == ENOENT && tries < 8)
+            continue;
+        break;
     }
+    err = errno;
+    shd_msgf(msg, "line %d: save(\"%s\"): cannot replace the directory with the new one "
+             "(%s): %s", line, path, tmp,
+             err == EINVAL || err == ENOSYS ? "this file system cannot exchange two directories in one step, "
+                                              "so it cannot replace a checkpoint atomically; save to a new "
+                                              "directory, or to a local file system"
+                                            : strerror(err));
     return true;
 }
 
