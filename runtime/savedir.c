@@ -156,7 +156,7 @@ static bool make_locked(char *tmp)
             return false;
         int fd = open_marker(tmp, O_EXCL);
         struct stat st;
-        if (fd < 0 && errno == EEXIST)
+        if (fd < 0 && (errno == EEXIST || errno == ENOENT))   /* ENOENT: another job's sweep took it first */
             continue;
         if (fd < 0 || flock(fd, LOCK_EX) != 0 || fstat(fd, &st) != 0) {
             int err = errno;
