@@ -282,50 +282,10 @@ static bool expr_span(const SourceFile *f, const Expr *e, Span *out) {
 
 /* ---- finding the expression at an error's position ------------------------------- */
 
-typedef struct {
-  Pos at;
-  const Expr *found;
-} Finder;
-
-static void find_in_expr(Finder *fd, const Expr *e) {
-  if (!e || fd->found)
-    return;
-  if ((e->kind == EX_BINARY || e->kind == EX_UNARY || e->kind == EX_CALL || e->kind == EX_INDEX) &&
-      e->pos.line == fd->at.line &&
-      e->pos.col == fd->at.col) {
-    fd->found = e;
-    return;
-  }
-  find_in_expr(fd, e->lhs);
-  find_in_expr(fd, e->rhs);
-  find_in_expr(fd, e->callee);
-  for (int i = 0; i < e->args.len; i++)
-    find_in_expr(fd, e->args.data[i]);
-}
-
-static void find_in_block(Finder *fd, const Block *b) {
-  for (int i = 0; b && i < b->stmts.len && !fd->found; i++) {
-    const Stmt *s = b->stmts.data[i];
-    find_in_expr(fd, s->expr);
-    find_in_expr(fd, s->hi);
-    find_in_block(fd, s->body);
-    find_in_block(fd, s->els);
-  }
-}
-
-static const Expr *expr_at(const Program *prog, Pos at) {
-  Finder fd = {at, NULL};
-  for (int i = 0; prog && i < prog->funcs.len && !fd.found; i++)
-    find_in_block(&fd, ((FuncDecl *)prog->funcs.data[i])->body);
-  for (int i = 0; prog && i < prog->consts.len && !fd.found; i++)
-    find_in_expr(&fd, ((ConstDecl *)prog->consts.data[i])->value);
-  return fd.found;
-}
-
 /* The operators, calls and indexings of one program by position, built
  * once, so that ranging each of a file's errors costs O(1) (a file may
  * have 100,000 of them in a JSON document). The outermost expression at a
- * position wins, as in expr_at. */
+ * position wins. */
 static struct {
   const Program *prog;
   PtrMap at;     /* (line, col) -> index in exprs */
@@ -363,12 +323,13 @@ static void index_block(const Block *b) {
  * at: what a diagnostic there is about (`a @ b`, not only its `@`), for
  * the caret line's ~~~ and the JSON document's range. False when at is
  * no such expression's, or its extent is not one stretch of the text. */
-bool diag_expr_range(Pos at, Pos *from, Pos *to) {
-  const Program *prog = at.file ? diagout_program_of(at.file) : NULL;
+/* The operator, call or indexing of prog at `at`, or NULL. */
+static const Expr *expr_at(const Program *prog, Pos at) {
   if (!prog || at.line <= 0 || at.col <= 0 || at.col >= (1 << 24))
-    return false;
+    return NULL;
   if (ranged.prog != prog) {
     ptrmap_free(&ranged.at);
+    free(ranged.exprs.data);
     memset(&ranged, 0, sizeof ranged);
     ranged.prog = prog;
     for (int i = 0; i < prog->funcs.len; i++)
@@ -377,8 +338,13 @@ bool diag_expr_range(Pos at, Pos *from, Pos *to) {
       index_expr(((ConstDecl *)prog->consts.data[i])->value);
   }
   int k = ptrmap_get(&ranged.at, pos_key(at.line, at.col));
+  return k < 0 ? NULL : ranged.exprs.data[k];
+}
+
+bool diag_expr_range(Pos at, Pos *from, Pos *to) {
+  const Expr *e = expr_at(at.file ? diagout_program_of(at.file) : NULL, at);
   Span s;
-  if (k < 0 || !expr_span(at.file, ranged.exprs.data[k], &s))
+  if (!e || !expr_span(at.file, e, &s))
     return false;
   *from = pos_near(at.file, at.line, s.lo);
   *to = pos_near(at.file, at.line, s.hi);
