@@ -127,9 +127,11 @@ typedef struct {
   Program *prog;
   Mesh mesh;
   Module *mod;
+  int64_t bucket;      /* the overlap pass's cap (Options.bucket, or the default) */
 } Compilation;
 
 static bool front(Compilation *c, const char *path, const Options *o) {
+  c->bucket = o->bucket_given ? o->bucket : OVERLAP_BUCKET;
   c->prog = parse_file(c->src);
   if (!diag_error_count())
     import_program(c->prog, &o->incdirs);
@@ -157,6 +159,8 @@ static bool middle(Compilation *c, bool partition) {
     return false;
   ir_verify(c->mod);
   opt_module(c->mod);
+  ir_verify(c->mod);
+  overlap_module(c->mod, c->bucket);
   ir_verify(c->mod);
   sched_module(c->mod);
   ir_verify(c->mod);

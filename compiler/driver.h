@@ -36,6 +36,8 @@ typedef struct {
   int64_t memory_bytes;
   double flops, ew_flops;
   bool json;
+  int64_t bucket;              /* --bucket: the overlap pass's bucket cap in bytes (0: off) */
+  bool bucket_given;
 } Options;
 
 /* One FILE through the command o->cmd: its exit status. */

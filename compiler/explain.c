@@ -49,6 +49,15 @@ static const char *of_file(Pos p) {
   return p.file && p.file->order > 0 ? arena_printf(" of %s", p.file->name) : "";
 }
 
+/* What a collective's line shows after its operand: its result, or for a
+ * bucket (overlap.c) how many arrays it holds and where it is waited. */
+static const char *shapes_after(const Report *r, const Inst *in) {
+  if (in->op != IR_ALL_REDUCE_START)
+    return ty_local_str(&r->mod->mesh, &in->results[0]->type);
+  int n = in->niv / ASYNC_MEMBER_W;
+  return arena_printf("... (a bucket of %d array%s, overlapped)", n, n == 1 ? "" : "s");
+}
+
 static void list_inst(Report *r, const Inst *in, const char *ctx) {
   if (is_collective(in->op)) {
     const Mesh *m = &r->mod->mesh;
@@ -56,8 +65,8 @@ static void list_inst(Report *r, const Inst *in, const char *ctx) {
     for (int i = 0; i < in->naxes; i++)
       str_printf(&axes, "%s%s", i ? "," : "", m->names[in->axes[i]]);
     int64_t bytes = net_bytes_sent(r->mod, in);
-    const char *kind = ir_opname(in->op);
     const OpDef *d = op_def(in->op);
+    const char *kind = d->trace_kind ? d->trace_kind : ir_opname(in->op);
     if (d->variant)
       kind = arena_printf("%s.%s", kind, d->variant(in));
     const char *est = "";
@@ -71,8 +80,7 @@ static void list_inst(Report *r, const Inst *in, const char *ctx) {
     const char *where = *of ? arena_printf("   (line %d%s)", in->pos.line, of) : "";
     fprintf(r->out, "  line %-4d %-18s over (%s)%*s %12lld bytes/rank%s   %s -> %s%s%s\n", in->pos.line, kind,
             in->naxes == 0 ? "mesh" : str_cstr(&axes), (int)(8 - (in->naxes == 0 ? 4 : axes.len)), "",
-            (long long)bytes, est, ty_local_str(m, &in->args[0]->type), ty_local_str(m, &in->results[0]->type), ctx,
-            where);
+            (long long)bytes, est, ty_local_str(m, &in->args[0]->type), shapes_after(r, in), ctx, where);
     free(axes.buf);
     r->count++;
     if (__builtin_add_overflow(r->bytes, bytes, &r->bytes)) {

@@ -490,7 +490,7 @@ static int run_pipeline(CommandLine *cl, const Command *c) {
  * any prefix that names only it. */
 enum {
   LO_MESH = 256, LO_ISA, LO_KEEP_C, LO_GLOBAL, LO_NETWORK, LO_MAX_MEMORY, LO_MEMORY, LO_JSON, LO_DEVICES,
-  LO_FLOPS, LO_DIAGNOSTICS, LO_MAX_ERRORS, LO_COLOR,
+  LO_FLOPS, LO_DIAGNOSTICS, LO_MAX_ERRORS, LO_COLOR, LO_BUCKET,
 };
 
 static const struct option long_options[] = {
@@ -510,6 +510,7 @@ static const struct option long_options[] = {
     {"diagnostics", required_argument, NULL, LO_DIAGNOSTICS},
     {"max-errors", required_argument, NULL, LO_MAX_ERRORS},
     {"color", required_argument, NULL, LO_COLOR},
+    {"bucket", required_argument, NULL, LO_BUCKET},
     {NULL, 0, NULL, 0},
 };
 #define SHORT_OPTIONS ":ho:D:I:O:V"
@@ -528,6 +529,7 @@ static const char *option_value(int opt) {
   case LO_MEMORY: return "--memory needs a number of bytes, e.g. 80GB";
   case LO_DEVICES: return "--devices needs a count, e.g. --devices=8";
   case LO_FLOPS: return "--flops needs FLOP/s per device, e.g. --flops=100G";
+  case LO_BUCKET: return "--bucket needs a number of bytes, e.g. 25MiB (0: no buckets, no overlap)";
   case LO_DIAGNOSTICS: return "--diagnostics needs plain, json or sarif";
   case LO_COLOR: return "--color needs auto, always or never";
   default: return "--max-errors needs a count, e.g. --max-errors=20";
@@ -650,6 +652,11 @@ static void take_option(CommandLine *cl, int opt, const char *v) {
   }
   case LO_MAX_MEMORY: case LO_MEMORY: take_bytes(o, opt, v); break;
   case LO_JSON: o->json = true; break;
+  case LO_BUCKET:
+    if (!plan_parse_bytes(v, &o->bucket))
+      diag_usage_error("--bucket expects a number of bytes, e.g. 25MiB, 4MB or 0 (off), not '%s'", v);
+    o->bucket_given = true;
+    break;
   case LO_DEVICES: take_count("--devices", v, 1, 1 << 20, &n); o->devices = n; break;
   case LO_FLOPS: take_flops(o, v); break;
   case LO_DIAGNOSTICS: take_diagnostics(o, v); break;

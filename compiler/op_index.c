@@ -1034,9 +1034,9 @@ static bool infer_index_check(const Module *mod, const Inst *in, Type *out) {
 static const OpDef ops[] = {
     {.op = IR_SLICE, .name = "slice", .print = print_slice, .vjp = vjp_slice, .partition = part_slice,
      .emit = emit_slice, .result = result_slice, .infer = infer_slice},
-    {.op = IR_DSLICE, .name = "dynamic_slice", .vjp = vjp_dslice, .partition = part_dslice, .emit = emit_slice,
+    {.op = IR_DSLICE, .name = "dynamic_slice", .flags = OPF_WINDOW_READ, .vjp = vjp_dslice, .partition = part_dslice, .emit = emit_slice,
      .result = result_slice, .infer = infer_slice},
-    {.op = IR_DUPDATE, .name = "dynamic_update_slice", .print = print_dupdate, .vjp = vjp_dupdate,
+    {.op = IR_DUPDATE, .name = "dynamic_update_slice", .flags = OPF_WINDOW_WRITE, .print = print_dupdate, .vjp = vjp_dupdate,
      .partition = part_dupdate, .emit = emit_dupdate, .result = result_steal, .infer = infer_dupdate},
     {.op = IR_INDEX_CHECK, .name = "index_check", .print = print_check, .emit = emit_index_check, .infer = infer_index_check},
     {0},

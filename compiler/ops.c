@@ -28,7 +28,8 @@ static const OpFamily *const families[] = {
     &op_elementwise_family, &op_unary_family,      &op_contraction_family, &op_reduction_family,
     &op_shape_family,       &op_collective_family, &op_creation_family,    &op_io_family,
     &op_softmax_family,     &op_index_family,      &op_join_family,        &op_gather_family,
-    &op_shift_family,       &op_string_family,     &op_attention_family,   NULL,
+    &op_shift_family,       &op_string_family,     &op_attention_family,   &op_async_family,
+    NULL,
 };
 
 /* Forms that make a function of a function (tc_expr.c types them). */

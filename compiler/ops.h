@@ -458,7 +458,7 @@ bool op_shift_plan(const Mesh *m, DimSpec xs, DimSpec ts, int64_t n_out, DimSpec
  * The families (op_*.c), listed by ops.c. */
 extern const OpFamily op_elementwise_family, op_unary_family, op_contraction_family, op_reduction_family,
     op_shape_family, op_collective_family, op_creation_family, op_io_family, op_softmax_family, op_index_family,
-    op_join_family, op_gather_family, op_shift_family, op_string_family, op_attention_family;
+    op_join_family, op_gather_family, op_shift_family, op_string_family, op_attention_family, op_async_family;
 
 /* ---- lower.c: the builders of the families' lowering -------------------- */
 

@@ -738,6 +738,8 @@ typedef enum {
   IR_EMBED_BLOCK,      /* SPMD: zeros except own block of dim */
   IR_ZERO_UNLESS_FIRST,/* SPMD: zeros unless group index over axes is 0 */
   IR_RETYPE,           /* SPMD: same bytes, another type (R <-> replicated) */
+  IR_ALL_REDUCE_START, /* SPMD (overlap.c): a bucket of sums started; op_async.c says its operands */
+  IR_ALL_REDUCE_WAIT,  /* SPMD (overlap.c): the bucket finished where its results are first used */
   /* control and calls */
   IR_CALL,             /* callee */
   IR_FOR,              /* args: lo, hi, carried inits; region 0 args: i, carries */
@@ -752,6 +754,8 @@ typedef enum {
 } Opcode;
 
 enum { RED_SUM, RED_MAX, RED_MIN };
+/* IR_ALL_REDUCE_START's iv: this many integers a member (op_async.c). */
+enum { ASYNC_MEMBER_W = 4 + 2 * MAX_RANK };
 enum { CALL_PLAIN, CALL_REMAT };   /* IR_CALL's fn: remat(f)(args) (language.md §9.8) */
 enum { PCAST_VARYING, PCAST_UNREDUCED, PCAST_REDUCED };
 
@@ -930,6 +934,9 @@ enum {                     /* OpDef.flags */
                             * first operand more (base, g, idx), the form optimize.c makes of base +
                             * scatter, it adds into base's buffer (taken when base dies there, else a copy):
                             * the gradient of a pick or a lookup added to another's is one pass, not three */
+  OPF_WINDOW_READ = 256,   /* a window at run-time starts (args x, one i32 start a dim) read: dynamic_slice */
+  OPF_WINDOW_WRITE = 512,  /* a window written (args x, u, starts; iv u's global sizes): dynamic_update_slice.
+                            * overlap.c defers a reduced update of a loop's carry into its bucket's wait */
 };
 
 /* What a collective costs on a network (netmodel.c, OpDef.net_seconds): a
@@ -945,6 +952,7 @@ typedef struct {
 typedef struct OpDef {
   int op;                  /* Opcode, or a family's own opcode from its IR_BASE_ */
   const char *name;        /* in the IR text */
+  const char *trace_kind;  /* the collective the runtime's trace counts it as (NULL: name) */
   unsigned flags;
   /* The variant after the name in the IR text ("sum" in all_reduce.sum),
    * and the attributes after the operands (both may be NULL). */
@@ -1014,6 +1022,16 @@ Module *lower_program(Program *p, const Mesh *m);
 /* Replaces every IR_GRAD by a call of a generated function that returns the
  * value (if asked) and the gradients. Errors ([E_GRAD]...) are reported. */
 bool ad_module(Module *mod);
+
+/* ---- overlap.c ----------------------------------------------------------- */
+
+/* After opt_module: sums over mesh axes gathered into buckets of at most
+ * bucket_bytes (0: the pass is off), each started where its operands are
+ * final and waited where its results are first used (IR_ALL_REDUCE_START,
+ * IR_ALL_REDUCE_WAIT); a loop accumulator's reduced updates are deferred
+ * to the loop's end. The default cap: DDP's 25 MiB. */
+enum { OVERLAP_BUCKET = 25 << 20 };
+void overlap_module(Module *mod, int64_t bucket_bytes);
 
 /* ---- partition.c, reshard.c --------------------------------------------- */
 

@@ -229,6 +229,22 @@ void shd_reshape_move(const void *in, void *out, size_t elem, const shd_layout *
  * chooses how blocks along a non-leading dim are moved: copied into
  * contiguous scratch, or described to MPI by a strided datatype. Every rank
  * must make the same call. */
+/* async.c: an all-reduce bucket started where its members are final and
+ * waited where they are first used (compiler/overlap.c places both): begin
+ * a bucket of a site, add members (plain: reduced values to dst; window:
+ * set or added into a window of the wait's destination `target`, with
+ * shd_update_window's arguments), start it; shd_async_wait(site) finishes
+ * every outstanding bucket of the site, oldest first. shd_async_enable
+ * before shd_init: the program has such sites. */
+enum { SHD_ASYNC_PLAIN, SHD_ASYNC_SET, SHD_ASYNC_ADD };
+void shd_async_enable(void);
+void shd_async_begin(int site, shd_dtype dt, shd_redop op, const int *axes, int naxes);
+void shd_async_add(const void *src, void *dst, size_t count);
+void shd_async_add_window(const void *src, int kind, int target, int rank, const int64_t *dst_shape,
+                          const int64_t *src_shape, const int64_t *start, const int64_t *size, const int64_t *dst_off,
+                          unsigned aligned);
+void shd_async_start(int line);
+void shd_async_wait(int site, void *const *dst, int ndst, int line);
 void shd_set_collective_algo(const char *collective, const char *algo);
 
 /* ---- kernels.c: local compute ----------------------------------------- */

@@ -1,0 +1,430 @@
+/* async.c: reductions started where their operands are final and finished
+ * where their results are first used (the compiler's overlap pass,
+ * compiler/overlap.c, places both), run by a communication thread while
+ * the program computes.
+ *
+ * A bucket is one request: the generated code opens it (shd_async_begin),
+ * adds its members (shd_async_add: an array whose reduced values go to a
+ * buffer given now; shd_async_add_window: an update of a window of an
+ * array given only at the wait, set or added into it, in the order the
+ * requests were started), and starts it (shd_async_start): the members are
+ * copied into the request's staging buffer, contiguous, and the request is
+ * queued. shd_async_wait(site) waits for every request of that site that
+ * is still outstanding, oldest first, and writes each member where it
+ * belongs. A site is one start instruction of the program: its requests
+ * (one per loop iteration when the start is in a loop body and the wait
+ * after the loop) are all waited at its wait.
+ *
+ * The thread takes requests in the order they were started, which every
+ * rank does alike (SPMD), so the groups' collectives match without tags.
+ * It runs each on its own duplicate of the group's communicator, so that
+ * the main thread's collectives never match its messages: from 64 KiB
+ * a ring (reduce-scatter, then all-gather: each rank sends 2(G-1)/G of the
+ * bucket whatever MPI's default would pick), below that MPI_Iallreduce.
+ * It waits for its messages with MPI_Test and nanosleep (from 2 us,
+ * doubling to 100 us), so it sleeps in the kernel between progress calls
+ * rather than spinning a core the computation needs; the kernel's socket
+ * buffers keep the link busy meanwhile. The main thread waits on a
+ * condition variable.
+ *
+ * MPI must provide MPI_THREAD_MULTIPLE (shd_init asks for it when the
+ * program has async sites: shd_async_enable); where it does not, and with
+ * SHD_OVERLAP=0, a request runs in the main thread when it is started
+ * (the same algorithm, the same results, no overlap).
+ *
+ * Every start adds one shd_trace_add("all_reduce", 2(G-1)n/G) for the
+ * bucket's n bytes (explain's formula for the start instruction); with
+ * SHD_TRACE=FILE.json the thread's collectives are spans on the rank's
+ * second track and the main thread's waits are "wait" spans.
+ *
+ * Invariants: a request's staging buffer is touched only by the thread
+ * between its start and its completion, and only by the main thread
+ * otherwise; every request is waited before the program ends (the compiler
+ * places a wait for every start, in the same function).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "shdrt_internal.h"
+
+enum { RING_MIN_BYTES = 64 << 10, SEGMENT_BYTES = 256 << 20 };
+
+typedef struct {
+    int kind;                        /* SHD_ASYNC_* */
+    int target;                      /* window: its destination's index in the wait's list */
+    void *dst;                       /* plain: where the reduced values go */
+    size_t off, count;               /* elements, in the staging buffer */
+    int rank;                        /* window: */
+    int64_t dshape[SHD_MAX_RANK], sshape[SHD_MAX_RANK];
+    int64_t d0[SHD_MAX_RANK], s0[SHD_MAX_RANK], cnt[SHD_MAX_RANK];
+    bool empty;                      /* the window misses this rank's block */
+} member;
+
+typedef struct request {
+    struct request *next;            /* in the outstanding list, in start order */
+    struct request *qnext;           /* in the thread's queue */
+    int site, line;
+    shd_dtype dt;
+    shd_redop op;
+    MPI_Comm comm;
+    int g, G;
+    char axes[24];
+    char *buf;
+    size_t count, cap;               /* elements; bytes of buf */
+    member *m;
+    int n;
+    size_t capm;
+    bool done;
+} request;
+
+typedef struct {
+    int axes[SHD_MAX_AXES], naxes;
+    MPI_Comm comm;
+} async_comm;
+
+static struct {
+    bool wanted, threaded, started, stop;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    request *queue, *qtail;          /* started, not yet taken by the thread */
+    request *out, *otail;            /* started, not yet waited */
+    request *spare;                  /* waited: kept for their buffers */
+    request *open;                   /* between shd_async_begin and shd_async_start */
+    async_comm *comms;
+    size_t ncomms, capcomms;
+} g_as = {.mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
+
+void shd_async_enable(void) { g_as.wanted = true; }
+
+bool shd_async_wanted(void) { return g_as.wanted; }
+
+/* ---- the reduction ------------------------------------------------------- */
+
+static void sleep_ns(long ns)
+{
+    struct timespec ts = {0, ns};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Completes the n requests rq, sleeping between the progress calls. */
+static void poll_all(int n, MPI_Request *rq)
+{
+    long ns = 2000;
+    for (;;) {
+        int flag = 0;
+        MPI_Testall(n, rq, &flag, MPI_STATUSES_IGNORE);
+        if (flag)
+            return;
+        sleep_ns(ns);
+        if (ns < 100000)
+            ns *= 2;
+    }
+}
+
+static size_t chunk_off(size_t count, int G, int i)
+{
+    size_t q = count / (size_t)G, r = count % (size_t)G;
+    return (size_t)i * q + ((size_t)i < r ? (size_t)i : r);
+}
+
+static int mod(int a, int m) { return ((a % m) + m) % m; }
+
+static void exchange(const char *sbuf, size_t sbytes, int dest, char *rbuf, size_t rbytes, int src, MPI_Comm comm)
+{
+    MPI_Request rq[2];
+    MPI_Irecv(rbuf, (int)rbytes, MPI_BYTE, src, 0x5e, comm, &rq[0]);
+    MPI_Isend(sbuf, (int)sbytes, MPI_BYTE, dest, 0x5e, comm, &rq[1]);
+    poll_all(2, rq);
+}
+
+/* The ring over one segment (its chunks fit an int count of bytes). */
+static void ring(char *b, size_t count, shd_dtype dt, shd_redop op, MPI_Comm comm, int g, int G, char *tmp)
+{
+    size_t es = shd_dtype_size(dt);
+    int next = mod(g + 1, G), prev = mod(g - 1, G);
+    for (int s = 0; s < G - 1; s++) {
+        int sc = mod(g - s - 1, G), rc = mod(g - s - 2, G);
+        size_t so = chunk_off(count, G, sc), sn = chunk_off(count, G, sc + 1) - so;
+        size_t ro = chunk_off(count, G, rc), rn = chunk_off(count, G, rc + 1) - ro;
+        exchange(b + so * es, sn * es, next, tmp, rn * es, prev, comm);
+        shd_reduce_into(b + ro * es, tmp, rn, dt, op);
+    }
+    for (int s = 0; s < G - 1; s++) {
+        int sc = mod(g - s, G), rc = mod(g - s - 1, G);
+        size_t so = chunk_off(count, G, sc), sn = chunk_off(count, G, sc + 1) - so;
+        size_t ro = chunk_off(count, G, rc), rn = chunk_off(count, G, rc + 1) - ro;
+        exchange(b + so * es, sn * es, next, b + ro * es, rn * es, prev, comm);
+    }
+}
+
+static void reduce_request(request *r)
+{
+    if (r->G == 1 || r->count == 0)
+        return;
+    size_t es = shd_dtype_size(r->dt), bytes = r->count * es;
+    if (bytes < RING_MIN_BYTES) {
+        MPI_Request rq;
+        MPI_Iallreduce(MPI_IN_PLACE, r->buf, (int)r->count, shd_mpi_type(r->dt), shd_mpi_op(r->dt, r->op), r->comm,
+                       &rq);
+        poll_all(1, &rq);
+        return;
+    }
+    size_t seg = SEGMENT_BYTES / es;
+    char *tmp = shd_mem(NULL, (seg < r->count ? seg : r->count) / (size_t)r->G * es + es, "an async all-reduce's chunk");
+    for (size_t done = 0; done < r->count; done += seg) {
+        size_t n = r->count - done < seg ? r->count - done : seg;
+        ring(r->buf + done * es, n, r->dt, r->op, r->comm, r->g, r->G, tmp);
+    }
+    free(tmp);
+}
+
+static void run_request(request *r)
+{
+    int64_t t0 = shd_timeline_now();
+    reduce_request(r);
+    if (r->G > 1)
+        shd_timeline_async(r->axes, t0, shd_timeline_now(), 2 * (size_t)(r->G - 1) * r->count * shd_dtype_size(r->dt)
+                                                               / (size_t)r->G, r->line);
+}
+
+static void *thread_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&g_as.mu);
+    for (;;) {
+        while (!g_as.queue && !g_as.stop)
+            pthread_cond_wait(&g_as.work, &g_as.mu);
+        request *r = g_as.queue;
+        if (!r)
+            break;
+        g_as.queue = r->qnext;
+        if (!g_as.queue)
+            g_as.qtail = NULL;
+        pthread_mutex_unlock(&g_as.mu);
+        run_request(r);
+        pthread_mutex_lock(&g_as.mu);
+        r->done = true;
+        pthread_cond_broadcast(&g_as.done);
+    }
+    pthread_mutex_unlock(&g_as.mu);
+    return NULL;
+}
+
+/* ---- set-up ---------------------------------------------------------------- */
+
+void shd_async_init(int provided)
+{
+    if (!g_as.wanted)
+        return;
+    const char *v = getenv("SHD_OVERLAP");
+    bool off = v && strcmp(v, "0") == 0;
+    int on = !off && provided >= MPI_THREAD_MULTIPLE, all = 0;
+    MPI_Allreduce(&on, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);   /* every rank alike */
+    g_as.threaded = all;
+}
+
+void shd_async_fini(void)
+{
+    if (g_as.started) {
+        pthread_mutex_lock(&g_as.mu);
+        g_as.stop = true;
+        pthread_cond_signal(&g_as.work);
+        pthread_mutex_unlock(&g_as.mu);
+        pthread_join(g_as.thread, NULL);
+        g_as.started = false;
+    }
+    for (request *r = g_as.spare, *next; r; r = next) {
+        next = r->next;
+        free(r->buf);
+        free(r->m);
+        free(r);
+    }
+    g_as.spare = NULL;
+    for (size_t i = 0; i < g_as.ncomms; i++)
+        MPI_Comm_free(&g_as.comms[i].comm);
+    free(g_as.comms);
+    g_as.comms = NULL;
+    g_as.ncomms = g_as.capcomms = 0;
+}
+
+/* The thread's duplicate of the group's communicator, made on first use
+ * (collectively, in program order, as shd_group_comm's). */
+static MPI_Comm async_comm_of(const int *axes, int naxes)
+{
+    for (size_t i = 0; i < g_as.ncomms; i++)
+        if (g_as.comms[i].naxes == naxes && memcmp(g_as.comms[i].axes, axes, sizeof(int) * (size_t)naxes) == 0)
+            return g_as.comms[i].comm;
+    g_as.comms = shd_mem_grow(g_as.comms, &g_as.capcomms, g_as.ncomms + 1, sizeof *g_as.comms, "async communicators");
+    async_comm *c = &g_as.comms[g_as.ncomms++];
+    memset(c, 0, sizeof *c);
+    memcpy(c->axes, axes, sizeof(int) * (size_t)naxes);
+    c->naxes = naxes;
+    MPI_Comm_dup(shd_group_comm(axes, naxes), &c->comm);
+    return c->comm;
+}
+
+/* ---- the generated code's calls ---------------------------------------------- */
+
+void shd_async_begin(int site, shd_dtype dt, shd_redop op, const int *axes, int naxes)
+{
+    if (naxes > SHD_MAX_AXES)
+        shd_fatal("async all-reduce: %d axes", naxes);
+    request *r = g_as.spare;
+    if (r)
+        g_as.spare = r->next;
+    else
+        r = shd_mem_zero(1, sizeof *r, "an async all-reduce");
+    r->next = r->qnext = NULL;
+    r->site = site;
+    r->dt = dt;
+    r->op = op;
+    r->G = shd_group_size(axes, naxes);
+    r->g = shd_group_index(axes, naxes);
+    r->comm = r->G > 1 ? (g_as.threaded ? async_comm_of(axes, naxes) : shd_group_comm(axes, naxes)) : MPI_COMM_NULL;
+    size_t used = 0;
+    r->axes[0] = 0;
+    for (int i = 0; i < naxes && used + 2 < sizeof r->axes; i++)
+        used += (size_t)snprintf(r->axes + used, sizeof r->axes - used, "%s%s", i ? "," : "", shd_axis_name(axes[i]));
+    r->count = 0;
+    r->n = 0;
+    r->done = false;
+    g_as.open = r;
+}
+
+static member *add_member(size_t count)
+{
+    request *r = g_as.open;
+    if (!r)
+        shd_fatal("async all-reduce: a member outside a bucket");
+    r->m = shd_mem_grow(r->m, &r->capm, (size_t)r->n + 1, sizeof *r->m, "an async all-reduce's members");
+    member *m = &r->m[r->n++];
+    memset(m, 0, sizeof *m);
+    m->off = r->count;
+    m->count = count;
+    size_t es = shd_dtype_size(r->dt), need = (r->count + count) * es;
+    if (need > r->cap) {
+        r->buf = shd_mem(r->buf, need, "an async all-reduce's bucket of %zu bytes", need);
+        r->cap = need;
+    }
+    r->count += count;
+    return m;
+}
+
+void shd_async_add(const void *src, void *dst, size_t count)
+{
+    member *m = add_member(count);
+    m->kind = SHD_ASYNC_PLAIN;
+    m->dst = dst;
+    memcpy(g_as.open->buf + m->off * shd_dtype_size(g_as.open->dt), src, count * shd_dtype_size(g_as.open->dt));
+}
+
+void shd_async_add_window(const void *src, int kind, int target, int rank, const int64_t *dst_shape,
+                          const int64_t *src_shape, const int64_t *start, const int64_t *size, const int64_t *dst_off,
+                          unsigned aligned)
+{
+    size_t count = (size_t)shd_shape_count(rank, src_shape);
+    member *m = add_member(count);
+    m->kind = kind;
+    m->target = target;
+    m->rank = rank;
+    memcpy(m->dshape, dst_shape, sizeof(int64_t) * (size_t)rank);
+    memcpy(m->sshape, src_shape, sizeof(int64_t) * (size_t)rank);
+    m->empty = !shd_window_box(rank, dst_shape, src_shape, start, size, dst_off, aligned, m->d0, m->s0, m->cnt);
+    memcpy(g_as.open->buf + m->off * shd_dtype_size(g_as.open->dt), src, count * shd_dtype_size(g_as.open->dt));
+}
+
+void shd_async_start(int line)
+{
+    request *r = g_as.open;
+    g_as.open = NULL;
+    r->line = line;
+    size_t n = r->count * shd_dtype_size(r->dt);
+    shd_trace_add("all_reduce", 2 * (size_t)(r->G - 1) * n / (size_t)r->G);
+    if (g_as.out)
+        g_as.otail->next = r;
+    else
+        g_as.out = r;
+    g_as.otail = r;
+    if (!g_as.threaded || r->G == 1) {
+        if (r->G > 1) {
+            shd_span_begin(SHD_SPAN_COLLECTIVE, "collective", line);
+            shd_timeline_collective("all_reduce", 2 * (size_t)(r->G - 1) * n / (size_t)r->G);
+            reduce_request(r);
+            shd_span_end();
+        }
+        r->done = true;
+        return;
+    }
+    if (!g_as.started) {
+        if (pthread_create(&g_as.thread, NULL, thread_main, NULL) != 0)
+            shd_fatal("cannot start the communication thread: %s", strerror(errno));
+        g_as.started = true;
+    }
+    pthread_mutex_lock(&g_as.mu);
+    if (g_as.qtail)
+        g_as.qtail->qnext = r;
+    else
+        g_as.queue = r;
+    g_as.qtail = r;
+    pthread_cond_signal(&g_as.work);
+    pthread_mutex_unlock(&g_as.mu);
+}
+
+/* Writes r's members where they belong (dst: the wait's destinations). */
+static void finish(const request *r, void *const *dst, int ndst)
+{
+    size_t es = shd_dtype_size(r->dt);
+    for (int i = 0; i < r->n; i++) {
+        const member *m = &r->m[i];
+        const char *src = r->buf + m->off * es;
+        if (m->kind == SHD_ASYNC_PLAIN) {
+            memcpy(m->dst, src, m->count * es);
+            continue;
+        }
+        if (m->target < 0 || m->target >= ndst)
+            shd_fatal("async all-reduce: destination %d of %d", m->target, ndst);
+        if (!m->empty)
+            shd_box_apply(dst[m->target], m->dshape, m->d0, src, m->sshape, m->s0, m->cnt, m->rank, r->dt,
+                          m->kind == SHD_ASYNC_ADD);
+    }
+}
+
+void shd_async_wait(int site, void *const *dst, int ndst, int line)
+{
+    bool waited = false;
+    request **link = &g_as.out, *prev = NULL;
+    while (*link) {
+        request *r = *link;
+        if (r->site != site) {
+            prev = r;
+            link = &r->next;
+            continue;
+        }
+        if (g_as.threaded) {
+            pthread_mutex_lock(&g_as.mu);
+            if (!r->done && !waited) {
+                pthread_mutex_unlock(&g_as.mu);
+                shd_span_begin(SHD_SPAN_WAIT, "async wait", line);
+                pthread_mutex_lock(&g_as.mu);
+                waited = true;
+            }
+            while (!r->done)
+                pthread_cond_wait(&g_as.done, &g_as.mu);
+            pthread_mutex_unlock(&g_as.mu);
+        }
+        finish(r, dst, ndst);
+        *link = r->next;
+        if (g_as.otail == r)
+            g_as.otail = prev;
+        r->next = g_as.spare;
+        g_as.spare = r;
+    }
+    if (waited)
+        shd_span_end();
+}
