@@ -53,6 +53,10 @@ static const char usage_options[] =
     "  --network=BW,LATENCY   explain, plan: estimate each collective's time on links of\n"
     "                         this bandwidth and latency (25GB/s,5us), or --network=FILE\n"
     "                         of per-axis links (AXIS BANDWIDTH LATENCY [LABEL] a line)\n"
+    "  --bucket=BYTES         build, explain, plan: sum the gradients in buckets of up to\n"
+    "                         BYTES (e.g. 25MiB), each started as soon as its arrays are\n"
+    "                         final and finished by a communication thread while the\n"
+    "                         program computes (default 0: off)\n"
     "  --max-memory=BYTES     build, check: an error where a rank's peak bytes of live\n"
     "                         arrays exceed BYTES (80GB, 80GiB, 512MiB)\n"
     "  --devices=N            plan: the number of devices to lay the mesh over\n"
@@ -653,7 +657,8 @@ static void take_option(CommandLine *cl, int opt, const char *v) {
   case LO_MAX_MEMORY: case LO_MEMORY: take_bytes(o, opt, v); break;
   case LO_JSON: o->json = true; break;
   case LO_BUCKET:
-    if (!plan_parse_bytes(v, &o->bucket))
+    o->bucket = 0;
+    if (strcmp(v, "0") != 0 && !plan_parse_bytes(v, &o->bucket))
       diag_usage_error("--bucket expects a number of bytes, e.g. 25MiB, 4MB or 0 (off), not '%s'", v);
     o->bucket_given = true;
     break;

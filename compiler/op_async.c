@@ -183,9 +183,8 @@ static bool infer_start(const Module *mod, const Inst *in, Type *out) {
     return false;
   for (int j = 0; j < n; j++)
     if (member(in, j)[0] == 0) {
-      if (res >= in->nresults)
+      if (res >= in->nresults || !ir_infer_shape(&out[res++], &in->args[j]->type))
         return false;
-      out[res++] = in->args[j]->type;
     }
   return res == in->nresults;
 }
@@ -194,7 +193,8 @@ static bool infer_wait(const Module *mod, const Inst *in, Type *out) {
   if (in->niv != 1 || in->nresults != in->nargs)
     return false;
   for (int k = 0; k < in->nargs; k++)
-    out[k] = in->args[k]->type;
+    if (!ir_infer_shape(&out[k], &in->args[k]->type))
+      return false;
   return true;
 }
 

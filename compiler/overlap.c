@@ -339,28 +339,26 @@ static void overlap_loop(Ov *o, Inst *F) {
 
 /* ---- straight-line buckets ----------------------------------------------------------------------- */
 
-/* Whether an instruction between a bucket's start and its wait is work the
- * communication can hide behind. */
-static bool is_work(const Inst *in) {
-  if (in->nregions || in->op == IR_CALL)
-    return true;
-  for (int k = 0; k < in->nresults; k++)
-    if (in->results[k]->type.rank > 0 && in->op != IR_ALL_REDUCE)
-      return true;
-  return false;
-}
+/* The work of an instruction, for whether a bucket is worth a thread's
+ * hand-off (about 20 us): its FLOPs and element operations (plan.c's
+ * measure); a loop, a branch or a call counts as enough. */
+enum { OVERLAP_MIN_WORK = 4000000 };
 
-/* Work worth not waiting behind: a loop, a branch, a call, a contraction or
- * a pass over a million elements. */
-static bool is_heavy(const Ov *o, const Inst *in) {
+static double work_of(const Ov *o, const Inst *in) {
   if (in->nregions || in->op == IR_CALL)
-    return true;
+    return OVERLAP_MIN_WORK;
   const OpDef *d = op_def(in->op);
   double dot = 0, ew = 0;
   if (d && d->work)
     d->work(o->mod, in, &dot, &ew);
-  return dot > 0 || ew > 1e6;
+  else if (d && (d->flags & OPF_ELEMENTWISE) && in->nresults)
+    ew = (double)ty_local_count(&o->mod->mesh, &in->results[0]->type);
+  return dot + ew;
 }
+
+/* Work worth not waiting behind: a loop, a branch, a call, or as much as
+ * makes a bucket worth starting. */
+static bool is_heavy(const Ov *o, const Inst *in) { return work_of(o, in) >= OVERLAP_MIN_WORK; }
 
 static void close_bucket(Ov *o, IrBlock *b, Inst **mem, int n) {
   if (!n)
@@ -370,12 +368,12 @@ static void close_bucket(Ov *o, IrBlock *b, Inst **mem, int n) {
     res[j] = mem[j]->results[0];
   int last = index_of(b, mem[n - 1]);
   int wi = last + 1;
-  bool work = false;
+  double work = 0;
   while (wi < b->insts.len - 1 && !uses_value(b->insts.data[wi], (const Value *const *)res, n)) {
-    work |= is_work(b->insts.data[wi]);
+    work += work_of(o, b->insts.data[wi]);
     wi++;
   }
-  if (!work) {
+  if (work < OVERLAP_MIN_WORK) {
     free(res);
     return;
   }

@@ -1029,8 +1029,10 @@ bool ad_module(Module *mod);
  * bucket_bytes (0: the pass is off), each started where its operands are
  * final and waited where its results are first used (IR_ALL_REDUCE_START,
  * IR_ALL_REDUCE_WAIT); a loop accumulator's reduced updates are deferred
- * to the loop's end. The default cap: DDP's 25 MiB. */
-enum { OVERLAP_BUCKET = 25 << 20 };
+ * to the loop's end. Off unless --bucket=BYTES asks for it (DDP's cap is
+ * 25 MiB): explain's peak does not yet count the runtime's bucket
+ * buffers. */
+enum { OVERLAP_BUCKET = 0 };
 void overlap_module(Module *mod, int64_t bucket_bytes);
 
 /* ---- partition.c, reshard.c --------------------------------------------- */

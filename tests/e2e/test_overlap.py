@@ -1,0 +1,97 @@
+"""The overlap pass (--bucket=BYTES, compiler/overlap.c, runtime/async.c)
+changes no result: gpt2.shd trained data-parallel with its gradient
+all-reduces in buckets, started during the backward pass and finished by
+the communication thread, gives bitwise the losses of the same program
+without the pass at 2 ranks (a sum of two is the same in either order),
+with the thread off (SHD_OVERLAP=0) too, and the 1-device build's within
+float tolerance at 2 and 4 ranks. Explain lists one bucket per layer (the
+step issues at most L+5 all-reduces over data) and its counts and bytes are
+the runtime trace's. A mistyped --bucket is a usage error.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import testlib  # noqa: E402
+
+SRC = os.path.join(ROOT, "dsl-examples", "gpt2.shd")
+L = 3
+DEFS = ["-D", "V=256", "-D", "T=8", "-D", "L=%d" % L, "-D", "NH=4", "-D", "C=32", "-D", "B=8"]
+STEPS = 3
+
+
+def run(exe, np, tmp, name, env_extra=None):
+    metrics = os.path.join(tmp, name + ".jsonl")
+    env = dict(os.environ, SHD_QUIET="1", SHD_TRACE="1", **(env_extra or {}))
+    p = subprocess.run(["mpirun", "--oversubscribe", "-np", str(np), exe, "--data=", "--steps=%d" % STEPS,
+                        "--metrics=" + metrics], capture_output=True, text=True, timeout=300, env=env)
+    if p.returncode:
+        sys.exit("%s at %d ranks: exit %d\n%s%s" % (name, np, p.returncode, p.stdout, p.stderr))
+    with open(metrics) as f:
+        losses = [json.loads(line)["loss"] for line in f if line.strip()]
+    m = re.search(r"max over ranks: all_reduce count=(\d+) bytes=(\d+)", p.stdout + p.stderr)
+    return losses, (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def explain(shdc, mesh, *flags):
+    p = subprocess.run([shdc, "explain", SRC, "--mesh", mesh] + DEFS + list(flags), capture_output=True, text=True,
+                       timeout=120)
+    if p.returncode:
+        sys.exit("explain: exit %d\n%s" % (p.returncode, p.stderr))
+    return p.stdout
+
+
+def main():
+    shdc = testlib.shdc_option()
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        def build(name, mesh, *flags):
+            return testlib.build(shdc, SRC, os.path.join(tmp, name), "--mesh", mesh, *DEFS, *flags)
+
+        one = run(build("d1", "data=1,model=1"), 1, tmp, "d1")[0]
+        plain, plain_trace = run(build("off", "data=2,model=1"), 2, tmp, "off")
+        on_exe = build("on", "data=2,model=1", "--bucket=25MiB")
+        on, on_trace = run(on_exe, 2, tmp, "on")
+        sync, _ = run(on_exe, 2, tmp, "sync", {"SHD_OVERLAP": "0"})
+        four, _ = run(build("on4", "data=4,model=1", "--bucket=1KiB"), 4, tmp, "on4")
+        if on != plain or sync != plain:
+            failures.append("2 ranks: losses with buckets %s, thread off %s, without the pass %s" % (on, sync, plain))
+        for name, got in (("2 ranks", on), ("4 ranks, 1 KiB buckets", four)):
+            if len(got) != STEPS or any(abs(a - b) > 1e-5 * max(1, abs(b)) for a, b in zip(got, one)):
+                failures.append("%s: losses %s, the 1-device build's %s" % (name, got, one))
+
+        # explain: one bucket a layer in the gradient, the trace's counts and bytes
+        text = explain(shdc, "data=2,model=1", "--bucket=25MiB")
+        grad = text[text.index("fn loss_value_and_grad"):]
+        grad = grad[:grad.index("\n\n")] if "\n\n" in grad else grad
+        over_data = [l for l in grad.splitlines() if re.search(r"\bover \(data\)", l)]
+        buckets = [l for l in over_data if "a bucket of" in l and "in the loop" in l]
+        if len(buckets) != 1 or len(over_data) > L + 5:
+            failures.append("explain --bucket: %d bucket lines in the loop (want 1, run L=%d times), %d collectives "
+                            "over data in the gradient (at most L+5 = %d):\n%s" % (len(buckets), L, len(over_data),
+                                                                                  L + 5, "\n".join(over_data)))
+        plain_lines = [l for l in explain(shdc, "data=2,model=1").splitlines() if re.search(r"\bover \(data\)", l)]
+        if on_trace is None or plain_trace is None or on_trace[1] != plain_trace[1] or on_trace[0] >= plain_trace[0]:
+            failures.append("trace: all_reduce count and bytes with buckets %s, without %s (same bytes, fewer calls)"
+                            % (on_trace, plain_trace))
+        if len(plain_lines) <= len(over_data):
+            failures.append("explain: %d all-reduces over data without buckets, %d with" %
+                            (len(plain_lines), len(over_data)))
+        print("losses %s; trace (count, bytes) with buckets %s, without %s; explain lines over data %d -> %d"
+              % (on, on_trace, plain_trace, len(plain_lines), len(over_data)))
+
+        p = subprocess.run([shdc, "build", SRC, "--bucket=lots", "-o", os.path.join(tmp, "x")], capture_output=True,
+                           text=True)
+        if p.returncode != 2 or "--bucket expects a number of bytes" not in p.stderr:
+            failures.append("--bucket=lots: exit %d, %s" % (p.returncode, p.stderr.strip()))
+    if failures:
+        sys.exit("\n".join(failures))
+
+
+if __name__ == "__main__":
+    main()
