@@ -113,6 +113,8 @@ static void sleep_ns(long ns)
 }
 
 /* Completes the n requests rq, sleeping between the progress calls. */
+static long g_poll_max = 100000;
+
 static void poll_all(int n, MPI_Request *rq)
 {
     long ns = 2000;
@@ -121,8 +123,9 @@ static void poll_all(int n, MPI_Request *rq)
         MPI_Testall(n, rq, &flag, MPI_STATUSES_IGNORE);
         if (flag)
             return;
-        sleep_ns(ns);
-        if (ns < 100000)
+        if (g_poll_max > 0)
+            sleep_ns(ns < g_poll_max ? ns : g_poll_max);
+        if (ns < g_poll_max)
             ns *= 2;
     }
 }
@@ -227,6 +230,9 @@ void shd_async_init(int provided)
     int on = !off && provided >= MPI_THREAD_MULTIPLE, all = 0;
     MPI_Allreduce(&on, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);   /* every rank alike */
     g_as.threaded = all;
+    const char *pm = getenv("SHD_ASYNC_POLL_NS");
+    if (pm && *pm)
+        g_poll_max = atol(pm);
 }
 
 void shd_async_fini(void)

@@ -6,14 +6,18 @@ without the pass at 2 ranks (a sum of two is the same in either order),
 with the thread off (SHD_OVERLAP=0) too, and the 1-device build's within
 float tolerance at 2 and 4 ranks. Explain lists one bucket per layer (the
 step issues at most L+5 all-reduces over data) and its counts and bytes are
-the runtime trace's. A mistyped --bucket is a usage error.
+the runtime trace's. A rank killed while buckets are in flight stops the
+job: mpirun ends, naming the killed rank, with no rank left waiting in a
+pending collective. A mistyped --bucket is a usage error.
 """
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -44,6 +48,50 @@ def explain(shdc, mesh, *flags):
     if p.returncode:
         sys.exit("explain: exit %d\n%s" % (p.returncode, p.stderr))
     return p.stdout
+
+
+def children(pid):
+    """The pids of pid's descendants."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open("/proc/%d/task/%d/children" % (p, p)) as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
+def kill_mid_step(exe, tmp):
+    """SIGKILL to one rank while the job trains: mpirun must end within the
+    time limit with a message, and leave no rank behind. Returns a failure
+    or None."""
+    env = dict(os.environ, SHD_QUIET="1")
+    p = subprocess.Popen(["mpirun", "--oversubscribe", "-np", "2", exe, "--data=", "--steps=100000"], cwd=tmp,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    try:
+        line = p.stdout.readline()   # the first step's line: buckets are being sent from now on
+        ranks = [c for c in children(p.pid) if os.path.realpath("/proc/%d/exe" % c) == os.path.realpath(exe)]
+        if not line or len(ranks) != 2:
+            return "kill: the job did not start two ranks (%r, %s)" % (line, ranks)
+        time.sleep(0.3)
+        os.kill(ranks[1], signal.SIGKILL)
+        try:
+            out, _ = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            return "kill: mpirun still waiting 60 s after a rank was killed (a rank hangs in a pending collective)"
+        left = [r for r in ranks if os.path.exists("/proc/%d" % r) and
+                open("/proc/%d/stat" % r).read().split()[2] != "Z"]
+        if p.returncode == 0 or left or not re.search(r"signal 9|Killed", out):
+            return "kill: mpirun exit %s, ranks left %s, output:\n%s" % (p.returncode, left, out[-1500:])
+        return None
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
 
 
 def main():
@@ -84,6 +132,8 @@ def main():
                             (len(plain_lines), len(over_data)))
         print("losses %s; trace (count, bytes) with buckets %s, without %s; explain lines over data %d -> %d"
               % (on, on_trace, plain_trace, len(plain_lines), len(over_data)))
+
+        failures += [f for f in [kill_mid_step(on_exe, tmp)] if f]
 
         p = subprocess.run([shdc, "build", SRC, "--bucket=lots", "-o", os.path.join(tmp, "x")], capture_output=True,
                            text=True)
