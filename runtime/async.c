@@ -79,7 +79,20 @@ typedef struct request {
     int n;
     size_t capm;
     bool done;
+    /* the machine (advance) */
+    int phase, step, nrq;
+    size_t seg;                      /* elements of buf before the current segment */
+    MPI_Request rq[2];
+    char *tmp, *recv_at;
+    size_t tmpcap, recv_n;
+    int64_t t0;
 } request;
+
+enum { PHASE_NEW, PHASE_SMALL, PHASE_RS, PHASE_AG, PHASE_DONE };
+enum { MODE_SYNC, MODE_THREAD, MODE_PROGRESS };
+
+static long g_poll_max = 100000;     /* SHD_ASYNC_POLL_NS: the thread's longest sleep */
+bool shd_async_active = false;
 
 typedef struct {
     int axes[SHD_MAX_AXES], naxes;
@@ -87,7 +100,8 @@ typedef struct {
 } async_comm;
 
 static struct {
-    bool wanted, threaded, started, stop;
+    bool wanted, started, stop;
+    int mode;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t work, done;
@@ -103,31 +117,13 @@ void shd_async_enable(void) { g_as.wanted = true; }
 
 bool shd_async_wanted(void) { return g_as.wanted; }
 
-/* ---- the reduction ------------------------------------------------------- */
+/* ---- the reduction: a machine advanced by progress calls ------------------ */
 
 static void sleep_ns(long ns)
 {
     struct timespec ts = {0, ns};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
-}
-
-/* Completes the n requests rq, sleeping between the progress calls. */
-static long g_poll_max = 100000;
-
-static void poll_all(int n, MPI_Request *rq)
-{
-    long ns = 2000;
-    for (;;) {
-        int flag = 0;
-        MPI_Testall(n, rq, &flag, MPI_STATUSES_IGNORE);
-        if (flag)
-            return;
-        if (g_poll_max > 0)
-            sleep_ns(ns < g_poll_max ? ns : g_poll_max);
-        if (ns < g_poll_max)
-            ns *= 2;
-    }
 }
 
 static size_t chunk_off(size_t count, int G, int i)
@@ -138,64 +134,109 @@ static size_t chunk_off(size_t count, int G, int i)
 
 static int mod(int a, int m) { return ((a % m) + m) % m; }
 
-static void exchange(const char *sbuf, size_t sbytes, int dest, char *rbuf, size_t rbytes, int src, MPI_Comm comm)
+/* Posts the exchange of r's current ring step: the chunk it sends to the
+ * next rank and the one it receives from the previous (into tmp while
+ * reducing, in place while gathering). */
+static void post_step(request *r)
 {
-    MPI_Request rq[2];
-    MPI_Irecv(rbuf, (int)rbytes, MPI_BYTE, src, 0x5e, comm, &rq[0]);
-    MPI_Isend(sbuf, (int)sbytes, MPI_BYTE, dest, 0x5e, comm, &rq[1]);
-    poll_all(2, rq);
+    size_t es = shd_dtype_size(r->dt), seg = SEGMENT_BYTES / es;
+    size_t base = r->seg, n = r->count - base < seg ? r->count - base : seg;
+    char *b = r->buf + base * es;
+    int g = r->g, G = r->G, s = r->step, sc, rc;
+    if (r->phase == PHASE_RS) {
+        sc = mod(g - s - 1, G);
+        rc = mod(g - s - 2, G);
+    } else {
+        sc = mod(g - s, G);
+        rc = mod(g - s - 1, G);
+    }
+    size_t so = chunk_off(n, G, sc), sn = chunk_off(n, G, sc + 1) - so;
+    size_t ro = chunk_off(n, G, rc), rn = chunk_off(n, G, rc + 1) - ro;
+    r->recv_at = b + ro * es;
+    r->recv_n = rn;
+    char *into = r->phase == PHASE_RS ? r->tmp : r->recv_at;
+    MPI_Irecv(into, (int)(rn * es), MPI_BYTE, mod(g - 1, G), 0x5e, r->comm, &r->rq[0]);
+    MPI_Isend(b + so * es, (int)(sn * es), MPI_BYTE, mod(g + 1, G), 0x5e, r->comm, &r->rq[1]);
+    r->nrq = 2;
 }
 
-/* The ring over one segment (its chunks fit an int count of bytes). */
-static void ring(char *b, size_t count, shd_dtype dt, shd_redop op, MPI_Comm comm, int g, int G, char *tmp)
+/* Advances r as far as its messages allow without blocking (block: waits
+ * for them); true when it is complete. */
+static bool advance(request *r, bool block)
 {
-    size_t es = shd_dtype_size(dt);
-    int next = mod(g + 1, G), prev = mod(g - 1, G);
-    for (int s = 0; s < G - 1; s++) {
-        int sc = mod(g - s - 1, G), rc = mod(g - s - 2, G);
-        size_t so = chunk_off(count, G, sc), sn = chunk_off(count, G, sc + 1) - so;
-        size_t ro = chunk_off(count, G, rc), rn = chunk_off(count, G, rc + 1) - ro;
-        exchange(b + so * es, sn * es, next, tmp, rn * es, prev, comm);
-        shd_reduce_into(b + ro * es, tmp, rn, dt, op);
-    }
-    for (int s = 0; s < G - 1; s++) {
-        int sc = mod(g - s, G), rc = mod(g - s - 1, G);
-        size_t so = chunk_off(count, G, sc), sn = chunk_off(count, G, sc + 1) - so;
-        size_t ro = chunk_off(count, G, rc), rn = chunk_off(count, G, rc + 1) - ro;
-        exchange(b + so * es, sn * es, next, b + ro * es, rn * es, prev, comm);
+    size_t es = shd_dtype_size(r->dt);
+    for (;;) {
+        if (r->nrq) {
+            int flag = 1;
+            if (block)
+                MPI_Waitall(r->nrq, r->rq, MPI_STATUSES_IGNORE);
+            else
+                MPI_Testall(r->nrq, r->rq, &flag, MPI_STATUSES_IGNORE);
+            if (!flag)
+                return false;
+            r->nrq = 0;
+            if (r->phase == PHASE_SMALL)
+                r->phase = PHASE_DONE;
+            else {
+                if (r->phase == PHASE_RS)
+                    shd_reduce_into(r->recv_at, r->tmp, r->recv_n, r->dt, r->op);
+                r->step++;
+            }
+        }
+        switch (r->phase) {
+        case PHASE_NEW:
+            if (r->G == 1 || r->count == 0) {
+                r->phase = PHASE_DONE;
+                continue;
+            }
+            r->t0 = shd_timeline_now();
+            if (r->count * es < RING_MIN_BYTES) {
+                r->phase = PHASE_SMALL;
+                MPI_Iallreduce(MPI_IN_PLACE, r->buf, (int)r->count, shd_mpi_type(r->dt), shd_mpi_op(r->dt, r->op),
+                               r->comm, &r->rq[0]);
+                r->nrq = 1;
+                continue;
+            }
+            size_t seg = SEGMENT_BYTES / es, chunk = (seg < r->count ? seg : r->count) / (size_t)r->G + 1;
+            if (chunk * es > r->tmpcap) {
+                r->tmp = shd_mem(r->tmp, chunk * es, "an async all-reduce's chunk");
+                r->tmpcap = chunk * es;
+            }
+            r->phase = PHASE_RS;
+            r->seg = 0;
+            r->step = 0;
+            post_step(r);
+            continue;
+        case PHASE_RS:
+        case PHASE_AG:
+            if (r->step == r->G - 1) {
+                if (r->phase == PHASE_RS) {
+                    r->phase = PHASE_AG;
+                } else {
+                    r->seg += SEGMENT_BYTES / es;
+                    if (r->seg >= r->count) {
+                        r->phase = PHASE_DONE;
+                        continue;
+                    }
+                    r->phase = PHASE_RS;
+                }
+                r->step = 0;
+            }
+            post_step(r);
+            continue;
+        case PHASE_SMALL:
+            continue;   /* its one request is posted */
+        case PHASE_DONE:
+            if (r->G > 1 && r->count)
+                shd_timeline_async(r->axes, r->t0, shd_timeline_now(), 2 * (size_t)(r->G - 1) * r->count * es
+                                                                          / (size_t)r->G, r->line);
+            return true;
+        }
     }
 }
 
-static void reduce_request(request *r)
-{
-    if (r->G == 1 || r->count == 0)
-        return;
-    size_t es = shd_dtype_size(r->dt), bytes = r->count * es;
-    if (bytes < RING_MIN_BYTES) {
-        MPI_Request rq;
-        MPI_Iallreduce(MPI_IN_PLACE, r->buf, (int)r->count, shd_mpi_type(r->dt), shd_mpi_op(r->dt, r->op), r->comm,
-                       &rq);
-        poll_all(1, &rq);
-        return;
-    }
-    size_t seg = SEGMENT_BYTES / es;
-    char *tmp = shd_mem(NULL, (seg < r->count ? seg : r->count) / (size_t)r->G * es + es, "an async all-reduce's chunk");
-    for (size_t done = 0; done < r->count; done += seg) {
-        size_t n = r->count - done < seg ? r->count - done : seg;
-        ring(r->buf + done * es, n, r->dt, r->op, r->comm, r->g, r->G, tmp);
-    }
-    free(tmp);
-}
-
-static void run_request(request *r)
-{
-    int64_t t0 = shd_timeline_now();
-    reduce_request(r);
-    if (r->G > 1)
-        shd_timeline_async(r->axes, t0, shd_timeline_now(), 2 * (size_t)(r->G - 1) * r->count * shd_dtype_size(r->dt)
-                                                               / (size_t)r->G, r->line);
-}
-
+/* The thread: each request in turn, sleeping in the kernel between its
+ * progress calls (2 us doubling to 100 us). */
 static void *thread_main(void *arg)
 {
     (void)arg;
@@ -210,7 +251,9 @@ static void *thread_main(void *arg)
         if (!g_as.queue)
             g_as.qtail = NULL;
         pthread_mutex_unlock(&g_as.mu);
-        run_request(r);
+        for (long ns = 2000; !advance(r, false); ns = ns < g_poll_max ? 2 * ns : g_poll_max)
+            if (g_poll_max > 0)
+                sleep_ns(ns < g_poll_max ? ns : g_poll_max);
         pthread_mutex_lock(&g_as.mu);
         r->done = true;
         pthread_cond_broadcast(&g_as.done);
@@ -219,17 +262,43 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
+/* Progress mode: the queue's requests advanced in order, as far as they
+ * go without blocking (the runtime's kernels call this between them). */
+void shd_async_progress_slow(void)
+{
+    while (g_as.queue) {
+        request *r = g_as.queue;
+        if (!advance(r, false))
+            return;
+        r->done = true;
+        g_as.queue = r->qnext;
+        if (!g_as.queue) {
+            g_as.qtail = NULL;
+            shd_async_active = false;
+        }
+    }
+}
+
 /* ---- set-up ---------------------------------------------------------------- */
 
 void shd_async_init(int provided)
 {
     if (!g_as.wanted)
         return;
-    const char *v = getenv("SHD_OVERLAP");
-    bool off = v && strcmp(v, "0") == 0;
-    int on = !off && provided >= MPI_THREAD_MULTIPLE, all = 0;
-    MPI_Allreduce(&on, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);   /* every rank alike */
-    g_as.threaded = all;
+    int mode = MODE_THREAD, all = 0;
+    if (shd_world_rank() == 0) {
+        const char *v = getenv("SHD_OVERLAP");
+        if (v && (!strcmp(v, "0") || !strcmp(v, "sync")))
+            mode = MODE_SYNC;
+        else if (v && !strcmp(v, "progress"))
+            mode = MODE_PROGRESS;
+        else if (v && *v && strcmp(v, "1") != 0 && strcmp(v, "thread") != 0)
+            shd_fatal("SHD_OVERLAP=%s: expected 'thread' (1, the default), 'progress' or 'sync' (0)", v);
+    }
+    MPI_Bcast(&mode, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    int threads = provided >= MPI_THREAD_MULTIPLE;
+    MPI_Allreduce(&threads, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);   /* every rank alike */
+    g_as.mode = mode == MODE_THREAD && !all ? MODE_PROGRESS : mode;
     const char *pm = getenv("SHD_ASYNC_POLL_NS");
     if (pm && *pm)
         g_poll_max = atol(pm);
@@ -249,6 +318,7 @@ void shd_async_fini(void)
         next = r->next;
         free(r->buf);
         free(r->m);
+        free(r->tmp);
         free(r);
     }
     g_as.spare = NULL;
@@ -292,7 +362,7 @@ void shd_async_begin(int site, shd_dtype dt, shd_redop op, const int *axes, int 
     r->op = op;
     r->G = shd_group_size(axes, naxes);
     r->g = shd_group_index(axes, naxes);
-    r->comm = r->G > 1 ? (g_as.threaded ? async_comm_of(axes, naxes) : shd_group_comm(axes, naxes)) : MPI_COMM_NULL;
+    r->comm = r->G > 1 ? async_comm_of(axes, naxes) : MPI_COMM_NULL;
     size_t used = 0;
     r->axes[0] = 0;
     for (int i = 0; i < naxes && used + 2 < sizeof r->axes; i++)
@@ -300,6 +370,8 @@ void shd_async_begin(int site, shd_dtype dt, shd_redop op, const int *axes, int 
     r->count = 0;
     r->n = 0;
     r->done = false;
+    r->phase = PHASE_NEW;
+    r->nrq = 0;
     g_as.open = r;
 }
 
@@ -357,14 +429,24 @@ void shd_async_start(int line)
     else
         g_as.out = r;
     g_as.otail = r;
-    if (!g_as.threaded || r->G == 1) {
+    if (g_as.mode == MODE_SYNC || r->G == 1) {
         if (r->G > 1) {
             shd_span_begin(SHD_SPAN_COLLECTIVE, "collective", line);
             shd_timeline_collective("all_reduce", 2 * (size_t)(r->G - 1) * n / (size_t)r->G);
-            reduce_request(r);
+            advance(r, true);
             shd_span_end();
         }
         r->done = true;
+        return;
+    }
+    if (g_as.mode == MODE_PROGRESS) {
+        if (g_as.qtail)
+            g_as.qtail->qnext = r;
+        else
+            g_as.queue = r;
+        g_as.qtail = r;
+        shd_async_active = true;
+        shd_async_progress_slow();
         return;
     }
     if (!g_as.started) {
@@ -412,7 +494,7 @@ void shd_async_wait(int site, void *const *dst, int ndst, int line)
             link = &r->next;
             continue;
         }
-        if (g_as.threaded) {
+        if (g_as.mode == MODE_THREAD) {
             pthread_mutex_lock(&g_as.mu);
             if (!r->done && !waited) {
                 pthread_mutex_unlock(&g_as.mu);
@@ -423,6 +505,20 @@ void shd_async_wait(int site, void *const *dst, int ndst, int line)
             while (!r->done)
                 pthread_cond_wait(&g_as.done, &g_as.mu);
             pthread_mutex_unlock(&g_as.mu);
+        } else if (g_as.mode == MODE_PROGRESS && !r->done) {
+            if (!waited)
+                shd_span_begin(SHD_SPAN_WAIT, "async wait", line);
+            waited = true;
+            while (!r->done) {   /* the requests before it first, in order */
+                request *h = g_as.queue;
+                advance(h, true);
+                h->done = true;
+                g_as.queue = h->qnext;
+                if (!g_as.queue) {
+                    g_as.qtail = NULL;
+                    shd_async_active = false;
+                }
+            }
         }
         finish(r, dst, ndst);
         *link = r->next;

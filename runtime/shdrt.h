@@ -561,6 +561,10 @@ void shd_attention_grad(const void *q, const void *k, const void *v,
 enum { SHD_SPAN_CALL, SHD_SPAN_ELEMENTWISE, SHD_SPAN_GEMM, SHD_SPAN_COLLECTIVE, SHD_SPAN_WAIT, SHD_SPAN_COMPUTE,
        SHD_SPAN_STEP };
 extern bool shd_timeline_on;
+/* async.c, SHD_OVERLAP=progress: buckets in flight advance at the ends of
+ * the runtime's kernels and the generated code's spans. */
+extern bool shd_async_active;
+void shd_async_progress_slow(void);
 void shd_span_begin_slow(int kind, const char *name, int file, int line);
 void shd_span_end_slow(void);
 static inline void shd_span_begin_at(int kind, const char *name, int file, int line)
@@ -577,6 +581,8 @@ static inline void shd_span_end(void)
 {
     if (shd_timeline_on)
         shd_span_end_slow();
+    if (shd_async_active)
+        shd_async_progress_slow();
 }
 void shd_trace_at(int file, int line);
 void shd_trace_files(int n, const char *const *names);
