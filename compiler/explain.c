@@ -55,7 +55,11 @@ static const char *shapes_after(const Report *r, const Inst *in) {
   if (in->op != IR_ALL_REDUCE_START)
     return ty_local_str(&r->mod->mesh, &in->results[0]->type);
   int n = in->niv / ASYNC_MEMBER_W;
-  return arena_printf("... (a bucket of %d array%s, overlapped)", n, n == 1 ? "" : "s");
+  double dot, ew;
+  const Inst *wait = overlap_work(r->mod, in, &dot, &ew);
+  return arena_printf("... (a bucket of %d array%s, overlapped with %.3g GFLOP and %.3g M element operations "
+                      "before its wait at line %d)", n, n == 1 ? "" : "s", dot / 1e9, ew / 1e6,
+                      wait ? wait->pos.line : 0);
 }
 
 static void list_inst(Report *r, const Inst *in, const char *ctx) {

@@ -486,3 +486,49 @@ void overlap_module(Module *mod, int64_t bucket_bytes) {
   }
   free(o.uses);
 }
+
+/* ---- what a bucket hides behind (explain, plan) -------------------------------------------------- */
+
+static void add_work(const Module *mod, const Inst *in, double *dot, double *ew) {
+  const OpDef *d = op_def(in->op);
+  if (d && (d->flags & OPF_COLLECTIVE))
+    return;
+  if (d && d->work)
+    d->work(mod, in, dot, ew);
+  else if (d && (d->flags & OPF_ELEMENTWISE) && in->nresults && in->results[0]->type.kind == TY_ARRAY)
+    *ew += (double)ty_local_count(&mod->mesh, &in->results[0]->type);
+  for (int r = 0; r < in->nregions; r++)
+    for (int i = 0; i < in->regions[r]->insts.len; i++)
+      add_work(mod, in->regions[r]->insts.data[i], dot, ew);
+}
+
+static bool is_wait_of(const Inst *in, const Inst *start) {
+  return in->op == IR_ALL_REDUCE_WAIT && in->ival == start->ival;
+}
+
+const Inst *overlap_work(const Module *mod, const Inst *start, double *dot, double *ew) {
+  *dot = *ew = 0;
+  const IrBlock *b = start->parent;
+  int at = index_of(b, start);
+  if (at < 0)
+    return NULL;
+  for (int i = at + 1; i < b->insts.len; i++) {
+    const Inst *in = b->insts.data[i];
+    if (is_wait_of(in, start))
+      return in;
+    add_work(mod, in, dot, ew);
+  }
+  /* a loop's bucket: the next iteration's work, then the loop's block up to the wait */
+  const Inst *loop = b->owner;
+  if (!loop || loop->op != IR_FOR)
+    return NULL;
+  for (int i = 0; i < b->insts.len; i++)
+    add_work(mod, b->insts.data[i], dot, ew);
+  const IrBlock *pb = loop->parent;
+  for (int i = index_of(pb, loop) + 1; i < pb->insts.len; i++) {
+    const Inst *in = pb->insts.data[i];
+    if (is_wait_of(in, start))
+      return in;
+  }
+  return NULL;
+}

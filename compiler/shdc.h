@@ -1034,6 +1034,11 @@ bool ad_module(Module *mod);
  * buffers. */
 enum { OVERLAP_BUCKET = 0 };
 void overlap_module(Module *mod, int64_t bucket_bytes);
+/* The work a bucket's start can hide behind (contraction FLOPs and
+ * elementwise operations per rank): what runs between it and its wait, and
+ * for a loop's bucket one iteration of the loop's body (the next one runs
+ * while it travels). Returns the wait (NULL if not found). */
+const Inst *overlap_work(const Module *mod, const Inst *start, double *dot, double *ew);
 
 /* ---- partition.c, reshard.c --------------------------------------------- */
 
