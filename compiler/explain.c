@@ -198,6 +198,7 @@ typedef struct {
   int nwatch;
   PtrMap loop_map;
   int64_t *loop_extra;
+  PtrMap sites;        /* a bucket's site (+1) -> the buffer of its staged copies (the runtime's, async.c) */
   int nloops;
 } Sim;
 
@@ -307,6 +308,11 @@ static int64_t trip_count(const Inst *in) {
  * iterations' pushes; the repeats are pushes too, for an enclosing loop. */
 static void tape_iterations(Sim *s, const Inst *in, int push0) {
   int64_t n = trip_count(in), end = s->npushes, grow = 0;
+  if (n == 2)   /* the second iteration's pushes are in its net bytes: the tapes hold them too */
+    for (int64_t i = push0; i < end; i++) {
+      s->bytes[s->pushes[2 * i]] += s->pushes[2 * i + 1];
+      s->pushes[2 * i + 1] *= 2;
+    }
   if (n <= 2)
     return;
   for (int64_t i = push0; i < end; i++) {
@@ -525,7 +531,48 @@ static void sim_tape_push(Sim *s, const Inst *in) {
   s->npushes++;
 }
 
+/* A bucket (overlap.c): the runtime copies its arrays into a staging
+ * buffer at the start and frees it at the wait. A loop's bucket is waited
+ * after the loop: its copies are pushes, as on a tape, which the loop
+ * repeats for every iteration. */
+static void sim_bucket(Sim *s, const Inst *in) {
+  const void *key = (const void *)(uintptr_t)(in->ival + 1);
+  int b = ptrmap_get(&s->sites, key);
+  if (in->op == IR_ALL_REDUCE_WAIT) {
+    if (b >= 0 && s->refs[b] > 0)
+      buf_release(s, b);
+    return;
+  }
+  if (b < 0 || s->refs[b] == 0) {
+    b = buf_entry(s, 0, NULL);
+    ptrmap_put(&s->sites, key, b);
+  }
+  int64_t bytes = 0;
+  for (int j = 0; j < in->niv / ASYNC_MEMBER_W; j++)
+    bytes += local_bytes(s->mod, &in->args[j]->type);
+  s->bytes[b] += bytes;
+  add_live(s, bytes, in->pos);
+  bump(s);
+  bool waited_here = false;
+  for (int k = 0; k < in->parent->insts.len && !waited_here; k++) {
+    const Inst *w = in->parent->insts.data[k];
+    waited_here = w->op == IR_ALL_REDUCE_WAIT && w->ival == in->ival;
+  }
+  if (waited_here)
+    return;
+  if (s->npushes == s->cappushes) {
+    int old = s->cappushes;
+    s->cappushes = old ? 2 * old : 64;
+    s->pushes = mem_resize(s->pushes, 2 * old, 2 * s->cappushes, sizeof *s->pushes);
+  }
+  s->pushes[2 * s->npushes] = b;
+  s->pushes[2 * s->npushes + 1] = bytes;
+  s->npushes++;
+}
+
 static void sim_inst(Sim *s, const Inst *in, int i, int *yield_bufs) {
+  if (in->op == IR_ALL_REDUCE_START || in->op == IR_ALL_REDUCE_WAIT)
+    sim_bucket(s, in);
   switch (in->op) {
   case IR_TAPE_NEW: s->buf_of[in->results[0]->id] = buf_entry(s, 0, in->results[0]); break;
   case IR_TAPE_PUSH: sim_tape_push(s, in); break;
@@ -605,6 +652,8 @@ static void sim_block(Sim *s, const IrBlock *b, int *yield_bufs) {
 
 static void summarise(Sim *s, const Func *f, Summary *sm) {
   s->nbufs = s->npushes = 0;
+  ptrmap_free(&s->sites);   /* buffer numbers start again */
+  s->sites = (PtrMap){0};
   s->live = s->peak = s->peak2 = s->stolen = 0;
   s->depth = 0;
   s->fn = f;
@@ -739,6 +788,8 @@ static Site func_site(Sim *s, const Func *f) {
   Summary tmp;
   ptrmap_free(&s->loop_map);
   s->loop_map = (PtrMap){0};
+  ptrmap_free(&s->sites);
+  s->sites = (PtrMap){0};
   s->nloops = 0;
   s->track = 1;
   summarise(s, f, &tmp);

@@ -424,6 +424,7 @@ void shd_async_start(int line)
     r->line = line;
     size_t n = r->count * shd_dtype_size(r->dt);
     shd_trace_add("all_reduce", 2 * (size_t)(r->G - 1) * n / (size_t)r->G);
+    shd_live_adjust((int64_t)n);   /* the staged copy, until its wait (explain counts it) */
     if (g_as.out)
         g_as.otail->next = r;
     else
@@ -521,6 +522,7 @@ void shd_async_wait(int site, void *const *dst, int ndst, int line)
             }
         }
         finish(r, dst, ndst);
+        shd_live_adjust(-(int64_t)(r->count * shd_dtype_size(r->dt)));
         *link = r->next;
         if (g_as.otail == r)
             g_as.otail = prev;

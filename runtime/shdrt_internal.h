@@ -75,6 +75,11 @@ void shd_box_apply(void *dst, const int64_t *ds, const int64_t *d0, const void *
 int64_t shd_timeline_now(void);
 void shd_timeline_async(const char *axes, int64_t t0, int64_t t1, size_t bytes, int line);
 
+/* alloc.c: bytes the runtime holds for the program outside its blocks
+ * (async.c's staged buckets, which explain counts) added to (or, negative,
+ * taken from) the live bytes and their peak. */
+void shd_live_adjust(int64_t delta);
+
 /* alloc.c: returns the cached free blocks to the system. */
 void shd_alloc_fini(void);
 
