@@ -51,7 +51,7 @@
 
 #include "shdrt_internal.h"
 
-enum { RING_MIN_BYTES = 64 << 10, SEGMENT_BYTES = 256 << 20 };
+enum { RING_MIN_BYTES = 64 << 10, SEGMENT_BYTES = 256 << 20, PIECE_BYTES = 60 << 10 };
 
 typedef struct {
     int kind;                        /* SHD_ASYNC_* */
@@ -82,7 +82,8 @@ typedef struct request {
     /* the machine (advance) */
     int phase, step, nrq;
     size_t seg;                      /* elements of buf before the current segment */
-    MPI_Request rq[2];
+    MPI_Request *rq;
+    size_t caprq;
     char *tmp, *recv_at;
     size_t tmpcap, recv_n;
     int64_t t0;
@@ -155,9 +156,23 @@ static void post_step(request *r)
     r->recv_at = b + ro * es;
     r->recv_n = rn;
     char *into = r->phase == PHASE_RS ? r->tmp : r->recv_at;
-    MPI_Irecv(into, (int)(rn * es), MPI_BYTE, mod(g - 1, G), 0x5e, r->comm, &r->rq[0]);
-    MPI_Isend(b + so * es, (int)(sn * es), MPI_BYTE, mod(g + 1, G), 0x5e, r->comm, &r->rq[1]);
-    r->nrq = 2;
+    /* In pieces that MPI sends eagerly over TCP (below btl_tcp_eager_limit,
+     * 64 KiB with its header): a large message's rendezvous waits for the
+     * peer's answer, which queues behind the peer's own large message in the
+     * same connection, and the exchange runs one direction at a time. */
+    size_t rb = rn * es, sb = sn * es, np = (rb > sb ? rb : sb) / PIECE_BYTES + 1;
+    if (2 * np > r->caprq) {
+        r->rq = shd_mem(r->rq, 2 * np * sizeof *r->rq, "an async all-reduce's messages");
+        r->caprq = 2 * np;
+    }
+    int k = 0;
+    for (size_t off = 0; off < rb; off += PIECE_BYTES)
+        MPI_Irecv(into + off, (int)(rb - off < PIECE_BYTES ? rb - off : PIECE_BYTES), MPI_BYTE, mod(g - 1, G), 0x5e,
+                  r->comm, &r->rq[k++]);
+    for (size_t off = 0; off < sb; off += PIECE_BYTES)
+        MPI_Isend(b + so * es + off, (int)(sb - off < PIECE_BYTES ? sb - off : PIECE_BYTES), MPI_BYTE, mod(g + 1, G),
+                  0x5e, r->comm, &r->rq[k++]);
+    r->nrq = k;
 }
 
 /* Advances r as far as its messages allow without blocking (block: waits
@@ -191,6 +206,10 @@ static bool advance(request *r, bool block)
             }
             r->t0 = shd_timeline_now();
             if (r->count * es < RING_MIN_BYTES) {
+                if (!r->caprq) {
+                    r->rq = shd_mem(NULL, 2 * sizeof *r->rq, "an async all-reduce's messages");
+                    r->caprq = 2;
+                }
                 r->phase = PHASE_SMALL;
                 MPI_Iallreduce(MPI_IN_PLACE, r->buf, (int)r->count, shd_mpi_type(r->dt), shd_mpi_op(r->dt, r->op),
                                r->comm, &r->rq[0]);
@@ -319,6 +338,7 @@ void shd_async_fini(void)
         free(r->buf);
         free(r->m);
         free(r->tmp);
+        free(r->rq);
         free(r);
     }
     g_as.spare = NULL;
