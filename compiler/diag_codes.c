@@ -1,6 +1,7 @@
-/* diag_codes.c: the error codes, with the help text of each.
+/* diag_codes.c: the error and warning codes, with the help text of each.
  *
- * Every [E_CODE] a diagnostic can carry is listed here once, with a short
+ * Every [E_CODE] or [W_CODE] a diagnostic can carry is listed here once (the
+ * warnings last: their example checks with the warning and exit 0), with a short
  * description (typing-rules.md section D, manual.md, autodiff.md say the
  * same in more words), the help a user reading a SARIF report or an
  * editor tooltip needs (what the rule is and the usual fix), and a small
@@ -558,6 +559,66 @@ static const DiagCode codes[] = {
      "    print(sum(a))\n"
      "}\n",
      "3MB"},
+    /* The warnings: the program is valid, but probably not what was meant. */
+    {"W_PSUM_INVARIANT", "Psum of an invariant value", "a psum of a value that is the same on every device",
+     "Inside a manual body a value invariant over an axis is the same on every device along it, so psum over that "
+     "axis adds it to itself once per device: the result is the value times the axis size. If the value is already "
+     "the total (a sum of a replicated array, a psum done before), drop the psum; if the product is meant, write "
+     "the multiplication; if each device was to contribute its own part, compute the part from the device's "
+     "varying values (a parameter sharded over the axis, axis_index). psum(1, X), the axis size, is not warned "
+     "about.",
+     // the example and its fix
+     "mesh {X: 2}\n"
+     "manual(X) fn total(a: f32[8@X]) -> f32 {\n"
+     "    let s = psum(sum(a), X)\n"
+     "    return psum(s, X)\n"
+     "}\n"
+     "fn main() {\n"
+     "    let a: f32[8@X] = ones()\n"
+     "    print(total(a))\n"
+     "}\n",
+     "mesh {X: 2}\n"
+     "manual(X) fn total(a: f32[8@X]) -> f32 {\n"
+     "    let s = psum(sum(a), X)\n"
+     "    return s\n"
+     "}\n"
+     "fn main() {\n"
+     "    let a: f32[8@X] = ones()\n"
+     "    print(total(a))\n"
+     "}\n", NULL},
+    {"W_UNUSED", "Unused variable", "a let whose value is never read",
+     "A `let` binds a value that nothing reads: usually a typo in a later use, or a leftover. Drop the let (keep "
+     "the call alone if it has an effect), or name it with a leading underscore (`_x`) to say it is meant to be "
+     "unused, as in Rust. var, for and parameters are not warned about.",
+     // the example and its fix
+     "mesh {X: 2}\n"
+     "fn main() {\n"
+     "    let a: f32[8@X] = ones()\n"
+     "    let scaled = a * 2.0\n"
+     "    print(sum(a))\n"
+     "}\n",
+     "mesh {X: 2}\n"
+     "fn main() {\n"
+     "    let a: f32[8@X] = ones()\n"
+     "    let scaled = a * 2.0\n"
+     "    print(sum(scaled))\n"
+     "}\n", NULL},
+    {"W_RESHARD_ROUNDTRIP", "Reshard round trip", "a reshard to the value's own type, or straight back",
+     "reshard(x, T) moves data between layouts; to x's own type it moves nothing, and reshard(reshard(x, A), B) "
+     "with B x's own type moves the data twice to end where it was. Drop the reshard, or both.",
+     // the example and its fix
+     "mesh {X: 2}\n"
+     "fn main() {\n"
+     "    let a: f32[8@X, 4] = ones()\n"
+     "    let b = reshard(reshard(a, f32[8, 4]), f32[8@X, 4])\n"
+     "    print(sum(b))\n"
+     "}\n",
+     "mesh {X: 2}\n"
+     "fn main() {\n"
+     "    let a: f32[8@X, 4] = ones()\n"
+     "    let b = a\n"
+     "    print(sum(b))\n"
+     "}\n", NULL},
 };
 
 int diag_code_count(void) { return (int)(sizeof codes / sizeof *codes); }

@@ -435,3 +435,14 @@ bool diag_fix_resolve(const PendingFix *f, const Program *prog, SourceFix *out) 
   }
   return false;
 }
+
+/* ---- the source text of an expression ------------------------------------------------- */
+
+const char *diag_expr_source(const Expr *e) {
+  Span s;
+  if (!e || !e->pos.file || !expr_span(e->pos.file, e, &s))
+    return NULL;
+  return arena_printf("%.*s", (int)(s.hi - s.lo), s.lo);
+}
+
+const Expr *diag_expr_at(Pos pos) { return expr_at(pos.file ? diagout_program_of(pos.file) : NULL, pos); }

@@ -1,0 +1,154 @@
+/* warn.c: the warnings of a whole function, after it type-checks.
+ *
+ * W_UNUSED: a `let` (or a name of `let (a, b) = ...`) whose value is never
+ * read, as rustc's unused_variables: names that start with `_` are meant
+ * to be unused and are left alone. A name is read where an expression or a
+ * type (a let bound to an integer sizes a dim: f32[n]) names it, resolved
+ * by scope as the typechecker resolves it: a later let of the same name
+ * shadows it from its own statement on, its value still reading the older
+ * one (`let x = x + 1`). var, for and parameters are not warned about.
+ *
+ * The warnings that need an operation's types (W_PSUM_INVARIANT,
+ * W_RESHARD_ROUNDTRIP) are given by the operation's own typing
+ * (op_collective.c). Only the functions of the program's own file are
+ * looked at: an imported library is not the user's to change (clang's
+ * system headers).
+ */
+#include "shdc.h"
+
+typedef struct {
+  const char *name;
+  int len;
+  Pos pos;            /* the name as bound */
+  bool warn;          /* a let's name (not var, for or a parameter) */
+  bool used;
+} Binding;
+
+typedef struct {
+  Binding *b;
+  int n, cap;
+} Bindings;
+
+static void bind(Bindings *s, Token name, bool warn) {
+  if (!name.start || name.len <= 0)
+    return;
+  s->b = mem_grow(s->b, &s->cap, s->n + 1, sizeof *s->b);
+  s->b[s->n++] = (Binding){name.start, name.len, name.pos, warn && name.start[0] != '_', false};
+}
+
+static void use(Bindings *s, const char *name, int len) {
+  for (int i = s->n - 1; i >= 0; i--)
+    if (s->b[i].len == len && !strncmp(s->b[i].name, name, (size_t)len)) {
+      s->b[i].used = true;
+      return;
+    }
+}
+
+static void use_tok(Bindings *s, Token t) {
+  if (t.start && t.len > 0)
+    use(s, t.start, t.len);
+}
+
+static void use_type(Bindings *s, const TypeExpr *t) {
+  if (!t)
+    return;
+  int nd = t->ndims_written < MAX_RANK ? t->ndims_written : MAX_RANK;
+  for (int d = 0; t->dims && d < nd && d < t->rank; d++)
+    use_tok(s, t->dims[d].size);
+  if (t->named)
+    use_tok(s, t->name);
+}
+
+static void use_expr(Bindings *s, const Expr *e) {
+  if (!e)
+    return;
+  if (e->kind == EX_NAME)
+    use_tok(s, e->tok);
+  use_expr(s, e->lhs);
+  use_expr(s, e->rhs);
+  use_expr(s, e->callee);
+  for (int i = 0; i < e->args.len; i++)
+    use_expr(s, e->args.data[i]);
+  use_type(s, e->type);
+}
+
+/* The names bound from `from` on leave scope: the unread lets among them
+ * are warned about. */
+static void leave(Bindings *s, int from) {
+  for (int i = from; i < s->n; i++) {
+    const Binding *b = &s->b[i];
+    if (!b->warn || b->used)
+      continue;
+    diag_warning(b->pos, "W_UNUSED",
+                 "`%.*s` is never read; drop the let (keep the call alone if it has an effect), or name it `_%.*s` "
+                 "if it is meant to be unused",
+                 b->len, b->name, b->len, b->name);
+    Pos to = b->pos;
+    to.col += b->len;
+    diag_fix_replace(b->pos, to, arena_printf("_%.*s", b->len, b->name),
+                     arena_printf("if `%.*s` is meant to be unused, name it `_%.*s`", b->len, b->name, b->len,
+                                  b->name));
+  }
+  s->n = from;
+}
+
+static void walk_block(Bindings *s, const Block *b);
+
+static void walk_stmt(Bindings *s, const Stmt *st) {
+  use_type(s, st->type);
+  use_expr(s, st->expr);
+  use_expr(s, st->hi);
+  switch (st->kind) {
+  case ST_LET:
+    bind(s, st->name, true);
+    break;
+  case ST_LET_TUPLE:
+    for (int i = 0; i < st->names.len; i++)
+      bind(s, *(Token *)st->names.data[i], true);
+    break;
+  case ST_VAR:
+    bind(s, st->name, false);
+    break;
+  case ST_ASSIGN:
+    use_tok(s, st->name);   /* an assignment of a field reads the rest of the struct */
+    break;
+  case ST_FOR: {
+    int mark = s->n;
+    bind(s, st->name, false);
+    walk_block(s, st->body);
+    leave(s, mark);
+    return;
+  }
+  default:
+    break;
+  }
+  walk_block(s, st->body);
+  walk_block(s, st->els);
+}
+
+static void walk_block(Bindings *s, const Block *b) {
+  if (!b)
+    return;
+  int mark = s->n;
+  for (int i = 0; i < b->stmts.len; i++)
+    walk_stmt(s, b->stmts.data[i]);
+  leave(s, mark);
+}
+
+void warn_program(const Program *prog, const Mesh *mesh) {
+  (void)mesh;
+  if (!prog)
+    return;
+  Bindings s = {0};
+  for (int i = 0; i < prog->funcs.len; i++) {
+    const FuncDecl *f = prog->funcs.data[i];
+    /* instances are copies of a generic function's text: it is looked at once, as written */
+    if (f->generic || !f->body || f->pos.file != prog->file)
+      continue;
+    for (int k = 0; k < f->params.len; k++)
+      bind(&s, ((const Param *)f->params.data[k])->name, false);
+    walk_block(&s, f->body);
+    s.n = 0;
+  }
+  free(s.b);
+}
