@@ -25,7 +25,7 @@
 
 #include "shdc.h"
 
-static int error_count, warning_count;
+static int error_count, warning_count, promoted_count;
 static const char *last_code;
 
 const char *diag_last_code(void) { return last_code; }
@@ -37,7 +37,7 @@ void diag_capture(const char **first) { capture = first; }
 int diag_error_count(void) { return error_count; }
 void diag_reset(void) {
   error_count = 0;
-  warning_count = 0;
+  warning_count = promoted_count = 0;
 }
 void diag_set_max_errors(int n) { max_shown = n; }
 
@@ -371,6 +371,7 @@ static bool all_off, all_error;
 static char wstate[64];
 
 int diag_warning_count(void) { return warning_count; }
+int diag_promoted_count(void) { return promoted_count; }
 void diag_warnings_off(bool off) { all_off = off; }
 
 const char *diag_warning_flag(const char *code) {
@@ -464,6 +465,7 @@ void diag_warning(Pos pos, const char *code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   if (st == 'e' || (all_error && st != 'w')) {   /* -Werror: an error in every way */
+    promoted_count++;
     diag_verror(pos, code, fmt, ap);
     va_end(ap);
     return;

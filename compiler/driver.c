@@ -285,7 +285,8 @@ static int run_source(const Options *o, SourceFile *src, const char *path) {
   bool ok = front(&c, path, o);
   /* check and build warn (warn.c) about a program that type-checks; with
    * -Werror a warning is an error, and build stops there. */
-  if (ok && (!strcmp(cmd, "check") || !strcmp(cmd, "build"))) {
+  bool typed = ok || (c.prog && diag_error_count() && diag_error_count() == diag_promoted_count());
+  if (typed && (!strcmp(cmd, "check") || !strcmp(cmd, "build"))) {
     warn_program(c.prog, &c.mesh);
     ok = !diag_error_count();
   }

@@ -36,6 +36,7 @@ typedef struct {
   int64_t memory_bytes;
   double flops, ew_flops;
   bool json;
+  bool warning_options;        /* a -W or -w was given (check and build take them) */
 } Options;
 
 /* One FILE through the command o->cmd: its exit status. */

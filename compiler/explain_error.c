@@ -91,9 +91,10 @@ static int explain_one(FILE *o, const DiagCode *c, bool markdown) {
     else
       fprintf(o, "\nThe same, with the other codes: docs/errors.md of shdc (#%s)\n", id);
   }
+  bool ok = rc == (warning ? 0 : 1) && *said && clean;   /* a warning does not change the exit status */
   free(said);
   free(fixed_said);
-  return rc == (warning ? 0 : 1) && *said && clean ? 0 : 2;   /* a warning does not change the exit status */
+  return ok ? 0 : 2;
 }
 
 static void list_codes(FILE *o) {

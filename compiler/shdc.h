@@ -177,6 +177,8 @@ struct Expr;
  * W_ code of diag_codes.c. */
 __attribute__((format(printf, 3, 4))) void diag_warning(Pos pos, const char *code, const char *fmt, ...);
 int diag_warning_count(void);
+/* The errors that are warnings made errors by -Werror. */
+int diag_promoted_count(void);
 /* Warnings are given only about this file's text (NULL, the default: none;
  * check, build and the language server set the file they check). */
 void diag_warn_file(const SourceFile *f);

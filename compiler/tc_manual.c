@@ -118,11 +118,13 @@ bool tc_check_manual_result(TcCtx *c, const Type *v, const Type *declared, Pos p
   }
   if (extra) {
     const char *ax = ty_axes_str(c->mesh, extra), *arg = ty_axes_arg(c->mesh, extra);
+    (void)arg;
     diag_error(pos, "E_OUTSPEC",
                "the result %s is varying over %s, but the result type %s does not shard any dim over %s, which "
-               "promises the value is the same on every device along %s; reduce it with psum(x, %s), gather it "
-               "with all_gather(x, %s, dim=k, to=invariant), or shard a dim of the result type over %s",
-               TS(v), ax, TS(declared), ax, ax, arg, arg, ax);
+               "promises the value is the same on every device along %s; %s; or shard a dim of the result type "
+               "over %s",
+               TS(v), ax, TS(declared), ax, ax, tc_combine_fix(c, diag_expr_at(pos), v, &l, extra, false), ax);
+    tc_combine_fix(c, diag_expr_at(pos), v, &l, extra, true);
     return false;
   }
   AxisSet du = (v->U ^ l.U) & man, dr = (v->R ^ l.R) & man;
