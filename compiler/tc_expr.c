@@ -812,13 +812,17 @@ Type tc_expr_annot(TcCtx *c, Expr *e, const Type *annot, const char *where) {
     const char *src = diag_expr_source(e);
     if (!src || strlen(src) > 60 || strchr(src, '\n'))
       src = "x";
-    bool arg = !strncmp(where, "argument '", 10);
+    const char *asserts = !strncmp(where, "argument '", 10)
+                              ? "a parameter's type asserts the argument's type (a call moves no data)"
+                          : !strcmp(where, "the return type")
+                              ? "a result type asserts the returned value's type (a return moves no data)"
+                          : !strncmp(where, "assignment to ", 14)
+                              ? "a var's type asserts the assigned value's type (an assignment moves no data)"
+                          : !strcmp(where, "`as`") ? "`as` on this expression asserts its type (it moves no data)"
+                                                   : "a type annotation asserts the value's type (it moves no data)";
     diag_error(e->pos, "E_ANNOT",
                "%s: the value has type %s but %s is expected; %s, so write reshard(%s, %s) to move the data", where,
-               TS(&t), TS(annot),
-               arg ? "a parameter's type asserts the argument's type (a call moves no data)"
-                   : "a type annotation asserts the value's type (it moves no data)",
-               src, TS(annot));
+               TS(&t), TS(annot), asserts, src, TS(annot));
     if (!c->manual)
       diag_fix_wrap(e, "reshard(", arena_printf(", %s)", TS(annot)), arena_printf("reshard the value to %s", TS(annot)));
   }
