@@ -356,7 +356,7 @@ void diag_verror(Pos pos, const char *code, const char *fmt, va_list ap) {
     if (code)
       fprintf(stderr, " [%s]", code);
     fprintf(stderr, "%s\n", sgr(SGR_RESET));
-    print_source_line(pos, false);
+    print_source_line(pos, code && code[0] == 'W');   /* a warning made an error marks as a warning does */
     hint_code = code && diag_code_index(code) >= 0 ? code : NULL;
   }
   for (int i = ncontext - 1; i >= 0; i--)
