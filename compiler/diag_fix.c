@@ -392,8 +392,8 @@ static bool wrap(const SourceFile *f, const Expr *e, const char *before, const c
   Span s;
   if (!e || !expr_span(f, e, &s))
     return false;
-  out->from = pos_of(f, s.lo);
-  out->to = pos_of(f, s.hi);
+  out->from = e->pos.line > 0 ? pos_near(f, e->pos.line, s.lo) : pos_of(f, s.lo);   /* O(distance), not O(file) */
+  out->to = e->pos.line > 0 ? pos_near(f, e->pos.line, s.hi) : pos_of(f, s.hi);
   out->text = arena_printf("%s%.*s%s", before, (int)(s.hi - s.lo), s.lo, after);
   out->what = what;
   return true;
@@ -419,7 +419,7 @@ bool diag_fix_resolve(const PendingFix *f, const Program *prog, SourceFix *out) 
     if (!p || (size_t)(p - file->text) < n || strncmp(p - n, f->before, n) ||
         (p - n > file->text && ident_char(p[-n - 1])))
       return false;
-    *out = (SourceFix){pos_of(file, p - n), pos_of(file, p), f->text, f->what};
+    *out = (SourceFix){pos_near(file, f->at.line, p - n), pos_near(file, f->at.line, p), f->text, f->what};
     return true;
   }
   case FIX_WRAP_OPERAND:
