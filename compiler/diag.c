@@ -455,8 +455,10 @@ void diag_warn_file(const SourceFile *f) {
 void diag_warning(Pos pos, const char *code, const char *fmt, ...) {
   int i = diag_code_index(code);
   char st = i >= 0 && i < (int)sizeof wstate ? wstate[i] : 0;
-  const void *key = (const void *)((((uintptr_t)pos.line << 26) | ((uintptr_t)(pos.col & 0xFFFFF) << 6) |
-                                    (uintptr_t)(i & 63)) + 1);
+  uint64_t x = (((uint64_t)pos.line << 26) | ((uint64_t)(pos.col & 0xFFFFF) << 6) | (uint64_t)(i & 63)) + 1;
+  x *= 0x9E3779B97F4A7C15ull;   /* mixed, as diag_fix.c's pos_key: ptrmap hashes the low bits */
+  x ^= x >> 32;
+  const void *key = (const void *)(uintptr_t)((x << 4 | x >> 60) | (x ? 0 : 1));
   if (capture || all_off || st == 'o' || !warn_file || pos.file != warn_file || ptrmap_get(&warned, key) >= 0) {
     suppressed = true;
     return;

@@ -292,7 +292,16 @@ static struct {
   Vec exprs;
 } ranged;
 
-static const void *pos_key(int line, int col) { return (const void *)(((uintptr_t)line << 24 | (uintptr_t)col) + 1); }
+/* A distinct key per (line, col), its bits mixed (a bijection: an odd
+ * multiplier, the high half xored into the low, a rotation) so that ptrmap's hash, which reads the low
+ * bits above the 4th, sees the line too: keys that differed only in their
+ * high (line) bits all fell in one probe run, and a file of 20,000 lines
+ * took seconds to index. */
+static const void *pos_key(int line, int col) {
+  uint64_t x = ((uint64_t)line << 24 | (uint64_t)col) * 0x9E3779B97F4A7C15ull;
+  x ^= x >> 32;   /* the high bits (the line's) into the low ones; invertible */
+  return (const void *)(uintptr_t)((x << 4 | x >> 60) | (x ? 0 : 1));
+}
 
 static void index_expr(const Expr *e) {
   if (!e)

@@ -17,36 +17,46 @@
 #include "shdc.h"
 
 typedef struct {
-  const char *name;
+  const char *name;   /* NUL-terminated (arena) */
   int len;
   Pos pos;            /* the name as bound */
   bool warn;          /* a let's name (not var, for or a parameter) */
   bool used;
+  int shadowed;       /* the binding of the same name this one hides, + 1 (0: none) */
 } Binding;
 
+/* The bindings in scope, innermost last, and by name the innermost of each
+ * (index + 1, or NULL): a use is found in O(1), however many names a long
+ * function binds. */
 typedef struct {
   Binding *b;
   int n, cap;
+  StrMap by_name;
 } Bindings;
 
 static void bind(Bindings *s, Token name, bool warn) {
   if (!name.start || name.len <= 0)
     return;
   s->b = mem_grow(s->b, &s->cap, s->n + 1, sizeof *s->b);
-  s->b[s->n++] = (Binding){name.start, name.len, name.pos, warn && name.start[0] != '_', false};
-}
-
-static void use(Bindings *s, const char *name, int len) {
-  for (int i = s->n - 1; i >= 0; i--)
-    if (s->b[i].len == len && !strncmp(s->b[i].name, name, (size_t)len)) {
-      s->b[i].used = true;
-      return;
-    }
+  const char *key = arena_printf("%.*s", name.len, name.start);
+  int prev = (int)(intptr_t)strmap_get(&s->by_name, key);
+  s->b[s->n] = (Binding){key, name.len, name.pos, warn && name.start[0] != '_', false, prev};
+  strmap_put(&s->by_name, key, (void *)(intptr_t)(s->n + 1));
+  s->n++;
 }
 
 static void use_tok(Bindings *s, Token t) {
-  if (t.start && t.len > 0)
-    use(s, t.start, t.len);
+  if (!t.start || t.len <= 0)
+    return;
+  char buf[128];
+  const char *key = t.len < (int)sizeof buf ? buf : arena_printf("%.*s", t.len, t.start);
+  if (key == buf) {
+    memcpy(buf, t.start, (size_t)t.len);
+    buf[t.len] = 0;
+  }
+  int k = (int)(intptr_t)strmap_get(&s->by_name, key);
+  if (k > 0)
+    s->b[k - 1].used = true;
 }
 
 static void use_type(Bindings *s, const TypeExpr *t) {
@@ -89,6 +99,8 @@ static void leave(Bindings *s, int from) {
                      arena_printf("if `%.*s` is meant to be unused, name it `_%.*s`", b->len, b->name, b->len,
                                   b->name));
   }
+  for (int i = s->n - 1; i >= from; i--)   /* the names they hid are visible again */
+    strmap_put(&s->by_name, s->b[i].name, (void *)(intptr_t)s->b[i].shadowed);
   s->n = from;
 }
 
@@ -148,7 +160,8 @@ void warn_program(const Program *prog, const Mesh *mesh) {
     for (int k = 0; k < f->params.len; k++)
       bind(&s, ((const Param *)f->params.data[k])->name, false);
     walk_block(&s, f->body);
-    s.n = 0;
+    leave(&s, 0);   /* the parameters */
   }
   free(s.b);
+  strmap_free(&s.by_name);
 }
