@@ -645,7 +645,9 @@ static const DiagCode codes[] = {
      "}\n", NULL},
     {"W_RESHARD_ROUNDTRIP", "Reshard round trip", "a reshard to the value's own type, or straight back",
      "reshard(x, T) moves data between layouts; to x's own type it moves nothing, and reshard(reshard(x, A), B) "
-     "with B x's own type moves the data twice to end where it was. Drop the reshard, or both.",
+     "with B x's own type moves the data twice to end where it was: drop the reshard, or both. After `let y = "
+     "reshard(x, A)`, reshard(y, B) with B x's own type moves the data back to where x (a let or a parameter, "
+     "unchanged) holds it already: use x.",
      // the example and its fix
      "mesh {X: 2}\n"
      "fn main() {\n"

@@ -543,6 +543,13 @@ static void warn_reshard(TcCtx *c, Expr *e, Expr *arg, const Type *x, const Type
     diag_fix_replace(from, to, src, "drop both reshards");
 }
 
+static Type check_reshard(TcCtx *c, Expr *e, const Type *annot);
+
+const Expr *op_reshard_operand(const Expr *e) {
+  return e && e->kind == EX_CALL && e->bi && e->bi->check == check_reshard && e->tc ? ((const TcInfo *)e->tc)->x
+                                                                                   : NULL;
+}
+
 static Type check_reshard(TcCtx *c, Expr *e, const Type *annot) {
   TcInfo *info = tc_info(e);
   Expr *pos[2], *kw[1];

@@ -1178,6 +1178,8 @@ int diag_code_index(const char *code);
  * prog's own file (not those of the files it imports), through
  * diag_warning. */
 void warn_program(const Program *prog, const Mesh *mesh);
+/* op_collective.c: the operand of a type-checked reshard call, else NULL. */
+const struct Expr *op_reshard_operand(const struct Expr *e);
 
 /* ---- show.c: shdc show FILE [FUNC.NAME...] ------------------------------- */
 

@@ -8,8 +8,9 @@
  * shadows it from its own statement on, its value still reading the older
  * one (`let x = x + 1`). var, for and parameters are not warned about.
  *
- * The warnings that need an operation's types (W_PSUM_INVARIANT,
- * W_RESHARD_ROUNDTRIP) are given by the operation's own typing
+ * W_RESHARD_ROUNDTRIP across a let (`let y = reshard(x, A)`, then
+ * reshard(y, B) with B x's type): the one-expression forms and
+ * W_PSUM_INVARIANT are given by the operations' own typing
  * (op_collective.c). Only the functions of the program's own file are
  * looked at: an imported library is not the user's to change (clang's
  * system headers).
@@ -22,7 +23,10 @@ typedef struct {
   Pos pos;            /* the name as bound */
   bool warn;          /* a let's name (not var, for or a parameter) */
   bool used;
+  bool fixed;         /* a let or a parameter: its value never changes */
   int shadowed;       /* the binding of the same name this one hides, + 1 (0: none) */
+  const Expr *value;  /* a let's value, when it is a reshard of a name */
+  int source;         /* then that name's binding + 1 when the let was made */
 } Binding;
 
 /* The bindings in scope, innermost last, and by name the innermost of each
@@ -34,27 +38,32 @@ typedef struct {
   StrMap by_name;
 } Bindings;
 
-static void bind(Bindings *s, Token name, bool warn) {
-  if (!name.start || name.len <= 0)
-    return;
-  s->b = mem_grow(s->b, &s->cap, s->n + 1, sizeof *s->b);
-  const char *key = arena_printf("%.*s", name.len, name.start);
-  int prev = (int)(intptr_t)strmap_get(&s->by_name, key);
-  s->b[s->n] = (Binding){key, name.len, name.pos, warn && name.start[0] != '_', false, prev};
-  strmap_put(&s->by_name, key, (void *)(intptr_t)(s->n + 1));
-  s->n++;
-}
-
-static void use_tok(Bindings *s, Token t) {
+/* The binding a name resolves to here, + 1 (0: none of this function's). */
+static int lookup(const Bindings *s, Token t) {
   if (!t.start || t.len <= 0)
-    return;
+    return 0;
   char buf[128];
   const char *key = t.len < (int)sizeof buf ? buf : arena_printf("%.*s", t.len, t.start);
   if (key == buf) {
     memcpy(buf, t.start, (size_t)t.len);
     buf[t.len] = 0;
   }
-  int k = (int)(intptr_t)strmap_get(&s->by_name, key);
+  return (int)(intptr_t)strmap_get(&s->by_name, key);
+}
+
+static void bind(Bindings *s, Token name, bool warn) {
+  if (!name.start || name.len <= 0)
+    return;
+  s->b = mem_grow(s->b, &s->cap, s->n + 1, sizeof *s->b);
+  const char *key = arena_printf("%.*s", name.len, name.start);
+  int prev = (int)(intptr_t)strmap_get(&s->by_name, key);
+  s->b[s->n] = (Binding){key, name.len, name.pos, warn && name.start[0] != '_', false, warn, prev, NULL, 0};
+  strmap_put(&s->by_name, key, (void *)(intptr_t)(s->n + 1));
+  s->n++;
+}
+
+static void use_tok(Bindings *s, Token t) {
+  int k = lookup(s, t);
   if (k > 0)
     s->b[k - 1].used = true;
 }
@@ -69,9 +78,42 @@ static void use_type(Bindings *s, const TypeExpr *t) {
     use_tok(s, t->name);
 }
 
+/* W_RESHARD_ROUNDTRIP across a let: `let y = reshard(x, A)`, then
+ * reshard(y, B) with B x's own type, x unchanged (a let or a parameter) and
+ * still the x in scope: the data moves twice to end where it was, and x is
+ * that value already. (A reshard of a reshard in one expression is
+ * op_collective.c's.) */
+static const Mesh *mesh_now;
+
+static void roundtrip(const Bindings *s, const Expr *e) {
+  const Expr *arg = op_reshard_operand(e);
+  int y = arg && arg->kind == EX_NAME ? lookup(s, arg->tok) : 0;
+  const Binding *by = y ? &s->b[y - 1] : NULL;
+  if (!by || !by->value || !by->source || !e->ty)
+    return;
+  const Expr *x = op_reshard_operand(by->value);
+  const Binding *bx = &s->b[by->source - 1];
+  if (!x || !x->ty || x->ty->weak || lookup(s, x->tok) != by->source || !bx->fixed)
+    return;
+  Type xt = *x->ty, out = *e->ty;
+  out.weak = false;
+  if (!ty_equal(&xt, &out) || !arg->ty || ty_equal(arg->ty, &out))
+    return;
+  diag_warning(e->pos, "W_RESHARD_ROUNDTRIP",
+               "`%.*s` is `%.*s` resharded (line %d); resharding it back to %s, `%.*s`'s own type, moves the data "
+               "again to where `%.*s` holds it already: use `%.*s`",
+               by->len, by->name, bx->len, bx->name, by->pos.line, ty_str(mesh_now, &out), bx->len, bx->name,
+               bx->len, bx->name, bx->len, bx->name);
+  Pos from, to;
+  if (diag_expr_range(e->pos, &from, &to))
+    diag_fix_replace(from, to, bx->name, arena_printf("use `%s` itself", bx->name));
+}
+
 static void use_expr(Bindings *s, const Expr *e) {
   if (!e)
     return;
+  if (e->kind == EX_CALL)
+    roundtrip(s, e);
   if (e->kind == EX_NAME)
     use_tok(s, e->tok);
   use_expr(s, e->lhs);
@@ -111,9 +153,16 @@ static void walk_stmt(Bindings *s, const Stmt *st) {
   use_expr(s, st->expr);
   use_expr(s, st->hi);
   switch (st->kind) {
-  case ST_LET:
+  case ST_LET: {
+    const Expr *x = op_reshard_operand(st->expr);
+    int source = x && x->kind == EX_NAME ? lookup(s, x->tok) : 0;
     bind(s, st->name, true);
+    if (source && s->n && s->b[s->n - 1].pos.line == st->name.pos.line) {
+      s->b[s->n - 1].value = st->expr;
+      s->b[s->n - 1].source = source;
+    }
     break;
+  }
   case ST_LET_TUPLE:
     for (int i = 0; i < st->names.len; i++)
       bind(s, *(Token *)st->names.data[i], true);
@@ -148,17 +197,20 @@ static void walk_block(Bindings *s, const Block *b) {
 }
 
 void warn_program(const Program *prog, const Mesh *mesh) {
-  (void)mesh;
-  if (!prog)
+  if (!prog || !mesh)
     return;
+  mesh_now = mesh;
   Bindings s = {0};
   for (int i = 0; i < prog->funcs.len; i++) {
     const FuncDecl *f = prog->funcs.data[i];
     /* instances are copies of a generic function's text: it is looked at once, as written */
     if (f->generic || !f->body || f->pos.file != prog->file)
       continue;
-    for (int k = 0; k < f->params.len; k++)
+    for (int k = 0; k < f->params.len; k++) {
       bind(&s, ((const Param *)f->params.data[k])->name, false);
+      if (s.n)
+        s.b[s.n - 1].fixed = true;   /* a parameter is not assigned */
+    }
     walk_block(&s, f->body);
     leave(&s, 0);   /* the parameters */
   }

@@ -47,8 +47,8 @@ def main():
     p = check(shdc, "check", WARN)
     got = kinds(p.stderr)
     want = [(8, "warning", "W_PSUM_INVARIANT"), (16, "warning", "W_UNUSED"), (22, "warning", "W_UNUSED"),
-            (24, "warning", "W_RESHARD_ROUNDTRIP"), (25, "warning", "W_RESHARD_ROUNDTRIP"), (31, "warning", "W_UNUSED"),
-            (33, "warning", "W_UNUSED")]
+            (24, "warning", "W_RESHARD_ROUNDTRIP"), (25, "warning", "W_RESHARD_ROUNDTRIP"),
+            (27, "warning", "W_RESHARD_ROUNDTRIP"), (36, "warning", "W_UNUSED"), (38, "warning", "W_UNUSED")]
     if p.returncode != 0 or got != want:
         failures.append("check warnings.shd: exit %d, %s, expected exit 0 and %s\n%s" % (p.returncode, got, want,
                                                                                         p.stderr))
