@@ -167,6 +167,8 @@ static int nplain_fixes, capplain_fixes;
 static Pos plain_at;          /* the diagnostic's position (operand/annotate fixes) */
 static bool suppressed;       /* the last diagnostic was not printed: nor are its notes and fixes */
 
+bool diag_last_suppressed(void) { return suppressed || capture; }
+
 void diag_plain_fix(const PendingFix *f) {
   if (suppressed || capture || !diag_fixes_apply() || nplain_fixes >= 8)
     return;

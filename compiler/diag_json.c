@@ -69,7 +69,7 @@ void diagout_add_fix(const PendingFix *f) {
     diag_plain_fix(f);
     return;
   }
-  if (!g_out.diags.len || !diag_fixes_apply())
+  if (!g_out.diags.len || !diag_fixes_apply() || diag_last_suppressed())
     return;
   Diagnostic *last = g_out.diags.data[g_out.diags.len - 1];
   PendingFix *copy = arena_alloc(sizeof *copy);

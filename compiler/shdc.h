@@ -1152,6 +1152,9 @@ void diagout_add_fix(const PendingFix *f);
 /* A fix of the plain diagnostic being printed (diag.c shows it as a help
  * line with the source line edited, before the explain-error hint). */
 void diag_plain_fix(const PendingFix *f);
+/* The last error or warning was not reported (past --max-errors, turned
+ * off, captured): its notes and fixes are dropped with it. */
+bool diag_last_suppressed(void);
 bool diag_fix_resolve(const PendingFix *f, const Program *prog, SourceFix *out);
 /* The column just past the token at pos (for a diagnostic's range). */
 int diag_token_end(Pos pos);

@@ -108,6 +108,11 @@ def main():
     j = json.loads(check(shdc, "check", "--diagnostics=json", WARN).stdout)
     if sorted((d["line"], d["severity"], d["code"]) for d in j) != want or not all(d["fixes"] for d in j):
         failures.append("json: %s" % [(d["line"], d["severity"], d["code"], len(d["fixes"])) for d in j])
+    # a warning left out takes its fix with it (it once went to the diagnostic before)
+    j = json.loads(check(shdc, "check", "--diagnostics=json", "-Wno-unused", WARN).stdout)
+    if any(d["code"] == "W_UNUSED" or len(d["fixes"]) != 1 or d["fixes"][0]["replacement"].startswith("_")
+           for d in j):
+        failures.append("json -Wno-unused: %s" % [(d["line"], d["code"], d["fixes"]) for d in j])
     s = json.loads(check(shdc, "check", "--diagnostics=sarif", WARN).stdout)["runs"][0]
     levels = sorted((r["ruleId"], r["level"]) for r in s["results"])
     rules = {r["id"]: r["defaultConfiguration"]["level"] for r in s["tool"]["driver"]["rules"]}
