@@ -208,17 +208,23 @@ static void print_fix(const PendingFix *pf) {
   fprintf(stderr, "  = %shelp:%s %s\n", sgr(SGR_BOLD), sgr(SGR_RESET), fx.what ? fx.what : "write");
   const char *p = str_cstr(&line);
   const char *nl = strchr(p, '\n');
-  fprintf(stderr, "      %.*s\n", nl ? (int)(nl - p) : (int)strlen(p), p);
+  size_t total = nl ? (size_t)(nl - p) : strlen(p), from = 0, to = total;
+  if (total > SNIPPET_MAX) {   /* a window around the edit, as print_source_line shows a long line */
+    from = a > SNIPPET_MAX / 2 ? a - SNIPPET_MAX / 2 : 0;
+    to = from + SNIPPET_MAX < total ? from + SNIPPET_MAX : total;
+  }
+  const char *pre = from ? "..." : "";
+  fprintf(stderr, "      %s%.*s%s\n", pre, (int)(to - from), p + from, to < total ? "..." : "");
   const char *m = str_cstr(&marks);
-  size_t mlen = strlen(m);
-  while (mlen && (m[mlen - 1] == ' ' || m[mlen - 1] == '\t'))
+  size_t mlen = strlen(m) < to ? strlen(m) : to;
+  while (mlen > from && (m[mlen - 1] == ' ' || m[mlen - 1] == '\t'))
     mlen--;
-  size_t blank = 0;
+  size_t blank = from;
   while (blank < mlen && (m[blank] == ' ' || m[blank] == '\t'))
     blank++;
   if (mlen > blank)
-    fprintf(stderr, "      %.*s%s%.*s%s\n", (int)blank, m, sgr(SGR_CARET), (int)(mlen - blank), m + blank,
-            sgr(SGR_RESET));
+    fprintf(stderr, "      %s%.*s%s%.*s%s\n", from ? "   " : "", (int)(blank - from), m + from, sgr(SGR_CARET),
+            (int)(mlen - blank), m + blank, sgr(SGR_RESET));
   free(line.buf);
   free(marks.buf);
 }
