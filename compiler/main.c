@@ -66,9 +66,9 @@ static const char usage_options[] =
     "                         sarif document; 0: all)\n"
     "  --color=WHEN           errors in colour: auto (on a terminal, unless NO_COLOR is\n"
     "                         set; the default), always or never\n"
-    "  -Werror                check, build: warnings are errors (exit 1);\n"
+    "  -Werror                check, build, lsp: warnings are errors (exit 1);\n"
     "                         -Werror=NAME: that one only\n"
-    "  -Wno-NAME, -w          check, build: leave out warning NAME (psum-invariant,\n"
+    "  -Wno-NAME, -w          check, build, lsp: leave out warning NAME (psum-invariant,\n"
     "                         unused, reshard-roundtrip), or every warning\n"
     "  --help, -h             this text\n"
     "  --version, -V          the version, git revision and runtime ABI\n"
@@ -258,7 +258,7 @@ static const Command commands[] = {
      "a Language Server Protocol server on stdin/stdout (editors:\n"
      "diagnostics and fixes, hover types, definitions, symbols;\n"
      "-I DIR as for check)",
-     TAKES_NOTHING, 0, run_lsp, NULL},
+     TAKES_NOTHING, OPT_WARN, run_lsp, NULL},
     /* the developer's commands: the registry's builtins and IR operations
      * (ops.c), which a test compares with the docs; the build cache's
      * SHA-256 of files */
@@ -351,7 +351,7 @@ static void check_command_line(const CommandLine *cl, const Command *c) {
   check_option(cl, c, OPT_MEMORY, "--memory", "");
   check_option(cl, c, OPT_FLOPS, "--flops", "");
   check_option(cl, c, OPT_JSON, "--json", "");
-  check_option(cl, c, OPT_WARN, "-W", " (the other commands give no warnings)");
+  check_option(cl, c, OPT_WARN, "-W", " (the other commands give no warnings)");   /* lsp takes no FILE */
 }
 
 /* --help and --version: their text, and exit 2 when it could not be

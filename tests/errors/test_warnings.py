@@ -92,7 +92,7 @@ def main():
                                                                                 rc, sorted(pairs), q.stderr))
     for args, text in ((["check", "-Wno-unusd", WARN], "unknown warning option '-Wno-unusd'; did you mean "
                                                          "'-Wno-unused'?"),
-                       (["types", "-Werror", WARN], "-W is an option of build and check"),
+                       (["types", "-Werror", WARN], "-W is an option of build, check and lsp"),
                        (["check", "-Wbogus", WARN], "the warnings: psum-invariant, unused, reshard-roundtrip")):
         q = check(shdc, *args)
         if q.returncode != 2 or text not in q.stderr:
