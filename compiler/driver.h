@@ -38,6 +38,7 @@ typedef struct {
   bool json;
   int64_t bucket;              /* --bucket: the overlap pass's bucket cap in bytes (0: off) */
   bool bucket_given;
+  bool warning_options;        /* a -W or -w was given (check and build take them) */
 } Options;
 
 /* One FILE through the command o->cmd: its exit status. */

@@ -70,6 +70,10 @@ static const char usage_options[] =
     "                         sarif document; 0: all)\n"
     "  --color=WHEN           errors in colour: auto (on a terminal, unless NO_COLOR is\n"
     "                         set; the default), always or never\n"
+    "  -Werror                check, build, lsp: warnings are errors (exit 1);\n"
+    "                         -Werror=NAME: that one only\n"
+    "  -Wno-NAME, -w          check, build, lsp: leave out warning NAME (psum-invariant,\n"
+    "                         unused, reshard-roundtrip), or every warning\n"
     "  --help, -h             this text\n"
     "  --version, -V          the version, git revision and runtime ABI\n"
     "\n"
@@ -80,7 +84,8 @@ static const char usage_options[] =
     "the build cache: SHDC_CACHE=DIR (default ~/.cache/shdc) or off,\n"
     "SHDC_CACHE_SIZE (default 1GiB), SHDC_CACHE_STATS=1 (see man shdc)\n"
     "\n"
-    "exit status: 0 clean, 1 errors in the program, 2 usage, I/O or toolchain trouble\n"
+    "exit status: 0 clean (warnings too, without -Werror), 1 errors in the program,\n"
+    "2 usage, I/O or toolchain trouble\n"
     "each error ends with its code, e.g. [E_CONTRACT]: shdc explain-error E_CONTRACT explains it\n";
 
 /* --mesh data=2,model=1: syntax here, names once the file is parsed. */
@@ -187,6 +192,7 @@ enum {
   OPT_FLOPS = 16,
   OPT_JSON = 32,
   OPT_ISA = 64,
+  OPT_WARN = 128,   /* -W..., -w */
 };
 
 typedef struct {
@@ -226,13 +232,13 @@ static int sha256_main(int argc, char **argv);
 
 /* One row per command, in the order of the usage. */
 static const Command commands[] = {
-    {"check", "FILE...", "parse, type-check and differentiate; diagnostics on stderr", TAKES_FILES, OPT_MAX_MEMORY,
-     run_pipeline, NULL},
+    {"check", "FILE...", "parse, type-check and differentiate; diagnostics on stderr", TAKES_FILES,
+     OPT_MAX_MEMORY | OPT_WARN, run_pipeline, NULL},
     {"types", "FILE", "print FUNCTION.NAME: TYPE for every binding", TAKES_ONE_FILE, 0, run_pipeline, NULL},
     {"show", "FILE [FUNC.NAME...]", "draw which device holds which block of each array", TAKES_FILES, 0, run_show,
      NULL},
-    {"build", "FILE -o PROG", "compile to an executable for mpirun", TAKES_ONE_FILE, OPT_MAX_MEMORY | OPT_ISA,
-     run_pipeline, NULL},
+    {"build", "FILE -o PROG", "compile to an executable for mpirun", TAKES_ONE_FILE,
+     OPT_MAX_MEMORY | OPT_ISA | OPT_WARN, run_pipeline, NULL},
     {"emit-ir", "FILE", "print the SPMD IR after partitioning (--global: before)", TAKES_ONE_FILE, 0, run_pipeline,
      NULL},
     {"emit-c", "FILE", "print the generated C", TAKES_ONE_FILE, 0, run_pipeline, NULL},
@@ -256,7 +262,7 @@ static const Command commands[] = {
      "a Language Server Protocol server on stdin/stdout (editors:\n"
      "diagnostics and fixes, hover types, definitions, symbols;\n"
      "-I DIR as for check)",
-     TAKES_NOTHING, 0, run_lsp, NULL},
+     TAKES_NOTHING, OPT_WARN, run_lsp, NULL},
     /* the developer's commands: the registry's builtins and IR operations
      * (ops.c), which a test compares with the docs; the build cache's
      * SHA-256 of files */
@@ -323,7 +329,7 @@ static unsigned options_given(const CommandLine *cl) {
   const Options *o = &cl->o;
   return (o->network ? OPT_NETWORK : 0) | (o->max_memory ? OPT_MAX_MEMORY : 0) | (o->devices ? OPT_DEVICES : 0) |
          (o->memory ? OPT_MEMORY : 0) | (o->flops > 0 ? OPT_FLOPS : 0) | (o->json ? OPT_JSON : 0) |
-         (cl->isa ? OPT_ISA : 0);
+         (cl->isa ? OPT_ISA : 0) | (o->warning_options ? OPT_WARN : 0);
 }
 
 /* An option the command does not take: a usage error naming those that do. */
@@ -349,6 +355,7 @@ static void check_command_line(const CommandLine *cl, const Command *c) {
   check_option(cl, c, OPT_MEMORY, "--memory", "");
   check_option(cl, c, OPT_FLOPS, "--flops", "");
   check_option(cl, c, OPT_JSON, "--json", "");
+  check_option(cl, c, OPT_WARN, "-W", " (the other commands give no warnings)");   /* lsp takes no FILE */
 }
 
 /* --help and --version: their text, and exit 2 when it could not be
@@ -517,7 +524,7 @@ static const struct option long_options[] = {
     {"bucket", required_argument, NULL, LO_BUCKET},
     {NULL, 0, NULL, 0},
 };
-#define SHORT_OPTIONS ":ho:D:I:O:V"
+#define SHORT_OPTIONS ":ho:D:I:O:VW:w"
 
 /* What an option's value is, for "needs" messages. */
 static const char *option_value(int opt) {
@@ -526,6 +533,7 @@ static const char *option_value(int opt) {
   case 'D': return "-D needs NAME=VALUE (e.g. -D C=256)";
   case 'I': return "-I needs a directory (e.g. -I lib)";
   case 'O': return "-O needs a level: -O0, -O1, -O2 or -O3";
+  case 'W': return "-W needs a warning option: -Werror, -Wno-NAME";
   case LO_MESH: return "--mesh needs AXIS=N,...";
   case LO_ISA: return "--isa needs clones, native or baseline";
   case LO_NETWORK: return "--network needs BANDWIDTH,LATENCY or a file";
@@ -638,6 +646,14 @@ static void take_option(CommandLine *cl, int opt, const char *v) {
   case 'o': o->out = v; break;
   case 'D': check_define_syntax(v); vec_push(&o->defines, (void *)v); break;
   case 'I': vec_push(&o->incdirs, (void *)v); break;
+  case 'W': {
+    const char *err = diag_warning_option(v);
+    if (err)
+      diag_usage_error("%s", err);
+    o->warning_options = true;
+    break;
+  }
+  case 'w': diag_warnings_off(true); o->warning_options = true; break;
   case 'O':
     if (strlen(v) != 1 || v[0] < '0' || v[0] > '3')
       diag_usage_error("-O expects a level from 0 to 3 (-O0 ... -O3), not '-O%s'", v);
@@ -698,7 +714,7 @@ static int parse_command_line(int argc, char **argv, CommandLine *cl) {
       const char *a = argv[optind - 1];
       bad_option(optopt && optopt < 256 && strncmp(a, "--", 2) ? arena_printf("-%c", optopt) : a);
     }
-    if (opt != 'D' && opt != 'I' && opt != LO_KEEP_C && opt != LO_GLOBAL && opt != LO_JSON)
+    if (opt != 'D' && opt != 'I' && opt != 'W' && opt != 'w' && opt != LO_KEEP_C && opt != LO_GLOBAL && opt != LO_JSON)
       once(&seen, opt);
     take_option(cl, opt, optarg);
   }

@@ -232,6 +232,12 @@ bool tc_struct_op(TcCtx *c, Expr *e, const Type *annot, Type *out);
 /* tc_manual.c */
 bool tc_check_diverge(TcCtx *c, Expr *e);    /* a collective here: [E_DIVERGE] under a varying condition */
 bool tc_check_manual_result(TcCtx *c, const Type *value, const Type *declared, Pos pos);
+/* tc_manual.c: how to make v, varying over ax, the invariant value of
+ * the local type want: psum or all_gather, as the shapes allow, and saying
+ * the shapes; at, the expression (or NULL): an all_gather of pieces of the
+ * wanted shape gets psum instead, and with add_fix (called again after the
+ * error is reported) that as a fix of it. */
+const char *tc_combine_fix(TcCtx *c, const struct Expr *at, const Type *v, const Type *want, AxisSet ax, bool add_fix);
 /* An annotation at a manual function's return fixes the explicit axes only:
  * its manual states become V and the manual parts of U and R. */
 void tc_manual_states_from(TcCtx *c, Type *annot, AxisSet V, AxisSet U, AxisSet R);

@@ -169,6 +169,29 @@ void diag_capture(const char **first);
 const char *diag_line_text(const SourceFile *f, int line, size_t *len);
 int diag_error_count(void);
 const char *diag_last_code(void);   /* the code of the error reported last (NULL: none) */
+struct Expr;
+/* A warning (diag.c): "FILE:LINE:COL: warning: MESSAGE [W_CODE]", the
+ * source line with the range marked, notes and fixes as an error's. It
+ * does not change the exit status, unless -Werror (or -Werror=NAME) makes
+ * it an error; -Wno-NAME (or -w: every one) leaves it out. The code is a
+ * W_ code of diag_codes.c. */
+__attribute__((format(printf, 3, 4))) void diag_warning(Pos pos, const char *code, const char *fmt, ...);
+int diag_warning_count(void);
+/* The errors that are warnings made errors by -Werror. */
+int diag_promoted_count(void);
+/* Warnings are given only about this file's text (NULL, the default: none;
+ * check, build and the language server set the file they check). */
+void diag_warn_file(const SourceFile *f);
+/* A -W option's text after -W (error, error=NAME, no-NAME, NAME, all,
+ * no-error): NULL when taken, else what is wrong with it. -w: off = true. */
+const char *diag_warning_option(const char *arg);
+void diag_warnings_off(bool off);
+/* The option name of a W_ code: W_UNUSED -> unused (-Wno-unused). */
+const char *diag_warning_flag(const char *code);
+/* The source text of expression e (its exact extent), or NULL. */
+const char *diag_expr_source(const struct Expr *e);
+/* The operator, call or indexing of the registered program at pos, or NULL. */
+const struct Expr *diag_expr_at(Pos pos);
 void diag_reset(void);
 /* Ends the last plain diagnostic (its explain-error hint, after its notes):
  * call when a file's diagnostics are done, before other output. */
@@ -1121,6 +1144,7 @@ typedef enum { DIAG_PLAIN, DIAG_JSON, DIAG_SARIF } DiagFormat;
 void diagout_start(DiagFormat format);
 bool diagout_recording(void);
 void diagout_add(Pos pos, const char *code, const char *message, bool note);
+void diagout_add_warning(Pos pos, const char *code, const char *message);
 /* The parsed program of a file, where fixes find their expressions. */
 void diagout_program(const Program *prog);
 /* A problem that is not in a program (an unreadable file): exit status 2,
@@ -1150,6 +1174,12 @@ typedef struct {
   const char *text, *what;
 } SourceFix;
 void diagout_add_fix(const PendingFix *f);
+/* A fix of the plain diagnostic being printed (diag.c shows it as a help
+ * line with the source line edited, before the explain-error hint). */
+void diag_plain_fix(const PendingFix *f);
+/* The last error or warning was not reported (past --max-errors, turned
+ * off, captured): its notes and fixes are dropped with it. */
+bool diag_last_suppressed(void);
 bool diag_fix_resolve(const PendingFix *f, const Program *prog, SourceFix *out);
 /* The column just past the token at pos (for a diagnostic's range). */
 int diag_token_end(Pos pos);
@@ -1169,6 +1199,15 @@ typedef struct {
 int diag_code_count(void);
 const DiagCode *diag_code_at(int i);
 int diag_code_index(const char *code);
+
+/* ---- warn.c: the warnings of a program that type-checks ----------------- */
+
+/* W_PSUM_INVARIANT, W_UNUSED, W_RESHARD_ROUNDTRIP on the functions of
+ * prog's own file (not those of the files it imports), through
+ * diag_warning. */
+void warn_program(const Program *prog, const Mesh *mesh);
+/* op_collective.c: the operand of a type-checked reshard call, else NULL. */
+const struct Expr *op_reshard_operand(const struct Expr *e);
 
 /* ---- show.c: shdc show FILE [FUNC.NAME...] ------------------------------- */
 
