@@ -1052,10 +1052,8 @@ bool ad_module(Module *mod);
  * bucket_bytes (0: the pass is off), each started where its operands are
  * final and waited where its results are first used (IR_ALL_REDUCE_START,
  * IR_ALL_REDUCE_WAIT); a loop accumulator's reduced updates are deferred
- * to the loop's end. Off unless --bucket=BYTES asks for it (DDP's cap is
- * 25 MiB): explain's peak does not yet count the runtime's bucket
- * buffers. */
-enum { OVERLAP_BUCKET = 0 };
+ * to the loop's end. The default cap (--bucket) is PyTorch DDP's. */
+enum { OVERLAP_BUCKET = 25 << 20 };
 void overlap_module(Module *mod, int64_t bucket_bytes);
 /* The work a bucket's start can hide behind (contraction FLOPs and
  * elementwise operations per rank): what runs between it and its wait, and

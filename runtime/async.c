@@ -1,7 +1,6 @@
 /* async.c: reductions started where their operands are final and finished
  * where their results are first used (the compiler's overlap pass,
- * compiler/overlap.c, places both), run by a communication thread while
- * the program computes.
+ * compiler/overlap.c, places both), moved while the program computes.
  *
  * A bucket is one request: the generated code opens it (shd_async_begin),
  * adds its members (shd_async_add: an array whose reduced values go to a
@@ -15,22 +14,21 @@
  * (one per loop iteration when the start is in a loop body and the wait
  * after the loop) are all waited at its wait.
  *
- * The thread takes requests in the order they were started, which every
- * rank does alike (SPMD), so the groups' collectives match without tags.
- * It runs each on its own duplicate of the group's communicator, so that
- * the main thread's collectives never match its messages: from 64 KiB
- * a ring (reduce-scatter, then all-gather: each rank sends 2(G-1)/G of the
- * bucket whatever MPI's default would pick), below that MPI_Iallreduce.
- * It waits for its messages with MPI_Test and nanosleep (from 2 us,
- * doubling to 100 us), so it sleeps in the kernel between progress calls
- * rather than spinning a core the computation needs; the kernel's socket
- * buffers keep the link busy meanwhile. The main thread waits on a
- * condition variable.
- *
- * MPI must provide MPI_THREAD_MULTIPLE (shd_init asks for it when the
- * program has async sites: shd_async_enable); where it does not, and with
- * SHD_OVERLAP=0, a request runs in the main thread when it is started
- * (the same algorithm, the same results, no overlap).
+ * Buckets move in the order they were started, which every rank does
+ * alike (SPMD), so the groups' collectives match without tags, each on
+ * its own duplicate of the group's communicator (the main thread's
+ * collectives never match its messages): from 64 KiB a ring
+ * (reduce-scatter, then all-gather: each rank sends 2(G-1)/G of the bucket
+ * whatever MPI's default would pick), in 60 KiB messages that Open MPI
+ * sends eagerly over TCP; below that MPI_Iallreduce. A request is a
+ * machine (advance) moved by progress calls, made by (SHD_OVERLAP):
+ *  - progress (the default): the runtime's kernels between each other
+ *    (shd_gemm, the end of each span of the generated code), and a wait;
+ *  - thread: a communication thread (MPI_THREAD_MULTIPLE), sleeping in
+ *    nanosleep between its MPI_Test calls (2 us doubling to 100 us), the
+ *    main thread waiting on a condition variable; without
+ *    MPI_THREAD_MULTIPLE, progress;
+ *  - sync (0): each bucket in the main thread when it is started.
  *
  * Every start adds one shd_trace_add("all_reduce", 2(G-1)n/G) for the
  * bucket's n bytes (explain's formula for the start instruction); with
@@ -116,7 +114,13 @@ static struct {
 
 void shd_async_enable(void) { g_as.wanted = true; }
 
-bool shd_async_wanted(void) { return g_as.wanted; }
+/* MPI_THREAD_MULTIPLE is asked for only where the thread may run: it
+ * makes every MPI call take locks. */
+bool shd_async_wanted(void)
+{
+    const char *v = getenv("SHD_OVERLAP");
+    return g_as.wanted && v && !strcmp(v, "thread");
+}
 
 /* ---- the reduction: a machine advanced by progress calls ------------------ */
 
@@ -304,15 +308,15 @@ void shd_async_init(int provided)
 {
     if (!g_as.wanted)
         return;
-    int mode = MODE_THREAD, all = 0;
+    int mode = MODE_PROGRESS, all = 0;
     if (shd_world_rank() == 0) {
         const char *v = getenv("SHD_OVERLAP");
         if (v && (!strcmp(v, "0") || !strcmp(v, "sync")))
             mode = MODE_SYNC;
-        else if (v && !strcmp(v, "progress"))
-            mode = MODE_PROGRESS;
-        else if (v && *v && strcmp(v, "1") != 0 && strcmp(v, "thread") != 0)
-            shd_fatal("SHD_OVERLAP=%s: expected 'thread' (1, the default), 'progress' or 'sync' (0)", v);
+        else if (v && !strcmp(v, "thread"))
+            mode = MODE_THREAD;
+        else if (v && *v && strcmp(v, "1") != 0 && strcmp(v, "progress") != 0)
+            shd_fatal("SHD_OVERLAP=%s: expected 'progress' (1, the default), 'thread' or 'sync' (0)", v);
     }
     MPI_Bcast(&mode, 1, MPI_INT, 0, MPI_COMM_WORLD);
     int threads = provided >= MPI_THREAD_MULTIPLE;
