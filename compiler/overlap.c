@@ -24,8 +24,9 @@
  *    same axes and dtype, are gathered into a bucket until its bytes reach
  *    the cap or a member's result is needed; the bucket starts after its
  *    last member and is waited before the first use of any member. A
- *    bucket with no work between its start and its wait stays a plain
- *    all_reduce (a thread's hand-off would only add latency).
+ *    bucket with less than about 4 MFLOP of work between its start and its
+ *    wait stays a plain all_reduce (there is nothing to hide it behind),
+ *    and so does one under 64 KiB (its cost is latency, not bandwidth).
  *
  * The bucket cap (build's --bucket=BYTES; 0 turns the pass off) bounds
  * the bytes a bucket waits for before it starts. A window member's bucket
@@ -342,7 +343,7 @@ static void overlap_loop(Ov *o, Inst *F) {
 /* The work of an instruction, for whether a bucket is worth a thread's
  * hand-off (about 20 us): its FLOPs and element operations (plan.c's
  * measure); a loop, a branch or a call counts as enough. */
-enum { OVERLAP_MIN_WORK = 4000000 };
+enum { OVERLAP_MIN_WORK = 4000000, OVERLAP_MIN_BYTES = 64 << 10 };
 
 static double work_of(const Ov *o, const Inst *in) {
   if (in->nregions || in->op == IR_CALL)
@@ -373,7 +374,10 @@ static void close_bucket(Ov *o, IrBlock *b, Inst **mem, int n) {
     work += work_of(o, b->insts.data[wi]);
     wi++;
   }
-  if (work < OVERLAP_MIN_WORK) {
+  int64_t bytes = 0;
+  for (int j = 0; j < n; j++)
+    bytes += local_bytes(o, &mem[j]->args[0]->type);
+  if (work < OVERLAP_MIN_WORK || bytes < OVERLAP_MIN_BYTES) {
     free(res);
     return;
   }

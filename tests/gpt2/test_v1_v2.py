@@ -49,7 +49,8 @@ GPT2_124M = dict(TINY, C=768, NH=12, L=12, T=1024, B=16)
 
 def explain(shdc, src, mesh, sizes=TINY):
     """{function: ([(kind, axes, bytes, shapes)...], peak bytes)} from `shdc explain`."""
-    cmd = [shdc, "explain", src, "--mesh", ",".join("%s=%d" % kv for kv in mesh.items())]
+    # --bucket=0: the model's collectives, not how the versions' loops group them into buckets
+    cmd = [shdc, "explain", src, "--bucket=0", "--mesh", ",".join("%s=%d" % kv for kv in mesh.items())]
     for kv in sizes.items():
         cmd += ["-D", "%s=%d" % kv]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=gptlib.ENV).stdout
