@@ -496,6 +496,18 @@ static void sim_results(Sim *s, const Inst *in, int idx) {
   }
 }
 
+/* A push of bytes onto buffer bt, for the enclosing loops to repeat. */
+static void record_push(Sim *s, int bt, int64_t bytes) {
+  if (s->npushes == s->cappushes) {   /* (buffer, bytes) pairs */
+    int old = s->cappushes;
+    s->cappushes = old ? 2 * old : 64;
+    s->pushes = mem_resize(s->pushes, 2 * old, 2 * s->cappushes, sizeof *s->pushes);
+  }
+  s->pushes[2 * s->npushes] = bt;
+  s->pushes[2 * s->npushes + 1] = bytes;
+  s->npushes++;
+}
+
 /* A tape is a buffer whose bytes are those of the arrays pushed on it: a
  * pushed array's bytes move to the tape's account (the tape keeps a
  * reference; the array's own release then frees nothing), and a loop carry
@@ -521,14 +533,7 @@ static void sim_tape_push(Sim *s, const Inst *in) {
   if (bv >= 0)
     s->taped[bv] = true;
   s->bytes[bt] += moved;
-  if (s->npushes == s->cappushes) {   /* (buffer, bytes) pairs */
-    int old = s->cappushes;
-    s->cappushes = old ? 2 * old : 64;
-    s->pushes = mem_resize(s->pushes, 2 * old, 2 * s->cappushes, sizeof *s->pushes);
-  }
-  s->pushes[2 * s->npushes] = bt;
-  s->pushes[2 * s->npushes + 1] = moved;
-  s->npushes++;
+  record_push(s, bt, moved);
 }
 
 /* A bucket (overlap.c): the runtime copies its arrays into a staging
@@ -560,14 +565,7 @@ static void sim_bucket(Sim *s, const Inst *in) {
   }
   if (waited_here)
     return;
-  if (s->npushes == s->cappushes) {
-    int old = s->cappushes;
-    s->cappushes = old ? 2 * old : 64;
-    s->pushes = mem_resize(s->pushes, 2 * old, 2 * s->cappushes, sizeof *s->pushes);
-  }
-  s->pushes[2 * s->npushes] = b;
-  s->pushes[2 * s->npushes + 1] = bytes;
-  s->npushes++;
+  record_push(s, b, bytes);
 }
 
 static void sim_inst(Sim *s, const Inst *in, int i, int *yield_bufs) {
