@@ -34,8 +34,14 @@ recipe (bench/gpt.py). Per row:
   acknowledgements) per step and rank. shdc: (run of S steps - run of 1
   step) / (S - 1), so start-up (wire-up, the launch) is left out; PyTorch:
   each rank reads its host's counter after each step, steps 3 to S;
+- timeline: the bytes the runtime's collectives sent per step and rank
+  (rank 0's, from the traced run below: `shdc trace-summary`'s
+  collectives table over the traced steps);
 - explain: `shdc explain --network`'s bytes sent per rank for one
-  iteration of the training loop;
+  iteration of the training loop (its per-step line; both branches of an
+  `if` count there);
+- collectives/step: the runtime's count per step (the timeline) and
+  explain's;
 - exposed comm ms/step: from the timeline of a further run of 5 steps,
   the last 3 traced (SHD_TRACE=FILE.json SHD_TRACE_STEPS=2:, `shdc
   trace-summary`; a traced step waits at a barrier before each collective
@@ -61,8 +67,8 @@ estimates order them the same way.
   bench/cluster.py [--hosts 2 4] [--rates unshaped 1gbit 300mbit] [--layouts gpt2 llama gpt2_fsdp gpt2_2d ddp fsdp]
                    [--steps 10] [--repeat 1] [-D NAME=VALUE ...] [--flops F,E] [--quick] [--shdc SHDC]
 
---quick: 2 hosts, unshaped and 300mbit, the tiny models (bench/gpt.py's
-`tiny` and `llama-tiny`), 4 steps: a check of the benchmark, not a
+--quick: 2 hosts, unshaped and 300mbit, small models (C=64 T=16 L=2 NH=4
+B=8), 4 steps: a check of the benchmark, not a
 measurement. The hosts share this machine's cores: at 4 hosts on 2 cores
 the ranks take turns (bytes and plan's figures, not speed). Everything it
 makes (namespaces, the processes in them, files) is removed on every exit
@@ -95,7 +101,10 @@ LAYOUTS = {
 }
 PEERS = {"ddp": "PyTorch DDP", "fsdp": "PyTorch FSDP"}
 SIZES = {"gpt2": gpt.CONFIGS["large"], "llama": gpt.CONFIGS["llama-c384"]}
-QUICK_SIZES = {"gpt2": gpt.CONFIGS["tiny"], "llama": gpt.CONFIGS["llama-tiny"]}
+# --quick: small enough for seconds a step, large enough that every layout
+# type-checks at 4 hosts (gpt2_fsdp shards the heads over data x model)
+QUICK_SIZES = {"gpt2": dict(model="gpt2", V=64, T=16, L=2, NH=4, C=64, B=8),
+               "llama": dict(model="llama", V=64, T=16, L=2, C=64, NH=4, KV=2, F=64, B=8)}
 # Torch 1.13 on Python 3.11: torch.distributed.fsdp imports a dataclass whose
 # default is an unhashable dataclass instance, which 3.11 refuses; the
 # classes made while it is imported get object's hash. FSDP then runs
@@ -161,14 +170,27 @@ def parse_netcal(text):
     return float(m.group(1)) * unit[m.group(2)], float(m.group(3)) * 1e-6, float(r.group(1)) * unit[r.group(2)]
 
 
-def explain_step_bytes(text):
-    """explain --network's bytes sent per rank in one training step: the
-    per-iteration line of main's loop that sends the most."""
-    found = [int(b) for b in re.findall(r"^\s+per iteration of the loop at line \d+ of main: \d+ collectives?, (\d+) "
-                                        r"bytes sent per rank", text, re.M)]
+def explain_step(text):
+    """explain --network's (collectives, bytes sent per rank) of one
+    training step: the per-iteration line of main's loop that sends the
+    most."""
+    found = [(int(c), int(b)) for c, b in re.findall(r"^\s+per iteration of the loop at line \d+ of main: (\d+) "
+                                                     r"collectives?, (\d+) bytes sent per rank", text, re.M)]
     if not found:
         raise ValueError("explain printed no per-step line")
-    return max(found)
+    return max(found, key=lambda x: x[1])
+
+
+def timeline_step(summary):
+    """From `shdc trace-summary`: rank 0's (collectives, bytes sent) per
+    traced step, as the runtime counted them."""
+    steps = re.search(r"^steps \(iterations of main's loops\): (\d+) on rank 0", summary, re.M)
+    m = re.search(r"^collectives per rank \(count, bytes sent\):\n.*\n0 +([\d ]+)$", summary, re.M)
+    if not steps or not m or int(steps.group(1)) == 0:
+        raise ValueError("no steps or no collectives table in the summary")
+    v = [int(x) for x in m.group(1).split()]
+    n = int(steps.group(1))
+    return sum(v[0::2]) / n, sum(v[1::2]) / n
 
 
 def exposed_comm_ms(summary):
@@ -271,7 +293,7 @@ class Bench:
                    exe] + gpt.defines(self.sizes[model])
             p = subprocess.run(cmd, capture_output=True, text=True, env=gpt.ENV)
             if p.returncode:
-                raise SystemExit("bench/cluster.py: %s failed:\n%s" % (" ".join(cmd), p.stderr[-3000:]))
+                raise RunFailed("%s failed:\n%s" % (" ".join(cmd), p.stderr[-3000:]))
             self.exes[key] = exe
         return self.exes[key], mesh
 
@@ -284,7 +306,7 @@ class Bench:
         if key not in self.explained:
             p = subprocess.run([self.shdc, "explain", src, "--mesh", mesh, "--network=" + netfile] + defs,
                                capture_output=True, text=True, env=gpt.ENV)
-            self.explained[key] = explain_step_bytes(p.stdout) if p.returncode == 0 else None
+            self.explained[key] = explain_step(p.stdout) if p.returncode == 0 else (None, None)
         p = subprocess.run([self.shdc, "plan", src, "--devices=%d" % n, "--mesh", mesh, "--json",
                             "--flops=" + self.a.flops, "--network=" + netfile] + defs,
                            capture_output=True, text=True, env=gpt.ENV)
@@ -316,7 +338,7 @@ class Bench:
             t0 = cl.h.tx_bytes()
             self.run(cl, base + ["--steps=1"], {}, self.timeout(), "%s at %d hosts, 1 step" % (layout, n))
             self.startup[key] = cl.h.tx_bytes() - t0
-        ts, sent, exposed = [], [], []
+        ts, sent, exposed, runtime = [], [], [], []
         for r in range(self.a.repeat):
             metrics, trace = (os.path.join(self.d, "%s_%d.%s" % (layout, r, x)) for x in ("jsonl", "json"))
             for f in (metrics, trace):
@@ -337,8 +359,10 @@ class Bench:
                      "%s at %d hosts, %s, traced" % (layout, n, link))
             p = subprocess.run([self.shdc, "trace-summary", trace], capture_output=True, text=True, env=gpt.ENV)
             exposed.append(exposed_comm_ms(p.stdout))
+            runtime.append(timeline_step(p.stdout))
         med, noise = median_and_noise(ts)
-        return dict(ms=med, noise=noise, sent=statistics.median(sent), exposed=statistics.median(exposed))
+        return dict(ms=med, noise=noise, sent=statistics.median(sent), exposed=statistics.median(exposed),
+                    timeline=runtime[0])
 
     def torch_row(self, cl, peer, model, link):
         n = len(cl.h.names)
@@ -427,8 +451,12 @@ def hosts_set(b, n, rates, rows, checks):
     peers = [p for p in b.a.layouts if p in PEERS]
     mine = [l for l in b.a.layouts if l in LAYOUTS and not (l == "gpt2_2d" and n % 2)]
     models = sorted({LAYOUTS[l][1] for l in mine} | ({"gpt2"} if peers else set()))
-    for l in mine:
-        b.build(l, n)
+    for l in list(mine):
+        try:
+            b.build(l, n)
+        except RunFailed as e:
+            print("%d hosts: %s left out: %s" % (n, l, e), flush=True)
+            mine.remove(l)
     try:
         with clusterlib.NetHosts(n) as h:
             cl = Cluster(h, b.d)
@@ -472,7 +500,7 @@ def hosts_set(b, n, rates, rows, checks):
 
 def table_row(n, label, key, r, base, here):
     if "error" in r:
-        return [n, label, PEERS[key.split(":")[0]] + " " + key.split(":")[1], r["error"]] + ["-"] * 6
+        return [n, label, PEERS[key.split(":")[0]] + " " + key.split(":")[1], r["error"]] + ["-"] * (len(COLS) - 4)
     if key in LAYOUTS:
         prog, model, _ = LAYOUTS[key]
         name = "shdc %s" % key
@@ -483,12 +511,14 @@ def table_row(n, label, key, r, base, here):
     ddp = here.get("ddp:" + model)
     vs = fmt(ddp["ms"] / r["ms"], "%.2f") if key in LAYOUTS and ddp and "ms" in ddp else "-"
     plan = "-" if r.get("plan") is None else "%.0f (%.0f)" % (r["plan"] * 1e3, r["plan_comm"] * 1e3)
-    return [n, label, name, "%.1f ± %.1f" % (r["ms"], r["noise"]), ratio, fmt(r["sent"], "%.0f"),
-            fmt(r.get("explain"), "%d"), fmt(r.get("exposed")), plan, vs]
+    tl, ex = r.get("timeline") or (None, None), r.get("explain") or (None, None)
+    return [n, label, name, "%.1f ± %.1f" % (r["ms"], r["noise"]), ratio,
+            "%s, %s, %s" % (fmt(r["sent"], "%.0f"), fmt(tl[1], "%.0f"), fmt(ex[1], "%d")),
+            "%s, %s" % (fmt(tl[0], "%.0f"), fmt(ex[0], "%d")), fmt(r.get("exposed")), plan, vs]
 
 
-COLS = ["hosts", "link", "layout", "ms/step (± noise)", "/ unshaped", "bytes/step/rank measured", "explain",
-        "exposed comm ms/step", "plan ms/step (comm)", "DDP / this"]
+COLS = ["hosts", "link", "layout", "ms/step (± noise)", "/ unshaped", "bytes/step/rank: eth0, timeline, explain",
+        "collectives/step: timeline, explain", "exposed comm ms/step", "plan ms/step (comm)", "DDP / this"]
 
 
 def main():

@@ -75,9 +75,16 @@ def main():
         check(p.returncode == 0 and "37.5 MB/s" in p.stdout, "explain --network=%s: exit %d\n%s%s" % (
             text, p.returncode, p.stdout[:2000], p.stderr))
         if p.returncode == 0:
-            b = cluster.explain_step_bytes(p.stdout)
-            check(b > 0 and ("%d bytes sent per rank" % b) in p.stdout, "explain's per-step bytes read as %d" % b)
-    check(raises(cluster.explain_step_bytes, "fn main\n  3 collectives\n"), "a report without a step was read")
+            c, b = cluster.explain_step(p.stdout)
+            check(b > 0 and ("%d collectives, %d bytes sent per rank" % (c, b)) in p.stdout,
+                  "explain's per-step figures read as %d, %d" % (c, b))
+    check(raises(cluster.explain_step, "fn main\n  3 collectives\n"), "a report without a step was read")
+    c, b = cluster.timeline_step(SUMMARY)
+    check((c, b) == (29, 474116), "the timeline's collectives and bytes per step read as %r, %r" % (c, b))
+    two = SUMMARY.replace("rank                all_reduce\n0        116           1896464",
+                          "rank  all_reduce  all_gather\n0        116           1896464    4    100")
+    c, b = cluster.timeline_step(two)
+    check((c, b) == (30, 474141), "two kinds of collectives read as %r, %r" % (c, b))
     # exposed communication: (communication + waiting) / steps of the worst rank, or an exposed column
     got = cluster.exposed_comm_ms(SUMMARY)
     check(abs(got - (1.256 + 0.671) / 4) < 1e-9, "exposed communication %r" % got)
@@ -100,7 +107,7 @@ def main():
     s = cluster.sizes_with(["C=64", "KV=1"], False)
     check(s["gpt2"]["C"] == 64 and s["llama"]["C"] == 64 and s["llama"]["KV"] == 1 and "KV" not in s["gpt2"],
           "overrides %r" % s)
-    check(cluster.sizes_with([], True)["gpt2"]["C"] == 32, "--quick's sizes")
+    check(cluster.sizes_with([], True)["gpt2"]["C"] == 64, "--quick's sizes")
     for bad in ("ZZ=3", "C=x", "C"):
         check(raises(cluster.sizes_with, [bad], False), "-D %s was accepted" % bad)
     md = cluster.markdown(["a", "b"], [[1, "x"]])
