@@ -382,7 +382,7 @@ class Bench:
             with open(path, "w") as f:
                 f.write(src)
             try:
-                self.run(cl, [sys.executable, path], {"GLOO_SOCKET_IFNAME": "eth0"}, self.timeout() + 60,
+                self.run(cl, [sys.executable, path], {"GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1"}, self.timeout() + 60,
                          "%s %s at %d hosts, %s" % (PEERS[peer], model, n, link))
             except RunFailed as e:
                 if peer == "fsdp":
