@@ -510,7 +510,8 @@ def table_row(n, label, key, r, base, here):
     ratio = fmt(r["ms"] / base["ms"], "%.2f") if base and "ms" in base else "-"
     ddp = here.get("ddp:" + model)
     vs = fmt(ddp["ms"] / r["ms"], "%.2f") if key in LAYOUTS and ddp and "ms" in ddp else "-"
-    plan = "-" if r.get("plan") is None else "%.0f (%.0f)" % (r["plan"] * 1e3, r["plan_comm"] * 1e3)
+    f = "%.1f (%.1f)" if r.get("plan") is not None and r["plan"] < 0.1 else "%.0f (%.0f)"
+    plan = "-" if r.get("plan") is None else f % (r["plan"] * 1e3, r["plan_comm"] * 1e3)
     tl, ex = r.get("timeline") or (None, None), r.get("explain") or (None, None)
     return [n, label, name, "%.1f ± %.1f" % (r["ms"], r["noise"]), ratio,
             "%s, %s, %s" % (fmt(r["sent"], "%.0f"), fmt(tl[1], "%.0f"), fmt(ex[1], "%d")),
