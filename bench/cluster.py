@@ -17,6 +17,7 @@ For each host count, link and layout (--layouts):
   llama      dsl-examples/llama.shd, data parallel
   gpt2_fsdp  dsl-examples/gpt2_fsdp.shd (parameters and moments sharded over data)
   gpt2_2d    dsl-examples/gpt2.shd over data x model (data=N/2,model=2)
+  gpt2_nobucket  gpt2 built with --bucket=0: each gradient all-reduced when it is made
   ddp        PyTorch DistributedDataParallel (gloo) of bench/gpt.py's GPT-2 (and LLaMA, when llama runs)
   fsdp       PyTorch FullyShardedDataParallel (gloo) of the same GPT-2
 
@@ -98,7 +99,11 @@ LAYOUTS = {
     "llama": ("llama.shd", "llama", lambda n: {"data": n, "model": 1}),
     "gpt2_fsdp": ("gpt2_fsdp.shd", "gpt2", lambda n: {"data": n, "model": 1}),
     "gpt2_2d": ("gpt2.shd", "gpt2", lambda n: {"data": n // 2, "model": 2}),
+    "gpt2_nobucket": ("gpt2.shd", "gpt2", lambda n: {"data": n, "model": 1}),
 }
+# the build flags of a layout beyond its mesh: gpt2_nobucket is gpt2 with
+# each gradient all-reduced on its own when it is made (--bucket=0)
+FLAGS = {"gpt2_nobucket": ["--bucket=0"]}
 PEERS = {"ddp": "PyTorch DDP", "fsdp": "PyTorch FSDP"}
 SIZES = {"gpt2": gpt.CONFIGS["large"], "llama": gpt.CONFIGS["llama-c384"]}
 # --quick: small enough for seconds a step, large enough that every layout
@@ -285,12 +290,13 @@ class Bench:
 
     def build(self, layout, n):
         prog, model, meshf = LAYOUTS[layout]
-        mesh = meshf(n)
-        key = (prog, self.mesh_arg(mesh))
+        mesh, flags = meshf(n), FLAGS.get(layout, [])
+        key = (prog, self.mesh_arg(mesh), tuple(flags))
         if key not in self.exes:
-            exe = os.path.join(self.d, "%s_%s" % (prog[:-4], self.mesh_arg(mesh).replace(",", "_").replace("=", "")))
+            exe = os.path.join(self.d, "%s_%s%s" % (prog[:-4], self.mesh_arg(mesh).replace(",", "_").replace("=", ""),
+                                                    "_" + layout if flags else ""))
             cmd = [self.shdc, "build", os.path.join(ROOT, "dsl-examples", prog), "--mesh", self.mesh_arg(mesh), "-o",
-                   exe] + gpt.defines(self.sizes[model])
+                   exe] + gpt.defines(self.sizes[model]) + flags
             p = subprocess.run(cmd, capture_output=True, text=True, env=gpt.ENV)
             if p.returncode:
                 raise RunFailed("%s failed:\n%s" % (" ".join(cmd), p.stderr[-3000:]))
@@ -301,8 +307,8 @@ class Bench:
         """explain's bytes per step and plan's estimate (step, comm), seconds."""
         prog, model, meshf = LAYOUTS[layout]
         src, mesh = os.path.join(ROOT, "dsl-examples", prog), self.mesh_arg(meshf(n))
-        defs = gpt.defines(self.sizes[model])
-        key = (prog, mesh)
+        defs = gpt.defines(self.sizes[model]) + FLAGS.get(layout, [])
+        key = (prog, mesh, tuple(FLAGS.get(layout, [])))
         if key not in self.explained:
             p = subprocess.run([self.shdc, "explain", src, "--mesh", mesh, "--network=" + netfile] + defs,
                                capture_output=True, text=True, env=gpt.ENV)
