@@ -22,12 +22,12 @@
  * whatever MPI's default would pick), in 60 KiB messages that Open MPI
  * sends eagerly over TCP; below that MPI_Iallreduce. A request is a
  * machine (advance) moved by progress calls, made by (SHD_OVERLAP):
- *  - progress (the default): the runtime's kernels between each other
- *    (shd_gemm, the end of each span of the generated code), and a wait;
- *  - thread: a communication thread (MPI_THREAD_MULTIPLE), sleeping in
- *    nanosleep between its MPI_Test calls (2 us doubling to 100 us), the
- *    main thread waiting on a condition variable; without
+ *  - thread (the default): a communication thread (MPI_THREAD_MULTIPLE),
+ *    sleeping in nanosleep between its MPI_Test calls (2 us doubling to
+ *    100 us), the main thread waiting on a condition variable; without
  *    MPI_THREAD_MULTIPLE, progress;
+ *  - progress: the runtime's kernels between each other (shd_gemm, the
+ *    end of each span of the generated code), and a wait;
  *  - sync (0): each bucket in the main thread when it is started.
  *
  * Every start adds one shd_trace_add("all_reduce", 2(G-1)n/G) for the
@@ -114,12 +114,13 @@ static struct {
 
 void shd_async_enable(void) { g_as.wanted = true; }
 
-/* MPI_THREAD_MULTIPLE is asked for only where the thread may run: it
- * makes every MPI call take locks. */
+/* MPI_THREAD_MULTIPLE is asked for only where the thread may run (it makes
+ * every MPI call take locks): a program with buckets, unless this rank's
+ * SHD_OVERLAP says progress or sync. */
 bool shd_async_wanted(void)
 {
     const char *v = getenv("SHD_OVERLAP");
-    return g_as.wanted && v && !strcmp(v, "thread");
+    return g_as.wanted && !(v && (!strcmp(v, "progress") || !strcmp(v, "sync") || !strcmp(v, "0")));
 }
 
 /* ---- the reduction: a machine advanced by progress calls ------------------ */
@@ -308,15 +309,15 @@ void shd_async_init(int provided)
 {
     if (!g_as.wanted)
         return;
-    int mode = MODE_PROGRESS, all = 0;
+    int mode = MODE_THREAD, all = 0;
     if (shd_world_rank() == 0) {
         const char *v = getenv("SHD_OVERLAP");
         if (v && (!strcmp(v, "0") || !strcmp(v, "sync")))
             mode = MODE_SYNC;
-        else if (v && !strcmp(v, "thread"))
-            mode = MODE_THREAD;
-        else if (v && *v && strcmp(v, "1") != 0 && strcmp(v, "progress") != 0)
-            shd_fatal("SHD_OVERLAP=%s: expected 'progress' (1, the default), 'thread' or 'sync' (0)", v);
+        else if (v && !strcmp(v, "progress"))
+            mode = MODE_PROGRESS;
+        else if (v && *v && strcmp(v, "1") != 0 && strcmp(v, "thread") != 0)
+            shd_fatal("SHD_OVERLAP=%s: expected 'thread' (1, the default), 'progress' or 'sync' (0)", v);
     }
     MPI_Bcast(&mode, 1, MPI_INT, 0, MPI_COMM_WORLD);
     int threads = provided >= MPI_THREAD_MULTIPLE;

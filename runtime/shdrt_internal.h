@@ -55,8 +55,8 @@ void shd_reduce_into(void *d, const void *s, size_t n, shd_dtype dt, shd_redop o
 
 /* async.c: at start-up, whether the communication thread runs (MPI gave
  * `provided`; SHD_OVERLAP=0 turns it off; every rank alike); at the end,
- * stops it. shd_async_wanted: the program has async sites and
- * SHD_OVERLAP=thread (MPI_Init_thread asks for MPI_THREAD_MULTIPLE). */
+ * stops it. shd_async_wanted: the program has async sites and SHD_OVERLAP
+ * leaves the thread on (MPI_Init_thread asks for MPI_THREAD_MULTIPLE). */
 void shd_async_init(int provided);
 void shd_async_fini(void);
 bool shd_async_wanted(void);

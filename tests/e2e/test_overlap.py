@@ -4,8 +4,8 @@ all-reduces in buckets, started during the backward pass and finished by
 the communication thread, gives bitwise the losses of the same program
 without the pass at 2 ranks (a sum of two is the same in either order),
 with the buckets moved in the main thread when started (SHD_OVERLAP=0) and
-by a communication thread (SHD_OVERLAP=thread) instead of the default
-progress calls between kernels too, and the 1-device build's within
+by progress calls between kernels (SHD_OVERLAP=progress) instead of the
+default communication thread too, and the 1-device build's within
 float tolerance at 2 and 4 ranks. Explain lists one bucket per layer (the
 step issues at most L+5 all-reduces over data) and its counts and bytes are
 the runtime trace's. A rank killed while buckets are in flight stops the
@@ -108,10 +108,11 @@ def main():
         on_exe = build("on", "data=2,model=1", "--bucket=25MiB")
         on, on_trace = run(on_exe, 2, tmp, "on")
         sync, _ = run(on_exe, 2, tmp, "sync", {"SHD_OVERLAP": "0"})
-        prog, _ = run(on_exe, 2, tmp, "thread", {"SHD_OVERLAP": "thread"})
+        prog, _ = run(on_exe, 2, tmp, "progress", {"SHD_OVERLAP": "progress"})
         four, _ = run(build("on4", "data=4,model=1", "--bucket=1KiB"), 4, tmp, "on4")
         if on != plain or sync != plain or prog != plain:
-            failures.append("2 ranks: losses with buckets %s, moved when started %s, by a thread %s, without the pass %s"
+            failures.append("2 ranks: losses with buckets %s, moved when started %s, by progress calls %s, without the "
+                            "pass %s"
                             % (on, sync, prog, plain))
         for name, got in (("2 ranks", on), ("4 ranks, 1 KiB buckets", four)):
             if len(got) != STEPS or any(abs(a - b) > 1e-5 * max(1, abs(b)) for a, b in zip(got, one)):
