@@ -464,7 +464,8 @@ static void sim_results(Sim *s, const Inst *in, int idx) {
     }
     EmitResult kind = s->plan->gmember[r->id] ? EMIT_ALLOC : sched_result_kind(s->mod, in, k);
     if (kind == EMIT_STEAL_OR_ALLOC) {
-      const Value *x = in->op == IR_ALL_REDUCE_WAIT ? in->args[k] : in->args[0];   /* a wait takes each its own */
+      /* an instruction of several such results (a bucket's wait) takes each its own operand's buffer */
+      const Value *x = in->nresults > 1 && k < in->nargs ? in->args[k] : in->args[0];
       int bx = s->buf_of[x->id];
       if (s->depth && ir_is_carry(x, in->parent) && s->last_use[x->id] == idx && bx >= 0) {
         /* a copy now, the carry's own buffer in the later iterations */

@@ -71,28 +71,6 @@ static int64_t group_size(const Module *mod, const Inst *in) {
 
 /* ---- C ------------------------------------------------------------------------------------ */
 
-static const char *i64s_lit(const int64_t *v, int n) {
-  Str b = {0};
-  str_printf(&b, "(const int64_t[]){");
-  for (int d = 0; d < n; d++)
-    str_printf(&b, "%s%lld", d ? ", " : "", (long long)v[d]);
-  str_putc(&b, '}');
-  const char *r = arena_strdup(str_cstr(&b));
-  free(b.buf);
-  return r;
-}
-
-static const char *starts_lit(const Inst *in, int first, int rank) {
-  Str b = {0};
-  str_printf(&b, "(const int64_t[]){");
-  for (int d = 0; d < rank; d++)
-    str_printf(&b, "%s%s", d ? ", " : "", emit_vname(in->args[first + d]));
-  str_putc(&b, '}');
-  const char *r = arena_strdup(str_cstr(&b));
-  free(b.buf);
-  return r;
-}
-
 static void emit_start(Emit *e, const Inst *in) {
   const Value *x0 = in->args[0];
   emit_trace_at(e, in->pos);
@@ -111,8 +89,8 @@ static void emit_start(Emit *e, const Inst *in) {
     int rank = (int)m[2];
     const Value *c = in->args[carry_arg(in, j)];
     emit_line(e, "shd_async_add_window(%s, %d, %d, %d, %s, %s, %s, %s, %s, 0x%xu);", emit_vname(x), (int)m[0],
-              (int)m[1], rank, emit_shape_lit(e, &c->type), i64s_lit(m + 4 + MAX_RANK, rank), starts_lit(in, first_index(in, j), rank),
-              i64s_lit(m + 4, rank), emit_offset_lit(e, &c->type), (unsigned)m[3]);
+              (int)m[1], rank, emit_shape_lit(e, &c->type), emit_i64s_lit(m + 4 + MAX_RANK, rank), emit_values_lit(in->args + first_index(in, j), rank),
+              emit_i64s_lit(m + 4, rank), emit_offset_lit(e, &c->type), (unsigned)m[3]);
   }
   emit_line(e, "shd_async_start(%d);", in->pos.line);
 }

@@ -913,16 +913,7 @@ static void part_dupdate(Part *p, Inst *in, Value **args) {
 static const char *ctype(const Value *v) { return ty_dtype_c(v->type.dtype); }
 
 /* The run-time starts args[first..first+rank) as an int64_t array literal. */
-static const char *starts_lit(const Inst *in, int first, int rank) {
-  Str b = {0};
-  str_printf(&b, "(const int64_t[]){");
-  for (int d = 0; d < rank; d++)
-    str_printf(&b, "%s%s", d ? ", " : "", vname(in->args[first + d]));
-  str_putc(&b, '}');
-  const char *r = arena_strdup(str_cstr(&b));
-  free(b.buf);
-  return r;
-}
+static const char *starts_lit(const Inst *in, int first, int rank) { return emit_values_lit(in->args + first, rank); }
 
 static bool same_local_shape(const Module *mod, const Type *a, const Type *b) {
   int64_t sa[MAX_RANK], sb[MAX_RANK];

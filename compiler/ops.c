@@ -114,6 +114,14 @@ const OpDef *op_def(int op) {
   return op >= 0 && op < IR__LIMIT ? by_opcode[op] : NULL;
 }
 
+void op_work(const Module *mod, const Inst *in, double *dot, double *ew) {
+  const OpDef *d = op_def(in->op);
+  if (d && d->work)
+    d->work(mod, in, dot, ew);
+  else if (d && (d->flags & OPF_ELEMENTWISE) && in->nresults && in->results[0]->type.kind == TY_ARRAY)
+    *ew += (double)ty_local_count(&mod->mesh, &in->results[0]->type);
+}
+
 const BuiltinDef *op_builtin(const char *name) {
   if (!ready)
     build();

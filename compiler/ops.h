@@ -582,6 +582,7 @@ const char *emit_where_lit(Emit *e, Pos pos);              /* "FILE:LINE", for r
 int emit_file_index(Emit *e, Pos pos);                     /* pos's file in the timeline's table */
 void emit_trace_at(Emit *e, Pos pos);                      /* the timeline's line of the next GEMM/collective */
 const char *emit_i64s_lit(const int64_t *v, int n);        /* (const int64_t[]){..} */
+const char *emit_values_lit(Value *const *v, int n);       /* (const int64_t[]){a, b}: the C names of n integers */
 const char *emit_names_lit(Value *const *v, int n);        /* a, b, c: the C names */
 void emit_def_array(Emit *e, const Value *v, bool zero);   /* declares and allocates */
 void emit_def_alias(Emit *e, const Value *v, const Value *of);   /* a view sharing of's buffer */

@@ -348,12 +348,8 @@ enum { OVERLAP_MIN_WORK = 4000000, OVERLAP_MIN_BYTES = 64 << 10 };
 static double work_of(const Ov *o, const Inst *in) {
   if (in->nregions || in->op == IR_CALL)
     return OVERLAP_MIN_WORK;
-  const OpDef *d = op_def(in->op);
   double dot = 0, ew = 0;
-  if (d && d->work)
-    d->work(o->mod, in, &dot, &ew);
-  else if (d && (d->flags & OPF_ELEMENTWISE) && in->nresults)
-    ew = (double)ty_local_count(&o->mod->mesh, &in->results[0]->type);
+  op_work(o->mod, in, &dot, &ew);
   return dot + ew;
 }
 
@@ -494,13 +490,9 @@ void overlap_module(Module *mod, int64_t bucket_bytes) {
 /* ---- what a bucket hides behind (explain, plan) -------------------------------------------------- */
 
 static void add_work(const Module *mod, const Inst *in, double *dot, double *ew) {
-  const OpDef *d = op_def(in->op);
-  if (d && (d->flags & OPF_COLLECTIVE))
+  if (has_flag(in, OPF_COLLECTIVE))
     return;
-  if (d && d->work)
-    d->work(mod, in, dot, ew);
-  else if (d && (d->flags & OPF_ELEMENTWISE) && in->nresults && in->results[0]->type.kind == TY_ARRAY)
-    *ew += (double)ty_local_count(&mod->mesh, &in->results[0]->type);
+  op_work(mod, in, dot, ew);
   for (int r = 0; r < in->nregions; r++)
     for (int i = 0; i < in->regions[r]->insts.len; i++)
       add_work(mod, in->regions[r]->insts.data[i], dot, ew);

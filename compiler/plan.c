@@ -130,7 +130,6 @@ static void cost_add(Cost *to, const Cost *c, double times) {
 }
 
 static void inst_cost(const Walk *w, const Inst *in, Cost *c) {
-  const Mesh *m = &w->mod->mesh;
   const OpDef *d = op_def(in->op);
   if (d && (d->flags & OPF_COLLECTIVE)) {
     const char *algo;
@@ -144,10 +143,8 @@ static void inst_cost(const Walk *w, const Inst *in, Cost *c) {
     c->comm += t;
     c->bytes += (double)net_bytes_sent(w->mod, in);
     c->colls += 1;
-  } else if (d && d->work) {
-    d->work(w->mod, in, &c->dot, &c->ew);
-  } else if (d && (d->flags & OPF_ELEMENTWISE) && in->nresults && in->results[0]->type.kind == TY_ARRAY) {
-    c->ew += (double)ty_local_count(m, &in->results[0]->type);
+  } else {
+    op_work(w->mod, in, &c->dot, &c->ew);
   }
 }
 

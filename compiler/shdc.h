@@ -1030,6 +1030,10 @@ typedef struct OpDef {
 } OpDef;
 
 const OpDef *op_def(int op);   /* NULL for an unknown opcode */
+/* The work of in's own block (not its regions'), for plan and the overlap
+ * pass: its OpDef.work, else an elementwise result's elements; added to
+ * *dot (contraction FLOPs) and *ew (element operations). */
+void op_work(const Module *mod, const Inst *in, double *dot, double *ew);
 /* `shdc list-ops` (a developer's command): every builtin, operator and form
  * and every IR operation with its family and variants, one a line,
  * tab-separated; tests/tools/test_list_ops.py compares it with the docs

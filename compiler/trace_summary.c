@@ -260,6 +260,16 @@ static int kind_index(Summary *s, const char *kind) {
   return s->nkinds++;
 }
 
+/* One collective of kind (its "kind" argument, else its name) and its bytes. */
+static void count_collective(Summary *s, RankSum *rs, const JVal *e, const char *name) {
+  const JVal *args = get(e, "args");
+  int k = kind_index(s, get_str(args, "kind") ? get_str(args, "kind") : name ? name : "?");
+  if (k >= 0) {
+    rs->count[k]++;
+    rs->bytes[k] += (int64_t)get_num(args, "bytes");
+  }
+}
+
 static void add_event(Summary *s, Reader *r, const JVal *e) {
   const char *ph = get_str(e, "ph"), *cat = get_str(e, "cat"), *name = get_str(e, "name");
   if (!ph || !get(e, "pid"))
@@ -282,12 +292,7 @@ static void add_event(Summary *s, Reader *r, const JVal *e) {
       rs->cat_us[CAT_COMM] += dur;   /* a bucket's exposed part: main waits for it */
     else if (!strcmp(cat, "communication")) {
       rs->overlapped_us += dur;
-      const JVal *args = get(e, "args");
-      int k = kind_index(s, get_str(args, "kind") ? get_str(args, "kind") : name ? name : "?");
-      if (k >= 0) {
-        rs->count[k]++;
-        rs->bytes[k] += (int64_t)get_num(args, "bytes");
-      }
+      count_collective(s, rs, e, name);
     }
     return;
   }
@@ -305,12 +310,7 @@ static void add_event(Summary *s, Reader *r, const JVal *e) {
     rs->cat_us[CAT_COMPUTE] += dur;
   else if (!strcmp(cat, "communication")) {
     rs->cat_us[CAT_COMM] += dur;
-    const JVal *args = get(e, "args");
-    int k = kind_index(s, get_str(args, "kind") ? get_str(args, "kind") : name ? name : "?");
-    if (k >= 0) {
-      rs->count[k]++;
-      rs->bytes[k] += (int64_t)get_num(args, "bytes");
-    }
+    count_collective(s, rs, e, name);
   }
 }
 

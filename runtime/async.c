@@ -288,19 +288,26 @@ static void *thread_main(void *arg)
 
 /* Progress mode: the queue's requests advanced in order, as far as they
  * go without blocking (the runtime's kernels call this between them). */
+/* Advances the oldest queued request (block: to its end); true when it
+ * completed and left the queue. */
+static bool advance_head(bool block)
+{
+    request *r = g_as.queue;
+    if (!advance(r, block))
+        return false;
+    r->done = true;
+    g_as.queue = r->qnext;
+    if (!g_as.queue) {
+        g_as.qtail = NULL;
+        shd_async_active = false;
+    }
+    return true;
+}
+
 void shd_async_progress_slow(void)
 {
-    while (g_as.queue) {
-        request *r = g_as.queue;
-        if (!advance(r, false))
-            return;
-        r->done = true;
-        g_as.queue = r->qnext;
-        if (!g_as.queue) {
-            g_as.qtail = NULL;
-            shd_async_active = false;
-        }
-    }
+    while (g_as.queue && advance_head(false))
+        ;
 }
 
 /* ---- set-up ---------------------------------------------------------------- */
@@ -324,8 +331,14 @@ void shd_async_init(int provided)
     MPI_Allreduce(&threads, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);   /* every rank alike */
     g_as.mode = mode == MODE_THREAD && !all ? MODE_PROGRESS : mode;
     const char *pm = getenv("SHD_ASYNC_POLL_NS");
-    if (pm && *pm)
-        g_poll_max = atol(pm);
+    if (pm && *pm) {
+        char *end;
+        errno = 0;
+        long v = strtol(pm, &end, 10);
+        if (*end || errno || v < 0 || v > 999999999)
+            shd_fatal("SHD_ASYNC_POLL_NS=%s: expected nanoseconds from 0 to 999999999", pm);
+        g_poll_max = v;
+    }
 }
 
 void shd_async_fini(void)
@@ -535,16 +548,8 @@ void shd_async_wait(int site, void *const *dst, int ndst, int line)
             if (!waited)
                 shd_span_begin(SHD_SPAN_WAIT, "async wait", line);
             waited = true;
-            while (!r->done) {   /* the requests before it first, in order */
-                request *h = g_as.queue;
-                advance(h, true);
-                h->done = true;
-                g_as.queue = h->qnext;
-                if (!g_as.queue) {
-                    g_as.qtail = NULL;
-                    shd_async_active = false;
-                }
-            }
+            while (!r->done)   /* the requests before it first, in order */
+                advance_head(true);
         }
         finish(r, dst, ndst);
         shd_live_adjust(-(int64_t)(r->count * shd_dtype_size(r->dt)));

@@ -10,7 +10,9 @@ float tolerance at 2 and 4 ranks. Explain lists one bucket per layer (the
 step issues at most L+5 all-reduces over data) and its counts and bytes are
 the runtime trace's. A rank killed while buckets are in flight stops the
 job: mpirun ends, naming the killed rank, with no rank left waiting in a
-pending collective. A mistyped --bucket is a usage error.
+pending collective. plan counts fewer collectives and less communication with buckets. A
+mistyped --bucket is a usage error; a mistyped SHD_OVERLAP or
+SHD_ASYNC_POLL_NS stops the program with its name.
 """
 import json
 import os
@@ -140,6 +142,25 @@ def main():
               % (on, on_trace, plain_trace, len(plain_lines), len(over_data)))
 
         failures += [f for f in [kill_mid_step(on_exe, tmp)] if f]
+
+        # plan counts a bucket's time less the work before its wait: fewer
+        # collectives and less communication than without buckets
+        def plan(*flags):
+            p = subprocess.run([shdc, "plan", SRC, "--devices=2", "--mesh", "data=2,model=1", "--json",
+                                "--network=125MB/s,50us", "--flops=60G,1G"] + DEFS + list(flags),
+                               capture_output=True, text=True, timeout=120)
+            lay = [x for x in json.loads(p.stdout)["layouts"] if x.get("type_checks")] if p.returncode == 0 else []
+            return (lay[0]["collectives"], lay[0]["communication_seconds"]) if lay else None
+        with_b, without = plan(), plan("--bucket=0")
+        if not with_b or not without or with_b[0] >= without[0] or with_b[1] >= without[1]:
+            failures.append("plan: (collectives, communication s) with buckets %s, without %s" % (with_b, without))
+
+        # a mistyped run-time setting stops the program, naming it
+        for var, val in (("SHD_OVERLAP", "threads"), ("SHD_ASYNC_POLL_NS", "10us")):
+            p = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", "-x", var, on_exe, "--data=", "--steps=1"],
+                               capture_output=True, text=True, timeout=120, env=dict(os.environ, **{var: val}))
+            if p.returncode == 0 or "%s=%s" % (var, val) not in p.stdout + p.stderr:
+                failures.append("%s=%s: exit %d\n%s%s" % (var, val, p.returncode, p.stdout[-800:], p.stderr[-800:]))
 
         p = subprocess.run([shdc, "build", SRC, "--bucket=lots", "-o", os.path.join(tmp, "x")], capture_output=True,
                            text=True)
