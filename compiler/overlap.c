@@ -45,6 +45,10 @@ typedef struct {
   int *uses;           /* by value id, over the function (counted before each change) */
   int nuses;
   Func *f;
+  int *first;          /* by value id: its first use in the block being planned, or -1 (overlap_straight) */
+  Inst **user;         /* by value id: its user in the loop body being matched (overlap_loop) */
+  PtrMap pos;          /* that body's instructions -> their positions */
+  Value **repl;        /* by value id: a bucketed sum's result -> its wait's result */
 } Ov;
 
 static int g_site;     /* sites are numbered over the module */
@@ -77,26 +81,13 @@ static void insert_at(IrBlock *b, int at, Inst *in) {
   in->parent = b;
 }
 
-static void remove_inst(IrBlock *b, const Inst *in) {
-  int at = index_of(b, in);
-  if (at < 0)
-    diag_ice("overlap: an instruction outside its block");
-  for (int i = at; i + 1 < b->insts.len; i++)
-    b->insts.data[i] = b->insts.data[i + 1];
-  b->insts.len--;
-}
-
-/* The one instruction of b (not nested) that uses v, or NULL. */
+/* The one instruction of b (not nested) that uses v, or NULL (o->user:
+ * the body's users, noted by overlap_loop). */
 static Inst *sole_user(const Ov *o, const IrBlock *b, const Value *v) {
-  if (uses_of(o, v) != 1)
+  if (uses_of(o, v) != 1 || v->id >= o->nuses)
     return NULL;
-  for (int i = 0; i < b->insts.len; i++) {
-    Inst *in = b->insts.data[i];
-    for (int k = 0; k < in->nargs; k++)
-      if (in->args[k] == v)
-        return in;
-  }
-  return NULL;
+  Inst *u = o->user[v->id];
+  return u && u->parent == b ? u : NULL;
 }
 
 static bool uses_value(const Inst *in, const Value *const *vs, int n) {
@@ -109,18 +100,6 @@ static bool uses_value(const Inst *in, const Value *const *vs, int n) {
       if (uses_value(in->regions[r]->insts.data[i], vs, n))
         return true;
   return false;
-}
-
-static void replace_in_block(IrBlock *b, const Value *from, Value *to, const Inst *skip) {
-  for (int i = 0; i < b->insts.len; i++) {
-    Inst *in = b->insts.data[i];
-    if (in != skip)
-      for (int k = 0; k < in->nargs; k++)
-        if (in->args[k] == from)
-          in->args[k] = to;
-    for (int r = 0; r < in->nregions; r++)
-      replace_in_block(in->regions[r], from, to, skip);
-  }
 }
 
 static bool has_flag(const Inst *in, unsigned f) {
@@ -212,22 +191,24 @@ static bool same_group(const Inst *a, const Inst *b) {
          a->args[0]->type.dtype == b->args[0]->type.dtype;
 }
 
-/* The position after the last of in's operands defined in b. */
-static int after_operands(const IrBlock *b, const Inst *in) {
+/* The position in the body (as it was matched) after the last of in's
+ * operands defined there. */
+static int after_operands(const Ov *o, const IrBlock *b, const Inst *in) {
   int at = 0;
   for (int k = 0; k < in->nargs; k++) {
     const Inst *d = in->args[k]->def;
-    if (d && d->parent == b) {
-      int i = index_of(b, d);
-      if (i + 1 > at)
-        at = i + 1;
-    }
+    int i = d && d->parent == b ? ptrmap_get(&o->pos, d) : -1;
+    if (i + 1 > at)
+      at = i + 1;
   }
   return at;
 }
 
-/* The start of one bucket of accumulator members m[0..n) of the loop F. */
-static void start_accs(Ov *o, Inst *F, Acc *m, int n) {
+/* The start of one bucket of accumulator members m[0..n) of the loop F,
+ * to go into the body after position *at (the caller rebuilds the body:
+ * the pattern's instructions are marked in gone), and its wait in F's
+ * block before the first use of the loop's results. */
+static Inst *start_accs(Ov *o, Inst *F, Acc *m, int n, PtrMap *gone, int *at_out) {
   IrBlock *y = F->regions[0], *b = F->parent;
   int ncarry = 0, *carries = mem_calloc((size_t)n, sizeof(int)), nidx = 0;
   for (int j = 0; j < n; j++)
@@ -273,12 +254,12 @@ static void start_accs(Ov *o, Inst *F, Acc *m, int n) {
   for (int j = 0; j < n; j++) {
     Value *c = m[j].update->args[0];
     yield->args[c->index - 1] = c;
-    Inst *gone[] = {m[j].update, m[j].add, m[j].slice, m[j].view[3], m[j].view[2], m[j].view[1], m[j].view[0], m[j].ar};
-    for (int g = 0; g < 8; g++)
-      if (gone[g])
-        remove_inst(y, gone[g]);
+    Inst *g[] = {m[j].update, m[j].add, m[j].slice, m[j].view[3], m[j].view[2], m[j].view[1], m[j].view[0], m[j].ar};
+    for (int k = 0; k < 8; k++)
+      if (g[k])
+        ptrmap_put(gone, g[k], 1);
   }
-  insert_at(y, after_operands(y, st), st);
+  *at_out = after_operands(o, y, st);
   /* the wait, before the first use of the loop's results */
   Value **res = mem_calloc((size_t)ncarry, sizeof(Value *));
   Type *types = mem_calloc((size_t)ncarry, sizeof(Type));
@@ -297,29 +278,42 @@ static void start_accs(Ov *o, Inst *F, Acc *m, int n) {
   insert_at(b, wi, wt);
   for (int t = 0; t < ncarry; t++) {
     wt->results[t]->name = res[t]->name;
-    replace_in_block(o->f->body, res[t], wt->results[t], wt);
+    o->repl[res[t]->id] = wt->results[t];   /* every use but the wait's own, once the loops are done */
   }
   free(carries);
   free(args);
   free(res);
   free(types);
+  return st;
 }
 
 static void overlap_loop(Ov *o, Inst *F) {
   IrBlock *y = F->regions[0];
-  count_uses(o);
-  Acc *acc = mem_calloc((size_t)y->insts.len + 1, sizeof *acc);
+  int len = y->insts.len;
+  Vec touched = {0};
+  for (int i = 0; i < len; i++) {   /* the body's users and positions, as matched */
+    Inst *in = y->insts.data[i];
+    ptrmap_put(&o->pos, in, i);
+    for (int k = 0; k < in->nargs; k++)
+      if (in->args[k]->id < o->nuses) {
+        o->user[in->args[k]->id] = in;
+        vec_push(&touched, (void *)(intptr_t)in->args[k]->id);
+      }
+  }
+  Acc *acc = mem_calloc((size_t)len + 1, sizeof *acc);
   int n = 0;
-  for (int i = 0; i < y->insts.len; i++)
+  for (int i = 0; i < len; i++)
     if (match_acc(o, y, y->insts.data[i], &acc[n]))
       n++;
   /* buckets: members of one group, in order, up to the cap */
   bool *done = mem_calloc((size_t)n + 1, sizeof(bool));
   Acc *bucket = mem_calloc((size_t)n + 1, sizeof *bucket);
+  Vec *after = mem_calloc((size_t)len + 1, sizeof(Vec));
+  PtrMap gone = {0};
   for (int i = 0; i < n; i++) {
     if (done[i])
       continue;
-    int nb = 0;
+    int nb = 0, at;
     int64_t bytes = 0;
     for (int j = i; j < n; j++) {
       if (done[j] || !same_group(acc[i].ar, acc[j].ar))
@@ -331,8 +325,30 @@ static void overlap_loop(Ov *o, Inst *F) {
       bytes += add;
       done[j] = true;
     }
-    start_accs(o, F, bucket, nb);
+    Inst *st = start_accs(o, F, bucket, nb, &gone, &at);
+    vec_push(&after[at], st);
   }
+  if (n) {   /* the body rebuilt once: the patterns gone, each start after its operands */
+    Vec out = {0};
+    for (int i = 0; i <= len; i++) {
+      for (int k = 0; k < after[i].len; k++) {
+        ((Inst *)after[i].data[k])->parent = y;
+        vec_push(&out, after[i].data[k]);
+      }
+      if (i < len && ptrmap_get(&gone, y->insts.data[i]) < 0)
+        vec_push(&out, y->insts.data[i]);
+    }
+    free(y->insts.data);
+    y->insts = out;
+  }
+  for (int i = 0; i < touched.len; i++)
+    o->user[(intptr_t)touched.data[i]] = NULL;
+  for (int i = 0; i <= len; i++)
+    free(after[i].data);
+  ptrmap_free(&gone);
+  ptrmap_free(&o->pos);
+  o->pos = (PtrMap){0};
+  free(touched.data);
   free(acc);
   free(done);
   free(bucket);
@@ -353,30 +369,36 @@ static double work_of(const Ov *o, const Inst *in) {
   return dot + ew;
 }
 
-/* Work worth not waiting behind: a loop, a branch, a call, or as much as
- * makes a bucket worth starting. */
-static bool is_heavy(const Ov *o, const Inst *in) { return work_of(o, in) >= OVERLAP_MIN_WORK; }
+/* One block's straight-line pass, planned on the block as it is and then
+ * applied in one rebuild of its list, so that a block of n sums costs
+ * O(n + its length), not a scan of the block per sum. */
+typedef struct {
+  int *first;          /* by value id: its first use in the block (a position), or -1 */
+  int *heavy;          /* by position: heavy instructions before it */
+  double *work;        /* by position: the work before it */
+} Marks;
 
-static void close_bucket(Ov *o, IrBlock *b, Inst **mem, int n) {
-  if (!n)
-    return;
-  Value **res = mem_calloc((size_t)n, sizeof(Value *));
-  for (int j = 0; j < n; j++)
-    res[j] = mem[j]->results[0];
-  int last = index_of(b, mem[n - 1]);
-  int wi = last + 1;
-  double work = 0;
-  while (wi < b->insts.len - 1 && !uses_value(b->insts.data[wi], (const Value *const *)res, n)) {
-    work += work_of(o, b->insts.data[wi]);
-    wi++;
+static void note_first(Ov *o, int *first, Vec *touched, const Inst *in, int pos) {
+  for (int k = 0; k < in->nargs; k++) {
+    int id = in->args[k]->id;
+    if (id < o->nuses && first[id] < 0) {
+      first[id] = pos;
+      vec_push(touched, (void *)(intptr_t)id);
+    }
   }
+  for (int r = 0; r < in->nregions; r++)
+    for (int i = 0; i < in->regions[r]->insts.len; i++)
+      note_first(o, first, touched, in->regions[r]->insts.data[i], pos);
+}
+
+/* The start and wait of the bucket mem[0..n) (their positions: after
+ * `last`, before `wait`), or NULL when it is not worth starting. */
+static Inst *make_bucket(Ov *o, Inst **mem, int n, const Marks *mk, int last, int wait, Inst **wait_out) {
   int64_t bytes = 0;
   for (int j = 0; j < n; j++)
     bytes += local_bytes(o, &mem[j]->args[0]->type);
-  if (work < OVERLAP_MIN_WORK || bytes < OVERLAP_MIN_BYTES) {
-    free(res);
-    return;
-  }
+  if (mk->work[wait] - mk->work[last + 1] < OVERLAP_MIN_WORK || bytes < OVERLAP_MIN_BYTES)
+    return NULL;
   Value **args = mem_calloc((size_t)n, sizeof(Value *));
   Type *types = mem_calloc((size_t)n, sizeof(Type));
   int64_t *iv = arena_alloc(sizeof(int64_t) * (size_t)n * ASYNC_MEMBER_W);
@@ -392,72 +414,110 @@ static void close_bucket(Ov *o, IrBlock *b, Inst **mem, int n) {
   st->ival = g_site++;
   st->iv = iv;
   st->niv = n * ASYNC_MEMBER_W;
-  Inst *wt = ir_emit(o->mod, NULL, IR_ALL_REDUCE_WAIT, b->insts.data[wi] ? ((Inst *)b->insts.data[wi])->pos : st->pos,
-                     n, st->results, n, types);
+  Inst *wt = ir_emit(o->mod, NULL, IR_ALL_REDUCE_WAIT, st->pos, n, st->results, n, types);
   wt->ival = st->ival;
   wt->iv = arena_alloc(sizeof(int64_t));
   wt->iv[0] = n;
   wt->niv = 1;
   for (int j = 0; j < n; j++) {
-    st->results[j]->name = mem[j]->results[0]->name;
-    wt->results[j]->name = mem[j]->results[0]->name;
-    replace_in_block(o->f->body, res[j], wt->results[j], NULL);
+    st->results[j]->name = wt->results[j]->name = mem[j]->results[0]->name;
+    o->repl[mem[j]->results[0]->id] = wt->results[j];   /* every use, replaced once the function is done */
   }
-  insert_at(b, wi, wt);
-  insert_at(b, last + 1, st);
-  for (int j = 0; j < n; j++)
-    remove_inst(b, mem[j]);
-  free(res);
   free(args);
   free(types);
+  *wait_out = wt;
+  return st;
 }
 
-/* Buckets of b's remaining sums, by group. */
+/* Buckets of b's sums by group: a bucket closes where a member's result
+ * is used, where heavy work lies before the next member (the bucket would
+ * wait for it when it could travel), or at the cap. */
 static void overlap_straight(Ov *o, IrBlock *b) {
-  count_uses(o);
-  Vec cand = {0};
-  for (int i = 0; i < b->insts.len; i++) {
+  int len = b->insts.len;
+  Marks mk = {.first = o->first, .heavy = mem_calloc((size_t)len + 1, sizeof(int)),
+              .work = mem_calloc((size_t)len + 1, sizeof(double))};
+  Vec touched = {0}, cand = {0};
+  for (int i = 0; i < len; i++) {
     Inst *in = b->insts.data[i];
+    note_first(o, o->first, &touched, in, i);
+    double w = work_of(o, in);
+    mk.work[i + 1] = mk.work[i] + w;
+    mk.heavy[i + 1] = mk.heavy[i] + (w >= OVERLAP_MIN_WORK);
     if (in->op == IR_ALL_REDUCE && in->fn == RED_SUM && in->results[0]->type.rank && uses_of(o, in->results[0]) > 0)
-      vec_push(&cand, in);
+      vec_push(&cand, (void *)(intptr_t)i);
   }
-  bool *taken = mem_calloc((size_t)cand.len + 1, sizeof(bool));
+  Vec *after = mem_calloc((size_t)len + 1, sizeof(Vec)), *before = mem_calloc((size_t)len + 1, sizeof(Vec));
+  bool *gone = mem_calloc((size_t)len + 1, sizeof(bool)), *taken = mem_calloc((size_t)cand.len + 1, sizeof(bool));
   Inst **mem = mem_calloc((size_t)cand.len + 1, sizeof(Inst *));
+  int *at = mem_calloc((size_t)cand.len + 1, sizeof(int)), nb = 0;
   for (int i = 0; i < cand.len; i++) {
     if (taken[i])
       continue;
-    Inst *first = cand.data[i];
-    int n = 0;
+    Inst *first = b->insts.data[(intptr_t)cand.data[i]];
+    int n = 0, last = -1, use = len - 1;   /* the first use of a member (the terminator at the latest) */
     int64_t bytes = 0;
-    Value **res = mem_calloc((size_t)cand.len + 1, sizeof(Value *));
     for (int j = i; j < cand.len; j++) {
-      Inst *in = cand.data[j];
+      int q = (int)(intptr_t)cand.data[j];
+      Inst *in = b->insts.data[q];
       if (taken[j] || !same_group(first, in))
         continue;
-      /* a member's result used before in, or work between them (the
-       * bucket would wait for in when it could travel): it closes there */
-      bool used = false;
-      if (n)
-        for (int k = index_of(b, mem[n - 1]) + 1, to = index_of(b, in); k < to && !used; k++)
-          used = uses_value(b->insts.data[k], (const Value *const *)res, n) || is_heavy(o, b->insts.data[k]);
       int64_t add = local_bytes(o, &in->args[0]->type);
-      if (used || (n && bytes + add > o->cap))
+      if (n && (use < q || mk.heavy[q] - mk.heavy[last + 1] > 0 || bytes + add > o->cap))
         break;
-      res[n] = in->results[0];
+      int f = o->first[in->results[0]->id];
+      if (f >= 0 && f < use)
+        use = f;
+      at[n] = q;
       mem[n++] = in;
+      last = q;
       bytes += add;
       taken[j] = true;
     }
-    free(res);
-    close_bucket(o, b, mem, n);
-    count_uses(o);
+    Inst *wt, *st = make_bucket(o, mem, n, &mk, last, use, &wt);
+    if (!st)
+      continue;
+    vec_push(&after[last], st);
+    vec_push(&before[use], wt);
+    for (int j = 0; j < n; j++)
+      gone[at[j]] = true;
+    nb++;
   }
+  if (nb) {   /* the rebuild: waits before their position, starts after theirs, members gone */
+    Vec out = {0};
+    for (int i = 0; i < len; i++) {
+      for (int k = 0; k < before[i].len; k++)
+        vec_push(&out, before[i].data[k]);
+      if (!gone[i])
+        vec_push(&out, b->insts.data[i]);
+      for (int k = 0; k < after[i].len; k++)
+        vec_push(&out, after[i].data[k]);
+    }
+    for (int i = 0; i < out.len; i++)
+      ((Inst *)out.data[i])->parent = b;
+    free(b->insts.data);
+    b->insts = out;
+  }
+  for (int i = 0; i <= len; i++) {
+    free(after[i].data);
+    free(before[i].data);
+  }
+  for (int i = 0; i < touched.len; i++)
+    o->first[(intptr_t)touched.data[i]] = -1;
+  free(touched.data);
+  free(cand.data);
+  free(mk.heavy);
+  free(mk.work);
+  free(after);
+  free(before);
+  free(gone);
   free(taken);
   free(mem);
-  free(cand.data);
+  free(at);
 }
 
-static void overlap_block(Ov *o, IrBlock *b) {
+/* Loops first (each body's matches found before it changes), then the
+ * straight-line buckets of every block, innermost first. */
+static void overlap_loops(Ov *o, IrBlock *b) {
   Vec fors = {0};
   for (int i = 0; i < b->insts.len; i++) {
     Inst *in = b->insts.data[i];
@@ -470,9 +530,30 @@ static void overlap_block(Ov *o, IrBlock *b) {
   for (int i = 0; i < b->insts.len; i++) {
     Inst *in = b->insts.data[i];
     for (int r = 0; r < in->nregions; r++)
-      overlap_block(o, in->regions[r]);
+      overlap_loops(o, in->regions[r]);
+  }
+}
+
+static void overlap_blocks(Ov *o, IrBlock *b) {
+  for (int i = 0; i < b->insts.len; i++) {
+    Inst *in = b->insts.data[i];
+    for (int r = 0; r < in->nregions; r++)
+      overlap_blocks(o, in->regions[r]);
   }
   overlap_straight(o, b);
+}
+
+static void replace_all(Ov *o, IrBlock *b) {
+  for (int i = 0; i < b->insts.len; i++) {
+    Inst *in = b->insts.data[i];
+    for (int k = 0; k < in->nargs; k++) {
+      Value *to = in->args[k]->id < o->nuses ? o->repl[in->args[k]->id] : NULL;
+      if (to && to->def != in)   /* a loop's wait keeps the loop's results as its operands */
+        in->args[k] = to;
+    }
+    for (int r = 0; r < in->nregions; r++)
+      replace_all(o, in->regions[r]);
+  }
 }
 
 void overlap_module(Module *mod, int64_t bucket_bytes) {
@@ -482,7 +563,28 @@ void overlap_module(Module *mod, int64_t bucket_bytes) {
   Ov o = {.mod = mod, .cap = bucket_bytes};
   for (int i = 0; i < mod->funcs.len; i++) {
     o.f = mod->funcs.data[i];
-    overlap_block(&o, o.f->body);
+    /* Each phase plans on the function's use counts taken before it (a
+     * change only moves uses it counted or removes some: the counts stay
+     * safe for what is matched later) and replaces uses once, after. */
+    count_uses(&o);
+    o.repl = mem_calloc((size_t)o.nuses, sizeof(Value *));
+    o.user = mem_calloc((size_t)o.nuses, sizeof(Inst *));
+    overlap_loops(&o, o.f->body);
+    replace_all(&o, o.f->body);
+    free(o.repl);
+    free(o.user);
+    o.user = NULL;
+    count_uses(&o);
+    o.repl = mem_calloc((size_t)o.nuses, sizeof(Value *));
+    o.first = mem_resize(o.first, 0, o.nuses, sizeof(int));
+    for (int v = 0; v < o.nuses; v++)
+      o.first[v] = -1;
+    overlap_blocks(&o, o.f->body);
+    replace_all(&o, o.f->body);
+    free(o.repl);
+    o.repl = NULL;
+    free(o.first);
+    o.first = NULL;
   }
   free(o.uses);
 }
