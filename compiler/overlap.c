@@ -53,10 +53,40 @@ typedef struct {
 
 static int g_site;     /* sites are numbered over the module */
 
+/* The by-id maps are the module's size, made once: a function's phase
+ * clears only the entries of the values in its body (ids are unique over
+ * the module), so the pass is linear in the module, not functions x values. */
+static void grow_maps(Ov *o) {
+  int n = o->mod->next_value + 1;
+  if (n <= o->nuses)
+    return;
+  o->uses = mem_resize(o->uses, o->nuses, n, sizeof(int));
+  o->repl = mem_resize(o->repl, o->nuses, n, sizeof(Value *));
+  o->user = mem_resize(o->user, o->nuses, n, sizeof(Inst *));
+  o->first = mem_resize(o->first, o->nuses, n, sizeof(int));
+  for (int v = o->nuses; v < n; v++)
+    o->first[v] = -1;
+  o->nuses = n;
+}
+
+static void clear_ids(Ov *o, const IrBlock *b) {
+  for (int k = 0; k < b->nargs; k++)
+    o->uses[b->args[k]->id] = 0, o->repl[b->args[k]->id] = NULL;
+  for (int i = 0; i < b->insts.len; i++) {
+    const Inst *in = b->insts.data[i];
+    for (int k = 0; k < in->nargs; k++)
+      o->uses[in->args[k]->id] = 0, o->repl[in->args[k]->id] = NULL;
+    for (int k = 0; k < in->nresults; k++)
+      o->uses[in->results[k]->id] = 0, o->repl[in->results[k]->id] = NULL;
+    for (int r = 0; r < in->nregions; r++)
+      clear_ids(o, in->regions[r]);
+  }
+}
+
+/* The function's use counts, taken before a phase, with no replacements. */
 static void count_uses(Ov *o) {
-  free(o->uses);
-  o->nuses = o->mod->next_value + 1;
-  o->uses = mem_calloc((size_t)o->nuses, sizeof(int));
+  grow_maps(o);
+  clear_ids(o, o->f->body);
   ir_count_uses(o->f->body, o->uses);
 }
 
@@ -567,25 +597,15 @@ void overlap_module(Module *mod, int64_t bucket_bytes) {
      * change only moves uses it counted or removes some: the counts stay
      * safe for what is matched later) and replaces uses once, after. */
     count_uses(&o);
-    o.repl = mem_calloc((size_t)o.nuses, sizeof(Value *));
-    o.user = mem_calloc((size_t)o.nuses, sizeof(Inst *));
     overlap_loops(&o, o.f->body);
     replace_all(&o, o.f->body);
-    free(o.repl);
-    free(o.user);
-    o.user = NULL;
     count_uses(&o);
-    o.repl = mem_calloc((size_t)o.nuses, sizeof(Value *));
-    o.first = mem_resize(o.first, 0, o.nuses, sizeof(int));
-    for (int v = 0; v < o.nuses; v++)
-      o.first[v] = -1;
     overlap_blocks(&o, o.f->body);
     replace_all(&o, o.f->body);
-    free(o.repl);
-    o.repl = NULL;
-    free(o.first);
-    o.first = NULL;
   }
+  free(o.repl);
+  free(o.user);
+  free(o.first);
   free(o.uses);
 }
 
