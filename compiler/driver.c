@@ -160,6 +160,8 @@ static bool middle(Compilation *c, bool partition) {
   ir_verify(c->mod);
   opt_module(c->mod);
   ir_verify(c->mod);
+  scatter_accumulators(c->mod);
+  ir_verify(c->mod);
   overlap_module(c->mod, c->bucket);
   ir_verify(c->mod);
   sched_module(c->mod);

@@ -1052,6 +1052,9 @@ bool ad_module(Module *mod);
 
 /* ---- overlap.c ----------------------------------------------------------- */
 
+/* scatter.c: a loop's all-reduced gradient accumulator kept only in blocks
+ * after the loop reduce-scatters inside it (ZeRO's gradients). */
+void scatter_accumulators(Module *mod);
 /* After opt_module: sums over mesh axes gathered into buckets of at most
  * bucket_bytes (0: the pass is off), each started where its operands are
  * final and waited where its results are first used (IR_ALL_REDUCE_START,
