@@ -302,6 +302,7 @@ enum {                     /* BuiltinDef.flags */
   BIF_CONST = 256,         /* a compile-time integer (size): its check leaves the value in Expr.ival */
   BIF_STRUCT_ANNOT = 512,  /* an annotation with a struct type reaches its check (load of a struct) */
   BIF_STRUCT_SUM = 1024,   /* of one struct: the sum of every leaf, one all-reduce per set of axes (§9.2) */
+  BIF_STRUCT_RESHARD = 2048, /* of a struct to a struct type with the same leaves, leaf by leaf (reshard) */
 };
 
 /* The syntax a builtin row answers to: a call by its name, or an operator

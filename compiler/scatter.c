@@ -6,6 +6,7 @@
  *
  *     c' = dynamic_update_slice(c, dynamic_slice(c, i, 0..) + all_reduce(x) over A, i, 0..)
  *
+ * (c + all_reduce(x) for a loop of one trip, whose window is all of c).
  * Where the loop's result is only kept in blocks of a dim d over the same
  * axes A after the loop (slice_block: the transpose of the parameters'
  * all-gather from their shards when a model is trained with its optimizer
@@ -107,12 +108,15 @@ static bool try_carry(Sc *s, Module *mod, Inst *F, int j) {
   Inst *add = sum->def;
   if (!add || add->parent != y || add->op != IR_BINARY || add->fn != BIN_ADD || add->nargs != 2 || sole(s, sum) != up)
     return false;
-  int side = add->args[0]->def && add->args[0]->def->args[0] == c ? 0 : 1;
+  /* The window read of c, or c itself where the window is all of it (a
+   * loop of one trip: the optimiser folds the dynamic_slice away). */
+  int side = add->args[0] == c || (add->args[0]->def && add->args[0]->def->args[0] == c) ? 0 : 1;
   Value *win = add->args[side], *part = add->args[1 - side];
-  Inst *ds = win->def;
-  if (!ds || ds->parent != y || !(op_def(ds->op)->flags & OPF_WINDOW_READ) || ds->args[0] != c || sole(s, win) != add)
+  Inst *ds = win == c ? NULL : win->def;
+  if (ds && (ds->parent != y || !(op_def(ds->op)->flags & OPF_WINDOW_READ) || ds->args[0] != c ||
+             sole(s, win) != add || !is_zero_const(ds->args[1 + d])))
     return false;
-  if (!is_zero_const(ds->args[1 + d]) || !is_zero_const(up->args[2 + d]) || win->type.shape[d] != c->type.shape[d])
+  if ((win != c && !ds) || !is_zero_const(up->args[2 + d]) || win->type.shape[d] != c->type.shape[d])
     return false;
   /* Back from the addend through views of the same bytes to the all-reduce. */
   Inst *views[4];
@@ -147,7 +151,8 @@ static bool try_carry(Sc *s, Module *mod, Inst *F, int j) {
   reshard_dim(c, d, sp);
   reshard_dim(R, d, sp);
   reshard_dim(nc, d, sp);
-  reshard_dim(win, d, sp);
+  if (win != c)
+    reshard_dim(win, d, sp);
   reshard_dim(sum, d, sp);
   int vd = d;
   for (int k = 0; k < nviews; k++) {

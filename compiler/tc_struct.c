@@ -651,7 +651,7 @@ static int64_t leaf_stream(const char *path) {
   return h ? h : 1;
 }
 
-static bool is_reshard(const Expr *e) { return e->bi && !strcmp(e->bi->name, "reshard"); }
+static bool is_reshard(const Expr *e) { return e->bi && (e->bi->flags & BIF_STRUCT_RESHARD); }
 
 /* A builtin argument that names a type (a struct, or a type parameter)
  * becomes an EX_TYPE holding it, so that the families see a type. */
@@ -920,13 +920,13 @@ static Type lift_sum(TcCtx *c, Expr *e, Expr *x, const Type *st) {
  * leaves (paths, shapes and dtypes) sharded otherwise: the parameters and
  * their copy sharded over data for a sharded optimizer, the gradient of
  * whose all-gather is a reduce-scatter. */
-static Type lift_reshard(TcCtx *c, Expr *e, Expr *x, const Type *to) {
-  const Type *st = x->ty;
-  if (st->kind != TY_STRUCT || to->kind != TY_STRUCT) {
+static Type lift_reshard(TcCtx *c, Expr *e, Expr *x, const Expr *targ) {
+  const Type *st = x->ty, *to = targ->type->resolved;   /* a struct type's, from resolve_type_names */
+  if (st->kind != TY_STRUCT || !to || to->kind != TY_STRUCT) {
     diag_error(e->pos, "E_ARG", "reshard: %s is %s but the type is %s; a struct is resharded to a struct type "
                "with the same fields (reshard(p, S)), an array to an array type", tc_expr_text(x),
                st->kind == TY_STRUCT ? arena_printf("the struct %s", TS(st)) : TS(st),
-               to->kind == TY_STRUCT ? arena_printf("the struct %s", TS(to)) : TS(to));
+               to ? arena_printf("the struct %s", TS(to)) : tc_expr_text(targ));
     return ty_error();
   }
   int nl = st->nelems, bad = -1;
@@ -994,13 +994,12 @@ bool tc_struct_op(TcCtx *c, Expr *e, const Type *annot, Type *out) {
     if (is_reshard(e) && e->args.len == 2 && ((Expr *)e->args.data[1])->kind == EX_TYPE) {
       Expr *x = e->args.data[0];
       const TypeExpr *te = ((Expr *)e->args.data[1])->type;
-      Type xt = tc_up.expr(c, x), to;
+      Type xt = tc_up.expr(c, x);
       if (xt.kind != TY_STRUCT && !(te->resolved && te->resolved->kind == TY_STRUCT)) {
         x->pretyped = true;   /* the family's check types it again: once */
         return false;
       }
-      bool typed = xt.kind != TY_ERROR && tc_type_arg(c, e->args.data[1], &to, "reshard");
-      *out = typed ? lift_reshard(c, e, x, &to) : ty_error();
+      *out = xt.kind == TY_ERROR ? ty_error() : lift_reshard(c, e, x, e->args.data[1]);
       return true;
     }
     if (!(e->bi->flags & (BIF_ELEMENTWISE | BIF_STRUCT_SUM)))
