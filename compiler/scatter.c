@@ -18,6 +18,9 @@
  * reduce-scatter of a sharded optimizer cost what data parallelism's
  * all-reduce does.
  *
+ * Straight-line code gets the same: slice_block(all_reduce(x)) of the same
+ * axes, the sum used only there, is reduce_scatter(x).
+ *
  * The pass runs on the SPMD IR after opt_module and before overlap.c (which
  * buckets the all-reduces that remain). Global shapes do not change: each
  * rewritten value's type gains the slice's sharding at its dim. */
@@ -27,7 +30,7 @@ typedef struct {
   int *uses;           /* by value id, over the function */
   Inst **user;         /* by value id: the (innermost) instruction that uses it last */
   int n;
-  Vec loops;           /* Inst *: the function's for loops */
+  Vec loops;           /* Inst *: the function's for loops and block slices */
 } Sc;
 
 static void walk(Sc *s, IrBlock *b) {
@@ -37,7 +40,7 @@ static void walk(Sc *s, IrBlock *b) {
       s->uses[in->args[k]->id]++;
       s->user[in->args[k]->id] = in;
     }
-    if (in->op == IR_FOR)
+    if (in->op == IR_FOR || in->op == IR_SLICE_BLOCK)
       vec_push(&s->loops, in);
     for (int r = 0; r < in->nregions; r++)
       walk(s, in->regions[r]);
@@ -75,6 +78,23 @@ static int unit_view_dim(const Type *from, const Type *to, int d) {
 
 static void reshard_dim(Value *v, int d, DimSpec sp) { v->type.spec[d] = sp; }
 
+/* The axes of a dim's sharding that split it (size > 1). */
+static DimSpec splitting(const Mesh *m, DimSpec sp) {
+  DimSpec r = {0};
+  for (int i = 0; i < sp.n; i++)
+    if (m->sizes[sp.axes[i]] > 1)
+      r.axes[r.n++] = sp.axes[i];
+  return r;
+}
+
+/* Whether a slice of a dim sharded as `was` makes it `now`: more axes after
+ * those it had (each rank keeps a block of its block). */
+static bool splits_further(const Mesh *m, DimSpec was, DimSpec now) {
+  was = splitting(m, was);
+  now = splitting(m, now);
+  return was.n < now.n && memcmp(was.axes, now.axes, (size_t)was.n * sizeof was.axes[0]) == 0;
+}
+
 /* Every use of old in b (nested blocks included) becomes new. */
 static void replace_uses(IrBlock *b, const Value *old, Value *new) {
   for (int i = 0; i < b->insts.len; i++) {
@@ -95,8 +115,9 @@ static bool try_carry(Sc *s, Module *mod, Inst *F, int j) {
   if (!S || S->op != IR_SLICE_BLOCK || S->parent != outer || S->args[0] != R)
     return false;
   int d = S->dim, rank = c->type.rank;
-  if (d < 0 || d >= rank || c->type.spec[d].n || s->uses[c->id] != 2)
+  if (d < 0 || d >= rank || !splits_further(&mod->mesh, c->type.spec[d], S->results[0]->type.spec[d]) || s->uses[c->id] != 2)
     return false;
+  int64_t local = ty_local_dim(&mod->mesh, &c->type, d);   /* the views' and the sum's dim, before */
   Inst *yield = y->insts.data[y->insts.len - 1];
   Value *nc = yield->op == IR_YIELD ? yield->args[j - 1] : NULL;
   Inst *up = nc ? nc->def : NULL;
@@ -122,7 +143,9 @@ static bool try_carry(Sc *s, Module *mod, Inst *F, int j) {
   Inst *views[4];
   int nviews = 0, dd = d;
   Value *v = part;
-  while (v->def && v->def->parent == y && (v->def->op == IR_RESHAPE) && nviews < 4) {
+  while (v->def && v->def->parent == y && (v->def->op == IR_RESHAPE || v->def->op == IR_RETYPE) && nviews < 4) {
+    if (ty_local_dim(&mod->mesh, &v->type, dd) != local)
+      return false;
     dd = unit_view_dim(&v->def->args[0]->type, &v->type, dd);
     if (dd < 0 || s->uses[v->id] != 1)
       return false;
@@ -132,7 +155,7 @@ static bool try_carry(Sc *s, Module *mod, Inst *F, int j) {
   Inst *ar = v->def;
   if (!ar || ar->parent != y || ar->op != IR_ALL_REDUCE || ar->fn != RED_SUM || s->uses[v->id] != 1 ||
       ar->naxes != S->naxes || memcmp(ar->axes, S->axes, sizeof(int) * (size_t)S->naxes) ||
-      ar->args[0]->type.spec[dd].n || ar->args[0]->type.shape[dd] != c->type.shape[d])
+      ty_local_dim(&mod->mesh, &ar->args[0]->type, dd) != local || ar->args[0]->type.shape[dd] != c->type.shape[d])
     return false;
   /* Rewrite: the slice moves to the accumulator's initial value. */
   DimSpec sp = S->results[0]->type.spec[d];
@@ -175,6 +198,34 @@ static bool try_carry(Sc *s, Module *mod, Inst *F, int j) {
   return true;
 }
 
+/* slice_block(all_reduce(x) over A) of dim d over A, the sum used only
+ * there: reduce_scatter(x) of d (the straight-line form, e.g. a gathered
+ * parameter used outside the layer loop). */
+static bool try_slice(Sc *s, const Module *mod, Inst *S) {
+  Value *r = S->args[0];
+  Inst *ar = r->def;
+  int d = S->dim;
+  if (!ar || ar->op != IR_ALL_REDUCE || ar->fn != RED_SUM || ar->parent != S->parent || sole(s, r) != S ||
+      ar->naxes != S->naxes || memcmp(ar->axes, S->axes, sizeof(int) * (size_t)S->naxes) ||
+      ar->args[0]->type.rank != S->results[0]->type.rank ||
+      ty_local_dim(&mod->mesh, &ar->args[0]->type, d) != ty_local_dim(&mod->mesh, &r->type, d) ||
+      !splits_further(&mod->mesh, r->type.spec[d], S->results[0]->type.spec[d]))
+    return false;
+  ar->op = IR_REDUCE_SCATTER;
+  ar->dim = d;
+  ar->results[0]->type = S->results[0]->type;
+  IrBlock *b = S->parent;
+  for (int i = 0; i < b->insts.len; i++)
+    if (b->insts.data[i] == S) {
+      for (int k = i + 1; k < b->insts.len; k++)
+        b->insts.data[k - 1] = b->insts.data[k];
+      b->insts.len--;
+      break;
+    }
+  replace_uses(b, S->results[0], ar->results[0]);
+  return true;
+}
+
 void scatter_accumulators(Module *mod) {
   Sc s = {0};
   for (int f = 0; f < mod->funcs.len; f++) {
@@ -187,8 +238,13 @@ void scatter_accumulators(Module *mod) {
     walk(&s, fn->body);
     for (int i = 0; i < s.loops.len; i++) {
       Inst *F = s.loops.data[i];
-      for (int j = 1; j < F->regions[0]->nargs; j++)
+      for (int j = 1; F->op == IR_FOR && j < F->regions[0]->nargs; j++)
         try_carry(&s, mod, F, j);
+    }
+    for (int i = 0; i < s.loops.len; i++) {   /* after the loops: try_carry removes the slices it takes */
+      Inst *S = s.loops.data[i];
+      if (S->op == IR_SLICE_BLOCK && S->args[0]->def && S->args[0]->def->op == IR_ALL_REDUCE)
+        try_slice(&s, mod, S);
     }
     n = mod->next_value + 1;
     s.uses = mem_resize(s.uses, s.n, n, sizeof(int));

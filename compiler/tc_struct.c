@@ -922,6 +922,8 @@ static Type lift_sum(TcCtx *c, Expr *e, Expr *x, const Type *st) {
  * whose all-gather is a reduce-scatter. */
 static Type lift_reshard(TcCtx *c, Expr *e, Expr *x, const Expr *targ) {
   const Type *st = x->ty, *to = targ->type->resolved;   /* a struct type's, from resolve_type_names */
+  if (to && to->kind == TY_ERROR)
+    return ty_error();   /* reported where the type is declared */
   if (st->kind != TY_STRUCT || !to || to->kind != TY_STRUCT) {
     diag_error(e->pos, "E_ARG", "reshard: %s is %s but the type is %s; a struct is resharded to a struct type "
                "with the same fields (reshard(p, S)), an array to an array type", tc_expr_text(x),
