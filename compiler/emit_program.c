@@ -461,7 +461,7 @@ bool *emit_reachable(const Module *mod, const Func *mainf) {
 static bool block_has_async(const IrBlock *b) {
   for (int i = 0; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];
-    if (in->op == IR_ALL_REDUCE_START)
+    if (ir_is_async_start(in->op))
       return true;
     for (int r = 0; r < in->nregions; r++)
       if (block_has_async(in->regions[r]))

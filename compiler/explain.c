@@ -52,7 +52,7 @@ static const char *of_file(Pos p) {
 /* What a collective's line shows after its operand: its result, or for a
  * bucket (overlap.c) how many arrays it holds and where it is waited. */
 static const char *shapes_after(const Report *r, const Inst *in) {
-  if (in->op != IR_ALL_REDUCE_START)
+  if (!ir_is_async_start(in->op))
     return ty_local_str(&r->mod->mesh, &in->results[0]->type);
   int n = in->niv / ASYNC_MEMBER_W;
   double dot, ew;
@@ -570,7 +570,7 @@ static void sim_bucket(Sim *s, const Inst *in) {
 }
 
 static void sim_inst(Sim *s, const Inst *in, int i, int *yield_bufs) {
-  if (in->op == IR_ALL_REDUCE_START || in->op == IR_ALL_REDUCE_WAIT)
+  if (ir_is_async_start(in->op) || in->op == IR_ALL_REDUCE_WAIT)
     sim_bucket(s, in);
   switch (in->op) {
   case IR_TAPE_NEW: s->buf_of[in->results[0]->id] = buf_entry(s, 0, in->results[0]); break;

@@ -20,8 +20,14 @@
  * windows written into them), in that order; ival the site; iv the number
  * of pending operands.
  *
- * Explain lists a start as the all_reduce the runtime's trace counts:
- * its bytes are those of one all-reduce of the whole bucket.
+ * reduce_scatter_start: the same, of a loop's reduce-scatter accumulators
+ * (a member's last integer, ASYNC_SCATTER_DIM, is the operand's dim that
+ * the runtime splits: each rank keeps its block of the sum); its operands
+ * are the whole arrays, its windows the blocks.
+ *
+ * Explain lists a start as the all_reduce (reduce_scatter) the runtime's
+ * trace counts: its bytes are those of one all-reduce (reduce-scatter) of
+ * the whole bucket.
  */
 #include "ops.h"
 
@@ -74,8 +80,8 @@ static int64_t group_size(const Module *mod, const Inst *in) {
 static void emit_start(Emit *e, const Inst *in) {
   const Value *x0 = in->args[0];
   emit_trace_at(e, in->pos);
-  emit_line(e, "shd_async_begin(%lld, %s, SHD_SUM, %s);", (long long)in->ival, emit_dtconst(x0->type.dtype),
-            emit_axes_lit(in->axes, in->naxes));
+  emit_line(e, "shd_async_begin%s(%lld, %s, SHD_SUM, %s);", in->op == IR_REDUCE_SCATTER_START ? "_scatter" : "",
+            (long long)in->ival, emit_dtconst(x0->type.dtype), emit_axes_lit(in->axes, in->naxes));
   int res = 0;
   for (int j = 0; j < async_members(in); j++) {
     const int64_t *m = member(in, j);
@@ -88,9 +94,15 @@ static void emit_start(Emit *e, const Inst *in) {
     }
     int rank = (int)m[2];
     const Value *c = in->args[carry_arg(in, j)];
-    emit_line(e, "shd_async_add_window(%s, %d, %d, %d, %s, %s, %s, %s, %s, 0x%xu);", emit_vname(x), (int)m[0],
-              (int)m[1], rank, emit_shape_lit(e, &c->type), emit_i64s_lit(m + 4 + MAX_RANK, rank), emit_values_lit(in->args + first_index(in, j), rank),
-              emit_i64s_lit(m + 4, rank), emit_offset_lit(e, &c->type), (unsigned)m[3]);
+    const char *window = arena_printf("%d, %d, %d, %s, %s, %s, %s, %s, 0x%xu", (int)m[0], (int)m[1], rank,
+                                      emit_shape_lit(e, &c->type), emit_i64s_lit(m + 4 + MAX_RANK, rank),
+                                      emit_values_lit(in->args + first_index(in, j), rank), emit_i64s_lit(m + 4, rank),
+                                      emit_offset_lit(e, &c->type), (unsigned)m[3]);
+    if (m[ASYNC_SCATTER_DIM] >= 0)   /* the operand whole, split along its dim by the runtime */
+      emit_line(e, "shd_async_add_scatter(%s, %d, %s, %lld, %s);", emit_vname(x), x->type.rank,
+                emit_shape_lit(e, &x->type), (long long)m[ASYNC_SCATTER_DIM], window);
+    else
+      emit_line(e, "shd_async_add_window(%s, %s);", emit_vname(x), window);
   }
   emit_line(e, "shd_async_start(%d);", in->pos.line);
 }
@@ -123,13 +135,21 @@ static EmitResult result_wait(const Module *mod, const Inst *in, int k) {
 /* ---- costs --------------------------------------------------------------------------------- */
 
 static int64_t start_bytes(const Module *mod, const Inst *in) {
-  return op_allreduce_bytes(bucket_bytes(mod, in), group_size(mod, in));
+  int64_t n = bucket_bytes(mod, in), g = group_size(mod, in);
+  if (in->op == IR_REDUCE_SCATTER_START)   /* (G-1)/G of the bucket */
+    return (int64_t)((__int128)(g - 1) * n / g);
+  return op_allreduce_bytes(n, g);
 }
 
 /* The runtime's ring over the whole bucket (sent = 2 (G-1)/G n). */
 static double start_seconds(const NetCost *c, const Inst *in, const char **algo) {
   if (c->G <= 1)
     return 0;
+  *algo = "ring (async)";
+  if (in->op == IR_REDUCE_SCATTER_START) {   /* sent = (G-1)/G n: the ring's first half */
+    double n = c->sent * c->G / (c->G - 1);
+    return (c->G - 1) * c->a + c->sent * c->b + (c->G - 1) / c->G * n * c->g;
+  }
   NetCost b = *c;
   b.n = c->sent * c->G / (2 * (c->G - 1));
   *algo = "ring (async)";
@@ -178,6 +198,10 @@ static bool infer_wait(const Module *mod, const Inst *in, Type *out) {
 
 static const OpDef ops[] = {
     {.op = IR_ALL_REDUCE_START, .name = "all_reduce_start", .trace_kind = "all_reduce",
+     .flags = OPF_COLLECTIVE | OPF_EFFECT, .variant = sum_variant, .variants = sum_variants, .print = print_start,
+     .emit = emit_start, .result = result_start, .bytes_sent = start_bytes, .net_seconds = start_seconds,
+     .infer = infer_start},
+    {.op = IR_REDUCE_SCATTER_START, .name = "reduce_scatter_start", .trace_kind = "reduce_scatter",
      .flags = OPF_COLLECTIVE | OPF_EFFECT, .variant = sum_variant, .variants = sum_variants, .print = print_start,
      .emit = emit_start, .result = result_start, .bytes_sent = start_bytes, .net_seconds = start_seconds,
      .infer = infer_start},

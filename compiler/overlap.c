@@ -169,7 +169,7 @@ typedef struct {
  * carries, and how. */
 static bool match_acc(const Ov *o, IrBlock *y, Inst *ar, Acc *m) {
   memset(m, 0, sizeof *m);
-  if (ar->op != IR_ALL_REDUCE || ar->fn != RED_SUM || !ar->results[0]->type.rank)
+  if ((ar->op != IR_ALL_REDUCE && ar->op != IR_REDUCE_SCATTER) || ar->fn != RED_SUM || !ar->results[0]->type.rank)
     return false;
   m->ar = ar;
   Value *r = ar->results[0];
@@ -217,7 +217,7 @@ static bool match_acc(const Ov *o, IrBlock *y, Inst *ar, Acc *m) {
 }
 
 static bool same_group(const Inst *a, const Inst *b) {
-  return a->naxes == b->naxes && memcmp(a->axes, b->axes, sizeof(int) * (size_t)a->naxes) == 0 &&
+  return a->op == b->op && a->naxes == b->naxes && memcmp(a->axes, b->axes, sizeof(int) * (size_t)a->naxes) == 0 &&
          a->args[0]->type.dtype == b->args[0]->type.dtype;
 }
 
@@ -259,6 +259,7 @@ static Inst *start_accs(Ov *o, Inst *F, Acc *m, int n, PtrMap *gone, int *at_out
     w[0] = m[j].kind;
     w[1] = t;
     w[2] = rt->rank;
+    w[ASYNC_SCATTER_DIM] = m[j].ar->op == IR_REDUCE_SCATTER ? m[j].ar->dim : -1;
     int64_t local[MAX_RANK];
     ty_local_shape(&o->mod->mesh, ut, local);
     for (int d = 0; d < rt->rank; d++) {
@@ -272,7 +273,8 @@ static Inst *start_accs(Ov *o, Inst *F, Acc *m, int n, PtrMap *gone, int *at_out
   }
   for (int j = 0; j < n; j++)
     args[at++] = m[j].update->args[0];
-  Inst *st = ir_emit(o->mod, NULL, IR_ALL_REDUCE_START, m[n - 1].ar->pos, at, args, 0, NULL);
+  int op = m[0].ar->op == IR_REDUCE_SCATTER ? IR_REDUCE_SCATTER_START : IR_ALL_REDUCE_START;
+  Inst *st = ir_emit(o->mod, NULL, op, m[n - 1].ar->pos, at, args, 0, NULL);
   memcpy(st->axes, m[0].ar->axes, sizeof st->axes);
   st->naxes = m[0].ar->naxes;
   st->fn = RED_SUM;
@@ -436,6 +438,7 @@ static Inst *make_bucket(Ov *o, Inst **mem, int n, const Marks *mk, int last, in
   for (int j = 0; j < n; j++) {
     args[j] = mem[j]->args[0];
     types[j] = mem[j]->results[0]->type;
+    iv[(size_t)j * ASYNC_MEMBER_W + ASYNC_SCATTER_DIM] = -1;
   }
   Inst *st = ir_emit(o->mod, NULL, IR_ALL_REDUCE_START, mem[n - 1]->pos, n, args, n, types);
   memcpy(st->axes, mem[0]->axes, sizeof st->axes);

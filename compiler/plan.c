@@ -134,7 +134,7 @@ static void inst_cost(const Walk *w, const Inst *in, Cost *c) {
   if (d && (d->flags & OPF_COLLECTIVE)) {
     const char *algo;
     double t = net_collective_seconds(w->net, w->mod, in, &algo);
-    if (in->op == IR_ALL_REDUCE_START) {   /* a bucket: what its work before the wait does not hide */
+    if (ir_is_async_start(in->op)) {   /* a bucket: what its work before the wait does not hide */
       double dot, ew;
       overlap_work(w->mod, in, &dot, &ew);
       double hidden = dot / w->flops + ew / w->ew_flops;

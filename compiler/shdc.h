@@ -762,6 +762,7 @@ typedef enum {
   IR_ZERO_UNLESS_FIRST,/* SPMD: zeros unless group index over axes is 0 */
   IR_RETYPE,           /* SPMD: same bytes, another type (R <-> replicated) */
   IR_ALL_REDUCE_START, /* SPMD (overlap.c): a bucket of sums started; op_async.c says its operands */
+  IR_REDUCE_SCATTER_START, /* SPMD (overlap.c): a bucket of reduce-scatters started (the same operands) */
   IR_ALL_REDUCE_WAIT,  /* SPMD (overlap.c): the bucket finished where its results are first used */
   /* control and calls */
   IR_CALL,             /* callee */
@@ -777,8 +778,11 @@ typedef enum {
 } Opcode;
 
 enum { RED_SUM, RED_MAX, RED_MIN };
-/* IR_ALL_REDUCE_START's iv: this many integers a member (op_async.c). */
-enum { ASYNC_MEMBER_W = 4 + 2 * MAX_RANK };
+/* IR_ALL_REDUCE_START's iv: this many integers a member (op_async.c); the
+ * last is the operand's dim a reduce-scatter bucket splits (-1: none). */
+enum { ASYNC_MEMBER_W = 5 + 2 * MAX_RANK, ASYNC_SCATTER_DIM = 4 + 2 * MAX_RANK };
+/* A bucket's start (overlap.c): of all-reduces or of reduce-scatters. */
+static inline bool ir_is_async_start(int op) { return op == IR_ALL_REDUCE_START || op == IR_REDUCE_SCATTER_START; }
 enum { CALL_PLAIN, CALL_REMAT };   /* IR_CALL's fn: remat(f)(args) (language.md §9.8) */
 enum { PCAST_VARYING, PCAST_UNREDUCED, PCAST_REDUCED };
 

@@ -30,8 +30,14 @@
  *    end of each span of the generated code), and a wait;
  *  - sync (0): each bucket in the main thread when it is started.
  *
+ * A reduce-scatter bucket (shd_async_begin_scatter, shd_async_add_scatter)
+ * is packed at its start so that chunk k holds every member's block k
+ * along its split dim, and runs only the ring's first half: rank g keeps
+ * chunk g, its members' blocks of the sum.
+ *
  * Every start adds one shd_trace_add("all_reduce", 2(G-1)n/G) for the
- * bucket's n bytes (explain's formula for the start instruction); with
+ * bucket's n bytes ("reduce_scatter", (G-1)n/G; explain's formula for the
+ * start instruction); with
  * SHD_TRACE=FILE.json the thread's collectives are spans on the rank's
  * second track and the main thread's waits are "wait" spans.
  *
@@ -60,6 +66,11 @@ typedef struct {
     int64_t dshape[SHD_MAX_RANK], sshape[SHD_MAX_RANK];
     int64_t d0[SHD_MAX_RANK], s0[SHD_MAX_RANK], cnt[SHD_MAX_RANK];
     bool empty;                      /* the window misses this rank's block */
+    /* a reduce-scatter's member: the operand, packed at the start */
+    const void *src;
+    int sdim, frank;                 /* the dim split over the group, the operand's rank */
+    int64_t full[SHD_MAX_RANK];      /* the operand's local shape */
+    size_t poff;                     /* its block's offset in each rank's chunk */
 } member;
 
 typedef struct request {
@@ -73,6 +84,8 @@ typedef struct request {
     char axes[24];
     char *buf;
     size_t count, cap;               /* elements; bytes of buf */
+    bool scatter;                    /* a reduce-scatter: rank g keeps chunk g of the sum */
+    size_t csum;                     /* a scatter's chunk: its members' blocks, elements */
     member *m;
     int n;
     size_t capm;
@@ -145,7 +158,7 @@ static int mod(int a, int m) { return ((a % m) + m) % m; }
  * reducing, in place while gathering). */
 static void post_step(request *r)
 {
-    size_t es = shd_dtype_size(r->dt), seg = SEGMENT_BYTES / es;
+    size_t es = shd_dtype_size(r->dt), seg = r->scatter ? r->count : SEGMENT_BYTES / es;
     size_t base = r->seg, n = r->count - base < seg ? r->count - base : seg;
     char *b = r->buf + base * es;
     int g = r->g, G = r->G, s = r->step, sc, rc;
@@ -180,6 +193,14 @@ static void post_step(request *r)
     r->nrq = k;
 }
 
+/* What a rank sends for r (explain's formula for its start): 2(G-1)/G of
+ * the bucket for an all-reduce, (G-1)/G for a reduce-scatter. */
+static size_t sent_bytes(const request *r)
+{
+    size_t n = r->count * shd_dtype_size(r->dt);
+    return (r->scatter ? 1 : 2) * (size_t)(r->G - 1) * n / (size_t)r->G;
+}
+
 /* Advances r as far as its messages allow without blocking (block: waits
  * for them); true when it is complete. */
 static bool advance(request *r, bool block)
@@ -210,7 +231,7 @@ static bool advance(request *r, bool block)
                 continue;
             }
             r->t0 = shd_timeline_now();
-            if (r->count * es < RING_MIN_BYTES) {
+            if (r->count * es < RING_MIN_BYTES && !r->scatter) {
                 if (!r->caprq) {
                     r->rq = shd_mem(NULL, 2 * sizeof *r->rq, "an async all-reduce's messages");
                     r->caprq = 2;
@@ -221,7 +242,8 @@ static bool advance(request *r, bool block)
                 r->nrq = 1;
                 continue;
             }
-            size_t seg = SEGMENT_BYTES / es, chunk = (seg < r->count ? seg : r->count) / (size_t)r->G + 1;
+            size_t seg = r->scatter ? r->count : SEGMENT_BYTES / es;   /* a scatter's chunks are its ranks' */
+            size_t chunk = (seg < r->count ? seg : r->count) / (size_t)r->G + 1;
             if (chunk * es > r->tmpcap) {
                 r->tmp = shd_mem(r->tmp, chunk * es, "an async all-reduce's chunk");
                 r->tmpcap = chunk * es;
@@ -234,7 +256,10 @@ static bool advance(request *r, bool block)
         case PHASE_RS:
         case PHASE_AG:
             if (r->step == r->G - 1) {
-                if (r->phase == PHASE_RS) {
+                if (r->phase == PHASE_RS && r->scatter) {
+                    r->phase = PHASE_DONE;
+                    continue;
+                } else if (r->phase == PHASE_RS) {
                     r->phase = PHASE_AG;
                 } else {
                     r->seg += SEGMENT_BYTES / es;
@@ -252,8 +277,7 @@ static bool advance(request *r, bool block)
             continue;   /* its one request is posted */
         case PHASE_DONE:
             if (r->G > 1 && r->count)
-                shd_timeline_async(r->axes, r->t0, shd_timeline_now(), 2 * (size_t)(r->G - 1) * r->count * es
-                                                                          / (size_t)r->G, r->line);
+                shd_timeline_async(r->axes, r->t0, shd_timeline_now(), sent_bytes(r), r->line);
             return true;
         }
     }
@@ -407,6 +431,8 @@ void shd_async_begin(int site, shd_dtype dt, shd_redop op, const int *axes, int 
         used += (size_t)snprintf(r->axes + used, sizeof r->axes - used, "%s%s", i ? "," : "", shd_axis_name(axes[i]));
     r->count = 0;
     r->n = 0;
+    r->scatter = false;
+    r->csum = 0;
     r->done = false;
     r->phase = PHASE_NEW;
     r->nrq = 0;
@@ -432,6 +458,12 @@ static member *add_member(size_t count)
     return m;
 }
 
+void shd_async_begin_scatter(int site, shd_dtype dt, shd_redop op, const int *axes, int naxes)
+{
+    shd_async_begin(site, dt, op, axes, naxes);
+    g_as.open->scatter = true;
+}
+
 void shd_async_add(const void *src, void *dst, size_t count)
 {
     member *m = add_member(count);
@@ -455,13 +487,66 @@ void shd_async_add_window(const void *src, int kind, int target, int rank, const
     memcpy(g_as.open->buf + m->off * shd_dtype_size(g_as.open->dt), src, count * shd_dtype_size(g_as.open->dt));
 }
 
+/* A reduce-scatter bucket's staging: chunk k (each rank's, csum
+ * elements) holds every member's block k along its split dim, in order. */
+static void pack(request *r)
+{
+    size_t es = shd_dtype_size(r->dt), G = (size_t)r->G;
+    for (int i = 0; i < r->n; i++) {
+        const member *m = &r->m[i];
+        size_t outer = 1, inner = 1, mid = (size_t)m->full[m->sdim];
+        for (int d = 0; d < m->sdim; d++)
+            outer *= (size_t)m->full[d];
+        for (int d = m->sdim + 1; d < m->frank; d++)
+            inner *= (size_t)m->full[d];
+        size_t blk = mid / G * inner;
+        for (size_t k = 0; k < G; k++)
+            for (size_t o = 0; o < outer; o++)
+                memcpy(r->buf + (k * r->csum + m->poff + o * blk) * es,
+                       (const char *)m->src + (o * mid * inner + k * blk) * es, blk * es);
+    }
+}
+
+/* A reduce-scatter's member: src (of local shape full, frank dims) split
+ * along dim sdim over the group, this rank's block of the sum set or added
+ * into a window of the wait's destination (shd_async_add_window's
+ * arguments, src_shape the block's shape). */
+void shd_async_add_scatter(const void *src, int frank, const int64_t *full, int sdim, int kind, int target, int rank,
+                           const int64_t *dst_shape, const int64_t *src_shape, const int64_t *start,
+                           const int64_t *size, const int64_t *dst_off, unsigned aligned)
+{
+    request *r = g_as.open;
+    if (!r || !r->scatter || frank > SHD_MAX_RANK || sdim < 0 || sdim >= frank || full[sdim] % r->G)
+        shd_fatal("async reduce-scatter: a member of %d dims split along dim %d over %d ranks", frank, sdim,
+                  r ? r->G : 0);
+    size_t count = (size_t)shd_shape_count(frank, full);
+    if ((size_t)shd_shape_count(rank, src_shape) * (size_t)r->G != count)
+        shd_fatal("async reduce-scatter: a block of %lld elements of %zu over %d ranks",
+                  (long long)shd_shape_count(rank, src_shape), count, r->G);
+    member *m = add_member(count);
+    m->kind = kind;
+    m->target = target;
+    m->rank = rank;
+    memcpy(m->dshape, dst_shape, sizeof(int64_t) * (size_t)rank);
+    memcpy(m->sshape, src_shape, sizeof(int64_t) * (size_t)rank);
+    m->empty = !shd_window_box(rank, dst_shape, src_shape, start, size, dst_off, aligned, m->d0, m->s0, m->cnt);
+    m->src = src;
+    m->sdim = sdim;
+    m->frank = frank;
+    memcpy(m->full, full, sizeof(int64_t) * (size_t)frank);
+    m->poff = r->csum;
+    r->csum += count / (size_t)r->G;
+}
+
 void shd_async_start(int line)
 {
     request *r = g_as.open;
     g_as.open = NULL;
     r->line = line;
     size_t n = r->count * shd_dtype_size(r->dt);
-    shd_trace_add("all_reduce", 2 * (size_t)(r->G - 1) * n / (size_t)r->G);
+    if (r->scatter)
+        pack(r);
+    shd_trace_add(r->scatter ? "reduce_scatter" : "all_reduce", sent_bytes(r));
     shd_live_adjust((int64_t)n);   /* the staged copy, until its wait (explain counts it) */
     if (g_as.out)
         g_as.otail->next = r;
@@ -471,7 +556,7 @@ void shd_async_start(int line)
     if (g_as.mode == MODE_SYNC || r->G == 1) {
         if (r->G > 1) {
             shd_span_begin(SHD_SPAN_COLLECTIVE, "collective", line);
-            shd_timeline_collective("all_reduce", 2 * (size_t)(r->G - 1) * n / (size_t)r->G);
+            shd_timeline_collective(r->scatter ? "reduce_scatter" : "all_reduce", sent_bytes(r));
             advance(r, true);
             shd_span_end();
         }
@@ -509,7 +594,7 @@ static void finish(const request *r, void *const *dst, int ndst)
     size_t es = shd_dtype_size(r->dt);
     for (int i = 0; i < r->n; i++) {
         const member *m = &r->m[i];
-        const char *src = r->buf + m->off * es;
+        const char *src = r->buf + (r->scatter ? (size_t)r->g * r->csum + m->poff : m->off) * es;
         if (m->kind == SHD_ASYNC_PLAIN) {
             memcpy(m->dst, src, m->count * es);
             continue;

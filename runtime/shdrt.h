@@ -243,6 +243,12 @@ void shd_async_add(const void *src, void *dst, size_t count);
 void shd_async_add_window(const void *src, int kind, int target, int rank, const int64_t *dst_shape,
                           const int64_t *src_shape, const int64_t *start, const int64_t *size, const int64_t *dst_off,
                           unsigned aligned);
+/* A bucket of reduce-scatters: each member's operand whole, split along
+ * dim sdim over the group, this rank's block set or added into a window. */
+void shd_async_begin_scatter(int site, shd_dtype dt, shd_redop op, const int *axes, int naxes);
+void shd_async_add_scatter(const void *src, int frank, const int64_t *full, int sdim, int kind, int target, int rank,
+                           const int64_t *dst_shape, const int64_t *src_shape, const int64_t *start,
+                           const int64_t *size, const int64_t *dst_off, unsigned aligned);
 void shd_async_start(int line);
 void shd_async_wait(int site, void *const *dst, int ndst, int line);
 void shd_set_collective_algo(const char *collective, const char *algo);

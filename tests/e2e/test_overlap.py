@@ -12,7 +12,9 @@ the runtime trace's. A rank killed while buckets are in flight stops the
 job: mpirun ends, naming the killed rank, with no rank left waiting in a
 pending collective. plan counts fewer collectives and less communication with buckets. A
 mistyped --bucket is a usage error; a mistyped SHD_OVERLAP or
-SHD_ASYNC_POLL_NS stops the program with its name.
+SHD_ASYNC_POLL_NS stops the program with its name. A sharded optimizer's
+reduce-scatters (tests/gpt2/gpt2_zero.shd) are bucketed alike, with the
+same guarantees.
 """
 import json
 import os
@@ -33,6 +35,9 @@ DEFS = ["-D", "V=256", "-D", "T=8", "-D", "L=%d" % L, "-D", "NH=4", "-D", "C=32"
 STEPS = 3
 
 
+ZERO = os.path.join(ROOT, "tests", "gpt2", "gpt2_zero.shd")
+
+
 def run(exe, np, tmp, name, env_extra=None):
     metrics = os.path.join(tmp, name + ".jsonl")
     env = dict(os.environ, SHD_QUIET="1", SHD_TRACE="1", **(env_extra or {}))
@@ -43,7 +48,38 @@ def run(exe, np, tmp, name, env_extra=None):
     with open(metrics) as f:
         losses = [json.loads(line)["loss"] for line in f if line.strip()]
     m = re.search(r"max over ranks: all_reduce count=(\d+) bytes=(\d+)", p.stdout + p.stderr)
+    rs = re.search(r"max over ranks:.*reduce_scatter count=(\d+) bytes=(\d+)", p.stdout + p.stderr)
+    run.reduce_scatter = (int(rs.group(1)), int(rs.group(2))) if rs else None
     return losses, (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def zero_buckets(shdc, tmp):
+    """A sharded optimizer's reduce-scatters (tests/gpt2/gpt2_zero.shd) go in
+    buckets too: bitwise the losses without buckets at 2 ranks in the three
+    modes, the 1-device build's at 4 ranks with 1 KiB buckets; the trace's
+    reduce-scatters are fewer and carry the same bytes. Returns failures."""
+    def build(name, mesh, *flags):
+        return testlib.build(shdc, ZERO, os.path.join(tmp, name), "--mesh", mesh, *DEFS, *flags)
+    failures = []
+    one = run(build("z1", "data=1,model=1"), 1, tmp, "z1")[0]
+    plain = run(build("zoff", "data=2,model=1", "--bucket=0"), 2, tmp, "zoff")[0]
+    plain_rs = run.reduce_scatter
+    on_exe = build("zon", "data=2,model=1")
+    on = run(on_exe, 2, tmp, "zon")[0]
+    on_rs = run.reduce_scatter
+    sync = run(on_exe, 2, tmp, "zsync", {"SHD_OVERLAP": "0"})[0]
+    prog = run(on_exe, 2, tmp, "zprog", {"SHD_OVERLAP": "progress"})[0]
+    four = run(build("zon4", "data=4,model=1", "--bucket=1KiB"), 4, tmp, "zon4")[0]
+    if on != plain or sync != plain or prog != plain:
+        failures.append("ZeRO, 2 ranks: losses with buckets %s, moved when started %s, by progress calls %s, without "
+                        "%s" % (on, sync, prog, plain))
+    if len(four) != STEPS or any(abs(a - b) > 1e-5 * max(1, abs(b)) for a, b in zip(four, one)):
+        failures.append("ZeRO, 4 ranks, 1 KiB buckets: losses %s, the 1-device build's %s" % (four, one))
+    if not on_rs or not plain_rs or on_rs[1] != plain_rs[1] or on_rs[0] >= plain_rs[0]:
+        failures.append("ZeRO trace: reduce_scatter (count, bytes) with buckets %s, without %s (same bytes, fewer "
+                        "calls)" % (on_rs, plain_rs))
+    print("ZeRO: losses %s; trace reduce-scatters (count, bytes) with buckets %s, without %s" % (on, on_rs, plain_rs))
+    return failures
 
 
 def explain(shdc, mesh, *flags):
@@ -142,6 +178,7 @@ def main():
               % (on, on_trace, plain_trace, len(plain_lines), len(over_data)))
 
         failures += [f for f in [kill_mid_step(on_exe, tmp)] if f]
+        failures += zero_buckets(shdc, tmp)
 
         # plan counts a bucket's time less the work before its wait: fewer
         # collectives and less communication than without buckets

@@ -59,14 +59,15 @@ DIRECTIVES = """\
 // STDOUT: ^step 2/3 \\| val loss \\d\\.\\d{3}$
 // STDOUT: ^step 3/3 \\| loss \\d\\.\\d{3}$
 // The gradient function: one all-gather over `data` a leaf (16), outside
-// the layer loop; one reduce-scatter over `data` a leaf, the 12 stacked
-// ones inside the loop (compiler/scatter.c), and no array all-reduced over
-// `data` (the loss is the one all-reduce).
+// the layer loop; the gradients reduce-scattered over `data`, the 12
+// stacked leaves' inside the loop (compiler/scatter.c) as one bucket a
+// layer (overlap.c), 4 others after it; no array all-reduced over `data`
+// (the loss is the one all-reduce).
 // MESH: data=2,model=1
 // EXPLAIN: ^fn zero_loss_value_and_grad
 // EXPLAIN-COUNT: 16 all_gather +over \\(data\\)
-// EXPLAIN-COUNT: 16 reduce_scatter\\.sum +over \\(data\\)
-// EXPLAIN-COUNT: 12 reduce_scatter\\.sum +over \\(data\\) .*\\(in the loop
+// EXPLAIN-COUNT: 5 reduce_scatter\\.sum +over \\(data\\)
+// EXPLAIN-COUNT: 1 reduce_scatter\\.sum +over \\(data\\) .*\\(a bucket of 12 arrays, .*\\(in the loop
 // EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(data\\)
 """
 
