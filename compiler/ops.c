@@ -29,6 +29,7 @@ static const OpFamily *const families[] = {
     &op_shape_family,       &op_collective_family, &op_creation_family,    &op_io_family,
     &op_softmax_family,     &op_index_family,      &op_join_family,        &op_gather_family,
     &op_shift_family,       &op_string_family,     &op_attention_family,   &op_async_family,
+    &op_sort_family,
     NULL,
 };
 

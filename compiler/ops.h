@@ -267,6 +267,7 @@ enum {
   IR_BASE_SHIFT = 0x6c0,
   IR_BASE_SOFTMAX = 0x700,
   IR_BASE_JOIN = 0x740,
+  IR_BASE_SORT = 0x780,
   IR__LIMIT = 0x800
 };
 
@@ -436,6 +437,17 @@ Value *op_slice_to(Part *p, Pos pos, Value *x, const int64_t *start, const int64
  * op_index.c's slice transposes to. */
 enum { IR_PAD = IR_BASE_JOIN };
 
+/* op_gather.c's opcodes, which op_sort.c's segment_sum and sort's transpose
+ * emit too. take and scatter_add with fn=1 drop an index outside [0, n)
+ * (a zero row, nothing added) instead of stopping the program. */
+enum {
+  IR_TAKE = IR_BASE_GATHER, /* args x, idx (i32); dim */
+  IR_TAKE_ALONG,            /* args x, idx (i32, x's rank); dim */
+  IR_SCATTER_ADD,           /* args g, idx; dim: the transpose of take; the result has x's shape */
+  IR_SCATTER_ALONG,         /* args g, idx; dim: the transpose of take_along_axis */
+  IR_ONE_HOT,               /* args idx; the classes are the result's last dim */
+};
+
 /* op_shift.c: the rows of one dim that change owner, for op_index.c's and
  * op_join.c's partitioning rules. Output row j of dim d is row j - offs[i] of source i
  * (plus the run-time dyn, negated with SHIFT_NEG); the sources are split
@@ -465,7 +477,8 @@ bool op_shift_plan(const Mesh *m, DimSpec xs, DimSpec ts, int64_t n_out, DimSpec
  * The families (op_*.c), listed by ops.c. */
 extern const OpFamily op_elementwise_family, op_unary_family, op_contraction_family, op_reduction_family,
     op_shape_family, op_collective_family, op_creation_family, op_io_family, op_softmax_family, op_index_family,
-    op_join_family, op_gather_family, op_shift_family, op_string_family, op_attention_family, op_async_family;
+    op_join_family, op_gather_family, op_shift_family, op_string_family, op_attention_family, op_async_family,
+    op_sort_family;
 
 /* ---- lower.c: the builders of the families' lowering -------------------- */
 

@@ -219,10 +219,13 @@ int32_t shd_index_check(int32_t i, int64_t n, int dim, const char *where)
 }
 
 /* The local row of index i (global dim of size n, this block's rows
- * [row0, row0 + rows)), or -1 when another rank holds it. */
+ * [row0, row0 + rows)), or -1 when another rank holds it (or, where NULL,
+ * when i is outside [0, n): dropped). */
 static inline int64_t local_row(int32_t i, int64_t n, int64_t row0, int64_t rows, int dim, const char *where)
 {
     int64_t g = i;
+    if (!where && (g < 0 || g >= n))   /* segment_sum's ids: dropped */
+        return -1;
     if (g < -n || g >= n)
         out_of_range(g, dim, n, where);
     if (g < 0)

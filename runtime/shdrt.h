@@ -533,6 +533,16 @@ void shd_argreduce_group(const void *x, int32_t *idx, shd_dtype dt,
 void shd_cumsum(const void *x, void *y, shd_dtype dt, bool reverse,
                 int64_t outer, int64_t n, int64_t inner);
 
+/* ---- k_sort.c: sort, argsort, top_k ----------------------------------- */
+
+/* Each row of x ([outer][n][inner], along n) sorted stably: ascending with
+ * NaN last, or (descending) largest first with NaN first, ties to the
+ * lower position either way; the first k of the order into vals and their
+ * positions into idx ([outer][k][inner]). */
+void shd_sort_rows(const void *x, void *vals, int32_t *idx, shd_dtype dt,
+                   int64_t outer, int64_t n, int64_t inner, int64_t k,
+                   bool descending);
+
 /* ---- k_attention.c: fused attention ------------------------------------ */
 
 /* softmax(scale * q kᵀ + mask) v without the T x S score matrix (flash
