@@ -18,6 +18,8 @@ For each host count, link and layout (--layouts):
   gpt2_fsdp  dsl-examples/gpt2_fsdp.shd (parameters and moments sharded over data)
   gpt2_2d    dsl-examples/gpt2.shd over data x model (data=N/2,model=2)
   gpt2_nobucket  gpt2 built with --bucket=0: each gradient all-reduced when it is made
+  gpt2_zero  tests/gpt2/gpt2_zero.shd, a sharded optimizer (ZeRO-1/2): the parameters
+             and moments kept as shards over data, gathered once a step
   ddp        PyTorch DistributedDataParallel (gloo) of bench/gpt.py's GPT-2 (and LLaMA, when llama runs)
   fsdp       PyTorch FullyShardedDataParallel (gloo) of the same GPT-2
 
@@ -94,17 +96,22 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
 import gpt  # noqa: E402  (the models' sizes, -D options and the PyTorch worker)
 
 LAYOUTS = {
-    # name: (program, model, the mesh at N hosts)
+    # name: (program: in dsl-examples/, or a path from the repository's root; model; the mesh at N hosts)
     "gpt2": ("gpt2.shd", "gpt2", lambda n: {"data": n, "model": 1}),
     "llama": ("llama.shd", "llama", lambda n: {"data": n, "model": 1}),
     "gpt2_fsdp": ("gpt2_fsdp.shd", "gpt2", lambda n: {"data": n, "model": 1}),
     "gpt2_2d": ("gpt2.shd", "gpt2", lambda n: {"data": n // 2, "model": 2}),
     "gpt2_nobucket": ("gpt2.shd", "gpt2", lambda n: {"data": n, "model": 1}),
+    "gpt2_zero": ("tests/gpt2/gpt2_zero.shd", "gpt2", lambda n: {"data": n, "model": 1}),
 }
 # the build flags of a layout beyond its mesh: gpt2_nobucket is gpt2 with
 # each gradient all-reduced on its own when it is made (--bucket=0)
 FLAGS = {"gpt2_nobucket": ["--bucket=0"]}
 PEERS = {"ddp": "PyTorch DDP", "fsdp": "PyTorch FSDP"}
+
+
+def program_path(prog):
+    return os.path.join(ROOT, prog if "/" in prog else os.path.join("dsl-examples", prog))
 SIZES = {"gpt2": gpt.CONFIGS["large"], "llama": gpt.CONFIGS["llama-c384"]}
 # --quick: small enough for seconds a step, large enough that every layout
 # type-checks at 4 hosts (gpt2_fsdp shards the heads over data x model)
@@ -293,9 +300,10 @@ class Bench:
         mesh, flags = meshf(n), FLAGS.get(layout, [])
         key = (prog, self.mesh_arg(mesh), tuple(flags))
         if key not in self.exes:
-            exe = os.path.join(self.d, "%s_%s%s" % (prog[:-4], self.mesh_arg(mesh).replace(",", "_").replace("=", ""),
+            exe = os.path.join(self.d, "%s_%s%s" % (os.path.basename(prog)[:-4],
+                                                    self.mesh_arg(mesh).replace(",", "_").replace("=", ""),
                                                     "_" + layout if flags else ""))
-            cmd = [self.shdc, "build", os.path.join(ROOT, "dsl-examples", prog), "--mesh", self.mesh_arg(mesh), "-o",
+            cmd = [self.shdc, "build", program_path(prog), "--mesh", self.mesh_arg(mesh), "-o",
                    exe] + gpt.defines(self.sizes[model]) + flags
             p = subprocess.run(cmd, capture_output=True, text=True, env=gpt.ENV)
             if p.returncode:
@@ -306,7 +314,7 @@ class Bench:
     def shdc_figures(self, layout, n, netfile):
         """explain's bytes per step and plan's estimate (step, comm), seconds."""
         prog, model, meshf = LAYOUTS[layout]
-        src, mesh = os.path.join(ROOT, "dsl-examples", prog), self.mesh_arg(meshf(n))
+        src, mesh = program_path(prog), self.mesh_arg(meshf(n))
         defs = gpt.defines(self.sizes[model]) + FLAGS.get(layout, [])
         key = (prog, mesh, tuple(FLAGS.get(layout, [])))
         if key not in self.explained:

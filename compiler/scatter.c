@@ -22,15 +22,16 @@
  * axes, the sum used only there, is reduce_scatter(x).
  *
  * The pass runs on the SPMD IR after opt_module and before overlap.c (which
- * buckets the all-reduces that remain). Global shapes do not change: each
- * rewritten value's type gains the slice's sharding at its dim. */
+ * then buckets a loop's reduce-scatters as it does its all-reduces). Global
+ * shapes do not change: each rewritten value's type gains the slice's
+ * sharding at its dim. */
 #include "shdc.h"
 
 typedef struct {
   int *uses;           /* by value id, over the function */
   Inst **user;         /* by value id: the (innermost) instruction that uses it last */
   int n;
-  Vec loops;           /* Inst *: the function's for loops and block slices */
+  Vec sites;           /* Inst *: the function's for loops and block slices */
 } Sc;
 
 static void walk(Sc *s, IrBlock *b) {
@@ -41,7 +42,7 @@ static void walk(Sc *s, IrBlock *b) {
       s->user[in->args[k]->id] = in;
     }
     if (in->op == IR_FOR || in->op == IR_SLICE_BLOCK)
-      vec_push(&s->loops, in);
+      vec_push(&s->sites, in);
     for (int r = 0; r < in->nregions; r++)
       walk(s, in->regions[r]);
   }
@@ -234,15 +235,15 @@ void scatter_accumulators(Module *mod) {
     s.uses = mem_resize(s.uses, s.n, n, sizeof(int));
     s.user = mem_resize(s.user, s.n, n, sizeof(Inst *));
     s.n = n;
-    s.loops.len = 0;
+    s.sites.len = 0;
     walk(&s, fn->body);
-    for (int i = 0; i < s.loops.len; i++) {
-      Inst *F = s.loops.data[i];
+    for (int i = 0; i < s.sites.len; i++) {
+      Inst *F = s.sites.data[i];
       for (int j = 1; F->op == IR_FOR && j < F->regions[0]->nargs; j++)
         try_carry(&s, mod, F, j);
     }
-    for (int i = 0; i < s.loops.len; i++) {   /* after the loops: try_carry removes the slices it takes */
-      Inst *S = s.loops.data[i];
+    for (int i = 0; i < s.sites.len; i++) {   /* after the loops: try_carry removes the slices it takes */
+      Inst *S = s.sites.data[i];
       if (S->op == IR_SLICE_BLOCK && S->args[0]->def && S->args[0]->def->op == IR_ALL_REDUCE)
         try_slice(&s, mod, S);
     }
@@ -253,7 +254,7 @@ void scatter_accumulators(Module *mod) {
     ir_clear_ids(fn->body, s.uses, sizeof(int));
     ir_clear_ids(fn->body, s.user, sizeof(Inst *));
   }
-  free(s.loops.data);
+  free(s.sites.data);
   free(s.uses);
   free(s.user);
 }
