@@ -108,6 +108,18 @@ static void replace_uses(IrBlock *b, const Value *old, Value *new) {
   }
 }
 
+/* The slice S leaves its block; its users (there) take by instead. */
+static void drop_slice(Inst *S, Value *by) {
+  IrBlock *b = S->parent;
+  int at = 0;
+  while (b->insts.data[at] != S)
+    at++;
+  for (int k = at + 1; k < b->insts.len; k++)
+    b->insts.data[k - 1] = b->insts.data[k];
+  b->insts.len--;
+  replace_uses(b, S->results[0], by);
+}
+
 /* The pattern for carry j of loop F, rewritten if it matches. */
 static bool try_carry(Sc *s, Module *mod, Inst *F, int j) {
   IrBlock *y = F->regions[0], *outer = F->parent;
@@ -186,16 +198,7 @@ static bool try_carry(Sc *s, Module *mod, Inst *F, int j) {
   ar->op = IR_REDUCE_SCATTER;
   ar->dim = dd;
   reshard_dim(ar->results[0], dd, sp);
-  /* The slice's users take the loop's result. */
-  Value *old = S->results[0];
-  for (int i = 0; i < outer->insts.len; i++)
-    if (outer->insts.data[i] == S) {
-      for (int k = i + 1; k < outer->insts.len; k++)
-        outer->insts.data[k - 1] = outer->insts.data[k];
-      outer->insts.len--;
-      break;
-    }
-  replace_uses(outer, old, R);
+  drop_slice(S, R);   /* the slice's users take the loop's result */
   return true;
 }
 
@@ -215,15 +218,7 @@ static bool try_slice(Sc *s, const Module *mod, Inst *S) {
   ar->op = IR_REDUCE_SCATTER;
   ar->dim = d;
   ar->results[0]->type = S->results[0]->type;
-  IrBlock *b = S->parent;
-  for (int i = 0; i < b->insts.len; i++)
-    if (b->insts.data[i] == S) {
-      for (int k = i + 1; k < b->insts.len; k++)
-        b->insts.data[k - 1] = b->insts.data[k];
-      b->insts.len--;
-      break;
-    }
-  replace_uses(b, S->results[0], ar->results[0]);
+  drop_slice(S, ar->results[0]);
   return true;
 }
 

@@ -472,11 +472,12 @@ void shd_async_add(const void *src, void *dst, size_t count)
     memcpy(g_as.open->buf + m->off * shd_dtype_size(g_as.open->dt), src, count * shd_dtype_size(g_as.open->dt));
 }
 
-void shd_async_add_window(const void *src, int kind, int target, int rank, const int64_t *dst_shape,
-                          const int64_t *src_shape, const int64_t *start, const int64_t *size, const int64_t *dst_off,
-                          unsigned aligned)
+/* A window member of count elements in the staging buffer: where its
+ * values go at the wait (shd_update_window's arguments). */
+static member *add_window_member(size_t count, int kind, int target, int rank, const int64_t *dst_shape,
+                                 const int64_t *src_shape, const int64_t *start, const int64_t *size,
+                                 const int64_t *dst_off, unsigned aligned)
 {
-    size_t count = (size_t)shd_shape_count(rank, src_shape);
     member *m = add_member(count);
     m->kind = kind;
     m->target = target;
@@ -484,6 +485,15 @@ void shd_async_add_window(const void *src, int kind, int target, int rank, const
     memcpy(m->dshape, dst_shape, sizeof(int64_t) * (size_t)rank);
     memcpy(m->sshape, src_shape, sizeof(int64_t) * (size_t)rank);
     m->empty = !shd_window_box(rank, dst_shape, src_shape, start, size, dst_off, aligned, m->d0, m->s0, m->cnt);
+    return m;
+}
+
+void shd_async_add_window(const void *src, int kind, int target, int rank, const int64_t *dst_shape,
+                          const int64_t *src_shape, const int64_t *start, const int64_t *size, const int64_t *dst_off,
+                          unsigned aligned)
+{
+    size_t count = (size_t)shd_shape_count(rank, src_shape);
+    member *m = add_window_member(count, kind, target, rank, dst_shape, src_shape, start, size, dst_off, aligned);
     memcpy(g_as.open->buf + m->off * shd_dtype_size(g_as.open->dt), src, count * shd_dtype_size(g_as.open->dt));
 }
 
@@ -523,13 +533,7 @@ void shd_async_add_scatter(const void *src, int frank, const int64_t *full, int 
     if ((size_t)shd_shape_count(rank, src_shape) * (size_t)r->G != count)
         shd_fatal("async reduce-scatter: a block of %lld elements of %zu over %d ranks",
                   (long long)shd_shape_count(rank, src_shape), count, r->G);
-    member *m = add_member(count);
-    m->kind = kind;
-    m->target = target;
-    m->rank = rank;
-    memcpy(m->dshape, dst_shape, sizeof(int64_t) * (size_t)rank);
-    memcpy(m->sshape, src_shape, sizeof(int64_t) * (size_t)rank);
-    m->empty = !shd_window_box(rank, dst_shape, src_shape, start, size, dst_off, aligned, m->d0, m->s0, m->cnt);
+    member *m = add_window_member(count, kind, target, rank, dst_shape, src_shape, start, size, dst_off, aligned);
     m->src = src;
     m->sdim = sdim;
     m->frank = frank;

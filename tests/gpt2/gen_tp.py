@@ -50,21 +50,29 @@ DIRECTIVES = """\
 """
 
 
-def make():
+def program_body():
+    """gpt2.shd from its mesh to its test directives."""
     src = open(SRC).read()
-    body = src[src.index("mesh {"):src.index("// BUILD-FLAGS:")]
-    return HEADER + body.replace("T@model", "T") + DIRECTIVES
+    return src[src.index("mesh {"):src.index("// BUILD-FLAGS:")]
+
+
+def make():
+    return HEADER + program_body().replace("T@model", "T") + DIRECTIVES
+
+
+def write_or_check(out, text, script):
+    """Writes text to out, or with --check exits 1 where out differs."""
+    if "--check" in sys.argv:
+        if not os.path.exists(out) or open(out).read() != text:
+            sys.exit("tests/gpt2/%s is not what %s makes from dsl-examples/gpt2.shd: run tests/gpt2/%s"
+                     % (os.path.basename(out), script, script))
+        return
+    with open(out, "w") as f:
+        f.write(text)
 
 
 def main():
-    text = make()
-    if "--check" in sys.argv:
-        if not os.path.exists(OUT) or open(OUT).read() != text:
-            sys.exit("tests/gpt2/gpt2_tp.shd is not what gen_tp.py makes from dsl-examples/gpt2.shd: run "
-                     "tests/gpt2/gen_tp.py")
-        return
-    with open(OUT, "w") as f:
-        f.write(text)
+    write_or_check(OUT, make(), "gen_tp.py")
 
 
 if __name__ == "__main__":
