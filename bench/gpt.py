@@ -337,15 +337,21 @@ steps = %(steps)d
 torch.set_num_threads(%(threads)d)
 rank, world = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
 if world > 1:
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%(port)d", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=%(init)r, rank=rank, world_size=world)
+def tx_bytes():   # what this rank's host sent so far (bench/cluster.py: a host is a network namespace)
+    if not %(ifname)r:
+        return 0
+    with open("/sys/class/net/%%s/statistics/tx_bytes" %% %(ifname)r) as f:
+        return int(f.read())
 V, T, L, B = (cfg[k] for k in ("V", "T", "L", "B"))
 g = torch.Generator().manual_seed(0)
 %(model)s
 model = Net()
-net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
-opt = torch.optim.AdamW(param_groups(model), lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
+%(prelude)s
+net, groups = %(wrap)s if world > 1 else (model, param_groups(model))
+opt = torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
 rng = np.random.default_rng(rank)
-ts = []
+ts, tx = [], []
 for s in range(steps):
     b = torch.from_numpy(rng.integers(0, V, size=(B // world, T + 1)))
     t0 = time.perf_counter()
@@ -356,9 +362,10 @@ for s in range(steps):
         torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
     opt.step()
     ts.append((time.perf_counter() - t0) * 1000)
+    tx.append(tx_bytes())
 # each rank its own file: mpirun may join two ranks' lines on one
 with open(os.path.join(%(out)r, "torch_rank%%d.json" %% rank), "w") as f:
-    json.dump({"rank": rank, "ms": ts, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}, f)
+    json.dump({"rank": rank, "ms": ts, "tx": tx, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}, f)
 """
 
 # gpt2.shd's model and initialisation; AdamW's groups; no clipping (gpt2.shd has none).
@@ -415,15 +422,27 @@ CLIP = 1.0
 """
 
 
+DDP = "(torch.nn.parallel.DistributedDataParallel(model), param_groups(model))"
+
+
+def worker_source(cfg, steps, init, threads, out_dir, wrap=DDP, prelude="", ifname=""):
+    """The PyTorch worker of a configuration: `wrap` makes the distributed
+    module of `model` and the optimizer's parameter groups, a pair (after
+    `prelude`), init is the process group's
+    init_method; with ifname each step also records the bytes that
+    interface has sent (its tx_bytes counter)."""
+    return WORKER % dict(tests=MODELS[cfg["model"]]["tests"], cfg=json.dumps(consts(cfg)), steps=steps, init=init,
+                         threads=threads, model=LLAMA_MODEL if cfg["model"] == "llama" else GPT2_MODEL,
+                         out=out_dir, wrap=wrap, prelude=prelude, ifname=ifname)
+
+
 def torch_run(cfg, n, steps, d, port, threads=False):
     """n one-thread DDP ranks, or with threads one process of n threads."""
     path = os.path.join(d, "worker.py")
-    model = LLAMA_MODEL if cfg["model"] == "llama" else GPT2_MODEL
     out_dir = os.path.join(d, "torch_rows")
     shutil.rmtree(out_dir, ignore_errors=True)
     os.makedirs(out_dir)
-    src = WORKER % dict(tests=MODELS[cfg["model"]]["tests"], cfg=json.dumps(consts(cfg)), steps=steps,
-                        port=port, threads=n if threads else 1, model=model, out=out_dir)
+    src = worker_source(cfg, steps, "tcp://127.0.0.1:%d" % port, n if threads else 1, out_dir)
     with open(path, "w") as f:
         f.write(src)
     if threads:

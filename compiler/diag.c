@@ -15,12 +15,17 @@
  * case, print types in DSL syntax and end with a fix where one exists.
  * With --diagnostics=json or sarif they are recorded instead (diag_json.c)
  * and written as one document at the end.
+ *
+ * Warnings (diag_warning) have the same form with "warning:" and a W_ code;
+ * -Werror makes them errors, -Wno-NAME leaves one out. A fix that is a text
+ * edit the error site knows (diag_fix.c) is shown, as rustc does, as a help
+ * line and the source line with the edit applied, the new text marked.
  */
 #include <unistd.h>
 
 #include "shdc.h"
 
-static int error_count;
+static int error_count, warning_count, promoted_count;
 static const char *last_code;
 
 const char *diag_last_code(void) { return last_code; }
@@ -30,7 +35,10 @@ static const char **capture;  /* diag_capture */
 void diag_capture(const char **first) { capture = first; }
 
 int diag_error_count(void) { return error_count; }
-void diag_reset(void) { error_count = 0; }
+void diag_reset(void) {
+  error_count = 0;
+  warning_count = promoted_count = 0;
+}
 void diag_set_max_errors(int n) { max_shown = n; }
 
 /* Past the limit an error is counted, not printed (nor its notes), so that
@@ -107,7 +115,7 @@ static const char *sgr(const char *code) {
  * time made a long line quadratic). A line longer than SNIPPET_MAX bytes
  * is shown as a window around the column, cut ends marked with "...". */
 #define SNIPPET_MAX 240
-static void print_source_line(Pos pos) {
+static void print_source_line(Pos pos, bool token) {
   if (!pos.file || pos.line <= 0)
     return;
   size_t len;
@@ -117,7 +125,10 @@ static void print_source_line(Pos pos) {
     col = len;
   size_t lo = col, hi = col + 1;   /* the bytes of the line under ~ or ^ */
   Pos rf, rt;
-  if (diag_expr_range(pos, &rf, &rt)) {
+  if (token && !diag_expr_range(pos, &rf, &rt)) {   /* a name: the whole token, as rustc marks it */
+    size_t end = (size_t)diag_token_end(pos) - 1;
+    hi = end > hi && end <= len ? end : hi;
+  } else if (diag_expr_range(pos, &rf, &rt)) {
     size_t indent = 0;   /* a part on an earlier line: from the first non-blank byte of this one */
     while (indent < col && (p[indent] == ' ' || p[indent] == '\t'))
       indent++;
@@ -150,7 +161,78 @@ static void print_source_line(Pos pos) {
  * of its diagnostic comes after the notes that follow it. */
 static const char *hint_code;
 
+/* The fixes of the plain diagnostic being printed, shown by flush_hint. */
+static PendingFix *plain_fixes;
+static int nplain_fixes, capplain_fixes;
+static Pos plain_at;          /* the diagnostic's position (operand/annotate fixes) */
+static bool suppressed;       /* the last diagnostic was not printed: nor are its notes and fixes */
+
+bool diag_last_suppressed(void) { return suppressed || capture; }
+
+void diag_plain_fix(const PendingFix *f) {
+  if (suppressed || capture || !diag_fixes_apply() || nplain_fixes >= 8)
+    return;
+  plain_fixes = mem_grow(plain_fixes, &capplain_fixes, nplain_fixes + 1, sizeof *plain_fixes);
+  PendingFix *c = &plain_fixes[nplain_fixes++];
+  *c = *f;
+  if (c->kind == FIX_WRAP_OPERAND || c->kind == FIX_ANNOTATE)
+    c->at = plain_at;
+}
+
+/* "= help: WHAT:" and the lines the fix changes, edited, with `+` under
+ * inserted text and `~` under replaced text (rustc's suggestion format);
+ * nothing for a fix that cannot be placed exactly. */
+static void print_fix(const PendingFix *pf) {
+  SourceFix fx;
+  const SourceFile *f = pf->at.file ? pf->at.file : pf->from.file;
+  if (!f || !diag_fix_resolve(pf, diagout_program_of(f), &fx) || fx.from.line <= 0 || fx.to.line < fx.from.line)
+    return;
+  size_t len0, len1;
+  const char *first = diag_line_text(f, fx.from.line, &len0), *last = diag_line_text(f, fx.to.line, &len1);
+  size_t a = (size_t)fx.from.col - 1, b = (size_t)fx.to.col - 1;
+  if (a > len0 || b > len1)
+    return;
+  const char *old = first + a, *old_end = last + b;
+  size_t oldn = (size_t)(old_end - old), newn = strlen(fx.text);
+  /* The new text that is old text kept (a wrap keeps its operand): marked
+   * `+` around it; otherwise all of it `~`. A deletion marks nothing. */
+  const char *kept = oldn && oldn <= newn ? memmem(fx.text, newn, old, oldn) : NULL;
+  Str line = {0}, marks = {0};
+  str_printf(&line, "%.*s%s%.*s", (int)a, first, fx.text, (int)(len1 - b), last + b);
+  for (size_t i = 0; i < a; i++)
+    str_putc(&marks, first[i] == '\t' ? '\t' : ' ');
+  for (size_t i = 0; i < newn && fx.text[i] != '\n'; i++) {
+    bool in_kept = kept && fx.text + i >= kept && fx.text + i < kept + oldn;
+    str_putc(&marks, in_kept ? ' ' : kept ? '+' : '~');
+  }
+  fprintf(stderr, "  = %shelp:%s %s\n", sgr(SGR_BOLD), sgr(SGR_RESET), fx.what ? fx.what : "write");
+  const char *p = str_cstr(&line);
+  const char *nl = strchr(p, '\n');
+  size_t total = nl ? (size_t)(nl - p) : strlen(p), from = 0, to = total;
+  if (total > SNIPPET_MAX) {   /* a window around the edit, as print_source_line shows a long line */
+    from = a > SNIPPET_MAX / 2 ? a - SNIPPET_MAX / 2 : 0;
+    to = from + SNIPPET_MAX < total ? from + SNIPPET_MAX : total;
+  }
+  const char *pre = from ? "..." : "";
+  fprintf(stderr, "      %s%.*s%s\n", pre, (int)(to - from), p + from, to < total ? "..." : "");
+  const char *m = str_cstr(&marks);
+  size_t mlen = strlen(m) < to ? strlen(m) : to;
+  while (mlen > from && (m[mlen - 1] == ' ' || m[mlen - 1] == '\t'))
+    mlen--;
+  size_t blank = from;
+  while (blank < mlen && (m[blank] == ' ' || m[blank] == '\t'))
+    blank++;
+  if (mlen > blank)
+    fprintf(stderr, "      %s%.*s%s%.*s%s\n", from ? "   " : "", (int)(blank - from), m + from, sgr(SGR_CARET),
+            (int)(mlen - blank), m + blank, sgr(SGR_RESET));
+  free(line.buf);
+  free(marks.buf);
+}
+
 static void flush_hint(void) {
+  for (int i = 0; i < nplain_fixes; i++)
+    print_fix(&plain_fixes[i]);
+  nplain_fixes = 0;
   if (hint_code)
     fprintf(stderr, "  = %shelp:%s shdc explain-error %s (the rule, an example, the fix)\n", sgr(SGR_BOLD),
             sgr(SGR_RESET), hint_code);
@@ -269,22 +351,150 @@ void diag_verror(Pos pos, const char *code, const char *fmt, va_list ap) {
                               code ? " [" : "", code ? code : "", code ? "]" : "");
     return;
   }
-  if (!shown())
+  suppressed = !shown();
+  if (suppressed)
     return;
   if (diagout_recording()) {
     diagout_add(pos, code, msg, false);
   } else {
     flush_hint();
+    plain_at = pos;
     print_where(pos);
     fprintf(stderr, "%serror: %s%s%s", sgr(SGR_ERROR), sgr(SGR_RESET), sgr(SGR_BOLD), msg);
     if (code)
       fprintf(stderr, " [%s]", code);
     fprintf(stderr, "%s\n", sgr(SGR_RESET));
-    print_source_line(pos);
+    print_source_line(pos, code && code[0] == 'W');   /* a warning made an error marks as a warning does */
     hint_code = code && diag_code_index(code) >= 0 ? code : NULL;
   }
   for (int i = ncontext - 1; i >= 0; i--)
     diag_note(context_notes[i].pos, "%s", context_notes[i].text);
+}
+
+/* ---- warnings ------------------------------------------------------------------ */
+
+static bool all_off, all_error;
+/* Per W_ code (its index in diag_codes.c's table): 0 as the defaults say,
+ * 'o' off, 'e' an error, 'w' a warning even under -Werror. */
+static char wstate[64];
+
+int diag_warning_count(void) { return warning_count; }
+int diag_promoted_count(void) { return promoted_count; }
+void diag_warnings_off(bool off) { all_off = off; }
+
+const char *diag_warning_flag(const char *code) {
+  char *f = arena_strdup(code + 2);
+  for (char *p = f; *p; p++)
+    *p = *p == '_' ? '-' : (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+  return f;
+}
+
+/* The W_ code a -W name means (unused, W_UNUSED, w_unused), or -1. */
+static int warning_named(const char *name) {
+  for (int i = 0; i < diag_code_count() && i < (int)sizeof wstate; i++) {
+    const char *code = diag_code_at(i)->code;
+    if (code[0] == 'W' && (!strcmp(diag_warning_flag(code), name) || !strcasecmp(code, name)))
+      return i;
+  }
+  return -1;
+}
+
+static const char *warning_names(void) {
+  Str s = {0};
+  for (int i = 0; i < diag_code_count(); i++)
+    if (diag_code_at(i)->code[0] == 'W')
+      str_printf(&s, "%s%s", s.len ? ", " : "", diag_warning_flag(diag_code_at(i)->code));
+  const char *r = arena_strdup(str_cstr(&s));
+  free(s.buf);
+  return r;
+}
+
+const char *diag_warning_option(const char *arg) {
+  if (!strcmp(arg, "error")) {
+    all_error = true;
+    return NULL;
+  }
+  if (!strcmp(arg, "no-error")) {
+    all_error = false;
+    return NULL;
+  }
+  if (!strcmp(arg, "all") || !strcmp(arg, "extra") || !strcmp(arg, "everything")) {
+    all_off = false;
+    return NULL;
+  }
+  char state = 0;
+  const char *name = arg;
+  if (!strncmp(arg, "error=", 6))
+    state = 'e', name = arg + 6;
+  else if (!strncmp(arg, "no-error=", 9))
+    state = 'w', name = arg + 9;
+  else if (!strncmp(arg, "no-", 3))
+    state = 'o', name = arg + 3;
+  int i = warning_named(name);
+  if (i < 0) {
+    const char *near = NULL;
+    int best = 3;
+    for (int k = 0; k < diag_code_count(); k++) {
+      const char *code = diag_code_at(k)->code;
+      int d = code[0] == 'W' ? str_distance(name, diag_warning_flag(code), best) : 99;
+      if (d < best)
+        best = d, near = diag_warning_flag(code);
+    }
+    return arena_printf("unknown warning option '-W%s'%s (the warnings: %s; -Werror, -Wno-NAME, -Werror=NAME)", arg,
+                        near ? arena_printf("; did you mean '-W%.*s%s'?", (int)(name - arg), arg, near) : "",
+                        warning_names());
+  }
+  wstate[i] = state;   /* -WNAME: as the defaults and -Werror say */
+  return NULL;
+}
+
+/* The file whose warnings are given (NULL: none, for the commands that do
+ * not warn), and the places warned about already: a generic function's
+ * instances and a second typing of one expression warn once. */
+static const SourceFile *warn_file;
+static PtrMap warned;
+
+void diag_warn_file(const SourceFile *f) {
+  warn_file = f;
+  ptrmap_free(&warned);
+  memset(&warned, 0, sizeof warned);
+}
+
+void diag_warning(Pos pos, const char *code, const char *fmt, ...) {
+  int i = diag_code_index(code);
+  char st = i >= 0 && i < (int)sizeof wstate ? wstate[i] : 0;
+  uint64_t x = (((uint64_t)pos.line << 26) | ((uint64_t)(pos.col & 0xFFFFF) << 6) | (uint64_t)(i & 63)) + 1;
+  x *= 0x9E3779B97F4A7C15ull;   /* mixed, as diag_fix.c's pos_key: ptrmap hashes the low bits */
+  x ^= x >> 32;
+  const void *key = (const void *)(uintptr_t)((x << 4 | x >> 60) | (x ? 0 : 1));
+  if (capture || all_off || st == 'o' || !warn_file || pos.file != warn_file || ptrmap_get(&warned, key) >= 0) {
+    suppressed = true;
+    return;
+  }
+  ptrmap_put(&warned, key, 1);
+  va_list ap;
+  va_start(ap, fmt);
+  if (st == 'e' || (all_error && st != 'w')) {   /* -Werror: an error in every way */
+    promoted_count++;
+    diag_verror(pos, code, fmt, ap);
+    va_end(ap);
+    return;
+  }
+  warning_count++;
+  suppressed = false;
+  const char *msg = arena_vprintf(fmt, ap);
+  va_end(ap);
+  if (diagout_recording()) {
+    diagout_add_warning(pos, code, msg);
+    return;
+  }
+  flush_hint();
+  plain_at = pos;
+  print_where(pos);
+  fprintf(stderr, "%swarning: %s%s%s [%s]%s\n", sgr(SGR_WARNING), sgr(SGR_RESET), sgr(SGR_BOLD), msg, code,
+          sgr(SGR_RESET));
+  print_source_line(pos, true);
+  hint_code = i >= 0 ? code : NULL;
 }
 
 void diag_error(Pos pos, const char *code, const char *fmt, ...) {
@@ -295,7 +505,7 @@ void diag_error(Pos pos, const char *code, const char *fmt, ...) {
 }
 
 void diag_note(Pos pos, const char *fmt, ...) {
-  if (!shown() || capture)
+  if (suppressed || !shown() || capture)
     return;
   va_list ap;
   va_start(ap, fmt);
@@ -309,7 +519,7 @@ void diag_note(Pos pos, const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
-  print_source_line(pos);
+  print_source_line(pos, true);
 }
 
 /* The user's or the system's trouble outside the program text (a bad

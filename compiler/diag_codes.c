@@ -1,6 +1,7 @@
-/* diag_codes.c: the error codes, with the help text of each.
+/* diag_codes.c: the error and warning codes, with the help text of each.
  *
- * Every [E_CODE] a diagnostic can carry is listed here once, with a short
+ * Every [E_CODE] or [W_CODE] a diagnostic can carry is listed here once (the
+ * warnings last: their example checks with the warning and exit 0), with a short
  * description (typing-rules.md section D, manual.md, autodiff.md say the
  * same in more words), the help a user reading a SARIF report or an
  * editor tooltip needs (what the rule is and the usual fix), and a small
@@ -22,10 +23,12 @@ static const DiagCode codes[] = {
      "mesh {X: 2}\n"
      "fn main() {\n"
      "    let a = (1 + 2\n"
+     "    print(a)\n"
      "}\n",
      "mesh {X: 2}\n"
      "fn main() {\n"
      "    let a = (1 + 2)\n"
+     "    print(a)\n"
      "}\n", NULL},
     {"E_NAME", "Name", "unknown or duplicate name, function or mesh axis; recursion",
      "A name must be declared before it is used (let, var, const, fn, a parameter or a mesh axis) and declared once "
@@ -64,12 +67,14 @@ static const DiagCode codes[] = {
      "    let a: f32[8, 4] = ones()\n"
      "    let b: f32[8, 3] = ones()\n"
      "    let c = a + b\n"
+     "    print(c)\n"
      "}\n",
      "mesh {X: 2}\n"
      "fn main() {\n"
      "    let a: f32[8, 4] = ones()\n"
      "    let b: f32[8, 4] = ones()\n"
      "    let c = a + b\n"
+     "    print(c)\n"
      "}\n", NULL},
     {"E_CONST", "Constant without a value",
      "integer overflow in a constant expression, a division or remainder by zero, an i32 that does not fit",
@@ -97,12 +102,14 @@ static const DiagCode codes[] = {
      "    let a: f32[8] = ones()\n"
      "    let n: i32[8] = ones()\n"
      "    let c = a * n\n"
+     "    print(c)\n"
      "}\n",
      "mesh {X: 2}\n"
      "fn main() {\n"
      "    let a: f32[8] = ones()\n"
      "    let n: i32[8] = ones()\n"
      "    let c = a * cast(n, f32)\n"
+     "    print(c)\n"
      "}\n", NULL},
     {"E_SPEC", "Spec", "a malformed type: an axis both sharding and unreduced/reduced, <V:..> in the global view",
      "A mesh axis is in one state per type: sharding one dim, unreduced (<U:..>), reduced (<R:..>) or none. "
@@ -111,10 +118,12 @@ static const DiagCode codes[] = {
      "mesh {X: 2}\n"
      "fn main() {\n"
      "    let a: f32[8@X]<U:X> = zeros()\n"
+     "    print(a)\n"
      "}\n",
      "mesh {X: 2}\n"
      "fn main() {\n"
      "    let a: f32[8@X] = zeros()\n"
+     "    print(a)\n"
      "}\n", NULL},
     {"E_DUP", "Duplicate axis", "a mesh axis used twice in a type, or by two dims of a result",
      "A mesh axis shards at most one dim of an array. When an operation's result would use one axis for two dims, "
@@ -123,10 +132,12 @@ static const DiagCode codes[] = {
      "mesh {X: 2}\n"
      "fn main() {\n"
      "    let a: f32[8@X, 4@X] = zeros()\n"
+     "    print(a)\n"
      "}\n",
      "mesh {X: 2}\n"
      "fn main() {\n"
      "    let a: f32[8@X, 4] = zeros()\n"
+     "    print(a)\n"
      "}\n", NULL},
     {"E_DIVIS", "Divisibility", "a dim not divisible by the sizes of its axes",
      "A dim sharded over mesh axes must be divisible by the product of their sizes, so every device holds an equal "
@@ -135,10 +146,12 @@ static const DiagCode codes[] = {
      "mesh {X: 4}\n"
      "fn main() {\n"
      "    let a: f32[6@X] = zeros()\n"
+     "    print(a)\n"
      "}\n",
      "mesh {X: 4}\n"
      "fn main() {\n"
      "    let a: f32[8@X] = zeros()\n"
+     "    print(a)\n"
      "}\n", NULL},
     {"E_BCAST", "Broadcast sharding", "an elementwise operation meets two different shardings in one dim",
      "Zipped dims of an elementwise operation must be sharded alike, or replicated on one side. Reshard one operand "
@@ -149,12 +162,14 @@ static const DiagCode codes[] = {
      "    let a: f32[8@X, 4] = ones()\n"
      "    let b: f32[8@Y, 4] = ones()\n"
      "    let c = a + b\n"
+     "    print(c)\n"
      "}\n",
      "mesh {X: 2, Y: 2}\n"
      "fn main() {\n"
      "    let a: f32[8@X, 4] = ones()\n"
      "    let b: f32[8@Y, 4] = ones()\n"
      "    let c = a + reshard(b, f32[8@X, 4])\n"
+     "    print(c)\n"
      "}\n", NULL},
     {"E_CONTRACT", "Ambiguous contraction", "a contracting dim sharded on both sides, without an annotation",
      "When both sides of a contracting dim are sharded, the result could be replicated (all-reduce), sharded "
@@ -166,12 +181,14 @@ static const DiagCode codes[] = {
      "    let a: f32[8, 4@X] = ones()\n"
      "    let b: f32[4@X, 16] = ones()\n"
      "    let z = a @ b\n"
+     "    print(z)\n"
      "}\n",
      "mesh {X: 2}\n"
      "fn main() {\n"
      "    let a: f32[8, 4@X] = ones()\n"
      "    let b: f32[4@X, 16] = ones()\n"
      "    let z = a @ b as f32[8, 16]\n"
+     "    print(z)\n"
      "}\n", NULL},
     {"E_BATCH", "Batch sharding", "batch dims sharded differently, without an annotation",
      "Batch dims of a contraction are never gathered implicitly: reshard one operand so both shard them alike, or "
@@ -182,12 +199,14 @@ static const DiagCode codes[] = {
      "    let p: f32[4@X, 8, 8] = ones()\n"
      "    let q: f32[4@Y, 8, 8] = ones()\n"
      "    let r = p @ q\n"
+     "    print(r)\n"
      "}\n",
      "mesh {X: 2, Y: 2}\n"
      "fn main() {\n"
      "    let p: f32[4@X, 8, 8] = ones()\n"
      "    let q: f32[4@Y, 8, 8] = ones()\n"
      "    let r = p @ reshard(q, f32[4@X, 8, 8])\n"
+     "    print(r)\n"
      "}\n", NULL},
     {"E_RESHAPE", "Reshape sharding", "a reshape whose sharding rule cannot carry the data without moving it",
      "A reshape is local when it splits one dim or merges one run of adjacent dims and every device keeps its "
@@ -197,11 +216,13 @@ static const DiagCode codes[] = {
      "fn main() {\n"
      "    let a: f32[6@X] = ones()\n"
      "    let b = reshape(a, [3, 2])\n"
+     "    print(b)\n"
      "}\n",
      "mesh {X: 2}\n"
      "fn main() {\n"
      "    let a: f32[6@X] = ones()\n"
      "    let b: f32[3, 2] = reshape(a, [3, 2])\n"
+     "    print(b)\n"
      "}\n", NULL},
     {"E_SAME", "Same sharding",
      "where(), concatenate, stack or dynamic_update_slice with operands sharded differently",
@@ -213,12 +234,14 @@ static const DiagCode codes[] = {
      "    let a: f32[8@X, 4] = ones()\n"
      "    let b: f32[8, 4] = zeros()\n"
      "    let v = where(a > 0.0, a, b)\n"
+     "    print(v)\n"
      "}\n",
      "mesh {X: 2}\n"
      "fn main() {\n"
      "    let a: f32[8@X, 4] = ones()\n"
      "    let b: f32[8, 4] = zeros()\n"
      "    let v = where(a > 0.0, a, reshard(b, f32[8@X, 4]))\n"
+     "    print(v)\n"
      "}\n", NULL},
     {"E_RESIZE", "Resized sharded dim",
      "a slice, pad, split or dynamic_slice that leaves a sharded dim not divisible by its axes",
@@ -230,11 +253,13 @@ static const DiagCode codes[] = {
      "fn main() {\n"
      "    let a: f32[8@X, 4] = ones()\n"
      "    let h = a[0:3]\n"
+     "    print(h)\n"
      "}\n",
      "mesh {X: 2}\n"
      "fn main() {\n"
      "    let a: f32[8@X, 4] = ones()\n"
      "    let h = a[0:3] as f32[3, 4]\n"
+     "    print(h)\n"
      "}\n", NULL},
     {"E_GATHER", "Gather sharding",
      "take or take_along_axis over a sharded dim, or with operand and indices sharded over one axis",
@@ -247,12 +272,14 @@ static const DiagCode codes[] = {
      "    let a: f32[8@X, 4] = ones()\n"
      "    let ids: i32[3] = zeros()\n"
      "    let g = take(a, ids, axis=0)\n"
+     "    print(g)\n"
      "}\n",
      "mesh {X: 2}\n"
      "fn main() {\n"
      "    let a: f32[8@X, 4] = ones()\n"
      "    let ids: i32[3] = zeros()\n"
      "    let g = take(a, ids, axis=0) as f32[3, 4]\n"
+     "    print(g)\n"
      "}\n", NULL},
     {"E_UR", "Unreduced or reduced", "a misuse of an unreduced or reduced value",
      "An unreduced value (<U:X>) is a pending sum over X: only linear operations may take it, together with other "
@@ -264,12 +291,14 @@ static const DiagCode codes[] = {
      "    let a: f32[8@X, 4] = ones()\n"
      "    let u = transpose(a) @ a as f32[4, 4]<U:X>\n"
      "    let y = exp(u)\n"
+     "    print(y)\n"
      "}\n",
      "mesh {X: 2}\n"
      "fn main() {\n"
      "    let a: f32[8@X, 4] = ones()\n"
      "    let u = transpose(a) @ a as f32[4, 4]<U:X>\n"
      "    let y = exp(reshard(u, f32[4, 4]))\n"
+     "    print(y)\n"
      "}\n", NULL},
     {"E_KIND", "Reduction kind", "a max/min reduction annotated unreduced",
      "Only sum reductions can leave a pending sum; annotate a max or min with a replicated or sharded result.",
@@ -278,11 +307,13 @@ static const DiagCode codes[] = {
      "fn main() {\n"
      "    let a: f32[8@X, 4] = ones()\n"
      "    let z = max(a, axis=0) as f32[4]<U:X>\n"
+     "    print(z)\n"
      "}\n",
      "mesh {X: 2}\n"
      "fn main() {\n"
      "    let a: f32[8@X, 4] = ones()\n"
      "    let z = max(a, axis=0) as f32[4]\n"
+     "    print(z)\n"
      "}\n", NULL},
     {"E_ANNOT", "Annotation", "an annotation (assertion) that does not hold",
      "On anything but a contraction, reduction, reshape, creation or gather, an annotation asserts the value's "
@@ -292,11 +323,13 @@ static const DiagCode codes[] = {
      "fn main() {\n"
      "    let a: f32[8@X, 4] = ones()\n"
      "    let b: f32[8, 4] = a\n"
+     "    print(b)\n"
      "}\n",
      "mesh {X: 2}\n"
      "fn main() {\n"
      "    let a: f32[8@X, 4] = ones()\n"
      "    let b: f32[8, 4] = reshard(a, f32[8, 4])\n"
+     "    print(b)\n"
      "}\n", NULL},
     {"E_CARRY", "Var type", "an assignment that changes a var's type",
      "A var keeps its type: reshard or cast the new value to the declared type.",
@@ -319,11 +352,13 @@ static const DiagCode codes[] = {
      "fn main() {\n"
      "    let a: f32[8@X] = ones()\n"
      "    let s = sum(a, axes=0)\n"
+     "    print(s)\n"
      "}\n",
      "mesh {X: 2}\n"
      "fn main() {\n"
      "    let a: f32[8@X] = ones()\n"
      "    let s = sum(a, axis=0)\n"
+     "    print(s)\n"
      "}\n", NULL},
     {"E_RETURN", "Return", "a missing, misplaced or wrong-arity return",
      "A function with a result type ends with `return EXPR` of that arity; return must be the last statement.",
@@ -351,6 +386,7 @@ static const DiagCode codes[] = {
      "fn main() {\n"
      "    let a: f32[8@X] = ones()\n"
      "    let s = psum(a, X)\n"
+     "    print(s)\n"
      "}\n",
      "mesh {X: 2}\n"
      "manual(X) fn local_sum(a: f32[8@X]) -> f32 {\n"
@@ -359,6 +395,7 @@ static const DiagCode codes[] = {
      "fn main() {\n"
      "    let a: f32[8@X] = ones()\n"
      "    let s = local_sum(a)\n"
+     "    print(s)\n"
      "}\n", NULL},
     {"E_VMA", "Varying states", "operands whose varying/invariant/unreduced/reduced states cannot meet",
      "Inside a manual body, operands of one operation need the same varying axes; invariant operands are cast "
@@ -411,11 +448,13 @@ static const DiagCode codes[] = {
      "fn main() {\n"
      "    let x: f32[8@X, 4] = ones()\n"
      "    let c = cumsum(x, axis=0)\n"
+     "    print(c)\n"
      "}\n",
      "mesh {X: 2}\n"
      "fn main() {\n"
      "    let x: f32[8@X, 4] = ones()\n"
      "    let c = cumsum(reshard(x, f32[8, 4]), axis=0)\n"
+     "    print(c)\n"
      "}\n", NULL},
     {"E_INSPEC", "Manual in-spec", "a manual function parameter whose manual axes do not lead a dim",
      "In a manual function's signature the manual axes must come first in each dim's axis list, e.g. `@(X,Y)` with "
@@ -505,6 +544,7 @@ static const DiagCode codes[] = {
      "    let x: f32[8@X] = ones()\n"
      "    let w: f32[2] = ones()\n"
      "    let g = grad(loss, wrt=1)(x, w)\n"
+     "    print(g)\n"
      "}\n",
      "mesh {X: 4}\n"
      "manual(X) fn f(x: f32[8@X], w: f32[2]) -> f32[8@X] {\n"
@@ -522,6 +562,7 @@ static const DiagCode codes[] = {
      "    let x: f32[8@X] = ones()\n"
      "    let w: f32[2] = ones()\n"
      "    let g = grad(loss, wrt=1)(x, w)\n"
+     "    print(g)\n"
      "}\n", NULL},
     {"E_IMPORT", "Import", "an import without a file name, of a file that cannot be found or read, or in a cycle",
      "import \"FILE.shd\" looks relative to the importing file, then in each -I DIR, then in the installed "
@@ -558,6 +599,68 @@ static const DiagCode codes[] = {
      "    print(sum(a))\n"
      "}\n",
      "3MB"},
+    /* The warnings: the program is valid, but probably not what was meant. */
+    {"W_PSUM_INVARIANT", "Psum of an invariant value", "a psum of a value that is the same on every device",
+     "Inside a manual body a value invariant over an axis is the same on every device along it, so psum over that "
+     "axis adds it to itself once per device: the result is the value times the axis size. If the value is already "
+     "the total (a sum of a replicated array, a psum done before), drop the psum; if the product is meant, write "
+     "the multiplication; if each device was to contribute its own part, compute the part from the device's "
+     "varying values (a parameter sharded over the axis, axis_index). psum(1, X), the axis size, is not warned "
+     "about.",
+     // the example and its fix
+     "mesh {X: 2}\n"
+     "manual(X) fn total(a: f32[8@X]) -> f32 {\n"
+     "    let s = psum(sum(a), X)\n"
+     "    return psum(s, X)\n"
+     "}\n"
+     "fn main() {\n"
+     "    let a: f32[8@X] = ones()\n"
+     "    print(total(a))\n"
+     "}\n",
+     "mesh {X: 2}\n"
+     "manual(X) fn total(a: f32[8@X]) -> f32 {\n"
+     "    let s = psum(sum(a), X)\n"
+     "    return s\n"
+     "}\n"
+     "fn main() {\n"
+     "    let a: f32[8@X] = ones()\n"
+     "    print(total(a))\n"
+     "}\n", NULL},
+    {"W_UNUSED", "Unused variable", "a let whose value is never read",
+     "A `let` binds a value that nothing reads: usually a typo in a later use, or a leftover. Drop the let (keep "
+     "the call alone if it has an effect), or name it with a leading underscore (`_x`) to say it is meant to be "
+     "unused, as in Rust. var, for and parameters are not warned about.",
+     // the example and its fix
+     "mesh {X: 2}\n"
+     "fn main() {\n"
+     "    let a: f32[8@X] = ones()\n"
+     "    let scaled = a * 2.0\n"
+     "    print(sum(a))\n"
+     "}\n",
+     "mesh {X: 2}\n"
+     "fn main() {\n"
+     "    let a: f32[8@X] = ones()\n"
+     "    let scaled = a * 2.0\n"
+     "    print(sum(scaled))\n"
+     "}\n", NULL},
+    {"W_RESHARD_ROUNDTRIP", "Reshard round trip", "a reshard to the value's own type, or straight back",
+     "reshard(x, T) moves data between layouts; to x's own type it moves nothing, and reshard(reshard(x, A), B) "
+     "with B x's own type moves the data twice to end where it was: drop the reshard, or both. After `let y = "
+     "reshard(x, A)`, reshard(y, B) with B x's own type moves the data back to where x (a let or a parameter, "
+     "unchanged) holds it already: use x.",
+     // the example and its fix
+     "mesh {X: 2}\n"
+     "fn main() {\n"
+     "    let a: f32[8@X, 4] = ones()\n"
+     "    let b = reshard(reshard(a, f32[8, 4]), f32[8@X, 4])\n"
+     "    print(sum(b))\n"
+     "}\n",
+     "mesh {X: 2}\n"
+     "fn main() {\n"
+     "    let a: f32[8@X, 4] = ones()\n"
+     "    let b = a\n"
+     "    print(sum(b))\n"
+     "}\n", NULL},
 };
 
 int diag_code_count(void) { return (int)(sizeof codes / sizeof *codes); }

@@ -4,12 +4,12 @@
  * record here instead of printing (diag.c asks diagout_recording()); every
  * file of the run adds to one list, and diagout_write prints one document:
  *
- *   json   a JSON array, one object per error: file, line, column,
- *          endLine, endColumn (exclusive), severity, code, message, notes
+ *   json   a JSON array, one object per error or warning: file, line, column,
+ *          endLine, endColumn (exclusive), severity ("error" or "warning"), code, message, notes
  *          (each with its place), fixes (each a replacement text and the
  *          range it replaces). Lines and columns are 1-based, as in the
  *          plain format; a diagnostic about a whole file has line null.
- *   sarif  one SARIF 2.1.0 log: the rules are the E_ codes with their help
+ *   sarif  one SARIF 2.1.0 log: the rules are the E_ and W_ codes with their help
  *          (diag_codes.c), each error a result with its region, notes as
  *          related locations, fixes as SARIF fixes; file problems (an
  *          unreadable file) are tool execution notifications.
@@ -26,6 +26,7 @@
 typedef struct {
   Pos pos;
   const char *code, *message;
+  bool warning;            /* a W_ code's warning, not an error */
   Vec notes;               /* Diagnostic * (code NULL) */
   Vec fixes;               /* PendingFix * */
 } Diagnostic;
@@ -58,8 +59,17 @@ void diagout_add(Pos pos, const char *code, const char *message, bool note) {
   vec_push(&g_out.diags, d);
 }
 
+void diagout_add_warning(Pos pos, const char *code, const char *message) {
+  diagout_add(pos, code, message, false);
+  ((Diagnostic *)g_out.diags.data[g_out.diags.len - 1])->warning = true;
+}
+
 void diagout_add_fix(const PendingFix *f) {
-  if (!g_out.diags.len || !diagout_recording() || !diag_fixes_apply())
+  if (!diagout_recording()) {
+    diag_plain_fix(f);
+    return;
+  }
+  if (!g_out.diags.len || !diag_fixes_apply() || diag_last_suppressed())
     return;
   Diagnostic *last = g_out.diags.data[g_out.diags.len - 1];
   PendingFix *copy = arena_alloc(sizeof *copy);
@@ -163,7 +173,7 @@ static void json_diag(FILE *o, const Diagnostic *d) {
   if (diag_expr_range(d->pos, &from, &to))   /* the whole expression the caret is in */
     fprintf(o, ", \"range\": {\"line\": %d, \"column\": %d, \"endLine\": %d, \"endColumn\": %d}", from.line,
             from.col, to.line, to.col);
-  fputs(", \"severity\": \"error\", \"code\": ", o);
+  fprintf(o, ", \"severity\": \"%s\", \"code\": ", d->warning ? "warning" : "error");
   if (d->code)
     json_str(o, d->code);
   else
@@ -312,7 +322,7 @@ static void sarif_result(FILE *o, Vec *files, const Diagnostic *d) {
   fputs("      {", o);
   if (rule >= 0)
     fprintf(o, "\"ruleId\": \"%s\", \"ruleIndex\": %d, ", d->code, rule);
-  fputs("\"level\": \"error\", \"message\": {\"text\": ", o);
+  fprintf(o, "\"level\": \"%s\", \"message\": {\"text\": ", d->warning ? "warning" : "error");
   json_str(o, d->message);
   fputs("},\n       \"locations\": [", o);
   sarif_location(o, files, d->pos, -1, NULL);
@@ -369,7 +379,7 @@ static void sarif_rules(FILE *o) {
       uri_frag(o, arena_printf("%s/errors.md", docs), id);
       fputs(", ", o);
     }
-    fputs("\"defaultConfiguration\": {\"level\": \"error\"}}", o);
+    fprintf(o, "\"defaultConfiguration\": {\"level\": \"%s\"}}", c->code[0] == 'W' ? "warning" : "error");
   }
   fputs("]", o);
 }

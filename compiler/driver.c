@@ -127,9 +127,11 @@ typedef struct {
   Program *prog;
   Mesh mesh;
   Module *mod;
+  int64_t bucket;      /* the overlap pass's cap (Options.bucket, or the default) */
 } Compilation;
 
 static bool front(Compilation *c, const char *path, const Options *o) {
+  c->bucket = o->bucket_given ? o->bucket : OVERLAP_BUCKET;
   c->prog = parse_file(c->src);
   if (!diag_error_count())
     import_program(c->prog, &o->incdirs);
@@ -159,6 +161,10 @@ static bool middle(Compilation *c, bool partition) {
     return false;
   ir_verify(c->mod);
   opt_module(c->mod);
+  ir_verify(c->mod);
+  scatter_accumulators(c->mod);
+  ir_verify(c->mod);
+  overlap_module(c->mod, c->bucket);
   ir_verify(c->mod);
   sched_module(c->mod);
   ir_verify(c->mod);
@@ -260,6 +266,7 @@ Program *drv_analyze(SourceFile *src, const Vec *incdirs, Mesh *mesh, bool full,
   memset(&c, 0, sizeof c);
   c.src = src;
   diag_reset();
+  diag_warn_file(full ? src : NULL);
   c.prog = parse_file(src);
   Vec none = {0};
   bool parsed = c.prog && !diag_error_count();
@@ -268,8 +275,10 @@ Program *drv_analyze(SourceFile *src, const Vec *incdirs, Mesh *mesh, bool full,
   diagout_program(c.prog);
   *typed = parsed && (!diag_error_count() || !full);
   if (*typed) {
-    if (tc_program(c.prog, &c.mesh, NULL, &none) && full)
+    if (tc_program(c.prog, &c.mesh, NULL, &none) && full) {
+      warn_program(c.prog, &c.mesh);
       middle(&c, c.prog->diverge_in_partial_manual);
+    }
   }
   *mesh = c.mesh;
   return c.prog;
@@ -279,8 +288,16 @@ static int run_source(const Options *o, SourceFile *src, const char *path) {
   Compilation c;
   memset(&c, 0, sizeof c);
   c.src = src;
-  bool ok = front(&c, path, o);
   const char *cmd = o->cmd;
+  diag_warn_file(!strcmp(cmd, "check") || !strcmp(cmd, "build") ? src : NULL);
+  bool ok = front(&c, path, o);
+  /* check and build warn (warn.c) about a program that type-checks; with
+   * -Werror a warning is an error, and build stops there. */
+  bool typed = ok || (c.prog && diag_error_count() && diag_error_count() == diag_promoted_count());
+  if (typed && (!strcmp(cmd, "check") || !strcmp(cmd, "build"))) {
+    warn_program(c.prog, &c.mesh);
+    ok = !diag_error_count();
+  }
   if (!strcmp(cmd, "check")) {
     /* grad and value_and_grad are expanded on the lowered program; what
      * cannot be differentiated ([E_GRAD]) is a compile-time error too. The

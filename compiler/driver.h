@@ -36,6 +36,9 @@ typedef struct {
   int64_t memory_bytes;
   double flops, ew_flops;
   bool json;
+  int64_t bucket;              /* --bucket: the overlap pass's bucket cap in bytes (0: off) */
+  bool bucket_given;
+  bool warning_options;        /* a -W or -w was given (check and build take them) */
 } Options;
 
 /* One FILE through the command o->cmd: its exit status. */

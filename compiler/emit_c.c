@@ -213,6 +213,17 @@ const char *emit_str_lit(const char *s, size_t len) {
   return r;
 }
 
+const char *emit_values_lit(Value *const *v, int n) {
+  Str b = {0};
+  str_printf(&b, "(const int64_t[]){");
+  for (int i = 0; i < n; i++)
+    str_printf(&b, "%s%s", i ? ", " : "", emit_vname(v[i]));
+  str_putc(&b, '}');
+  const char *r = arena_strdup(str_cstr(&b));
+  free(b.buf);
+  return r;
+}
+
 const char *emit_i64s_lit(const int64_t *v, int n) {
   Str b = {0};
   str_printf(&b, "(const int64_t[]){");

@@ -458,6 +458,26 @@ bool *emit_reachable(const Module *mod, const Func *mainf) {
  * the program's args, which checks the command line: op_io.c), checks the
  * memory `explain` predicts against the host's, then runs fn main. The
  * families' declarations go to e's file before it. */
+static bool block_has_async(const IrBlock *b) {
+  for (int i = 0; i < b->insts.len; i++) {
+    const Inst *in = b->insts.data[i];
+    if (ir_is_async_start(in->op))
+      return true;
+    for (int r = 0; r < in->nregions; r++)
+      if (block_has_async(in->regions[r]))
+        return true;
+  }
+  return false;
+}
+
+/* Whether the program starts sums that a thread finishes (overlap.c). */
+static bool has_async(const Module *mod) {
+  for (int i = 0; i < mod->funcs.len; i++)
+    if (block_has_async(((const Func *)mod->funcs.data[i])->body))
+      return true;
+  return false;
+}
+
 void emit_main_fn(Emit *e, FILE *o, const Module *mod, const Func *mainf, const bool *live) {
   const OpFamily *const *fams = op_families();
   int nf = 0;
@@ -475,6 +495,8 @@ void emit_main_fn(Emit *e, FILE *o, const Module *mod, const Func *mainf, const 
   }
   fprintf(o, "};\n");
   fprintf(o, "\nint main(int argc, char **argv) {\n");
+  if (has_async(mod))
+    fprintf(o, "  shd_async_enable();\n");
   fprintf(o, "  shd_init(&argc, &argv, %d, shd_mesh_names, shd_mesh_sizes);\n", mod->mesh.naxes);
   fprintf(o, "  shd_trace_files(%d, shd_src_files);\n", e->nfiles);
   for (int i = 0; i < nf; i++)

@@ -49,6 +49,19 @@ static const char *of_file(Pos p) {
   return p.file && p.file->order > 0 ? arena_printf(" of %s", p.file->name) : "";
 }
 
+/* What a collective's line shows after its operand: its result, or for a
+ * bucket (overlap.c) how many arrays it holds and where it is waited. */
+static const char *shapes_after(const Report *r, const Inst *in) {
+  if (!ir_is_async_start(in->op))
+    return ty_local_str(&r->mod->mesh, &in->results[0]->type);
+  int n = in->niv / ASYNC_MEMBER_W;
+  double dot, ew;
+  const Inst *wait = overlap_work(r->mod, in, &dot, &ew);
+  return arena_printf("... (a bucket of %d array%s, overlapped with %.3g GFLOP and %.3g M element operations "
+                      "before its wait at line %d)", n, n == 1 ? "" : "s", dot / 1e9, ew / 1e6,
+                      wait ? wait->pos.line : 0);
+}
+
 static void list_inst(Report *r, const Inst *in, const char *ctx) {
   if (is_collective(in->op)) {
     const Mesh *m = &r->mod->mesh;
@@ -56,8 +69,8 @@ static void list_inst(Report *r, const Inst *in, const char *ctx) {
     for (int i = 0; i < in->naxes; i++)
       str_printf(&axes, "%s%s", i ? "," : "", m->names[in->axes[i]]);
     int64_t bytes = net_bytes_sent(r->mod, in);
-    const char *kind = ir_opname(in->op);
     const OpDef *d = op_def(in->op);
+    const char *kind = d->trace_kind ? d->trace_kind : ir_opname(in->op);
     if (d->variant)
       kind = arena_printf("%s.%s", kind, d->variant(in));
     const char *est = "";
@@ -71,8 +84,7 @@ static void list_inst(Report *r, const Inst *in, const char *ctx) {
     const char *where = *of ? arena_printf("   (line %d%s)", in->pos.line, of) : "";
     fprintf(r->out, "  line %-4d %-18s over (%s)%*s %12lld bytes/rank%s   %s -> %s%s%s\n", in->pos.line, kind,
             in->naxes == 0 ? "mesh" : str_cstr(&axes), (int)(8 - (in->naxes == 0 ? 4 : axes.len)), "",
-            (long long)bytes, est, ty_local_str(m, &in->args[0]->type), ty_local_str(m, &in->results[0]->type), ctx,
-            where);
+            (long long)bytes, est, ty_local_str(m, &in->args[0]->type), shapes_after(r, in), ctx, where);
     free(axes.buf);
     r->count++;
     if (__builtin_add_overflow(r->bytes, bytes, &r->bytes)) {
@@ -186,6 +198,7 @@ typedef struct {
   int nwatch;
   PtrMap loop_map;
   int64_t *loop_extra;
+  PtrMap sites;        /* a bucket's site (+1) -> the buffer of its staged copies (the runtime's, async.c) */
   int nloops;
 } Sim;
 
@@ -295,6 +308,11 @@ static int64_t trip_count(const Inst *in) {
  * iterations' pushes; the repeats are pushes too, for an enclosing loop. */
 static void tape_iterations(Sim *s, const Inst *in, int push0) {
   int64_t n = trip_count(in), end = s->npushes, grow = 0;
+  if (n == 2)   /* the second iteration's pushes are in its net bytes: the tapes hold them too */
+    for (int64_t i = push0; i < end; i++) {
+      s->bytes[s->pushes[2 * i]] += s->pushes[2 * i + 1];
+      s->pushes[2 * i + 1] *= 2;
+    }
   if (n <= 2)
     return;
   for (int64_t i = push0; i < end; i++) {
@@ -446,7 +464,8 @@ static void sim_results(Sim *s, const Inst *in, int idx) {
     }
     EmitResult kind = s->plan->gmember[r->id] ? EMIT_ALLOC : sched_result_kind(s->mod, in, k);
     if (kind == EMIT_STEAL_OR_ALLOC) {
-      const Value *x = in->args[0];
+      /* an instruction of several such results (a bucket's wait) takes each its own operand's buffer */
+      const Value *x = in->nresults > 1 && k < in->nargs ? in->args[k] : in->args[0];
       int bx = s->buf_of[x->id];
       if (s->depth && ir_is_carry(x, in->parent) && s->last_use[x->id] == idx && bx >= 0) {
         /* a copy now, the carry's own buffer in the later iterations */
@@ -478,6 +497,18 @@ static void sim_results(Sim *s, const Inst *in, int idx) {
   }
 }
 
+/* A push of bytes onto buffer bt, for the enclosing loops to repeat. */
+static void record_push(Sim *s, int bt, int64_t bytes) {
+  if (s->npushes == s->cappushes) {   /* (buffer, bytes) pairs */
+    int old = s->cappushes;
+    s->cappushes = old ? 2 * old : 64;
+    s->pushes = mem_resize(s->pushes, 2 * old, 2 * s->cappushes, sizeof *s->pushes);
+  }
+  s->pushes[2 * s->npushes] = bt;
+  s->pushes[2 * s->npushes + 1] = bytes;
+  s->npushes++;
+}
+
 /* A tape is a buffer whose bytes are those of the arrays pushed on it: a
  * pushed array's bytes move to the tape's account (the tape keeps a
  * reference; the array's own release then frees nothing), and a loop carry
@@ -503,17 +534,44 @@ static void sim_tape_push(Sim *s, const Inst *in) {
   if (bv >= 0)
     s->taped[bv] = true;
   s->bytes[bt] += moved;
-  if (s->npushes == s->cappushes) {   /* (buffer, bytes) pairs */
-    int old = s->cappushes;
-    s->cappushes = old ? 2 * old : 64;
-    s->pushes = mem_resize(s->pushes, 2 * old, 2 * s->cappushes, sizeof *s->pushes);
+  record_push(s, bt, moved);
+}
+
+/* A bucket (overlap.c): the runtime copies its arrays into a staging
+ * buffer at the start and frees it at the wait. A loop's bucket is waited
+ * after the loop: its copies are pushes, as on a tape, which the loop
+ * repeats for every iteration. */
+static void sim_bucket(Sim *s, const Inst *in) {
+  const void *key = (const void *)(uintptr_t)(in->ival + 1);
+  int b = ptrmap_get(&s->sites, key);
+  if (in->op == IR_ALL_REDUCE_WAIT) {
+    if (b >= 0 && s->refs[b] > 0)
+      buf_release(s, b);
+    return;
   }
-  s->pushes[2 * s->npushes] = bt;
-  s->pushes[2 * s->npushes + 1] = moved;
-  s->npushes++;
+  if (b < 0 || s->refs[b] == 0) {
+    b = buf_entry(s, 0, NULL);
+    ptrmap_put(&s->sites, key, b);
+  }
+  int64_t bytes = 0;
+  for (int j = 0; j < in->niv / ASYNC_MEMBER_W; j++)
+    bytes += local_bytes(s->mod, &in->args[j]->type);
+  s->bytes[b] += bytes;
+  add_live(s, bytes, in->pos);
+  bump(s);
+  bool waited_here = false;
+  for (int k = 0; k < in->parent->insts.len && !waited_here; k++) {
+    const Inst *w = in->parent->insts.data[k];
+    waited_here = w->op == IR_ALL_REDUCE_WAIT && w->ival == in->ival;
+  }
+  if (waited_here)
+    return;
+  record_push(s, b, bytes);
 }
 
 static void sim_inst(Sim *s, const Inst *in, int i, int *yield_bufs) {
+  if (ir_is_async_start(in->op) || in->op == IR_ALL_REDUCE_WAIT)
+    sim_bucket(s, in);
   switch (in->op) {
   case IR_TAPE_NEW: s->buf_of[in->results[0]->id] = buf_entry(s, 0, in->results[0]); break;
   case IR_TAPE_PUSH: sim_tape_push(s, in); break;
@@ -593,6 +651,8 @@ static void sim_block(Sim *s, const IrBlock *b, int *yield_bufs) {
 
 static void summarise(Sim *s, const Func *f, Summary *sm) {
   s->nbufs = s->npushes = 0;
+  ptrmap_free(&s->sites);   /* buffer numbers start again */
+  s->sites = (PtrMap){0};
   s->live = s->peak = s->peak2 = s->stolen = 0;
   s->depth = 0;
   s->fn = f;
@@ -727,6 +787,8 @@ static Site func_site(Sim *s, const Func *f) {
   Summary tmp;
   ptrmap_free(&s->loop_map);
   s->loop_map = (PtrMap){0};
+  ptrmap_free(&s->sites);
+  s->sites = (PtrMap){0};
   s->nloops = 0;
   s->track = 1;
   summarise(s, f, &tmp);

@@ -19,19 +19,24 @@
 
 #include "shdc.h"
 
-/* E_CODE from what the user typed, or NULL. */
+/* E_CODE or W_CODE from what the user typed, or NULL. */
 static const DiagCode *find_code(const char *arg) {
   char want[64];
   size_t n = 0;
   const char *p = arg;
   if (*p == '[')
     p++;
-  if (strncasecmp(p, "E_", 2) != 0)
+  bool added = strncasecmp(p, "E_", 2) != 0 && strncasecmp(p, "W_", 2) != 0;
+  if (added)
     n = (size_t)snprintf(want, sizeof want, "E_");
   for (; *p && *p != ']' && n + 1 < sizeof want; p++)
     want[n++] = (char)toupper((unsigned char)*p);
   want[n] = 0;
   int i = diag_code_index(want);
+  if (i < 0 && added) {   /* UNUSED: W_UNUSED */
+    want[0] = 'W';
+    i = diag_code_index(want);
+  }
   return i >= 0 ? diag_code_at(i) : NULL;
 }
 
@@ -64,15 +69,17 @@ static int explain_one(FILE *o, const DiagCode *c, bool markdown) {
     fprintf(o, "<a id=\"%s\"></a>\n## %s: %s\n\n", id, c->code, c->name);
   else
     fprintf(o, "%s: %s\n\n", c->code, c->name);
-  fprintf(o, "%c%s.\n\n%s\n\nA program with the error:\n\n", toupper((unsigned char)c->summary[0]), c->summary + 1,
-          c->help);
+  bool warning = c->code[0] == 'W';
+  fprintf(o, "%c%s.\n\n%s\n\nA program with the %s:\n\n", toupper((unsigned char)c->summary[0]), c->summary + 1,
+          c->help, warning ? "warning" : "error");
   indented(o, c->example);
   fprintf(o, "\n`shdc check %s%sexample.shd` says (exit status %d):\n\n", c->max_memory ? "--max-memory=" : "",
           c->max_memory ? arena_printf("%s ", c->max_memory) : "", rc);
   indented(o, said);
-  fprintf(o, "\nThe program fixed%s:\n\n", fixed_rc == 0 ? " (it checks clean)" : "");
+  bool clean = fixed_rc == 0 && !*fixed_said;
+  fprintf(o, "\nThe program fixed%s:\n\n", clean ? " (it checks clean)" : "");
   indented(o, c->fixed);
-  if (fixed_rc != 0) {
+  if (!clean) {
     /* Never expected (the tests check every fix): say it rather than hide it. */
     fprintf(o, "\n(but shdc check still says, exit status %d:)\n\n", fixed_rc);
     indented(o, fixed_said);
@@ -84,16 +91,20 @@ static int explain_one(FILE *o, const DiagCode *c, bool markdown) {
     else
       fprintf(o, "\nThe same, with the other codes: docs/errors.md of shdc (#%s)\n", id);
   }
+  bool ok = rc == (warning ? 0 : 1) && *said && clean;   /* a warning does not change the exit status */
   free(said);
   free(fixed_said);
-  return rc == 1 && fixed_rc == 0 ? 0 : 2;
+  return ok ? 0 : 2;
 }
 
 static void list_codes(FILE *o) {
-  fputs("shdc explain-error CODE explains an error code with an example and its fix; the codes:\n\n", o);
+  fputs("shdc explain-error CODE explains an error or warning code with an example and its fix; the codes:\n\n", o);
   for (int i = 0; i < diag_code_count(); i++) {
     const DiagCode *c = diag_code_at(i);
-    fprintf(o, "  %-11s %s\n", c->code, c->summary);
+    if (c->code[0] == 'W' && (i == 0 || diag_code_at(i - 1)->code[0] != 'W'))
+      fputs("\nthe warnings (-Wno-NAME turns one off, -Werror makes them errors):\n\n", o);
+    fprintf(o, "  %-11s %s%s\n", c->code, c->summary,
+            c->code[0] == 'W' ? arena_printf(" (-Wno-%s)", diag_warning_flag(c->code)) : "");
   }
 }
 
@@ -104,7 +115,11 @@ static void all_codes(FILE *o) {
         "Every diagnostic of shdc carries a code (`FILE:LINE:COL: error: MESSAGE [E_CODE]`), and its last line\n"
         "names the command that explains it: `shdc explain-error E_CODE` prints the entry below, with the\n"
         "message computed by the checker it runs. The rules themselves are in [typing-rules.md](typing-rules.md),\n"
-        "[manual.md](manual.md) and [autodiff.md](autodiff.md); SARIF reports link each rule here (`helpUri`).\n\n",
+        "[manual.md](manual.md) and [autodiff.md](autodiff.md); SARIF reports link each rule here (`helpUri`).\n\n"
+        "The W_ codes, last, are warnings (`FILE:LINE:COL: warning: MESSAGE [W_CODE]`): `shdc check` and\n"
+        "`shdc build` give them about a program that type-checks, and they do not change the exit status;\n"
+        "`-Werror` makes them errors (exit 1), `-Wno-NAME` turns one off (`-Wno-unused` for W_UNUSED), `-w`\n"
+        "all of them (docs/cli.md).\n\n",
         o);
   for (int i = 0; i < diag_code_count(); i++) {
     const DiagCode *c = diag_code_at(i);
@@ -119,7 +134,7 @@ static void all_codes(FILE *o) {
 
 /* The code nearest to what was typed, for the error message: the least
  * edit distance (transpositions count one edit) to the typed name in
- * capitals, with E_ added when it was left out; among equals the first in
+ * capitals, with E_ added when it was left out (not before W_); among equals the first in
  * the table, which lists the common codes first. Brackets are dropped. */
 static const char *closest(const char *arg) {
   char typed[36], want[40];
@@ -128,7 +143,7 @@ static const char *closest(const char *arg) {
     if (isalnum((unsigned char)*p) || *p == '_')   /* [E_CODE] as diagnostics print it */
       typed[n++] = (char)toupper((unsigned char)*p);
   typed[n] = 0;
-  snprintf(want, sizeof want, "%s%s", strncmp(typed, "E_", 2) ? "E_" : "", typed);
+  snprintf(want, sizeof want, "%s%s", strncmp(typed, "E_", 2) && strncmp(typed, "W_", 2) ? "E_" : "", typed);
   int best = -1, bestd = 99;
   for (int i = 0; i < diag_code_count(); i++) {
     int d = str_distance(want, diag_code_at(i)->code, bestd);

@@ -250,7 +250,9 @@ static const ImportDecl *import_leading_to(const LspCtx *c, const char *name) {
 static json_t *lsp_diagnostic(const LspCtx *c, json_t *d, const char *docs, json_t *range, const char *prefix) {
   const char *code = json_string_value(json_object_get(d, "code"));
   const char *msg = json_string_value(json_object_get(d, "message"));
-  json_t *out = json_pack("{s:o, s:i, s:s, s:s}", "range", range, "severity", 1, "source", "shdc", "message",
+  const char *sev = json_string_value(json_object_get(d, "severity"));
+  int severity = sev && !strcmp(sev, "warning") ? 2 : 1;   /* LSP's DiagnosticSeverity: Error 1, Warning 2 */
+  json_t *out = json_pack("{s:o, s:i, s:s, s:s}", "range", range, "severity", severity, "source", "shdc", "message",
                           prefix ? arena_printf("%s%s", prefix, msg ? msg : "") : msg ? msg : "");
   if (code) {
     json_object_set_new(out, "code", json_string(code));

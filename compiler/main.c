@@ -53,6 +53,9 @@ static const char usage_options[] =
     "  --network=BW,LATENCY   explain, plan: estimate each collective's time on links of\n"
     "                         this bandwidth and latency (25GB/s,5us), or --network=FILE\n"
     "                         of per-axis links (AXIS BANDWIDTH LATENCY [LABEL] a line)\n"
+    "  --bucket=BYTES         build, explain, plan: sum the gradients in buckets of up to\n"
+    "                         BYTES, each started as soon as its arrays are final and\n"
+    "                         moved while the program computes (default 25MiB; 0: off)\n"
     "  --max-memory=BYTES     build, check: an error where a rank's peak bytes of live\n"
     "                         arrays exceed BYTES (80GB, 80GiB, 512MiB)\n"
     "  --devices=N            plan: the number of devices to lay the mesh over\n"
@@ -66,6 +69,10 @@ static const char usage_options[] =
     "                         sarif document; 0: all)\n"
     "  --color=WHEN           errors in colour: auto (on a terminal, unless NO_COLOR is\n"
     "                         set; the default), always or never\n"
+    "  -Werror                check, build, lsp: warnings are errors (exit 1);\n"
+    "                         -Werror=NAME: that one only\n"
+    "  -Wno-NAME, -w          check, build, lsp: leave out warning NAME (psum-invariant,\n"
+    "                         unused, reshard-roundtrip), or every warning\n"
     "  --help, -h             this text\n"
     "  --version, -V          the version, git revision and runtime ABI\n"
     "\n"
@@ -76,7 +83,8 @@ static const char usage_options[] =
     "the build cache: SHDC_CACHE=DIR (default ~/.cache/shdc) or off,\n"
     "SHDC_CACHE_SIZE (default 1GiB), SHDC_CACHE_STATS=1 (see man shdc)\n"
     "\n"
-    "exit status: 0 clean, 1 errors in the program, 2 usage, I/O or toolchain trouble\n"
+    "exit status: 0 clean (warnings too, without -Werror), 1 errors in the program,\n"
+    "2 usage, I/O or toolchain trouble\n"
     "each error ends with its code, e.g. [E_CONTRACT]: shdc explain-error E_CONTRACT explains it\n";
 
 /* --mesh data=2,model=1: syntax here, names once the file is parsed. */
@@ -183,6 +191,7 @@ enum {
   OPT_FLOPS = 16,
   OPT_JSON = 32,
   OPT_ISA = 64,
+  OPT_WARN = 128,   /* -W..., -w */
 };
 
 typedef struct {
@@ -222,13 +231,13 @@ static int sha256_main(int argc, char **argv);
 
 /* One row per command, in the order of the usage. */
 static const Command commands[] = {
-    {"check", "FILE...", "parse, type-check and differentiate; diagnostics on stderr", TAKES_FILES, OPT_MAX_MEMORY,
-     run_pipeline, NULL},
+    {"check", "FILE...", "parse, type-check and differentiate; diagnostics on stderr", TAKES_FILES,
+     OPT_MAX_MEMORY | OPT_WARN, run_pipeline, NULL},
     {"types", "FILE", "print FUNCTION.NAME: TYPE for every binding", TAKES_ONE_FILE, 0, run_pipeline, NULL},
     {"show", "FILE [FUNC.NAME...]", "draw which device holds which block of each array", TAKES_FILES, 0, run_show,
      NULL},
-    {"build", "FILE -o PROG", "compile to an executable for mpirun", TAKES_ONE_FILE, OPT_MAX_MEMORY | OPT_ISA,
-     run_pipeline, NULL},
+    {"build", "FILE -o PROG", "compile to an executable for mpirun", TAKES_ONE_FILE,
+     OPT_MAX_MEMORY | OPT_ISA | OPT_WARN, run_pipeline, NULL},
     {"emit-ir", "FILE", "print the SPMD IR after partitioning (--global: before)", TAKES_ONE_FILE, 0, run_pipeline,
      NULL},
     {"emit-c", "FILE", "print the generated C", TAKES_ONE_FILE, 0, run_pipeline, NULL},
@@ -252,7 +261,7 @@ static const Command commands[] = {
      "a Language Server Protocol server on stdin/stdout (editors:\n"
      "diagnostics and fixes, hover types, definitions, symbols;\n"
      "-I DIR as for check)",
-     TAKES_NOTHING, 0, run_lsp, NULL},
+     TAKES_NOTHING, OPT_WARN, run_lsp, NULL},
     /* the developer's commands: the registry's builtins and IR operations
      * (ops.c), which a test compares with the docs; the build cache's
      * SHA-256 of files */
@@ -319,7 +328,7 @@ static unsigned options_given(const CommandLine *cl) {
   const Options *o = &cl->o;
   return (o->network ? OPT_NETWORK : 0) | (o->max_memory ? OPT_MAX_MEMORY : 0) | (o->devices ? OPT_DEVICES : 0) |
          (o->memory ? OPT_MEMORY : 0) | (o->flops > 0 ? OPT_FLOPS : 0) | (o->json ? OPT_JSON : 0) |
-         (cl->isa ? OPT_ISA : 0);
+         (cl->isa ? OPT_ISA : 0) | (o->warning_options ? OPT_WARN : 0);
 }
 
 /* An option the command does not take: a usage error naming those that do. */
@@ -345,6 +354,7 @@ static void check_command_line(const CommandLine *cl, const Command *c) {
   check_option(cl, c, OPT_MEMORY, "--memory", "");
   check_option(cl, c, OPT_FLOPS, "--flops", "");
   check_option(cl, c, OPT_JSON, "--json", "");
+  check_option(cl, c, OPT_WARN, "-W", " (the other commands give no warnings)");   /* lsp takes no FILE */
 }
 
 /* --help and --version: their text, and exit 2 when it could not be
@@ -490,7 +500,7 @@ static int run_pipeline(CommandLine *cl, const Command *c) {
  * any prefix that names only it. */
 enum {
   LO_MESH = 256, LO_ISA, LO_KEEP_C, LO_GLOBAL, LO_NETWORK, LO_MAX_MEMORY, LO_MEMORY, LO_JSON, LO_DEVICES,
-  LO_FLOPS, LO_DIAGNOSTICS, LO_MAX_ERRORS, LO_COLOR,
+  LO_FLOPS, LO_DIAGNOSTICS, LO_MAX_ERRORS, LO_COLOR, LO_BUCKET,
 };
 
 static const struct option long_options[] = {
@@ -510,9 +520,10 @@ static const struct option long_options[] = {
     {"diagnostics", required_argument, NULL, LO_DIAGNOSTICS},
     {"max-errors", required_argument, NULL, LO_MAX_ERRORS},
     {"color", required_argument, NULL, LO_COLOR},
+    {"bucket", required_argument, NULL, LO_BUCKET},
     {NULL, 0, NULL, 0},
 };
-#define SHORT_OPTIONS ":ho:D:I:O:V"
+#define SHORT_OPTIONS ":ho:D:I:O:VW:w"
 
 /* What an option's value is, for "needs" messages. */
 static const char *option_value(int opt) {
@@ -521,6 +532,7 @@ static const char *option_value(int opt) {
   case 'D': return "-D needs NAME=VALUE (e.g. -D C=256)";
   case 'I': return "-I needs a directory (e.g. -I lib)";
   case 'O': return "-O needs a level: -O0, -O1, -O2 or -O3";
+  case 'W': return "-W needs a warning option: -Werror, -Wno-NAME";
   case LO_MESH: return "--mesh needs AXIS=N,...";
   case LO_ISA: return "--isa needs clones, native or baseline";
   case LO_NETWORK: return "--network needs BANDWIDTH,LATENCY or a file";
@@ -528,6 +540,7 @@ static const char *option_value(int opt) {
   case LO_MEMORY: return "--memory needs a number of bytes, e.g. 80GB";
   case LO_DEVICES: return "--devices needs a count, e.g. --devices=8";
   case LO_FLOPS: return "--flops needs FLOP/s per device, e.g. --flops=100G";
+  case LO_BUCKET: return "--bucket needs a number of bytes, e.g. 25MiB (0: no buckets, no overlap)";
   case LO_DIAGNOSTICS: return "--diagnostics needs plain, json or sarif";
   case LO_COLOR: return "--color needs auto, always or never";
   default: return "--max-errors needs a count, e.g. --max-errors=20";
@@ -632,6 +645,14 @@ static void take_option(CommandLine *cl, int opt, const char *v) {
   case 'o': o->out = v; break;
   case 'D': check_define_syntax(v); vec_push(&o->defines, (void *)v); break;
   case 'I': vec_push(&o->incdirs, (void *)v); break;
+  case 'W': {
+    const char *err = diag_warning_option(v);
+    if (err)
+      diag_usage_error("%s", err);
+    o->warning_options = true;
+    break;
+  }
+  case 'w': diag_warnings_off(true); o->warning_options = true; break;
   case 'O':
     if (strlen(v) != 1 || v[0] < '0' || v[0] > '3')
       diag_usage_error("-O expects a level from 0 to 3 (-O0 ... -O3), not '-O%s'", v);
@@ -650,6 +671,12 @@ static void take_option(CommandLine *cl, int opt, const char *v) {
   }
   case LO_MAX_MEMORY: case LO_MEMORY: take_bytes(o, opt, v); break;
   case LO_JSON: o->json = true; break;
+  case LO_BUCKET:
+    o->bucket = 0;
+    if (strcmp(v, "0") != 0 && !plan_parse_bytes(v, &o->bucket))
+      diag_usage_error("--bucket expects a number of bytes, e.g. 25MiB, 4MB or 0 (off), not '%s'", v);
+    o->bucket_given = true;
+    break;
   case LO_DEVICES: take_count("--devices", v, 1, 1 << 20, &n); o->devices = n; break;
   case LO_FLOPS: take_flops(o, v); break;
   case LO_DIAGNOSTICS: take_diagnostics(o, v); break;
@@ -686,7 +713,7 @@ static int parse_command_line(int argc, char **argv, CommandLine *cl) {
       const char *a = argv[optind - 1];
       bad_option(optopt && optopt < 256 && strncmp(a, "--", 2) ? arena_printf("-%c", optopt) : a);
     }
-    if (opt != 'D' && opt != 'I' && opt != LO_KEEP_C && opt != LO_GLOBAL && opt != LO_JSON)
+    if (opt != 'D' && opt != 'I' && opt != 'W' && opt != 'w' && opt != LO_KEEP_C && opt != LO_GLOBAL && opt != LO_JSON)
       once(&seen, opt);
     take_option(cl, opt, optarg);
   }

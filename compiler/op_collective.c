@@ -110,6 +110,35 @@ static bool dim_unsharded(TcCtx *c, Expr *e, const Type *x, int d) {
 
 /* ---- the collectives ------------------------------------------------------------------ */
 
+/* Operand text for a message: the user's own expression when it is short
+ * and on one line, parenthesised where an operator follows; else `x`. */
+static const char *operand_text(const Expr *x, bool paren) {
+  const char *src = diag_expr_source(x);
+  if (!src || strlen(src) > 60 || strchr(src, '\n'))
+    return "x";
+  return paren && strpbrk(src, " +-*/@<>=!") ? arena_printf("(%s)", src) : src;
+}
+
+/* psum of an invariant value: every device adds the same value |a| times,
+ * which is seldom what was meant ([W_PSUM_INVARIANT]); a constant, as
+ * psum(1, X) for the axis size (JAX's idiom), is meant. */
+static void warn_psum_invariant(TcCtx *c, Expr *e, const TcInfo *info, const Type *x, AxisSet a) {
+  if (!info->x || (info->x->ty && info->x->ty->weak) || info->x->kind == EX_INT || info->x->kind == EX_FLOAT)
+    return;
+  long long n = (long long)info->count;
+  const char *ax = ty_axes_str(c->mesh, a), *v = operand_text(info->x, false);
+  diag_warning(e->pos, "W_PSUM_INVARIANT",
+               "psum of `%s` (%s), which is invariant over %s (every device holds the same value), multiplies it by "
+               "%lld, the number of devices along %s; if the value is already the total, drop the psum; if the "
+               "product is meant, write `%s * %lld`; if each device was to add its own part, compute the part from "
+               "varying values",
+               v, TS(x), ax, n, ax, operand_text(info->x, true), n);
+  Pos from, to;
+  const char *src = diag_expr_source(info->x);
+  if (src && diag_expr_range(e->pos, &from, &to))
+    diag_fix_replace(from, to, src, arena_printf("drop the psum: %s is already the same on every device", v));
+}
+
 static Type check_reduce_collective(TcCtx *c, Expr *e, TcInfo *info, Type x, AxisSet a) {
   AxisState st;
   if (!same_state(c, e, &x, a, &st))
@@ -131,6 +160,8 @@ static Type check_reduce_collective(TcCtx *c, Expr *e, TcInfo *info, Type x, Axi
   case ST_I:
     /* Every device holds the same value: the sum is x * |a|, max is x. */
     info->psum_invariant = (int)info->count;
+    if (code == C_PSUM)
+      warn_psum_invariant(c, e, info, &x, a);
     return out;
   case ST_U:
     if (code != C_PSUM && code != C_PMEAN) {
@@ -442,7 +473,8 @@ static const char *manual_change_fix(RuleCtx *c, const Type *x, const Type *targ
     const char *n = c->mesh->names[a];
     char key[3] = {f, t, 0};
     static const struct { const char *key, *fix; } fixes[] = {
-        {"VI", "psum(x, %s), or all_gather(x, %s, dim=k, to=invariant)"}, {"VU", "pcast(x, %s, to=unreduced)"},
+        /* not all_gather(..., to=invariant): it changes the shape, which reshard keeps */
+        {"VI", "psum(x, %s) to sum the devices' values"}, {"VU", "pcast(x, %s, to=unreduced)"},
         {"VR", "all_gather(x, %s, dim=k, to=reduced)"}, {"IV", "pcast(x, %s, to=varying)"},
         {"IR", "pcast(x, %s, to=reduced)"}, {"UI", "psum(x, %s)"}, {"UV", "psum_scatter(x, %s, dim=k)"},
         {"RV", "pcast(x, %s, to=varying)"},
@@ -477,6 +509,47 @@ bool rule_reshard(RuleCtx *c, const Type *x, const Type *target, Type *out) {
   return true;
 }
 
+/* A reshard that moves nothing ([W_RESHARD_ROUNDTRIP]): to the value's own
+ * type, or of a reshard's result straight back to its operand's type. */
+static void warn_reshard(TcCtx *c, Expr *e, Expr *arg, const Type *x, const Type *out) {
+  Type xt = *x, ot = *out;
+  if (x->weak || x->kind != TY_ARRAY)
+    return;
+  xt.weak = ot.weak = false;
+  Pos from, to;
+  bool placed = diag_expr_range(e->pos, &from, &to);
+  if (ty_equal(&xt, &ot)) {
+    diag_warning(e->pos, "W_RESHARD_ROUNDTRIP",
+                 "reshard of %s to %s, its own type, moves nothing; drop the reshard", TS(x), TS(out));
+    const char *src = diag_expr_source(arg);
+    if (src && placed)
+      diag_fix_replace(from, to, src, "drop the reshard");
+    return;
+  }
+  const TcInfo *in = arg->kind == EX_CALL && arg->bi == e->bi ? arg->tc : NULL;
+  const Expr *orig = in ? in->x : NULL;
+  if (!orig || !orig->ty || orig->ty->weak)
+    return;
+  Type o = *orig->ty;
+  o.weak = false;
+  if (!ty_equal(&o, &ot))
+    return;
+  diag_warning(e->pos, "W_RESHARD_ROUNDTRIP",
+               "reshard of %s to %s and straight back to %s, its own type: the data moves twice and ends where it "
+               "was; use %s as it is",
+               operand_text(orig, false), TS(x), TS(out), operand_text(orig, false));
+  const char *src = diag_expr_source(orig);
+  if (src && placed)
+    diag_fix_replace(from, to, src, "drop both reshards");
+}
+
+static Type check_reshard(TcCtx *c, Expr *e, const Type *annot);
+
+const Expr *op_reshard_operand(const Expr *e) {
+  return e && e->kind == EX_CALL && e->bi && e->bi->check == check_reshard && e->tc ? ((const TcInfo *)e->tc)->x
+                                                                                   : NULL;
+}
+
 static Type check_reshard(TcCtx *c, Expr *e, const Type *annot) {
   TcInfo *info = tc_info(e);
   Expr *pos[2], *kw[1];
@@ -496,6 +569,8 @@ static Type check_reshard(TcCtx *c, Expr *e, const Type *annot) {
   if (!rule_reshard(&r, &x, &target, &out))
     return ty_error();
   info->type = out;
+  if (!(c->fn && c->fn->generic))   /* in a generic function the types are the instance's, not the text's */
+    warn_reshard(c, e, pos[0], &x, &out);
   return out;
 }
 
@@ -1033,7 +1108,7 @@ static const BuiltinDef builtins[] = {
     {.name = "axis_index", .code = C_AXIS_INDEX, .flags = MANUAL, .check = check_collective,
      .lower = lower_collective},
     {.name = "pcast", .code = C_PCAST, .flags = MANUAL, .check = check_collective, .lower = lower_collective},
-    {.name = "reshard", .code = C_RESHARD, .flags = BIF_TYPE_ARG, .check = check_reshard, .lower = lower_reshard},
+    {.name = "reshard", .code = C_RESHARD, .flags = BIF_TYPE_ARG | BIF_STRUCT_RESHARD, .check = check_reshard, .lower = lower_reshard},
     {0},
 };
 

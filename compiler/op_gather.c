@@ -42,13 +42,7 @@
 #define vname emit_vname
 #define fail rule_fail
 
-enum {
-  IR_TAKE = IR_BASE_GATHER, /* args x, idx (i32); dim */
-  IR_TAKE_ALONG,            /* args x, idx (i32, x's rank); dim */
-  IR_SCATTER_ADD,           /* args g, idx; dim: the transpose of take; the result has x's shape */
-  IR_SCATTER_ALONG,         /* args g, idx; dim: the transpose of take_along_axis */
-  IR_ONE_HOT,               /* args idx; the classes are the result's last dim */
-};
+/* The opcodes (IR_TAKE ...) are in ops.h: op_sort.c emits them too. */
 
 enum { G_TAKE, G_TAKE_ALONG, G_ONE_HOT };
 
@@ -482,6 +476,7 @@ static void vjp_gather(AD *a, Inst *in, Value *g) {
   Value *args[2] = {g, ad_primal(a, in->args[1])};
   Inst *s = ad_emit(a, in->op == IR_TAKE ? IR_SCATTER_ADD : IR_SCATTER_ALONG, 2, args, ty_ct(&x->type));
   s->dim = in->dim;
+  s->fn = in->fn;
   ad_add_ct(a, x, s->results[0]);
 }
 
@@ -492,6 +487,7 @@ static void vjp_scatter(AD *a, Inst *in, Value *g) {
   Value *args[2] = {g, ad_primal(a, in->args[1])};
   Inst *t = ad_emit(a, in->op == IR_SCATTER_ADD ? IR_TAKE : IR_TAKE_ALONG, 2, args, ty_ct(&x->type));
   t->dim = in->dim;
+  t->fn = in->fn;
   ad_add_ct(a, x, t->results[0]);
 }
 
@@ -649,7 +645,7 @@ static void emit_take(Emit *e, const Inst *in) {
   emit_line(e, "shd_take(%s, %s, %s, sizeof(%s), %lld, %lld, %lld, %lld, %s, %lld, %d, %s);", vname(x), emit_addr(idx),
             emit_addr(r), ctype(r), (long long)outer, (long long)ty_local_dim(emit_mesh(e), &x->type, k), (long long)inner,
             (long long)emit_local_count(e, &idx->type), row0(e, &x->type, k), (long long)x->type.shape[k], k,
-            emit_where_lit(e, in->pos));
+            in->fn ? "NULL" : emit_where_lit(e, in->pos));
 }
 
 /* A scatter's result: zeros, or (operands base, g, idx: optimize.c's form
@@ -676,7 +672,7 @@ static void emit_scatter(Emit *e, const Inst *in) {
   emit_line(e, "shd_scatter_add(%s, %s, %s, %s, %lld, %lld, %lld, %lld, %s, %lld, %d, %s);", emit_addr(g), emit_addr(idx),
             vname(r), emit_dtconst(r->type.dtype), (long long)outer, (long long)ty_local_dim(emit_mesh(e), &r->type, k),
             (long long)inner, (long long)emit_local_count(e, &idx->type), row0(e, &r->type, k),
-            (long long)r->type.shape[k], k, emit_where_lit(e, in->pos));
+            (long long)r->type.shape[k], k, in->fn ? "NULL" : emit_where_lit(e, in->pos));
 }
 
 /* take_along_axis and its scatter: x (or the scatter's result) is `big`,
@@ -705,7 +701,10 @@ static void emit_one_hot(Emit *e, const Inst *in) {
             row0(e, &r->type, c));
 }
 
-static void print_dim(FILE *out, const Module *mod, const Inst *in) { fprintf(out, " dim=%d", in->dim); }
+/* fn=1 (segment_sum and its transpose): an index outside [0, n) is dropped. */
+static void print_dim(FILE *out, const Module *mod, const Inst *in) {
+  fprintf(out, " dim=%d%s", in->dim, in->fn ? " drop" : "");
+}
 
 /* ---- the tables ---------------------------------------------------------------------------------- */
 

@@ -913,16 +913,7 @@ static void part_dupdate(Part *p, Inst *in, Value **args) {
 static const char *ctype(const Value *v) { return ty_dtype_c(v->type.dtype); }
 
 /* The run-time starts args[first..first+rank) as an int64_t array literal. */
-static const char *starts_lit(const Inst *in, int first, int rank) {
-  Str b = {0};
-  str_printf(&b, "(const int64_t[]){");
-  for (int d = 0; d < rank; d++)
-    str_printf(&b, "%s%s", d ? ", " : "", vname(in->args[first + d]));
-  str_putc(&b, '}');
-  const char *r = arena_strdup(str_cstr(&b));
-  free(b.buf);
-  return r;
-}
+static const char *starts_lit(const Inst *in, int first, int rank) { return emit_values_lit(in->args + first, rank); }
 
 static bool same_local_shape(const Module *mod, const Type *a, const Type *b) {
   int64_t sa[MAX_RANK], sb[MAX_RANK];
@@ -1034,9 +1025,9 @@ static bool infer_index_check(const Module *mod, const Inst *in, Type *out) {
 static const OpDef ops[] = {
     {.op = IR_SLICE, .name = "slice", .print = print_slice, .vjp = vjp_slice, .partition = part_slice,
      .emit = emit_slice, .result = result_slice, .infer = infer_slice},
-    {.op = IR_DSLICE, .name = "dynamic_slice", .vjp = vjp_dslice, .partition = part_dslice, .emit = emit_slice,
+    {.op = IR_DSLICE, .name = "dynamic_slice", .flags = OPF_WINDOW_READ, .vjp = vjp_dslice, .partition = part_dslice, .emit = emit_slice,
      .result = result_slice, .infer = infer_slice},
-    {.op = IR_DUPDATE, .name = "dynamic_update_slice", .print = print_dupdate, .vjp = vjp_dupdate,
+    {.op = IR_DUPDATE, .name = "dynamic_update_slice", .flags = OPF_WINDOW_WRITE, .print = print_dupdate, .vjp = vjp_dupdate,
      .partition = part_dupdate, .emit = emit_dupdate, .result = result_steal, .infer = infer_dupdate},
     {.op = IR_INDEX_CHECK, .name = "index_check", .print = print_check, .emit = emit_index_check, .infer = infer_index_check},
     {0},

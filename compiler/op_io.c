@@ -177,8 +177,9 @@ static bool check_keyed(TcCtx *c, Expr *e, int from, const char *const *reserved
     }
     for (int k = 0; reserved && reserved[k]; k++)
       if (!strcmp(reserved[k], a->str)) {
-        diag_error(a->pos, "E_ARG", "%s: the key %s is the manifest's own (program, shdc, ranks, mesh, config, "
-                   "args); choose another name, e.g. my_%s", what, a->str, a->str);
+        diag_error(a->pos, "E_ARG", "%s: the key %s is %s; choose another name, e.g. my_%s", what, a->str,
+                   from ? "the manifest's own (program, shdc, ranks, mesh, config, args)"
+                        : "the runtime's own (each line's wall-clock time, in Unix seconds)", a->str);
         ok = false;
       }
     Type t = tc_expr(c, a->lhs);
@@ -208,7 +209,8 @@ static Type check_metrics(TcCtx *c, Expr *e, const Type *annot) {
     diag_error(e->pos, "E_ARG", "metrics needs at least one key=value, e.g. metrics(step=step, loss=l)");
     return ty_error();
   }
-  return check_keyed(c, e, 0, NULL) ? ty_void() : ty_error();
+  static const char *const reserved[] = {"time", NULL};
+  return check_keyed(c, e, 0, reserved) ? ty_void() : ty_error();
 }
 
 /* A str value (literal or expression), not a path. */

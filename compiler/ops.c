@@ -28,7 +28,9 @@ static const OpFamily *const families[] = {
     &op_elementwise_family, &op_unary_family,      &op_contraction_family, &op_reduction_family,
     &op_shape_family,       &op_collective_family, &op_creation_family,    &op_io_family,
     &op_softmax_family,     &op_index_family,      &op_join_family,        &op_gather_family,
-    &op_shift_family,       &op_string_family,     &op_attention_family,   NULL,
+    &op_shift_family,       &op_string_family,     &op_attention_family,   &op_async_family,
+    &op_sort_family,
+    NULL,
 };
 
 /* Forms that make a function of a function (tc_expr.c types them). */
@@ -111,6 +113,14 @@ const OpDef *op_def(int op) {
   if (!ready)
     build();
   return op >= 0 && op < IR__LIMIT ? by_opcode[op] : NULL;
+}
+
+void op_work(const Module *mod, const Inst *in, double *dot, double *ew) {
+  const OpDef *d = op_def(in->op);
+  if (d && d->work)
+    d->work(mod, in, dot, ew);
+  else if (d && (d->flags & OPF_ELEMENTWISE) && in->nresults && in->results[0]->type.kind == TY_ARRAY)
+    *ew += (double)ty_local_count(&mod->mesh, &in->results[0]->type);
 }
 
 const BuiltinDef *op_builtin(const char *name) {

@@ -232,6 +232,12 @@ bool tc_struct_op(TcCtx *c, Expr *e, const Type *annot, Type *out);
 /* tc_manual.c */
 bool tc_check_diverge(TcCtx *c, Expr *e);    /* a collective here: [E_DIVERGE] under a varying condition */
 bool tc_check_manual_result(TcCtx *c, const Type *value, const Type *declared, Pos pos);
+/* tc_manual.c: how to make v, varying over ax, the invariant value of
+ * the local type want: psum or all_gather, as the shapes allow, and saying
+ * the shapes; at, the expression (or NULL): an all_gather of pieces of the
+ * wanted shape gets psum instead, and with add_fix (called again after the
+ * error is reported) that as a fix of it. */
+const char *tc_combine_fix(TcCtx *c, const struct Expr *at, const Type *v, const Type *want, AxisSet ax, bool add_fix);
 /* An annotation at a manual function's return fixes the explicit axes only:
  * its manual states become V and the manual parts of U and R. */
 void tc_manual_states_from(TcCtx *c, Type *annot, AxisSet V, AxisSet U, AxisSet R);
@@ -261,6 +267,7 @@ enum {
   IR_BASE_SHIFT = 0x6c0,
   IR_BASE_SOFTMAX = 0x700,
   IR_BASE_JOIN = 0x740,
+  IR_BASE_SORT = 0x780,
   IR__LIMIT = 0x800
 };
 
@@ -296,6 +303,7 @@ enum {                     /* BuiltinDef.flags */
   BIF_CONST = 256,         /* a compile-time integer (size): its check leaves the value in Expr.ival */
   BIF_STRUCT_ANNOT = 512,  /* an annotation with a struct type reaches its check (load of a struct) */
   BIF_STRUCT_SUM = 1024,   /* of one struct: the sum of every leaf, one all-reduce per set of axes (§9.2) */
+  BIF_STRUCT_RESHARD = 2048, /* of a struct to a struct type with the same leaves, leaf by leaf (reshard) */
 };
 
 /* The syntax a builtin row answers to: a call by its name, or an operator
@@ -429,6 +437,17 @@ Value *op_slice_to(Part *p, Pos pos, Value *x, const int64_t *start, const int64
  * op_index.c's slice transposes to. */
 enum { IR_PAD = IR_BASE_JOIN };
 
+/* op_gather.c's opcodes, which op_sort.c's segment_sum and sort's transpose
+ * emit too. take and scatter_add with fn=1 drop an index outside [0, n)
+ * (a zero row, nothing added) instead of stopping the program. */
+enum {
+  IR_TAKE = IR_BASE_GATHER, /* args x, idx (i32); dim */
+  IR_TAKE_ALONG,            /* args x, idx (i32, x's rank); dim */
+  IR_SCATTER_ADD,           /* args g, idx; dim: the transpose of take; the result has x's shape */
+  IR_SCATTER_ALONG,         /* args g, idx; dim: the transpose of take_along_axis */
+  IR_ONE_HOT,               /* args idx; the classes are the result's last dim */
+};
+
 /* op_shift.c: the rows of one dim that change owner, for op_index.c's and
  * op_join.c's partitioning rules. Output row j of dim d is row j - offs[i] of source i
  * (plus the run-time dyn, negated with SHIFT_NEG); the sources are split
@@ -458,7 +477,8 @@ bool op_shift_plan(const Mesh *m, DimSpec xs, DimSpec ts, int64_t n_out, DimSpec
  * The families (op_*.c), listed by ops.c. */
 extern const OpFamily op_elementwise_family, op_unary_family, op_contraction_family, op_reduction_family,
     op_shape_family, op_collective_family, op_creation_family, op_io_family, op_softmax_family, op_index_family,
-    op_join_family, op_gather_family, op_shift_family, op_string_family, op_attention_family;
+    op_join_family, op_gather_family, op_shift_family, op_string_family, op_attention_family, op_async_family,
+    op_sort_family;
 
 /* ---- lower.c: the builders of the families' lowering -------------------- */
 
@@ -576,6 +596,7 @@ const char *emit_where_lit(Emit *e, Pos pos);              /* "FILE:LINE", for r
 int emit_file_index(Emit *e, Pos pos);                     /* pos's file in the timeline's table */
 void emit_trace_at(Emit *e, Pos pos);                      /* the timeline's line of the next GEMM/collective */
 const char *emit_i64s_lit(const int64_t *v, int n);        /* (const int64_t[]){..} */
+const char *emit_values_lit(Value *const *v, int n);       /* (const int64_t[]){a, b}: the C names of n integers */
 const char *emit_names_lit(Value *const *v, int n);        /* a, b, c: the C names */
 void emit_def_array(Emit *e, const Value *v, bool zero);   /* declares and allocates */
 void emit_def_alias(Emit *e, const Value *v, const Value *of);   /* a view sharing of's buffer */

@@ -26,8 +26,9 @@
  * and the work a training step does only now and then (validation,
  * checkpoints, logging) is under an if (explain --network's per-step line
  * counts both branches, an upper bound). Compute and
- * communication are added: the runtime does not overlap them (docs/
- * performance.md says why). Per-function costs are summed callees first
+ * communication are added, except a bucket's (--bucket: overlap.c), which
+ * counts only what the work between its start and its wait does not hide
+ * (overlap_work: for a loop's bucket, one iteration of the body). Per-function costs are summed callees first
  * over the call graph, without recursion.
  */
 #include <errno.h>
@@ -129,17 +130,21 @@ static void cost_add(Cost *to, const Cost *c, double times) {
 }
 
 static void inst_cost(const Walk *w, const Inst *in, Cost *c) {
-  const Mesh *m = &w->mod->mesh;
   const OpDef *d = op_def(in->op);
   if (d && (d->flags & OPF_COLLECTIVE)) {
     const char *algo;
-    c->comm += net_collective_seconds(w->net, w->mod, in, &algo);
+    double t = net_collective_seconds(w->net, w->mod, in, &algo);
+    if (ir_is_async_start(in->op)) {   /* a bucket: what its work before the wait does not hide */
+      double dot, ew;
+      overlap_work(w->mod, in, &dot, &ew);
+      double hidden = dot / w->flops + ew / w->ew_flops;
+      t = t > hidden ? t - hidden : 0;
+    }
+    c->comm += t;
     c->bytes += (double)net_bytes_sent(w->mod, in);
     c->colls += 1;
-  } else if (d && d->work) {
-    d->work(w->mod, in, &c->dot, &c->ew);
-  } else if (d && (d->flags & OPF_ELEMENTWISE) && in->nresults && in->results[0]->type.kind == TY_ARRAY) {
-    c->ew += (double)ty_local_count(m, &in->results[0]->type);
+  } else {
+    op_work(w->mod, in, &c->dot, &c->ew);
   }
 }
 

@@ -169,6 +169,29 @@ void diag_capture(const char **first);
 const char *diag_line_text(const SourceFile *f, int line, size_t *len);
 int diag_error_count(void);
 const char *diag_last_code(void);   /* the code of the error reported last (NULL: none) */
+struct Expr;
+/* A warning (diag.c): "FILE:LINE:COL: warning: MESSAGE [W_CODE]", the
+ * source line with the range marked, notes and fixes as an error's. It
+ * does not change the exit status, unless -Werror (or -Werror=NAME) makes
+ * it an error; -Wno-NAME (or -w: every one) leaves it out. The code is a
+ * W_ code of diag_codes.c. */
+__attribute__((format(printf, 3, 4))) void diag_warning(Pos pos, const char *code, const char *fmt, ...);
+int diag_warning_count(void);
+/* The errors that are warnings made errors by -Werror. */
+int diag_promoted_count(void);
+/* Warnings are given only about this file's text (NULL, the default: none;
+ * check, build and the language server set the file they check). */
+void diag_warn_file(const SourceFile *f);
+/* A -W option's text after -W (error, error=NAME, no-NAME, NAME, all,
+ * no-error): NULL when taken, else what is wrong with it. -w: off = true. */
+const char *diag_warning_option(const char *arg);
+void diag_warnings_off(bool off);
+/* The option name of a W_ code: W_UNUSED -> unused (-Wno-unused). */
+const char *diag_warning_flag(const char *code);
+/* The source text of expression e (its exact extent), or NULL. */
+const char *diag_expr_source(const struct Expr *e);
+/* The operator, call or indexing of the registered program at pos, or NULL. */
+const struct Expr *diag_expr_at(Pos pos);
 void diag_reset(void);
 /* Ends the last plain diagnostic (its explain-error hint, after its notes):
  * call when a file's diagnostics are done, before other output. */
@@ -740,6 +763,9 @@ typedef enum {
   IR_EMBED_BLOCK,      /* SPMD: zeros except own block of dim */
   IR_ZERO_UNLESS_FIRST,/* SPMD: zeros unless group index over axes is 0 */
   IR_RETYPE,           /* SPMD: same bytes, another type (R <-> replicated) */
+  IR_ALL_REDUCE_START, /* SPMD (overlap.c): a bucket of sums started; op_async.c says its operands */
+  IR_REDUCE_SCATTER_START, /* SPMD (overlap.c): a bucket of reduce-scatters started (the same operands) */
+  IR_ALL_REDUCE_WAIT,  /* SPMD (overlap.c): the bucket finished where its results are first used */
   /* control and calls */
   IR_CALL,             /* callee */
   IR_FOR,              /* args: lo, hi, carried inits; region 0 args: i, carries */
@@ -754,6 +780,11 @@ typedef enum {
 } Opcode;
 
 enum { RED_SUM, RED_MAX, RED_MIN };
+/* IR_ALL_REDUCE_START's iv: this many integers a member (op_async.c); the
+ * last is the operand's dim a reduce-scatter bucket splits (-1: none). */
+enum { ASYNC_MEMBER_W = 5 + 2 * MAX_RANK, ASYNC_SCATTER_DIM = 4 + 2 * MAX_RANK };
+/* A bucket's start (overlap.c): of all-reduces or of reduce-scatters. */
+static inline bool ir_is_async_start(int op) { return op == IR_ALL_REDUCE_START || op == IR_REDUCE_SCATTER_START; }
 enum { CALL_PLAIN, CALL_REMAT };   /* IR_CALL's fn: remat(f)(args) (language.md §9.8) */
 enum { PCAST_VARYING, PCAST_UNREDUCED, PCAST_REDUCED };
 
@@ -947,6 +978,9 @@ enum {                     /* OpDef.flags */
                             * first operand more (base, g, idx), the form optimize.c makes of base +
                             * scatter, it adds into base's buffer (taken when base dies there, else a copy):
                             * the gradient of a pick or a lookup added to another's is one pass, not three */
+  OPF_WINDOW_READ = 256,   /* a window at run-time starts (args x, one i32 start a dim) read: dynamic_slice */
+  OPF_WINDOW_WRITE = 512,  /* a window written (args x, u, starts; iv u's global sizes): dynamic_update_slice.
+                            * overlap.c defers a reduced update of a loop's carry into its bucket's wait */
 };
 
 /* What a collective costs on a network (netmodel.c, OpDef.net_seconds): a
@@ -962,6 +996,7 @@ typedef struct {
 typedef struct OpDef {
   int op;                  /* Opcode, or a family's own opcode from its IR_BASE_ */
   const char *name;        /* in the IR text */
+  const char *trace_kind;  /* the collective the runtime's trace counts it as (NULL: name) */
   unsigned flags;
   /* The variant after the name in the IR text ("sum" in all_reduce.sum),
    * and the attributes after the operands (both may be NULL). */
@@ -1016,6 +1051,10 @@ typedef struct OpDef {
 } OpDef;
 
 const OpDef *op_def(int op);   /* NULL for an unknown opcode */
+/* The work of in's own block (not its regions'), for plan and the overlap
+ * pass: its OpDef.work, else an elementwise result's elements; added to
+ * *dot (contraction FLOPs) and *ew (element operations). */
+void op_work(const Module *mod, const Inst *in, double *dot, double *ew);
 /* `shdc list-ops` (a developer's command): every builtin, operator and form
  * and every IR operation with its family and variants, one a line,
  * tab-separated; tests/tools/test_list_ops.py compares it with the docs
@@ -1031,6 +1070,24 @@ Module *lower_program(Program *p, const Mesh *m);
 /* Replaces every IR_GRAD by a call of a generated function that returns the
  * value (if asked) and the gradients. Errors ([E_GRAD]...) are reported. */
 bool ad_module(Module *mod);
+
+/* ---- overlap.c ----------------------------------------------------------- */
+
+/* scatter.c: a loop's all-reduced gradient accumulator kept only in blocks
+ * after the loop reduce-scatters inside it (ZeRO's gradients). */
+void scatter_accumulators(Module *mod);
+/* After opt_module: sums over mesh axes gathered into buckets of at most
+ * bucket_bytes (0: the pass is off), each started where its operands are
+ * final and waited where its results are first used (IR_ALL_REDUCE_START,
+ * IR_ALL_REDUCE_WAIT); a loop accumulator's reduced updates are deferred
+ * to the loop's end. The default cap (--bucket) is PyTorch DDP's. */
+enum { OVERLAP_BUCKET = 25 << 20 };
+void overlap_module(Module *mod, int64_t bucket_bytes);
+/* The work a bucket's start can hide behind (contraction FLOPs and
+ * elementwise operations per rank): what runs between it and its wait, and
+ * for a loop's bucket one iteration of the loop's body (the next one runs
+ * while it travels). Returns the wait (NULL if not found). */
+const Inst *overlap_work(const Module *mod, const Inst *start, double *dot, double *ew);
 
 /* ---- partition.c, reshard.c --------------------------------------------- */
 
@@ -1113,6 +1170,7 @@ typedef enum { DIAG_PLAIN, DIAG_JSON, DIAG_SARIF } DiagFormat;
 void diagout_start(DiagFormat format);
 bool diagout_recording(void);
 void diagout_add(Pos pos, const char *code, const char *message, bool note);
+void diagout_add_warning(Pos pos, const char *code, const char *message);
 /* The parsed program of a file, where fixes find their expressions. */
 void diagout_program(const Program *prog);
 /* A problem that is not in a program (an unreadable file): exit status 2,
@@ -1142,6 +1200,12 @@ typedef struct {
   const char *text, *what;
 } SourceFix;
 void diagout_add_fix(const PendingFix *f);
+/* A fix of the plain diagnostic being printed (diag.c shows it as a help
+ * line with the source line edited, before the explain-error hint). */
+void diag_plain_fix(const PendingFix *f);
+/* The last error or warning was not reported (past --max-errors, turned
+ * off, captured): its notes and fixes are dropped with it. */
+bool diag_last_suppressed(void);
 bool diag_fix_resolve(const PendingFix *f, const Program *prog, SourceFix *out);
 /* The column just past the token at pos (for a diagnostic's range). */
 int diag_token_end(Pos pos);
@@ -1161,6 +1225,15 @@ typedef struct {
 int diag_code_count(void);
 const DiagCode *diag_code_at(int i);
 int diag_code_index(const char *code);
+
+/* ---- warn.c: the warnings of a program that type-checks ----------------- */
+
+/* W_PSUM_INVARIANT, W_UNUSED, W_RESHARD_ROUNDTRIP on the functions of
+ * prog's own file (not those of the files it imports), through
+ * diag_warning. */
+void warn_program(const Program *prog, const Mesh *mesh);
+/* op_collective.c: the operand of a type-checked reshard call, else NULL. */
+const struct Expr *op_reshard_operand(const struct Expr *e);
 
 /* ---- show.c: shdc show FILE [FUNC.NAME...] ------------------------------- */
 

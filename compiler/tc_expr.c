@@ -194,6 +194,13 @@ void tc_split_args(Expr *call, Expr **pos, int maxpos, int *npos, Expr **kw, con
   }
 }
 
+/* The expression whose value did not match its expected type, reported
+ * last (check_call_args adds a note at the parameter's declaration). */
+static struct {
+  const Expr *at;
+  int count;
+} mismatch;
+
 /* Checks call arguments against parameter types. An annotatable argument
  * (zeros(), a contraction...) takes the parameter type as its annotation. */
 static bool check_call_args(TcCtx *c, Expr *call, FuncDecl *f, Expr **args, int nargs, const char *fname) {
@@ -216,6 +223,9 @@ static bool check_call_args(TcCtx *c, Expr *call, FuncDecl *f, Expr **args, int 
     }
     Type t = tc_expr_annot(c, args[i], pt, arena_printf("argument '%.*s' of %s", p->name.len, p->name.start, fname));
     ok &= t.kind != TY_ERROR;
+    if (t.kind == TY_ERROR && mismatch.at == args[i] && mismatch.count == diag_error_count() && p->name.pos.file)
+      diag_note(p->name.pos, "parameter '%.*s' of %s is declared %s here", p->name.len, p->name.start, fname,
+                TS(pt));
   }
   return ok;
 }
@@ -782,6 +792,8 @@ Type tc_expr_annot(TcCtx *c, Expr *e, const Type *annot, const char *where) {
     if (t.dtype != annot->dtype && ty_equal(&cast_t, annot))
       diag_fix_wrap(e, "cast(", arena_printf(", %s)", ty_dtype_name(annot->dtype)),
                     arena_printf("convert to %s", ty_dtype_name(annot->dtype)));
+    mismatch.at = e;
+    mismatch.count = diag_error_count();
     return ty_error();
   }
   if ((t.V != annot->V) && c->manual) {
@@ -789,17 +801,32 @@ Type tc_expr_annot(TcCtx *c, Expr *e, const Type *annot, const char *where) {
     diag_error(e->pos, "E_VMA", "%s: the value has type %s but %s is expected; %s", where, TS(&t), TS(annot),
                add ? arena_printf("make it varying over %s with pcast(x, %s, to=varying)", ty_axes_str(c->mesh, add),
                                   ty_axes_arg(c->mesh, add))
-                   : arena_printf("it varies over %s: combine the devices' values with a collective (psum(x, %s), "
-                                  "all_gather(x, %s, dim=k, to=invariant), ...)",
-                                  ty_axes_str(c->mesh, drop), ty_axes_arg(c->mesh, drop), ty_axes_arg(c->mesh, drop)));
+                   : arena_printf("it varies over %s: %s", ty_axes_str(c->mesh, drop),
+                                  tc_combine_fix(c, e, &t, annot, drop, false)));
+    if (!add)
+      tc_combine_fix(c, e, &t, annot, drop, true);
   }
   else {
+    /* The user's own expression in the fix (short, one line), and what
+     * asserts the type: a parameter's at a call, the annotation elsewhere. */
+    const char *src = diag_expr_source(e);
+    if (!src || strlen(src) > 60 || strchr(src, '\n'))
+      src = "x";
+    const char *asserts = !strncmp(where, "argument '", 10)
+                              ? "a parameter's type asserts the argument's type (a call moves no data)"
+                          : !strcmp(where, "the return type")
+                              ? "a result type asserts the returned value's type (a return moves no data)"
+                          : !strncmp(where, "assignment to ", 14)
+                              ? "a var's type asserts the assigned value's type (an assignment moves no data)"
+                          : !strcmp(where, "`as`") ? "`as` on this expression asserts its type (it moves no data)"
+                                                   : "a type annotation asserts the value's type (it moves no data)";
     diag_error(e->pos, "E_ANNOT",
-               "%s: the value has type %s but %s is expected; an annotation on this expression is an assertion, "
-               "so write reshard(x, %s) to move the data",
-               where, TS(&t), TS(annot), TS(annot));
+               "%s: the value has type %s but %s is expected; %s, so write reshard(%s, %s) to move the data", where,
+               TS(&t), TS(annot), asserts, src, TS(annot));
     if (!c->manual)
       diag_fix_wrap(e, "reshard(", arena_printf(", %s)", TS(annot)), arena_printf("reshard the value to %s", TS(annot)));
   }
+  mismatch.at = e;
+  mismatch.count = diag_error_count();
   return ty_error();
 }

@@ -118,11 +118,13 @@ bool tc_check_manual_result(TcCtx *c, const Type *v, const Type *declared, Pos p
   }
   if (extra) {
     const char *ax = ty_axes_str(c->mesh, extra), *arg = ty_axes_arg(c->mesh, extra);
+    (void)arg;
     diag_error(pos, "E_OUTSPEC",
                "the result %s is varying over %s, but the result type %s does not shard any dim over %s, which "
-               "promises the value is the same on every device along %s; reduce it with psum(x, %s), gather it "
-               "with all_gather(x, %s, dim=k, to=invariant), or shard a dim of the result type over %s",
-               TS(v), ax, TS(declared), ax, ax, arg, arg, ax);
+               "promises the value is the same on every device along %s; %s; or shard a dim of the result type "
+               "over %s",
+               TS(v), ax, TS(declared), ax, ax, tc_combine_fix(c, diag_expr_at(pos), v, &l, extra, false), ax);
+    tc_combine_fix(c, diag_expr_at(pos), v, &l, extra, true);
     return false;
   }
   AxisSet du = (v->U ^ l.U) & man, dr = (v->R ^ l.R) & man;
@@ -343,3 +345,59 @@ bool tc_check_diverge_assign(TcCtx *c, Stmt *assign, Symbol *sym) {
   return true;
 }
 
+/* ---- combining the devices' values (item 2 of issue 27, section 3) ------------ */
+
+static bool shape_equal(const Type *a, const Type *b) {
+  bool same = a->rank == b->rank;
+  for (int d = 0; same && d < a->rank; d++)
+    same = a->shape[d] == b->shape[d];
+  return same;
+}
+
+static const char *plain(TcCtx *c, const Type *t) {
+  Type p = ty_strip_sharding(t);
+  return TS(&p);
+}
+
+const char *tc_combine_fix(TcCtx *c, const Expr *at, const Type *v, const Type *want, AxisSet ax, bool add_fix) {
+  const char *arg = ty_axes_arg(c->mesh, ax);
+  int64_t n = 1;
+  for (int a = 0; a < c->mesh->naxes; a++)
+    if (ax & (1u << a))
+      n *= c->mesh->sizes[a];
+  /* an all_gather whose pieces have the shape wanted: a sum was meant */
+  const TcInfo *gi = at && at->kind == EX_CALL && at->bi && at->bi == op_builtin("all_gather") && at->tc
+                          ? at->tc : NULL;   /* all_gather keeps its facts in a TcInfo */
+  if (gi && gi->x && gi->x->ty && shape_equal(gi->x->ty, want)) {
+    const char *src = diag_expr_source(gi->x);
+    Pos from, to;
+    const char *text = arena_printf("psum(%s, %s)", src ? src : "x", arg);
+    if (add_fix && src && diag_expr_range(at->pos, &from, &to))
+      diag_fix_replace(from, to, text, arena_printf("sum the pieces: %s", text));
+    return arena_printf("this all_gather concatenates the devices' %s pieces into %s, not the %s the result type "
+                        "needs; to add them up write %s, which keeps the shape",
+                        plain(c, gi->x->ty), plain(c, v), plain(c, want), text);
+  }
+  int k = -1;
+  for (int d = 0; k < 0 && v->rank == want->rank && d < v->rank; d++) {
+    bool fits = v->shape[d] * n == want->shape[d];
+    for (int e = 0; fits && e < v->rank; e++)
+      fits = e == d || v->shape[e] == want->shape[e];
+    if (fits)
+      k = d;
+  }
+  bool sum = shape_equal(v, want);
+  if (sum && k >= 0)   /* only where n == 1 */
+    return arena_printf("reduce it with psum(x, %s)", arg);
+  if (sum)
+    return arena_printf("reduce it with psum(x, %s), which keeps the shape %s (all_gather would make a dim %lld "
+                        "times longer)",
+                        arg, plain(c, want), (long long)n);
+  if (k >= 0)
+    return arena_printf("gather the %s pieces with all_gather(x, %s, dim=%d, to=invariant), which makes the %s the "
+                        "result type needs (psum would keep %s)",
+                        plain(c, v), arg, k, plain(c, want), plain(c, v));
+  return arena_printf("combine the devices' values with a collective, but note the shapes: psum(x, %s) keeps %s and "
+                      "all_gather(x, %s, dim=k, to=invariant) makes dim k %lld times longer, while %s is needed",
+                      arg, plain(c, v), arg, (long long)n, plain(c, want));
+}

@@ -651,6 +651,8 @@ static int64_t leaf_stream(const char *path) {
   return h ? h : 1;
 }
 
+static bool is_reshard(const Expr *e) { return e->bi && (e->bi->flags & BIF_STRUCT_RESHARD); }
+
 /* A builtin argument that names a type (a struct, or a type parameter)
  * becomes an EX_TYPE holding it, so that the families see a type. */
 static void resolve_type_names(TcCtx *c, Expr *e) {
@@ -665,7 +667,7 @@ static void resolve_type_names(TcCtx *c, Expr *e) {
     Type t;
     if (!tc_type_of_arg(c, a, &t, true))
       t = ty_error();
-    if (t.kind == TY_STRUCT && !(e->bi->flags & BIF_CREATION)) {
+    if (t.kind == TY_STRUCT && !(e->bi->flags & BIF_CREATION) && !is_reshard(e)) {
       diag_error(a->pos, "E_ARG", "%s takes an array type, not the struct %s", e->bi->name, TS(&t));
       t = ty_error();
     }
@@ -913,6 +915,58 @@ static Type lift_sum(TcCtx *c, Expr *e, Expr *x, const Type *st) {
   return tc_up.expr(c, total);
 }
 
+/* reshard(s, T) of a struct s: each leaf resharded to the type of T's
+ * leaf at the same path. T is s's own struct type or another with the same
+ * leaves (paths, shapes and dtypes) sharded otherwise: the parameters and
+ * their copy sharded over data for a sharded optimizer, the gradient of
+ * whose all-gather is a reduce-scatter. */
+static Type lift_reshard(TcCtx *c, Expr *e, Expr *x, const Expr *targ) {
+  const Type *st = x->ty, *to = targ->type->resolved;   /* a struct type's, from resolve_type_names */
+  if (to && to->kind == TY_ERROR)
+    return ty_error();   /* reported where the type is declared */
+  if (st->kind != TY_STRUCT || !to || to->kind != TY_STRUCT) {
+    diag_error(e->pos, "E_ARG", "reshard: %s is %s but the type is %s; a struct is resharded to a struct type "
+               "with the same fields (reshard(p, S)), an array to an array type", tc_expr_text(x),
+               st->kind == TY_STRUCT ? arena_printf("the struct %s", TS(st)) : TS(st),
+               to ? arena_printf("the struct %s", TS(to)) : tc_expr_text(targ));
+    return ty_error();
+  }
+  int nl = st->nelems, bad = -1;
+  bool same = st->rank == to->rank && nl == to->nelems;
+  for (int d = 0; same && d < st->rank; d++)
+    same = st->shape[d] == to->shape[d];
+  for (int k = 0; same && k < nl && bad < 0; k++) {
+    const Type *a = &st->elems[k], *b = &to->elems[k];
+    bool ok = a->dtype == b->dtype && a->rank == b->rank &&
+              (st->sdef == to->sdef || !strcmp(ty_leaf_path(st->sdef, k), ty_leaf_path(to->sdef, k)));
+    for (int d = 0; ok && d < a->rank; d++)
+      ok = a->shape[d] == b->shape[d];
+    if (!ok)
+      bad = k;
+  }
+  if (!same || bad >= 0) {
+    const char *why = !same ? arena_printf("%d leaves and %d, or stacked differently", nl, to->nelems)
+                            : arena_printf("its leaf %s is %s where %s has %s %s", ty_leaf_path(st->sdef, bad),
+                                           TS(&st->elems[bad]), TS(to), ty_leaf_path(to->sdef, bad),
+                                           TS(&to->elems[bad]));
+    diag_error(e->pos, "E_SHAPE", "reshard: %s (%s) cannot become %s: %s; a struct is resharded to a struct with "
+               "the same fields, shapes and dtypes, sharded otherwise", tc_expr_text(x), TS(st), TS(to), why);
+    return ty_error();
+  }
+  Type *leaves = arena_alloc(sizeof(Type) * (size_t)(nl + 1));
+  const char *saved = diag_set_field(NULL);
+  bool ok = true;
+  for (int k = 0; k < nl && ok; k++) {
+    Expr *le = call2(e->pos, "reshard", leaf_of(x, k), type_arg(e->pos, &to->elems[k]));
+    vec_push(&e->leaves, le);
+    diag_set_field_lazy(leaf_path_of, st->sdef, k);
+    leaves[k] = tc_up.expr(c, le);
+    ok = leaves[k].kind != TY_ERROR;
+  }
+  diag_set_field(saved);
+  return ok ? ty_struct_with(to, leaves) : ty_error();
+}
+
 bool tc_struct_op(TcCtx *c, Expr *e, const Type *annot, Type *out) {
   if (e->kind == EX_BINARY && e->op == BIN_MATMUL)
     return false;
@@ -937,6 +991,17 @@ bool tc_struct_op(TcCtx *c, Expr *e, const Type *annot, Type *out) {
       if (targ)
         e->args.len--;
       *out = lift_creation(c, e, &t);
+      return true;
+    }
+    if (is_reshard(e) && e->args.len == 2 && ((Expr *)e->args.data[1])->kind == EX_TYPE) {
+      Expr *x = e->args.data[0];
+      const TypeExpr *te = ((Expr *)e->args.data[1])->type;
+      Type xt = tc_up.expr(c, x);
+      if (xt.kind != TY_STRUCT && !(te->resolved && te->resolved->kind == TY_STRUCT)) {
+        x->pretyped = true;   /* the family's check types it again: once */
+        return false;
+      }
+      *out = xt.kind == TY_ERROR ? ty_error() : lift_reshard(c, e, x, e->args.data[1]);
       return true;
     }
     if (!(e->bi->flags & (BIF_ELEMENTWISE | BIF_STRUCT_SUM)))

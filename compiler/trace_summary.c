@@ -225,6 +225,7 @@ typedef struct {
   double step_us;                /* the step spans (iterations of main's loops) */
   int64_t nsteps;
   double cat_us[CAT__COUNT];
+  double overlapped_us;          /* buckets moved on the second track (tid 2) while the rank computed */
   int64_t count[MAX_KINDS], bytes[MAX_KINDS];
 } RankSum;
 
@@ -259,6 +260,16 @@ static int kind_index(Summary *s, const char *kind) {
   return s->nkinds++;
 }
 
+/* One collective of kind (its "kind" argument, else its name) and its bytes. */
+static void count_collective(Summary *s, RankSum *rs, const JVal *e, const char *name) {
+  const JVal *args = get(e, "args");
+  int k = kind_index(s, get_str(args, "kind") ? get_str(args, "kind") : name ? name : "?");
+  if (k >= 0) {
+    rs->count[k]++;
+    rs->bytes[k] += (int64_t)get_num(args, "bytes");
+  }
+}
+
 static void add_event(Summary *s, Reader *r, const JVal *e) {
   const char *ph = get_str(e, "ph"), *cat = get_str(e, "cat"), *name = get_str(e, "name");
   if (!ph || !get(e, "pid"))
@@ -275,6 +286,16 @@ static void add_event(Summary *s, Reader *r, const JVal *e) {
   s->events++;
   if (!cat)
     return;
+  bool track2 = get(e, "tid") && get_num(e, "tid") == 2;   /* a bucket's transfer: beside main's time, not in it */
+  if (track2 || (!strcmp(cat, "wait") && name && !strcmp(name, "async wait"))) {
+    if (!track2)
+      rs->cat_us[CAT_COMM] += dur;   /* a bucket's exposed part: main waits for it */
+    else if (!strcmp(cat, "communication")) {
+      rs->overlapped_us += dur;
+      count_collective(s, rs, e, name);
+    }
+    return;
+  }
   if (!strcmp(cat, "function") && name && !strcmp(name, "main"))
     rs->main_us += dur;
   else if (!strcmp(cat, "step"))
@@ -289,12 +310,7 @@ static void add_event(Summary *s, Reader *r, const JVal *e) {
     rs->cat_us[CAT_COMPUTE] += dur;
   else if (!strcmp(cat, "communication")) {
     rs->cat_us[CAT_COMM] += dur;
-    const JVal *args = get(e, "args");
-    int k = kind_index(s, get_str(args, "kind") ? get_str(args, "kind") : name ? name : "?");
-    if (k >= 0) {
-      rs->count[k]++;
-      rs->bytes[k] += (int64_t)get_num(args, "bytes");
-    }
+    count_collective(s, rs, e, name);
   }
 }
 
@@ -382,6 +398,10 @@ static void print_summary(FILE *o, const Summary *s, const char *path) {
     double rest = total - known > 0 ? total - known : 0;
     fprintf(o, " %12.3f %5.1f%%\n", rest / 1000, total > 0 ? 100 * rest / total : 0);
   }
+  for (int i = 0; i < s->nranks; i++)
+    if (s->ranks[i].overlapped_us > 0)
+      fprintf(o, "rank %d: buckets in flight %.3f ms beside the computation (communication counts the waits for them)\n",
+              i, s->ranks[i].overlapped_us / 1000);
   if (s->nranks && s->ranks[0].nsteps)
     fprintf(o, "\nsteps (iterations of main's loops): %lld on rank 0, %.3f ms each on average\n",
             (long long)s->ranks[0].nsteps, s->ranks[0].step_us / 1000 / (double)s->ranks[0].nsteps);

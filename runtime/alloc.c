@@ -299,6 +299,14 @@ void shd_release(void *p)
     shd_timeline_counter(g_alloc.live);
 }
 
+void shd_live_adjust(int64_t delta)
+{
+    g_alloc.live = (size_t)((int64_t)g_alloc.live + delta);
+    if (g_alloc.live > g_alloc.peak)
+        g_alloc.peak = g_alloc.live;
+    shd_timeline_counter(g_alloc.live);
+}
+
 size_t shd_live_bytes(void) { return g_alloc.live; }
 size_t shd_peak_bytes(void) { return g_alloc.peak; }
 

@@ -302,6 +302,12 @@ static void reduce3(void *d, const void *a, const void *b, size_t n,
     }
 }
 
+/* For async.c's thread: the same types, operations and local reduction
+ * (sums need no made operation, so the thread never makes one). */
+MPI_Datatype shd_mpi_type(shd_dtype dt) { return mpi_type(dt); }
+MPI_Op shd_mpi_op(shd_dtype dt, shd_redop op) { return mpi_op(dt, op); }
+void shd_reduce_into(void *d, const void *s, size_t n, shd_dtype dt, shd_redop op) { reduce3(d, d, s, n, dt, op); }
+
 /* ---- block layout helpers ---------------------------------------------- */
 
 typedef struct {

@@ -26,10 +26,38 @@
 
 /* ---- box copies ------------------------------------------------------------- */
 
+/* One contiguous run of a box: copied, or (add) added element by element
+ * in dtype dt. */
+static void put_run(char *d, const char *s, size_t bytes, int add)
+{
+    if (add < 0) {
+        memcpy(d, s, bytes);
+        return;
+    }
+    switch ((shd_dtype)add) {
+    case SHD_F32:
+        for (size_t i = 0; i < bytes / sizeof(float); i++)
+            ((float *)d)[i] += ((const float *)s)[i];
+        return;
+    case SHD_F64:
+        for (size_t i = 0; i < bytes / sizeof(double); i++)
+            ((double *)d)[i] += ((const double *)s)[i];
+        return;
+    case SHD_I32:
+        for (size_t i = 0; i < bytes / sizeof(int32_t); i++)
+            ((int32_t *)d)[i] = (int32_t)((uint32_t)((int32_t *)d)[i] + (uint32_t)((const int32_t *)s)[i]);
+        return;
+    case SHD_BOOL:
+        for (size_t i = 0; i < bytes; i++)
+            d[i] = (char)(d[i] || s[i]);
+        return;
+    }
+}
+
 /* Copies the box `count` from src (shape ss, starting at s0) into dst
- * (shape ds, starting at d0). */
-static void copy_box(void *dst, const int64_t *ds, const int64_t *d0, const void *src, const int64_t *ss,
-                     const int64_t *s0, const int64_t *count, int rank, size_t elem)
+ * (shape ds, starting at d0); with add >= 0 adds it instead, in dtype add. */
+static void apply_box(void *dst, const int64_t *ds, const int64_t *d0, const void *src, const int64_t *ss,
+                      const int64_t *s0, const int64_t *count, int rank, size_t elem, int add)
 {
     for (int d = 0; d < rank; d++)
         if (count[d] <= 0)
@@ -58,7 +86,7 @@ static void copy_box(void *dst, const int64_t *ds, const int64_t *d0, const void
     char *dp = dst;
     const char *sp = src;
     for (;;) {
-        memcpy(dp + doff, sp + soff, run);
+        put_run(dp + doff, sp + soff, run, add);
         int d = j - 1;
         while (d >= 0) {
             idx[d]++;
@@ -74,6 +102,18 @@ static void copy_box(void *dst, const int64_t *ds, const int64_t *d0, const void
         if (d < 0)
             return;
     }
+}
+
+static void copy_box(void *dst, const int64_t *ds, const int64_t *d0, const void *src, const int64_t *ss,
+                     const int64_t *s0, const int64_t *count, int rank, size_t elem)
+{
+    apply_box(dst, ds, d0, src, ss, s0, count, rank, elem, -1);
+}
+
+void shd_box_apply(void *dst, const int64_t *ds, const int64_t *d0, const void *src, const int64_t *ss,
+                   const int64_t *s0, const int64_t *count, int rank, shd_dtype dt, bool add)
+{
+    apply_box(dst, ds, d0, src, ss, s0, count, rank, shd_dtype_size(dt), add ? (int)dt : -1);
 }
 
 static void check_rank(int rank, const char *what)
@@ -115,19 +155,18 @@ void shd_pad(const void *in, void *out, size_t elem, int rank, const int64_t *in
     copy_box(out, out_shape, lo, in, in_shape, zero, in_shape, rank, elem);
 }
 
-void shd_update_window(void *dst, const void *src, size_t elem, int rank, const int64_t *dst_shape,
-                       const int64_t *src_shape, const int64_t *start, const int64_t *size, const int64_t *dst_off,
-                       unsigned aligned)
+bool shd_window_box(int rank, const int64_t *dst_shape, const int64_t *src_shape, const int64_t *start,
+                    const int64_t *size, const int64_t *dst_off, unsigned aligned, int64_t *d0, int64_t *s0,
+                    int64_t *cnt)
 {
     check_rank(rank, "dynamic_update_slice");
-    int64_t d0[SHD_MAX_RANK], s0[SHD_MAX_RANK], cnt[SHD_MAX_RANK];
     for (int d = 0; d < rank; d++) {
         if (aligned & (1u << d)) {
             /* src is laid out like dst along d: the window's part in this block. */
             int64_t lo = start[d] > dst_off[d] ? start[d] : dst_off[d];
             int64_t hi = start[d] + size[d] < dst_off[d] + dst_shape[d] ? start[d] + size[d] : dst_off[d] + dst_shape[d];
             if (hi <= lo)
-                return;
+                return false;
             d0[d] = s0[d] = lo - dst_off[d];
             cnt[d] = hi - lo;
         } else {
@@ -138,7 +177,16 @@ void shd_update_window(void *dst, const void *src, size_t elem, int rank, const 
             cnt[d] = src_shape[d];
         }
     }
-    copy_box(dst, dst_shape, d0, src, src_shape, s0, cnt, rank, elem);
+    return true;
+}
+
+void shd_update_window(void *dst, const void *src, size_t elem, int rank, const int64_t *dst_shape,
+                       const int64_t *src_shape, const int64_t *start, const int64_t *size, const int64_t *dst_off,
+                       unsigned aligned)
+{
+    int64_t d0[SHD_MAX_RANK], s0[SHD_MAX_RANK], cnt[SHD_MAX_RANK];
+    if (shd_window_box(rank, dst_shape, src_shape, start, size, dst_off, aligned, d0, s0, cnt))
+        copy_box(dst, dst_shape, d0, src, src_shape, s0, cnt, rank, elem);
 }
 
 void shd_concat(const void *const *src, int n, const int64_t *rows, void *out, size_t elem, int rank,
@@ -171,10 +219,13 @@ int32_t shd_index_check(int32_t i, int64_t n, int dim, const char *where)
 }
 
 /* The local row of index i (global dim of size n, this block's rows
- * [row0, row0 + rows)), or -1 when another rank holds it. */
+ * [row0, row0 + rows)), or -1 when another rank holds it (or, where NULL,
+ * when i is outside [0, n): dropped). */
 static inline int64_t local_row(int32_t i, int64_t n, int64_t row0, int64_t rows, int dim, const char *where)
 {
     int64_t g = i;
+    if (!where && (g < 0 || g >= n))   /* segment_sum's ids: dropped */
+        return -1;
     if (g < -n || g >= n)
         out_of_range(g, dim, n, where);
     if (g < 0)

@@ -234,8 +234,11 @@ void shd_init(int *argc, char ***argv, int naxes, const char *const *names,
     int started = 0;
     MPI_Initialized(&started);
     fix_openblas(argv ? *argv : NULL, started);
+    int provided = MPI_THREAD_SINGLE;
     if (!started)
-        MPI_Init(argc, argv);
+        MPI_Init_thread(argc, argv, shd_async_wanted() ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
+    else
+        MPI_Query_thread(&provided);
     shd_guard_init();
     MPI_Comm_rank(MPI_COMM_WORLD, &g_mesh.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_mesh.size);
@@ -260,11 +263,13 @@ void shd_init(int *argc, char ***argv, int naxes, const char *const *names,
         r /= sizes[a];
     }
     shd_coll_init();
+    shd_async_init(provided);
     shd_timeline_init();
 }
 
 void shd_finalize(void)
 {
+    shd_async_fini();
     shd_timeline_write();
     shd_trace_report();
     for (int i = 0; i < g_mesh.ngroups; i++)

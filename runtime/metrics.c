@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "safefile.h"
@@ -266,8 +267,17 @@ void shd_json_text(const char *k, const char *v)
     json_string(v, strlen(v));
 }
 
+/* Each line ends with the wall-clock time it was written, as TensorBoard's
+ * events carry theirs: "time", Unix seconds to the microsecond (the
+ * compiler refuses a key of that name). */
 void shd_metrics_end(int line)
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char t[48];
+    key("time");
+    snprintf(t, sizeof t, "%lld.%06ld", (long long)ts.tv_sec, (long)(ts.tv_nsec / 1000));
+    puts_(t);
     put("}\n", 2);
     for (size_t done = 0; done < g_m.len;) {
         ssize_t n = write(g_m.fd, g_m.buf + done, g_m.len - done);

@@ -229,6 +229,28 @@ void shd_reshape_move(const void *in, void *out, size_t elem, const shd_layout *
  * chooses how blocks along a non-leading dim are moved: copied into
  * contiguous scratch, or described to MPI by a strided datatype. Every rank
  * must make the same call. */
+/* async.c: an all-reduce bucket started where its members are final and
+ * waited where they are first used (compiler/overlap.c places both): begin
+ * a bucket of a site, add members (plain: reduced values to dst; window:
+ * set or added into a window of the wait's destination `target`, with
+ * shd_update_window's arguments), start it; shd_async_wait(site) finishes
+ * every outstanding bucket of the site, oldest first. shd_async_enable
+ * before shd_init: the program has such sites. */
+enum { SHD_ASYNC_PLAIN, SHD_ASYNC_SET, SHD_ASYNC_ADD };
+void shd_async_enable(void);
+void shd_async_begin(int site, shd_dtype dt, shd_redop op, const int *axes, int naxes);
+void shd_async_add(const void *src, void *dst, size_t count);
+void shd_async_add_window(const void *src, int kind, int target, int rank, const int64_t *dst_shape,
+                          const int64_t *src_shape, const int64_t *start, const int64_t *size, const int64_t *dst_off,
+                          unsigned aligned);
+/* A bucket of reduce-scatters: each member's operand whole, split along
+ * dim sdim over the group, this rank's block set or added into a window. */
+void shd_async_begin_scatter(int site, shd_dtype dt, shd_redop op, const int *axes, int naxes);
+void shd_async_add_scatter(const void *src, int frank, const int64_t *full, int sdim, int kind, int target, int rank,
+                           const int64_t *dst_shape, const int64_t *src_shape, const int64_t *start,
+                           const int64_t *size, const int64_t *dst_off, unsigned aligned);
+void shd_async_start(int line);
+void shd_async_wait(int site, void *const *dst, int ndst, int line);
 void shd_set_collective_algo(const char *collective, const char *algo);
 
 /* ---- kernels.c: local compute ----------------------------------------- */
@@ -511,6 +533,16 @@ void shd_argreduce_group(const void *x, int32_t *idx, shd_dtype dt,
 void shd_cumsum(const void *x, void *y, shd_dtype dt, bool reverse,
                 int64_t outer, int64_t n, int64_t inner);
 
+/* ---- k_sort.c: sort, argsort, top_k ----------------------------------- */
+
+/* Each row of x ([outer][n][inner], along n) sorted stably: ascending with
+ * NaN last, or (descending) largest first with NaN first, ties to the
+ * lower position either way; the first k of the order into vals and their
+ * positions into idx ([outer][k][inner]). */
+void shd_sort_rows(const void *x, void *vals, int32_t *idx, shd_dtype dt,
+                   int64_t outer, int64_t n, int64_t inner, int64_t k,
+                   bool descending);
+
 /* ---- k_attention.c: fused attention ------------------------------------ */
 
 /* softmax(scale * q kᵀ + mask) v without the T x S score matrix (flash
@@ -545,6 +577,10 @@ void shd_attention_grad(const void *q, const void *k, const void *v,
 enum { SHD_SPAN_CALL, SHD_SPAN_ELEMENTWISE, SHD_SPAN_GEMM, SHD_SPAN_COLLECTIVE, SHD_SPAN_WAIT, SHD_SPAN_COMPUTE,
        SHD_SPAN_STEP };
 extern bool shd_timeline_on;
+/* async.c, SHD_OVERLAP=progress: buckets in flight advance at the ends of
+ * the runtime's kernels and the generated code's spans. */
+extern bool shd_async_active;
+void shd_async_progress_slow(void);
 void shd_span_begin_slow(int kind, const char *name, int file, int line);
 void shd_span_end_slow(void);
 static inline void shd_span_begin_at(int kind, const char *name, int file, int line)
@@ -561,6 +597,8 @@ static inline void shd_span_end(void)
 {
     if (shd_timeline_on)
         shd_span_end_slow();
+    if (shd_async_active)
+        shd_async_progress_slow();
 }
 void shd_trace_at(int file, int line);
 void shd_trace_files(int n, const char *const *names);

@@ -47,6 +47,39 @@ void shd_args_describe(void);
 void shd_coll_init(void);
 void shd_coll_fini(void);
 
+/* collectives.c: the MPI type and operation of a dtype and reduction, and
+ * d = d OP s over n elements (async.c's ring). */
+MPI_Datatype shd_mpi_type(shd_dtype dt);
+MPI_Op shd_mpi_op(shd_dtype dt, shd_redop op);
+void shd_reduce_into(void *d, const void *s, size_t n, shd_dtype dt, shd_redop op);
+
+/* async.c: at start-up, whether the communication thread runs (MPI gave
+ * `provided`; SHD_OVERLAP=0 turns it off; every rank alike); at the end,
+ * stops it. shd_async_wanted: the program has async sites and SHD_OVERLAP
+ * leaves the thread on (MPI_Init_thread asks for MPI_THREAD_MULTIPLE). */
+void shd_async_init(int provided);
+void shd_async_fini(void);
+bool shd_async_wanted(void);
+
+/* k_index.c: the box of dst that a window update writes (shd_update_window's
+ * rules; false when it misses this block), and a box copied or added
+ * (add) from src into dst. */
+bool shd_window_box(int rank, const int64_t *dst_shape, const int64_t *src_shape, const int64_t *start,
+                    const int64_t *size, const int64_t *dst_off, unsigned aligned, int64_t *d0, int64_t *s0,
+                    int64_t *cnt);
+void shd_box_apply(void *dst, const int64_t *ds, const int64_t *d0, const void *src, const int64_t *ss,
+                   const int64_t *s0, const int64_t *count, int rank, shd_dtype dt, bool add);
+
+/* timeline.c: ns since the timeline's start, and a span of the
+ * communication thread (its own track: tid 2), recorded under a lock. */
+int64_t shd_timeline_now(void);
+void shd_timeline_async(const char *axes, int64_t t0, int64_t t1, size_t bytes, int line);
+
+/* alloc.c: bytes the runtime holds for the program outside its blocks
+ * (async.c's staged buckets, which explain counts) added to (or, negative,
+ * taken from) the live bytes and their peak. */
+void shd_live_adjust(int64_t delta);
+
 /* alloc.c: returns the cached free blocks to the system. */
 void shd_alloc_fini(void);
 

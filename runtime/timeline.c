@@ -41,6 +41,7 @@
  * (default 4 million) are kept, the rest counted as dropped and reported.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -103,6 +104,39 @@ static int64_t now_ns(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* The communication thread's spans (async.c): its own list and lock. */
+static struct {
+    pthread_mutex_t mu;
+    tl_event *events;
+    size_t n, cap;
+} g_comm = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+int64_t shd_timeline_now(void) { return now_ns() - g_tl.t0; }
+
+void shd_timeline_async(const char *axes, int64_t t0, int64_t t1, size_t bytes, int line)
+{
+    if (!shd_timeline_on || !g_tl.in_window)
+        return;
+    pthread_mutex_lock(&g_comm.mu);
+    if (g_comm.n < g_tl.max) {
+        tl_event *p = g_comm.n < g_comm.cap ? g_comm.events
+                                            : shd_mem_grow_try(g_comm.events, &g_comm.cap, g_comm.n + 1, sizeof *p);
+        if (p) {
+            g_comm.events = p;
+            tl_event *e = &p[g_comm.n++];
+            memset(e, 0, sizeof *e);
+            e->start = t0;
+            e->dur = t1 - t0;
+            e->name = "all_reduce";
+            e->kind = SHD_SPAN_COLLECTIVE;
+            e->line = line;
+            e->a = (int64_t)bytes;
+            snprintf(e->axes, sizeof e->axes, "%s", axes);
+        }
+    }
+    pthread_mutex_unlock(&g_comm.mu);
 }
 
 /* ---- set-up ------------------------------------------------------------ */
@@ -387,9 +421,9 @@ static void put_time(text *t, const char *key, int64_t ns)
     put(t, "\"%s\":%lld.%03lld", key, (long long)(ns / 1000), (long long)(ns % 1000));
 }
 
-static void format_event(text *t, const tl_event *e, int rank)
+static void format_event(text *t, const tl_event *e, int rank, int tid)
 {
-    put(t, ",\n{\"pid\":%d,\"tid\":1,", rank + 1);
+    put(t, ",\n{\"pid\":%d,\"tid\":%d,", rank + 1, tid);
     if (e->dur < 0) {
         put(t, "\"ph\":\"C\",\"name\":\"%s\",", e->name);
         put_time(t, "ts", e->start);
@@ -422,7 +456,12 @@ static text format_rank(int rank)
     put(&t, ",\n{\"pid\":%d,\"tid\":1,\"ph\":\"M\",\"name\":\"thread_name\",\"args\":{\"name\":\"rank %d\"}}",
         rank + 1, rank);
     for (size_t i = 0; i < g_tl.n; i++)
-        format_event(&t, &g_tl.events[i], rank);
+        format_event(&t, &g_tl.events[i], rank, 1);
+    if (g_comm.n)
+        put(&t, ",\n{\"pid\":%d,\"tid\":2,\"ph\":\"M\",\"name\":\"thread_name\",\"args\":{\"name\":\"rank %d "
+                "communication\"}}", rank + 1, rank);
+    for (size_t i = 0; i < g_comm.n; i++)
+        format_event(&t, &g_comm.events[i], rank, 2);
     return t;
 }
 

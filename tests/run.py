@@ -7,6 +7,10 @@ tests/README.md):
   // ERROR: E_CODE [E_CODE...] [| regex]   on a line: `shdc check` reports
                                  exactly these codes there (and a message
                                  matching regex); nothing on other lines
+  // WARNING: W_CODE [W_CODE...] [| regex]  on a line: `shdc check` warns
+                                 exactly these codes there (exit 0); with any
+                                 WARNING line, no warning on other lines (other
+                                 tests may warn; dsl-examples may not)
   // TYPE: main.y: f32[4@Y,8@X]  `shdc types` prints this line
   // IR: regex                   lines of `shdc emit-ir`, matched in order
   // IR-NOT: regex               no line of `shdc emit-ir` matches
@@ -75,6 +79,7 @@ import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): error: (?P<msg>.*) \[(?P<code>E_[A-Z]+)\]$")
+WDIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): warning: (?P<msg>.*) \[(?P<code>W_[A-Z_]+)\]$")
 
 try:
     import numpy as np
@@ -213,17 +218,21 @@ def _runfail(v):
     return v
 
 
-def _errors(v):
+def _errors(v, prefix="E", what="error"):
     codes, _, msg = v.partition(" | ")
     codes = codes.split()
     if not codes:
-        raise ValueError("names no error code")
+        raise ValueError("names no %s code" % what)
     for c in codes:
-        if not re.match(r"^E_[A-Z]+$", c):
-            raise ValueError("%r is not an error code (E_NAME)" % c)
+        if not re.match(r"^%s_[A-Z_]+$" % prefix, c):
+            raise ValueError("%r is not an %s code (%s_NAME)" % (c, what, prefix))
     if msg.strip():
         re.compile(msg.strip())
     return codes, msg.strip()
+
+
+def _warnings(v):
+    return _errors(v, "W", "warning")
 
 
 def _none(v):
@@ -235,7 +244,7 @@ def _none(v):
 # Every directive: how its value is read (raising ValueError or re.error
 # when it is malformed), and whether it may be given more than once.
 DIRECTIVES = {
-    "ERROR": (_errors, True), "TYPE": (_nonempty, True),
+    "ERROR": (_errors, True), "WARNING": (_warnings, True), "TYPE": (_nonempty, True),
     "IR": (_regex, True), "IR-NOT": (_regex, True), "IR-COUNT": (_count, True),
     "EXPLAIN": (_regex, True), "EXPLAIN-NOT": (_regex, True), "EXPLAIN-COUNT": (_count, True),
     "MESH": (_mesh, False), "RUN": (_runs, False), "REF": (_nonempty, True),
@@ -309,6 +318,8 @@ class ShdTest:
         self.lines = self.text.split("\n")
         self.errors = {}          # line -> [codes]
         self.error_msgs = {}      # line -> regex the line's messages must match
+        self.warnings = {}        # line -> [W_ codes]
+        self.warning_msgs = {}
         self.types, self.ir, self.explain = [], [], []
         self.runs, self.refs, self.stdout, self.runfail = [], [], [], []
         self.stdout_not, self.build_flags, self.trace = [], [], []
@@ -344,6 +355,10 @@ class ShdTest:
             self.errors[i], msg = val
             if msg:
                 self.error_msgs[i] = msg
+        elif key == "WARNING":
+            self.warnings[i], msg = val
+            if msg:
+                self.warning_msgs[i] = msg
         elif key == "TYPE":
             self.types.append(val)
         elif key in ("IR", "IR-NOT", "IR-COUNT"):
@@ -396,6 +411,7 @@ class ShdTest:
             m = DIAG.match(l)
             if m:
                 got.setdefault(int(m.group("line")), []).append(m.group("code"))
+        self.check_warnings(err, cmd)
         if not self.errors:
             if rc != 0:
                 raise Failure("shdc check failed (exit %d):\n%s" % (rc, err), cmd)
@@ -424,6 +440,35 @@ class ShdTest:
                 raise Failure("diagnostic not in the fixed format: %r" % l, cmd)
             if DIAG.match(l) and (k + 2 >= len(elines) or "^" not in elines[k + 2]):
                 raise Failure("diagnostic without source line and caret: %r" % l, cmd)
+
+    def check_warnings(self, err, cmd):
+        """The WARNING lines' codes exactly; with any, no other warning; in
+        dsl-examples, none at all. Every warning in the fixed format."""
+        got, msgs = {}, {}
+        elines = err.split("\n")
+        for k, l in enumerate(elines):
+            m = WDIAG.match(l)
+            if m:
+                got.setdefault(int(m.group("line")), []).append(m.group("code"))
+                msgs.setdefault(int(m.group("line")), []).append(m.group("msg"))
+                if k + 2 >= len(elines) or "^" not in elines[k + 2]:
+                    raise Failure("warning without source line and caret: %r" % l, cmd)
+            elif ": warning: " in l and re.match(r"^\S+:\d+:\d+: warning: ", l):
+                raise Failure("warning not in the fixed format: %r" % l, cmd)
+        example = os.path.relpath(self.path, ROOT).startswith("dsl-examples" + os.sep)
+        if not self.warnings and not example:
+            return
+        for line, codes in self.warnings.items():
+            if sorted(got.get(line, [])) != sorted(codes):
+                raise Failure("line %d: expected warnings %s, got %s\n%s" % (line, codes, got.get(line, []), err), cmd)
+            pat = self.warning_msgs.get(line)
+            if pat and not any(re.search(pat, msg) for msg in msgs.get(line, [])):
+                raise Failure("line %d: no warning matches %r:\n%s" % (line, pat, "\n".join(msgs.get(line, []))),
+                              cmd)
+        extra = {l: c for l, c in got.items() if l not in self.warnings}
+        if extra:
+            raise Failure("unexpected warnings %s%s:\n%s" % (
+                extra, " (a dsl-example must check without warnings)" if example else "", err), cmd)
 
     def check_types(self):
         res = run(self.shdc_cmd("types", self.path) + (["--mesh", self.mesh] if self.mesh else []) +

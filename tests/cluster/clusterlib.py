@@ -185,11 +185,33 @@ class NetHosts:
 
     def tx_bytes(self):
         """Bytes sent by the hosts' eth0 so far."""
-        total = 0
+        return sum(self.tx_bytes_per_host())
+
+    def tx_bytes_per_host(self):
+        """Bytes sent by each host's eth0 so far (its interface counter,
+        /sys/class/net/eth0/statistics/tx_bytes: frames with their
+        Ethernet, IP and TCP headers, and the TCP acknowledgements)."""
+        return [int(sh(["ip", "netns", "exec", ns, "cat", "/sys/class/net/eth0/statistics/tx_bytes"]).stdout)
+                for ns in self.names]
+
+    def shape(self, rate_bits):
+        """Every host sends at most rate_bits bit/s (a token bucket, tbf, as
+        the root qdisc of its eth0; the switch's ports stay unshaped, so a
+        host's link is rate_bits each way, as a full-duplex NIC's); None
+        removes the shaping. The bucket holds 4 ms of the rate (at least
+        64 KiB: a kernel of 250 Hz refills it every 4 ms, and a smaller
+        one caps the rate below the one asked for), and a packet waits at
+        most 50 ms in the queue before it is dropped (TCP then slows)."""
         for ns in self.names:
-            p = sh(["ip", "netns", "exec", ns, "cat", "/sys/class/net/eth0/statistics/tx_bytes"])
-            total += int(p.stdout)
-        return total
+            ex = ["ip", "netns", "exec", ns, "tc", "qdisc"]
+            if rate_bits is None:
+                sh(ex + ["del", "dev", "eth0", "root"], check=False)
+                continue
+            burst = max(65536, int(rate_bits / 8 * 0.004))
+            p = sh(ex + ["replace", "dev", "eth0", "root", "tbf", "rate", "%dbit" % rate_bits, "burst", str(burst),
+                         "latency", "50ms"], check=False)
+            if p.returncode:
+                raise Unavailable("tc qdisc tbf on %s's eth0: %s (the sch_tbf module?)" % (ns, p.stderr.strip()))
 
     def write_agent(self, path, private=None):
         """The rsh agent mpirun starts its daemons with: `AGENT HOST COMMAND`
@@ -244,11 +266,15 @@ class NetHosts:
                 "oob_tcp_if_include", net, "--mca", "mpi_yield_when_idle", "1", "--mca", "rtc_hwloc_vmhole", "none",
                 "--bind-to", "none"]
 
-    def mpirun(self, agent, hostfile, np_, argv, cwd, timeout=180):
+    def mpirun(self, agent, hostfile, np_, argv, cwd, timeout=180, env=None, extra=()):
         """mpirun started on the first host; bounded in time (everything in
-        the namespaces is killed when it overstays)."""
-        cmd = ["ip", "netns", "exec", self.names[0]] + self.mpirun_args(agent, hostfile) + ["-np", str(np_)] + argv
-        return run_bounded(cmd, timeout, cwd=cwd, on_timeout=self.kill_all)
+        the namespaces is killed when it overstays). env: the variables
+        added to ENV, passed on to every rank (-x); extra: more mpirun
+        options."""
+        xs = sum((["-x", k] for k in sorted(env or {})), [])
+        cmd = (["ip", "netns", "exec", self.names[0]] + self.mpirun_args(agent, hostfile) + list(extra) + xs +
+               ["-np", str(np_)] + argv)
+        return run_bounded(cmd, timeout, cwd=cwd, env=dict(ENV, **(env or {})), on_timeout=self.kill_all)
 
 
 # ---- a one-node Slurm cluster ---------------------------------------------------

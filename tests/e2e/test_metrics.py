@@ -25,6 +25,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -41,9 +42,22 @@ def strict(text):
     return json.loads(text, parse_constant=no_constant)
 
 
-def lines(path):
+def lines(path, since=None, until=None):
+    """The file's objects, each without its "time", which must be its last
+    key: Unix seconds, not decreasing, and within [since, until] when given
+    (the run's own start and end)."""
     with open(path, encoding="utf-8") as f:
-        return [strict(line) for line in f.read().splitlines()]
+        got = [strict(line) for line in f.read().splitlines()]
+    last = 0.0
+    for x in got:
+        keys = list(x)
+        t = x.pop("time", None)
+        if keys[-1:] != ["time"] or not isinstance(t, float) or t < last:
+            raise ValueError("%s: no wall-clock \"time\" as its last key after %s" % (keys, last))
+        if since is not None and not since - 1 <= t <= until + 1:
+            raise ValueError("time %s outside the run's [%s, %s]" % (t, since, until))
+        last = t
+    return got
 
 
 def main():
@@ -55,13 +69,15 @@ def main():
             exe = testlib.build(shdc, PROGRAM, os.path.join(d, "m%d" % np), "--mesh", mesh)
             launch = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(np), exe]
             m = os.path.join(d, "m%d.jsonl" % np)
+            since = time.time()
             p = subprocess.run(launch + ["--metrics", m], cwd=d, env=env, capture_output=True, text=True,
                                timeout=120)
+            until = time.time()
             if p.returncode:
                 failures.append("%d ranks: exit %d\n%s" % (np, p.returncode, p.stderr))
                 continue
             try:
-                got = lines(m)
+                got = lines(m, since, until)
             except ValueError as e:
                 failures.append("%d ranks: %s is not JSON Lines: %s" % (np, m, e))
                 continue

@@ -57,6 +57,9 @@ GPT = dict(src=os.path.join(ROOT, "dsl-examples", "gpt2.shd"),
            args=["--steps=2", "--data=", "--val="])
 
 
+ZERO = os.path.join(ROOT, "tests", "gpt2", "gpt2_zero.shd")
+
+
 def explain_peak(shdc, src, mesh, defs):
     p = subprocess.run([shdc, "explain", src, "--mesh", mesh] + defs, capture_output=True, text=True)
     if p.returncode:
@@ -87,10 +90,15 @@ def main():
         with open(mlp, "w") as f:
             f.write(MLP)
         # the last item: how far explain may be from the measured peak at the largest L
-        cases = [("stacked MLP", mlp, "data=%d", [2, 6, 12], [], [], 0.03),
-                 ("gpt2.shd", GPT["src"], "data=%d,model=1", [2, 6, 8], GPT["defs"], GPT["args"], 0.005)]
-        for name, src, meshfmt, ls, defs, args, close in cases:
-            for ranks in (1, 2):
+        # (with buckets, the default, the runtime's staged copies of the gradients count too)
+        cases = [("stacked MLP", mlp, "data=%d", [2, 6, 12], [], [], 0.03, (1, 2)),
+                 ("gpt2.shd", GPT["src"], "data=%d,model=1", [2, 6, 8], GPT["defs"], GPT["args"], 0.005, (1, 2)),
+                 ("gpt2.shd --bucket=0", GPT["src"], "data=%d,model=1", [2, 6, 8], GPT["defs"] + ["--bucket=0"],
+                  GPT["args"], 0.005, (2,)),
+                 # a sharded optimizer: shards kept, reduce-scatter buckets staged
+                 ("gpt2_zero.shd", ZERO, "data=%d,model=1", [2, 6, 8], GPT["defs"], GPT["args"], 0.005, (2,))]
+        for name, src, meshfmt, ls, defs, args, close, rank_counts in cases:
+            for ranks in rank_counts:
                 mesh = meshfmt % ranks
                 got = []
                 for L in ls:

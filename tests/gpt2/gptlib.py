@@ -21,6 +21,7 @@ import ref_torch  # noqa: E402  (the reference's init and batch helpers)
 GPT2 = os.path.join(ROOT, "dsl-examples", "gpt2.shd")
 FSDP = os.path.join(ROOT, "dsl-examples", "gpt2_fsdp.shd")
 TP = os.path.join(HERE, "gpt2_tp.shd")
+ZERO = os.path.join(HERE, "gpt2_zero.shd")
 
 # The tiny configuration every layout test uses: NH and 4C divide by 8
 # (heads and the hidden dim over up to 8 `model` devices, ZeRO-3's head

@@ -9,6 +9,9 @@ at 1/2/4/8 ranks:
   2-D data x model          gpt2.shd --mesh data=D,model=M
   Megatron TP without SP    tests/gpt2/gpt2_tp.shd
   ZeRO-3 (FSDP), also 2-D   gpt2_fsdp.shd
+  ZeRO-1/2, also 2-D        tests/gpt2/gpt2_zero.shd (the optimizer state
+                            and parameters kept as shards, gathered once a
+                            step, the gradients reduce-scattered)
 
 The collective counts of each layout are asserted by the EXPLAIN-COUNT
 lines of the files themselves."""
@@ -27,6 +30,7 @@ LAYOUTS = [
     ("2-D data x model", gptlib.GPT2, [(2, 2), (4, 2), (2, 4)]),
     ("Megatron TP", gptlib.TP, [(1, 2), (1, 4), (1, 8), (2, 2)]),
     ("ZeRO-3", gptlib.FSDP, [(1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (2, 4)]),
+    ("ZeRO-1/2", gptlib.ZERO, [(2, 1), (4, 1), (8, 1), (2, 2)]),
 ]
 
 

@@ -25,7 +25,9 @@ at least the score matrices version 1 keeps for the backward pass, one
 f32[B/data, NH/model, T, T] per layer (9.0 GiB of 18.5 on one device):
 that is what flash attention saves. At the tiny sizes the runs use the
 peak is dominated by other arrays (the logits, the weights and moments),
-so only the strict drop is asserted there."""
+so only the strict drop of the gradient's peak is asserted there, and
+main's not above version 1's (in the 2-D layout main's peak is at the
+update, outside the gradient, the same in both)."""
 import argparse
 import os
 import re
@@ -47,7 +49,8 @@ GPT2_124M = dict(TINY, C=768, NH=12, L=12, T=1024, B=16)
 
 def explain(shdc, src, mesh, sizes=TINY):
     """{function: ([(kind, axes, bytes, shapes)...], peak bytes)} from `shdc explain`."""
-    cmd = [shdc, "explain", src, "--mesh", ",".join("%s=%d" % kv for kv in mesh.items())]
+    # --bucket=0: the model's collectives, not how the versions' loops group them into buckets
+    cmd = [shdc, "explain", src, "--bucket=0", "--mesh", ",".join("%s=%d" % kv for kv in mesh.items())]
     for kv in sizes.items():
         cmd += ["-D", "%s=%d" % kv]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=gptlib.ENV).stdout
@@ -79,7 +82,10 @@ def same_explain(shdc, src, mesh, sizes=TINY):
     scores = sizes["L"] * (sizes["B"] // mesh["data"]) * (sizes["NH"] // mesh["model"]) * sizes["T"] ** 2 * 4
     for f in ("main", grad[0]):
         p1, p2 = e1[f][1][0], e2[f][1][0]
-        if p2 >= p1 or (sizes is GPT2_124M and p1 - p2 < scores):
+        # at the tiny sizes main's peak may be outside the gradient (the
+        # weights and moments at the update), the same in both versions
+        tiny_main = f == "main" and sizes is not GPT2_124M
+        if (p2 > p1 if tiny_main else p2 >= p1) or (sizes is GPT2_124M and p1 - p2 < scores):
             raise Failure("%s: explain's peak of %s is %d bytes, version 1's %d: expected lower%s" % (
                 what, f, p2, p1, " by at least the %d bytes of the score matrices" % scores
                 if sizes is GPT2_124M else ""))

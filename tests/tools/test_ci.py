@@ -68,7 +68,7 @@ def main():
                            mm.group(pattern["code"]), mm.group(pattern["message"]), mm.group(pattern["severity"])))
         js = json.loads(subprocess.run([shdc, "check", "--diagnostics=json", prog], capture_output=True, text=True,
                                        cwd=ROOT).stdout)
-        want = {(d["file"], d["line"], d["column"], d["code"], d["message"], "error") for d in js if d["line"]}
+        want = {(d["file"], d["line"], d["column"], d["code"], d["message"], d["severity"]) for d in js if d["line"]}
         total += len(want)
         if found != want:
             failures.append("%s: the problem matcher finds %s\n  the JSON diagnostics are %s" % (

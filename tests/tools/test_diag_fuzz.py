@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Machine-readable diagnostics of broken programs: the truncated and mutated
 programs of tests/errors/test_fuzz.py, checked with --diagnostics=json and
---diagnostics=sarif, always give exit 0 or 1 and a well-formed document
-whose diagnostics are the plain format's; every fix's range lies inside the
+--diagnostics=sarif, always give exit 0 or 1 (1 when an error is among the
+diagnostics, 0 with warnings alone) and a well-formed document whose
+diagnostics are the plain format's; every fix's range lies inside the
 file, its start before its end, and the edited program is checked again
 without a crash. `make fuzz` runs it through the sanitizer build too;
 `make test-san` checks every fourth input (SHD_TEST_SAMPLE)."""
@@ -44,8 +45,9 @@ def check_one(shdc, path, text):
         diags = json.loads(p.stdout.decode("utf-8"))
     except ValueError as e:
         return "json: not JSON (%s)" % e
-    if (p.returncode == 1) != bool(diags):
-        return "json: exit %d with %d diagnostics" % (p.returncode, len(diags))
+    errors = [d for d in diags if d.get("severity") != "warning"]   # warnings leave the exit status 0
+    if (p.returncode == 1) != bool(errors) or any(d.get("severity") not in ("error", "warning") for d in diags):
+        return "json: exit %d with %d errors (%d diagnostics)" % (p.returncode, len(errors), len(diags))
     for d in diags:
         for fix in d["fixes"]:
             a, b = offset(text, fix["line"], fix["column"]), offset(text, fix["endLine"], fix["endColumn"])

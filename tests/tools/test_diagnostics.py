@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """--diagnostics=json and --diagnostics=sarif on every error test program.
 
-- json: one object per error, the same errors (place, code, message) as the
-  plain format, each with its range and notes;
+- json: one object per error or warning (severity "warning", a W_ code),
+  the same ones (place, code, message) as the plain format, each with its
+  range and notes;
 - every fix: applied to the program alone, the error it fixes is gone from
   its line and the program has no more errors than before (an error the
   fixed one hid, later in the same expression, may now show);
@@ -26,7 +27,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import testlib  # noqa: E402
-PLAIN = re.compile(r"^(\S+?):(\d+):(\d+): error: (.*) \[(E_[A-Z]+)\]$", re.M)
+PLAIN = re.compile(r"^(\S+?):(\d+):(\d+): (?:error|warning): (.*) \[([EW]_[A-Z_]+)\]$", re.M)
 
 
 def shdc(exe, args, **kw):
@@ -52,7 +53,8 @@ def check_json(exe, prog, failures):
     ranged = 0
     for d in diags:
         keys = {"file", "line", "column", "endLine", "endColumn", "severity", "code", "message", "notes", "fixes"}
-        if set(d) - {"range"} != keys or d["file"] != prog or d["severity"] != "error":
+        severity = "warning" if (d.get("code") or "").startswith("W_") else "error"
+        if set(d) - {"range"} != keys or d["file"] != prog or d["severity"] != severity:
             failures.append("%s: malformed diagnostic %s" % (prog, d))
         elif d["line"] and not d["endColumn"] >= d["column"]:
             failures.append("%s:%d: end column %d before column %d" % (prog, d["line"], d["endColumn"], d["column"]))

@@ -2,7 +2,7 @@
 """shdc explain-error CODE (issue 17, item 4).
 
 - Every code of docs/typing-rules.md and every code `shdc explain-error`
-  lists has an entry: the title, the help text, a program with the error,
+  lists (the W_ warnings too: their example warns, exit 0) has an entry: the title, the help text, a program with the error,
   the diagnostics `shdc check` gives it and the program fixed. The example
   and the fix are taken from the output and checked here, independently:
   `shdc check example.shd` exits 1 reporting that code and no other, with
@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 import testlib  # noqa: E402
 
 DIAG = re.compile(r"^(?P<file>[^:\s]+):(?P<line>\d+):(?P<col>\d+): error: .* \[(?P<code>E_[A-Z]+)\]$", re.M)
+WDIAG = re.compile(r"^(?P<file>[^:\s]+):(?P<line>\d+):(?P<col>\d+): warning: .* \[(?P<code>W_[A-Z_]+)\]$", re.M)
 
 
 def section(text, start, end):
@@ -41,7 +42,7 @@ def main():
     shdc = testlib.shdc_option()
     failures = []
     listing = subprocess.run([shdc, "explain-error"], capture_output=True, text=True)
-    listed = re.findall(r"^  (E_[A-Z]+) ", listing.stdout, re.M)
+    listed = re.findall(r"^  ([EW]_[A-Z_]+) ", listing.stdout, re.M)
     with open(os.path.join(ROOT, "docs", "typing-rules.md")) as f:
         documented = set(re.findall(r"\b(E_[A-Z]+)\b", f.read())) - {"E_CODE"}
     if listing.returncode or len(listed) < 30 or not documented <= set(listed):
@@ -55,8 +56,10 @@ def main():
                 continue
             try:
                 flags = re.search(r"^`shdc check (.*?)example\.shd` says", out, re.M).group(1).split()
-                example = section(out, "A program with the error:\n", "`shdc check ")
-                said = section(out, "says (exit status 1):\n", "The program fixed")
+                warning = code.startswith("W_")   # a warning's example checks with exit 0
+                example = section(out, "A program with the %s:\n" % ("warning" if warning else "error"),
+                                  "`shdc check ")
+                said = section(out, "says (exit status %d):\n" % (0 if warning else 1), "The program fixed")
                 fixed = section(out, "The program fixed (it checks clean):\n", "The same, with the other codes")
             except (ValueError, AttributeError):
                 failures.append("%s: the entry does not have its parts:\n%s" % (code, out))
@@ -64,8 +67,8 @@ def main():
             with open(os.path.join(d, "example.shd"), "w") as f:
                 f.write(example)
             c = subprocess.run([shdc, "check"] + flags + ["example.shd"], capture_output=True, text=True, cwd=d)
-            codes = [m.group("code") for m in DIAG.finditer(c.stderr)]
-            if c.returncode != 1 or not codes or set(codes) != {code}:
+            codes = [m.group("code") for m in (WDIAG if warning else DIAG).finditer(c.stderr)]
+            if c.returncode != (0 if warning else 1) or not codes or set(codes) != {code}:
                 failures.append("%s: its example gives exit %d and codes %s:\n%s" % (code, c.returncode, codes,
                                                                                     c.stderr))
             if c.stderr != said:
@@ -117,7 +120,7 @@ def main():
         rules = json.loads(p.stdout)["runs"][0]["tool"]["driver"]["rules"]
         for r in rules:
             uri = r.get("helpUri", "")
-            m = re.match(r"file://(/\S+/errors\.md)#(e_[a-z]+)$", uri)
+            m = re.match(r"file://(/\S+/errors\.md)#([ew]_[a-z_]+)$", uri)
             if not m or not os.path.isfile(m.group(1)) or '<a id="%s"></a>' % m.group(2) not in open(m.group(1)).read() \
                     or m.group(2) != r["id"].lower():
                 failures.append("SARIF rule %s: helpUri %r" % (r["id"], uri))

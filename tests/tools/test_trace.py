@@ -13,7 +13,8 @@
   gradient function, GEMMs with their sizes, elementwise passes on lines of
   the program, and `shdc trace-summary` prints each rank's time per category
   (adding up to main's time) and the collective counts of the file;
-- processes are numbered from 1 (pid = rank + 1), with one thread, tid 1;
+- processes are numbered from 1 (pid = rank + 1), the rank's spans on
+  tid 1, its buckets' transfers (--bucket, runtime/async.c) on tid 2;
 - each iteration of main's loop is a "step" span (args: the step) holding
   that step's work; with SHD_TRACE_STEPS=1:3 only steps 1 and 2 are
   recorded (their spans, their collectives and what encloses them: main),
@@ -42,13 +43,14 @@ def ns(x):
 
 
 def check_nesting(events, failures):
-    """Per pid: sorted by start (longest first), each span ends inside the
-    innermost one still open at its start."""
-    by_pid = {}
+    """Per pid and track: sorted by start (longest first), each span ends
+    inside the innermost one still open at its start."""
+    by_pid, by_track = {}, {}
     for e in events:
         if e.get("ph") == "X":
             by_pid.setdefault(e["pid"], []).append(e)
-    for pid, evs in by_pid.items():
+            by_track.setdefault((e["pid"], e["tid"]), []).append(e)
+    for (pid, _), evs in by_track.items():
         evs.sort(key=lambda e: (ns(e["ts"]), -ns(e["dur"])))
         stack = []
         for e in evs:
@@ -103,7 +105,7 @@ def check_format(events, failures):
     (X), counter (C) and metadata (M) events with the fields each needs."""
     meta = {"process_name", "process_sort_index", "thread_name"}
     for e in events:
-        ok = isinstance(e.get("pid"), int) and e.get("tid") == 1 and e["pid"] >= 1 and isinstance(e.get("name"), str)
+        ok = isinstance(e.get("pid"), int) and e.get("tid") in (1, 2) and e["pid"] >= 1 and isinstance(e.get("name"), str)
         if e.get("ph") == "X":
             ok &= isinstance(e.get("cat"), str) and all(isinstance(e.get(k), (int, float)) for k in ("ts", "dur"))
         elif e.get("ph") == "C":

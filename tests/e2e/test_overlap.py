@@ -1,0 +1,211 @@
+"""The overlap pass (--bucket=BYTES, default 25 MiB: compiler/overlap.c,
+runtime/async.c) changes no result: gpt2.shd trained data-parallel with its gradient
+all-reduces in buckets, started during the backward pass and finished by
+the communication thread, gives bitwise the losses of the same program
+without the pass at 2 ranks (a sum of two is the same in either order),
+with the buckets moved in the main thread when started (SHD_OVERLAP=0) and
+by progress calls between kernels (SHD_OVERLAP=progress) instead of the
+default communication thread too, and the 1-device build's within
+float tolerance at 2 and 4 ranks. Explain lists one bucket per layer (the
+step issues at most L+5 all-reduces over data) and its counts and bytes are
+the runtime trace's. A rank killed while buckets are in flight stops the
+job: mpirun ends, naming the killed rank, with no rank left waiting in a
+pending collective. plan counts fewer collectives and less communication with buckets. A
+mistyped --bucket is a usage error; a mistyped SHD_OVERLAP or
+SHD_ASYNC_POLL_NS stops the program with its name. A sharded optimizer's
+reduce-scatters (tests/gpt2/gpt2_zero.shd) are bucketed alike, with the
+same guarantees.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import testlib  # noqa: E402
+
+SRC = os.path.join(ROOT, "dsl-examples", "gpt2.shd")
+L = 3
+DEFS = ["-D", "V=256", "-D", "T=8", "-D", "L=%d" % L, "-D", "NH=4", "-D", "C=32", "-D", "B=8"]
+STEPS = 3
+
+
+ZERO = os.path.join(ROOT, "tests", "gpt2", "gpt2_zero.shd")
+
+
+def run(exe, np, tmp, name, env_extra=None):
+    metrics = os.path.join(tmp, name + ".jsonl")
+    env = dict(os.environ, SHD_QUIET="1", SHD_TRACE="1", **(env_extra or {}))
+    p = subprocess.run(["mpirun", "--oversubscribe", "-np", str(np), exe, "--data=", "--steps=%d" % STEPS,
+                        "--metrics=" + metrics], capture_output=True, text=True, timeout=300, env=env)
+    if p.returncode:
+        sys.exit("%s at %d ranks: exit %d\n%s%s" % (name, np, p.returncode, p.stdout, p.stderr))
+    with open(metrics) as f:
+        losses = [json.loads(line)["loss"] for line in f if line.strip()]
+    m = re.search(r"max over ranks: all_reduce count=(\d+) bytes=(\d+)", p.stdout + p.stderr)
+    rs = re.search(r"max over ranks:.*reduce_scatter count=(\d+) bytes=(\d+)", p.stdout + p.stderr)
+    run.reduce_scatter = (int(rs.group(1)), int(rs.group(2))) if rs else None
+    return losses, (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def zero_buckets(shdc, tmp):
+    """A sharded optimizer's reduce-scatters (tests/gpt2/gpt2_zero.shd) go in
+    buckets too: bitwise the losses without buckets at 2 ranks in the three
+    modes, the 1-device build's at 4 ranks with 1 KiB buckets; the trace's
+    reduce-scatters are fewer and carry the same bytes. Returns failures."""
+    def build(name, mesh, *flags):
+        return testlib.build(shdc, ZERO, os.path.join(tmp, name), "--mesh", mesh, *DEFS, *flags)
+    failures = []
+    one = run(build("z1", "data=1,model=1"), 1, tmp, "z1")[0]
+    plain = run(build("zoff", "data=2,model=1", "--bucket=0"), 2, tmp, "zoff")[0]
+    plain_rs = run.reduce_scatter
+    on_exe = build("zon", "data=2,model=1")
+    on = run(on_exe, 2, tmp, "zon")[0]
+    on_rs = run.reduce_scatter
+    sync = run(on_exe, 2, tmp, "zsync", {"SHD_OVERLAP": "0"})[0]
+    prog = run(on_exe, 2, tmp, "zprog", {"SHD_OVERLAP": "progress"})[0]
+    four = run(build("zon4", "data=4,model=1", "--bucket=1KiB"), 4, tmp, "zon4")[0]
+    if on != plain or sync != plain or prog != plain:
+        failures.append("ZeRO, 2 ranks: losses with buckets %s, moved when started %s, by progress calls %s, without "
+                        "%s" % (on, sync, prog, plain))
+    if len(four) != STEPS or any(abs(a - b) > 1e-5 * max(1, abs(b)) for a, b in zip(four, one)):
+        failures.append("ZeRO, 4 ranks, 1 KiB buckets: losses %s, the 1-device build's %s" % (four, one))
+    if not on_rs or not plain_rs or on_rs[1] != plain_rs[1] or on_rs[0] >= plain_rs[0]:
+        failures.append("ZeRO trace: reduce_scatter (count, bytes) with buckets %s, without %s (same bytes, fewer "
+                        "calls)" % (on_rs, plain_rs))
+    print("ZeRO: losses %s; trace reduce-scatters (count, bytes) with buckets %s, without %s" % (on, on_rs, plain_rs))
+    return failures
+
+
+def explain(shdc, mesh, *flags):
+    p = subprocess.run([shdc, "explain", SRC, "--mesh", mesh] + DEFS + list(flags), capture_output=True, text=True,
+                       timeout=120)
+    if p.returncode:
+        sys.exit("explain: exit %d\n%s" % (p.returncode, p.stderr))
+    return p.stdout
+
+
+def children(pid):
+    """The pids of pid's descendants."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open("/proc/%d/task/%d/children" % (p, p)) as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
+def kill_mid_step(exe, tmp):
+    """SIGKILL to one rank while the job trains: mpirun must end within the
+    time limit with a message, and leave no rank behind. Returns a failure
+    or None."""
+    env = dict(os.environ, SHD_QUIET="1")
+    p = subprocess.Popen(["mpirun", "--oversubscribe", "-np", "2", exe, "--data=", "--steps=100000"], cwd=tmp,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    try:
+        line = p.stdout.readline()   # the first step's line: buckets are being sent from now on
+        ranks = [c for c in children(p.pid) if os.path.realpath("/proc/%d/exe" % c) == os.path.realpath(exe)]
+        if not line or len(ranks) != 2:
+            return "kill: the job did not start two ranks (%r, %s)" % (line, ranks)
+        time.sleep(0.3)
+        os.kill(ranks[1], signal.SIGKILL)
+        try:
+            out, _ = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            return "kill: mpirun still waiting 60 s after a rank was killed (a rank hangs in a pending collective)"
+        left = [r for r in ranks if os.path.exists("/proc/%d" % r) and
+                open("/proc/%d/stat" % r).read().split()[2] != "Z"]
+        if p.returncode == 0 or left or not re.search(r"signal 9|Killed", out):
+            return "kill: mpirun exit %s, ranks left %s, output:\n%s" % (p.returncode, left, out[-1500:])
+        return None
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def main():
+    shdc = testlib.shdc_option()
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        def build(name, mesh, *flags):
+            return testlib.build(shdc, SRC, os.path.join(tmp, name), "--mesh", mesh, *DEFS, *flags)
+
+        one = run(build("d1", "data=1,model=1"), 1, tmp, "d1")[0]
+        plain, plain_trace = run(build("off", "data=2,model=1", "--bucket=0"), 2, tmp, "off")
+        on_exe = build("on", "data=2,model=1", "--bucket=25MiB")
+        on, on_trace = run(on_exe, 2, tmp, "on")
+        sync, _ = run(on_exe, 2, tmp, "sync", {"SHD_OVERLAP": "0"})
+        prog, _ = run(on_exe, 2, tmp, "progress", {"SHD_OVERLAP": "progress"})
+        four, _ = run(build("on4", "data=4,model=1", "--bucket=1KiB"), 4, tmp, "on4")
+        if on != plain or sync != plain or prog != plain:
+            failures.append("2 ranks: losses with buckets %s, moved when started %s, by progress calls %s, without the "
+                            "pass %s"
+                            % (on, sync, prog, plain))
+        for name, got in (("2 ranks", on), ("4 ranks, 1 KiB buckets", four)):
+            if len(got) != STEPS or any(abs(a - b) > 1e-5 * max(1, abs(b)) for a, b in zip(got, one)):
+                failures.append("%s: losses %s, the 1-device build's %s" % (name, got, one))
+
+        # explain: one bucket a layer in the gradient, the trace's counts and bytes
+        text = explain(shdc, "data=2,model=1", "--bucket=25MiB")
+        grad = text[text.index("fn loss_value_and_grad"):]
+        grad = grad[:grad.index("\n\n")] if "\n\n" in grad else grad
+        over_data = [l for l in grad.splitlines() if re.search(r"\bover \(data\)", l)]
+        buckets = [l for l in over_data if "a bucket of" in l and "in the loop" in l]
+        if len(buckets) != 1 or len(over_data) > L + 5:
+            failures.append("explain --bucket: %d bucket lines in the loop (want 1, run L=%d times), %d collectives "
+                            "over data in the gradient (at most L+5 = %d):\n%s" % (len(buckets), L, len(over_data),
+                                                                                  L + 5, "\n".join(over_data)))
+        plain_lines = [l for l in explain(shdc, "data=2,model=1", "--bucket=0").splitlines()
+                       if re.search(r"\bover \(data\)", l)]
+        if on_trace is None or plain_trace is None or on_trace[1] != plain_trace[1] or on_trace[0] >= plain_trace[0]:
+            failures.append("trace: all_reduce count and bytes with buckets %s, without %s (same bytes, fewer calls)"
+                            % (on_trace, plain_trace))
+        if len(plain_lines) <= len(over_data):
+            failures.append("explain: %d all-reduces over data without buckets, %d with" %
+                            (len(plain_lines), len(over_data)))
+        print("losses %s; trace (count, bytes) with buckets %s, without %s; explain lines over data %d -> %d"
+              % (on, on_trace, plain_trace, len(plain_lines), len(over_data)))
+
+        failures += [f for f in [kill_mid_step(on_exe, tmp)] if f]
+        failures += zero_buckets(shdc, tmp)
+
+        # plan counts a bucket's time less the work before its wait: fewer
+        # collectives and less communication than without buckets
+        def plan(*flags):
+            p = subprocess.run([shdc, "plan", SRC, "--devices=2", "--mesh", "data=2,model=1", "--json",
+                                "--network=125MB/s,50us", "--flops=60G,1G"] + DEFS + list(flags),
+                               capture_output=True, text=True, timeout=120)
+            lay = [x for x in json.loads(p.stdout)["layouts"] if x.get("type_checks")] if p.returncode == 0 else []
+            return (lay[0]["collectives"], lay[0]["communication_seconds"]) if lay else None
+        with_b, without = plan(), plan("--bucket=0")
+        if not with_b or not without or with_b[0] >= without[0] or with_b[1] >= without[1]:
+            failures.append("plan: (collectives, communication s) with buckets %s, without %s" % (with_b, without))
+
+        # a mistyped run-time setting stops the program, naming it
+        for var, val in (("SHD_OVERLAP", "threads"), ("SHD_ASYNC_POLL_NS", "10us")):
+            p = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", "-x", var, on_exe, "--data=", "--steps=1"],
+                               capture_output=True, text=True, timeout=120, env=dict(os.environ, **{var: val}))
+            if p.returncode == 0 or "%s=%s" % (var, val) not in p.stdout + p.stderr:
+                failures.append("%s=%s: exit %d\n%s%s" % (var, val, p.returncode, p.stdout[-800:], p.stderr[-800:]))
+
+        p = subprocess.run([shdc, "build", SRC, "--bucket=lots", "-o", os.path.join(tmp, "x")], capture_output=True,
+                           text=True)
+        if p.returncode != 2 or "--bucket expects a number of bytes" not in p.stderr:
+            failures.append("--bucket=lots: exit %d, %s" % (p.returncode, p.stderr.strip()))
+    if failures:
+        sys.exit("\n".join(failures))
+
+
+if __name__ == "__main__":
+    main()
