@@ -129,7 +129,7 @@ typedef struct {
 #define SITE_KEEP 16
 
 typedef struct {
-  const Value *v;      /* NULL: the temporaries of tmp_of */
+  const Value *v;      /* NULL: the temporaries of tmp_of, or with tmp_of NULL a bucket's buffer */
   const Inst *tmp_of;
   const Func *fn;
   int buf;
@@ -817,6 +817,9 @@ static const char *bytes_str(int64_t b) {
 /* "w2 f32[2048,2048] (line 39, main): 16.0 MiB". */
 static const char *site_array_str(const Mesh *m, const SiteArray *e) {
   const char *n = e->count > 1 ? arena_printf("%d arrays, ", e->count) : "";
+  if (!e->v && !e->tmp_of)   /* sim_bucket's buffer, of no value */
+    return arena_printf("the staging buffer of a bucket of collectives (%s): %s", ir_func_label(e->fn),
+                        bytes_str(e->bytes));
   if (!e->v)
     return arena_printf("the temporaries of %s (line %d%s, %s): %s", ir_opname(e->tmp_of->op), e->tmp_of->pos.line,
                         of_file(e->tmp_of->pos), ir_func_label(e->fn), bytes_str(e->bytes));
