@@ -466,7 +466,7 @@ static void clone_one(AD *a, CloneStack *st, const Inst *in) {
   ir_copy_attrs(n, in);
   for (int i = 0; i < in->nresults; i++) {
     a->rm[in->results[i]->id] = n->results[i];
-    n->results[i]->name = in->results[i]->name;
+    ir_copy_name(n->results[i], in->results[i]);
   }
   if (in->op == IR_TAPE_PUSH && a->in_nested) {
     NestedPush *np = arena_alloc(sizeof *np);
@@ -1096,6 +1096,39 @@ static const char *unique_func_name(const Module *mod, const char *want) {
   }
 }
 
+/* The gradient function's name in what users read: the call as written,
+ * value_and_grad(loss) or grad(f, wrt=(0, 2)) (wrt=0, the default, left
+ * out), the IR's leaf positions mapped back to f's parameters. */
+static const char *grad_label(const GradKey *k) {
+  const Func *f = k->f;
+  Str s = {0};
+  str_printf(&s, "%s(%s", k->with_value ? "value_and_grad" : "grad", ir_func_label(f));
+  const FuncDecl *d = f->decl;
+  int np = d ? d->params.len : 0, nw = 0;
+  int *first = arena_alloc(sizeof(int) * (size_t)(np + 2)), *wrt = arena_alloc(sizeof(int) * (size_t)(k->norder + 1));
+  for (int i = 0, at = 0; i <= np; i++) {
+    first[i] = at;
+    at += i < np ? ty_nleaves(&d->param_types[i]) : 0;
+  }
+  for (int q = 0; q < k->norder; q++) {
+    int p = 0;
+    while (p + 1 < np && k->order[q] >= first[p + 1])
+      p++;
+    if (!nw || wrt[nw - 1] != p)
+      wrt[nw++] = p;
+  }
+  if (d && (k->tuple || nw != 1 || wrt[0] != 0)) {
+    str_printf(&s, "%s", k->tuple ? ", wrt=(" : ", wrt=");
+    for (int i = 0; i < nw; i++)
+      str_printf(&s, "%s%d", i ? ", " : "", wrt[i]);
+    str_printf(&s, "%s", k->tuple ? (nw == 1 ? ",)" : ")") : "");
+  }
+  str_putc(&s, ')');
+  const char *r = arena_strdup(str_cstr(&s));
+  free(s.buf);
+  return r;
+}
+
 static Func *build_grad(AD *a, GradKey *k) {
   Func *f = k->f;
   int np = f->body->nargs;
@@ -1117,6 +1150,7 @@ static Func *build_grad(AD *a, GradKey *k) {
   Func *g = ir_func(a->mod, unique_func_name(a->mod, str_cstr(&name)), np, ptypes, nr, res);
   free(name.buf);
   g->generated = true;
+  g->display = grad_label(k);
   g->pos = f->pos;
   if (f->decl && f->decl->view_manual) {
     /* grad inside a manual body (§9.7): the gradient is in the same
@@ -1126,10 +1160,10 @@ static Func *build_grad(AD *a, GradKey *k) {
   }
   g->sig_params = ptypes;
   g->sig_results = g->results;
-  a->fname = f->name;
+  a->fname = ir_func_label(f);
   grow(a);
   for (int i = 0; i < np; i++)
-    g->body->args[i]->name = f->body->args[i]->name;
+    ir_copy_name(g->body->args[i], f->body->args[i]);
   /* Forward: f's body, inlined, up to its return. */
   a->b = g->body;
   Inst fake = {0};
@@ -1211,6 +1245,7 @@ static Func *build_vjp(AD *a, Func *f) {
     params[np + k] = ty_ct(&rtypes[k]);
   Func *g = ir_func(a->mod, unique_func_name(a->mod, arena_printf("%s_vjp", f->name)), np + nr, params, nf, res);
   g->generated = true;
+  g->display = arena_printf("vjp(%s)", ir_func_label(f));
   g->pos = f->pos;
   g->sig_params = params;
   g->sig_results = g->results;
@@ -1218,8 +1253,8 @@ static Func *build_vjp(AD *a, Func *f) {
   vec_push(&a->vjps, g);
   grow(a);
   for (int k = 0; k < np; k++)
-    g->body->args[k]->name = f->body->args[k]->name;
-  a->fname = f->name;
+    ir_copy_name(g->body->args[k], f->body->args[k]);
+  a->fname = ir_func_label(f);
   a->b = g->body;
   Inst fake = {0};
   fake.op = IR_CALL;

@@ -148,7 +148,9 @@ static bool middle(Compilation *c, bool partition) {
   if (diag_error_count())
     return false;
   ir_verify(c->mod);
-  if (!ad_module(c->mod))
+  bool ad_ok = ad_module(c->mod);
+  ir_unique_labels(c->mod);
+  if (!ad_ok)
     return false;
   ir_verify(c->mod);
   opt_global(c->mod);

@@ -185,7 +185,8 @@ static void emit_call(Emit *e, const Inst *in) {
   for (int k = 0; k < in->nresults; k++)
     str_printf(&s, "%s&%s", k || in->nargs ? ", " : "", vname(in->results[k]));
   str_printf(&s, ");");
-  emit_line(e, "shd_span_begin_at(SHD_SPAN_CALL, \"%s\", %d, %d);", in->callee->name, emit_file_index(e, in->pos),
+  const char *label = ir_func_label(in->callee);
+  emit_line(e, "shd_span_begin_at(SHD_SPAN_CALL, %s, %d, %d);", emit_str_lit(label, strlen(label)), emit_file_index(e, in->pos),
             in->pos.line);
   emit_line(e, "%s", str_cstr(&s));
   emit_line(e, "shd_span_end();");

@@ -11,8 +11,9 @@
  * error it reports followed by the note `in f<P = T> called from
  * FILE:LINE:COL`. The instance is appended to the program's functions, so
  * lowering, autodiff, partitioning and emission see an ordinary function
- * (named f_1, f_2, ... in the IR and the C); the generic function itself is
- * never lowered.
+ * (named f_1, f_2, ... in the IR and the C, and f, or f<T = S> where f has
+ * several instances, in what users read: ir_func_label); the generic
+ * function itself is never lowered.
  *
  * A call from a manual body (§9.7) instantiates its callee, generic or not,
  * in the per-device view of the body's manual axes: the parameters take
@@ -333,6 +334,7 @@ static FuncDecl *new_instance(TcCtx *c, FuncDecl *g, Type *targs) {
   f->generic = g;
   f->targs = targs;
   f->cname = instance_name(c->prog, g);
+  f->binding = g->ntparams ? binding_text(c, g, targs) : NULL;
   Scope *sc = arena_alloc(sizeof *sc);
   for (int k = 0; k < g->ntparams; k++) {
     Symbol *s = arena_alloc(sizeof *s);

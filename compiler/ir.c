@@ -112,6 +112,32 @@ const char *ir_opname(int op) {
   return op >= 0 && op < IR__CORE && core[op] ? core[op] : "?";
 }
 
+const char *ir_value_label(const Value *v) { return v->display ? v->display : v->name; }
+
+const char *ir_func_label(const Func *f) { return f->display ? f->display : f->name; }
+
+void ir_copy_name(Value *nv, const Value *v) {
+  if (nv->name)
+    return;
+  nv->name = v->name;
+  nv->display = v->display;
+}
+
+void ir_unique_labels(Module *mod) {
+  StrMap seen = {0};
+  for (int i = 0; i < mod->funcs.len; i++) {
+    Func *f = mod->funcs.data[i];
+    const char *want = ir_func_label(f), *label = want;
+    if (strmap_get(&seen, label) && f->manual)
+      label = want = arena_printf("%s (manual over %s)", want, ty_axes_str(&mod->mesh, f->manual_axes));
+    for (int n = 2; strmap_get(&seen, label); n++)
+      label = arena_printf("%s#%d", want, n);
+    f->display = label;
+    strmap_put(&seen, label, (void *)1);
+  }
+  strmap_free(&seen);
+}
+
 static const char *red_names[] = {"sum", "max", "min"};
 
 const char *ir_red_name(int op) { return red_names[op]; }

@@ -79,13 +79,16 @@ static Value *get_sym(Lower *L, Symbol *s) {
   return v;
 }
 
-/* A leaf's name in the IR and the C: the symbol's, then its path. */
-static const char *leaf_name(const char *base, const char *path) {
+/* A leaf's names: in the IR and the C, the symbol's, then its path, with
+ * '_' for '.' (p_w_layers_w1); in what users read, the source's own path
+ * (p.w.layers.w1). */
+static void name_leaf(Value *v, const char *base, const char *path) {
   char *n = arena_printf("%s_%s", base, path);
   for (char *p = n; *p; p++)
     if (*p == '.')
       *p = '_';
-  return n;
+  v->name = n;
+  v->display = arena_printf("%s.%s", base, path);
 }
 
 /* The leaves of symbol s's value (one for an array or str). */
@@ -112,7 +115,7 @@ static void set_leaves(Lower *L, Symbol *s, Value **in) {
   memcpy(v, in, sizeof(Value *) * (size_t)n);
   for (int k = 0; k < n; k++)
     if (!v[k]->name)
-      v[k]->name = leaf_name(s->name, ty_leaf_names(s->type.sdef)[k]);
+      name_leaf(v[k], s->name, ty_leaf_names(s->type.sdef)[k]);
   int id = sym_id(L, s);   /* first: it may move svals */
   L->svals[id] = v;
 }
@@ -822,12 +825,31 @@ static Func *declare(Lower *L, FuncDecl *f) {
     const Type *t = &f->local_param_types[i];
     if (t->kind == TY_STRUCT)
       for (int k = 0; k < t->nelems; k++)
-        fn->body->args[at + k]->name = leaf_name(tok_str(p->name), ty_leaf_names(t->sdef)[k]);
+        name_leaf(fn->body->args[at + k], tok_str(p->name), ty_leaf_names(t->sdef)[k]);
     else
       fn->body->args[at]->name = tok_str(p->name);
     at += ty_nleaves(t);
   }
   return fn;
+}
+
+/* The functions' names in what users read: the source's (an instance of a
+ * generic function f is f, or f<T = S> where f has several instances; a
+ * per-device instance is f), not the C's f_1, f_2. */
+static void label_funcs(const Program *p, Func **funcs) {
+  PtrMap count = {0};
+  for (int i = 0; i < p->funcs.len; i++) {
+    const FuncDecl *f = p->funcs.data[i];
+    if (f->generic && f->binding)
+      ptrmap_put(&count, f->generic, ptrmap_get(&count, f->generic) < 0 ? 1 : ptrmap_get(&count, f->generic) + 1);
+  }
+  for (int i = 0; i < p->funcs.len; i++) {
+    const FuncDecl *f = p->funcs.data[i];
+    if (!funcs[i] || !f->generic)
+      continue;
+    funcs[i]->display = f->binding && ptrmap_get(&count, f->generic) > 1 ? f->binding : tok_str(f->name);
+  }
+  ptrmap_free(&count);
 }
 
 Module *lower_program(Program *p, const Mesh *m) {
@@ -844,6 +866,7 @@ Module *lower_program(Program *p, const Mesh *m) {
     L.funcs[i] = declare(&L, p->funcs.data[i]);
     ptrmap_put(&L.func_index, p->funcs.data[i], i);
   }
+  label_funcs(p, L.funcs);
   for (int i = 0; i < p->funcs.len; i++) {
     FuncDecl *f = p->funcs.data[i];
     if (f->ntparams)

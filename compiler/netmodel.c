@@ -331,7 +331,7 @@ static void report_loops(FILE *out, const NetModel *net, const Module *mod, cons
     if (s.count)
       fprintf(out, "  per iteration of the loop at line %d of %s: %d collectives, %.0f bytes sent per rank, "
                    "communication estimated %s%s\n",
-              in->pos.line, f->name, s.count, s.bytes, net_seconds_str(s.seconds),
+              in->pos.line, ir_func_label(f), s.count, s.bytes, net_seconds_str(s.seconds),
               s.approx ? " (inner loops with run-time bounds counted once)" : "");
   }
 }

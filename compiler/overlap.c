@@ -310,6 +310,7 @@ static Inst *start_accs(Ov *o, Inst *F, Acc *m, int n, PtrMap *gone, int *at_out
   insert_at(b, wi, wt);
   for (int t = 0; t < ncarry; t++) {
     wt->results[t]->name = res[t]->name;
+    wt->results[t]->display = res[t]->display;
     o->repl[res[t]->id] = wt->results[t];   /* every use but the wait's own, once the loops are done */
   }
   free(carries);
@@ -454,6 +455,7 @@ static Inst *make_bucket(Ov *o, Inst **mem, int n, const Marks *mk, int last, in
   wt->niv = 1;
   for (int j = 0; j < n; j++) {
     st->results[j]->name = wt->results[j]->name = mem[j]->results[0]->name;
+    st->results[j]->display = wt->results[j]->display = mem[j]->results[0]->display;
     o->repl[mem[j]->results[0]->id] = wt->results[j];   /* every use, replaced once the function is done */
   }
   free(args);

@@ -42,8 +42,7 @@ void part_put(Part *p, Value *old, Value *nv) {
   if (old->id >= p->cap)
     diag_ice("partition: value id out of range");
   p->map[old->id] = nv;
-  if (!nv->name)
-    nv->name = old->name;
+  ir_copy_name(nv, old);
 }
 
 Module *part_mod(Part *p) { return p->mod; }
@@ -235,7 +234,7 @@ bool part_module(Module *mod) {
       types[k] = old->args[k]->type;
     IrBlock *nb = ir_block(old->nargs, types, mod);
     for (int k = 0; k < old->nargs; k++) {
-      nb->args[k]->name = old->args[k]->name;
+      ir_copy_name(nb->args[k], old->args[k]);
       part_put(&p, old->args[k], nb->args[k]);
     }
     part_block_into(&p, old, nb);

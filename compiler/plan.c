@@ -218,7 +218,7 @@ static void measure(const Walk *w0, const Module *mod, Row *row) {
   const Func *mainf = NULL;
   for (int f = 0; f < nf; f++) {
     const Func *fn = mod->funcs.data[f];
-    row->fnames[f] = fn->name;
+    row->fnames[f] = ir_func_label(fn);
     row->fsecs[f] = secs(&w, &w.incl[f]);
     if (fn->is_main)
       mainf = fn;

@@ -412,6 +412,8 @@ struct FuncDecl {
   Type *targs;
   struct Scope *tscope;
   const char *cname;
+  const char *binding; /* an instance of a generic: f<T = Decay>, its name in
+                          messages where f has several instances */
   /* An instance for a call from a manual body (language.md §9.7): typed in
    * the per-device view of these manual axes, with the arguments'
    * device-local types (manual_set holds them too). */
@@ -804,7 +806,9 @@ typedef struct Value {
   Inst *def;           /* NULL for block arguments */
   IrBlock *arg_of;     /* block whose argument this is */
   int index;           /* result or argument index */
-  const char *name;    /* source name, for readable IR and C */
+  const char *name;    /* source name, for readable IR and C (a struct leaf: p_w_b) */
+  const char *display; /* the name users read (a struct leaf: p.w.b), when it differs:
+                          ir_value_label */
   int cnum;            /* its number in its function's C names (emit_number_values): an edit
                           elsewhere in the program leaves a function's C unchanged */
 } Value;
@@ -844,7 +848,8 @@ struct IrBlock {
 };
 
 struct Func {
-  const char *name;
+  const char *name;    /* in the IR and the C: unique (adamw_1, loss_value_and_grad_0_1) */
+  const char *display; /* the name users read (adamw, value_and_grad(loss)): ir_func_label */
   Pos pos;
   IrBlock *body;       /* body->args are the parameters */
   Type *results;
@@ -879,6 +884,18 @@ void ir_copy_attrs(Inst *dst, const Inst *src);
 void ir_print_module(FILE *out, const Module *mod);
 void ir_print_func(FILE *out, const Module *mod, const Func *f);
 const char *ir_opname(int op);
+/* The names every message and table a user reads shows (explain, plan,
+ * E_MEMORY, the trace's spans): the source's own, never the IR's mangled
+ * ones. A value: its source path (p.w.layers.w1), or NULL for a temporary;
+ * a function: its source name, value_and_grad(loss), adamw<T = Decay>. */
+const char *ir_value_label(const Value *v);
+const char *ir_func_label(const Func *f);
+/* Gives nv v's names (IR and display) where nv has none. */
+void ir_copy_name(Value *nv, const Value *v);
+/* Makes the functions' display names unique: a later function that would
+ * read like an earlier one gets " (manual over X)" if it is a per-device
+ * instance, then #2, #3, ... */
+void ir_unique_labels(Module *mod);
 /* For the values defined in b (results of its instructions) and b's
  * arguments: the index of the instruction of b that uses them last,
  * counting uses inside nested blocks as uses by the instruction that owns

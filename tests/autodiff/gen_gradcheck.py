@@ -376,14 +376,14 @@ softmax1 = [
 ROWS = r"all_reduce\.(max|sum) +over \(X\) +42 bytes/rank +f64\[3\](<U:X>)? -> f64\[3\]$"
 ANY1 = "all_reduce|all_gather|reduce_scatter|all_to_all|ppermute"
 SM_EXPLAIN = [
-    ("softmax_row_grad_0", [("0", ANY1)]),
-    ("softmax_sharded_grad_0", [("3", ROWS), ("3", ANY1)]),
-    ("log_softmax_sharded_grad_0", [("3", ROWS), ("3", ANY1)]),
-    ("logsumexp_row_grad_0", [("0", ANY1)]),
-    ("logsumexp_sharded_grad_0", [("3", ROWS), ("3", ANY1)]),
-    ("cumsum_rows_grad_0", [("0", ANY1)]),
+    ("softmax_row", [("0", ANY1)]),
+    ("softmax_sharded", [("3", ROWS), ("3", ANY1)]),
+    ("log_softmax_sharded", [("3", ROWS), ("3", ANY1)]),
+    ("logsumexp_row", [("0", ANY1)]),
+    ("logsumexp_sharded", [("3", ROWS), ("3", ANY1)]),
+    ("cumsum_rows", [("0", ANY1)]),
 ]
-SM_BOTTOM = "\n".join("// EXPLAIN: ^fn f_%s \n" % f + "\n".join("// EXPLAIN-COUNT: %s %s" % c for c in cs)
+SM_BOTTOM = "\n".join("// EXPLAIN: ^fn grad\\(f_%s[,)]\n" % f + "\n".join("// EXPLAIN-COUNT: %s %s" % c for c in cs)
                        for f, cs in SM_EXPLAIN)
 FILES["gc_softmax"] = dict(title="softmax, log_softmax, logsumexp (keepdims), mean/sum/max with keepdims, cumsum, "
                                  "argmax along sharded and unsharded dims, reduced operands.",
@@ -429,11 +429,11 @@ FILES["gc_attention"] = dict(
           "split like the query heads, a reduced operand.", mesh=MESH2, cases=attention,
     extra_bottom="// The backward communicates only where dk, dv are partial sums (replicated key heads).\n"
                  "// MESH: X=2,Y=4\n"
-                 "// EXPLAIN: ^fn f_attention_grad_0_1_2 \n// EXPLAIN-COUNT: 0 all_\n"
-                 "// EXPLAIN: ^fn f_attention_gqa_causal_grad_0_1_2 \n"
+                 "// EXPLAIN: ^fn grad\\(f_attention[,)]\n// EXPLAIN-COUNT: 0 all_\n"
+                 "// EXPLAIN: ^fn grad\\(f_attention_gqa_causal[,)]\n"
                  "// EXPLAIN-COUNT: 2 all_reduce\\.sum +over \\(Y\\) .* f64\\[1,4,2,2\\]<U:Y> -> f64\\[1,4,2,2\\]\n"
-                 "// EXPLAIN: ^fn f_attention_gqa_split_grad_0_1_2 \n// EXPLAIN-COUNT: 0 all_\n"
-                 "// EXPLAIN: ^fn f_attention_reduced_grad_0 \n// EXPLAIN-COUNT: 0 all_")
+                 "// EXPLAIN: ^fn grad\\(f_attention_gqa_split[,)]\n// EXPLAIN-COUNT: 0 all_\n"
+                 "// EXPLAIN: ^fn grad\\(f_attention_reduced[,)]\n// EXPLAIN-COUNT: 0 all_")
 
 # ---- shape and representation changes ----------------------------------------------------------
 S2 = "f64[8@X, 4@Y]"
@@ -545,21 +545,21 @@ reduced = [
 FILES["gc_unreduced"] = dict(
     title="Reduced weights get unreduced gradients; accumulation over micro-batches reduces once.",
     mesh=MESH1, cases=reduced,
-    extra_bottom="// EXPLAIN: ^fn f_weight_r_grad_0 \n// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(X\\) .* f64\\[4,5\\]<U:X> -> f64\\[4,5\\]$\n"
-                 "// EXPLAIN: ^fn f_param_r_grad_0 \n// EXPLAIN-COUNT: 0 all_reduce\n"
-                 "// EXPLAIN: ^fn f_r_elementwise_grad_0 \n// EXPLAIN-COUNT: 0 all_reduce\n"
-                 "// EXPLAIN: ^fn f_accum_grad_0 \n// EXPLAIN-COUNT: 1 all_reduce\n"
+    extra_bottom="// EXPLAIN: ^fn grad\\(f_weight_r[,)]\n// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(X\\) .* f64\\[4,5\\]<U:X> -> f64\\[4,5\\]$\n"
+                 "// EXPLAIN: ^fn grad\\(f_param_r[,)]\n// EXPLAIN-COUNT: 0 all_reduce\n"
+                 "// EXPLAIN: ^fn grad\\(f_r_elementwise[,)]\n// EXPLAIN-COUNT: 0 all_reduce\n"
+                 "// EXPLAIN: ^fn grad\\(f_accum[,)]\n// EXPLAIN-COUNT: 1 all_reduce\n"
                  "// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(X\\) .* f64\\[4,5\\]<U:X> -> f64\\[4,5\\]$\n"
                  "// EXPLAIN-NOT: all_gather|reduce_scatter|all_to_all|permute\n"
-                 "// EXPLAIN: ^fn f_accum_plain_grad_0 \n"
+                 "// EXPLAIN: ^fn grad\\(f_accum_plain[,)]\n"
                  "// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(X\\) .* f64\\[4,5\\]<U:X> -> f64\\[4,5\\] +\\(in the loop at line\n"
-                 "// EXPLAIN: ^fn f_u_bcast_grad_0_1_2 \n"
+                 "// EXPLAIN: ^fn grad\\(f_u_bcast[,)]\n"
                  "// EXPLAIN-COUNT: 1 all_reduce\n"
-                 "// EXPLAIN: ^fn f_r_bcast_grad_0_1 \n"
+                 "// EXPLAIN: ^fn grad\\(f_r_bcast[,)]\n"
                  "// EXPLAIN-COUNT: 0 all_reduce\n"
-                 "// EXPLAIN: ^fn f_r_max_grad_0 \n"
+                 "// EXPLAIN: ^fn grad\\(f_r_max[,)]\n"
                  "// EXPLAIN-COUNT: 0 all_reduce\n"
-                 "// EXPLAIN: ^fn f_r_where_grad_0 \n"
+                 "// EXPLAIN: ^fn grad\\(f_r_where[,)]\n"
                  "// EXPLAIN-COUNT: 0 all_reduce")
 
 # ---- control flow and calls inside f ----------------------------------------------------------------
@@ -797,29 +797,29 @@ manual = [
 # each gradient function's collectives, forward and backward together.
 ANY = "all_reduce|all_gather|reduce_scatter|all_to_all|ppermute"
 MAN_EXPLAIN = [
-    ("pvary_grad_0_1", [("1", r"all_reduce\.sum +over \(X\) .* f64\[8,3\]<V:X> -> f64\[8,3\]$"), ("1", ANY)]),
-    ("pvary_r_grad_0_1", [("0", ANY)]),
-    ("to_u_grad_0", [("1", r"all_reduce\.sum .* f64\[8,3\]<U:X> -> f64\[8,3\]$"), ("1", ANY)]),
-    ("to_r_grad_0_1", [("1", r"all_reduce\.sum .* f64\[3\]<U:X> -> f64\[3\]$"), ("1", ANY)]),
-    ("psum_grad_0", [("1", r"all_reduce\.sum .*<V:X> -> "), ("1", ANY)]),
-    ("psum_u_grad_0", [("1", r"all_reduce\.sum .*<U:X> -> "), ("1", ANY)]),
-    ("gather_grad_0_1", [("1", "all_gather .*<V:X> -> .*<V:X>$"), ("1", r"reduce_scatter\.sum .*<V:X> -> .*<V:X>$"),
+    ("pvary", [("1", r"all_reduce\.sum +over \(X\) .* f64\[8,3\]<V:X> -> f64\[8,3\]$"), ("1", ANY)]),
+    ("pvary_r", [("0", ANY)]),
+    ("to_u", [("1", r"all_reduce\.sum .* f64\[8,3\]<U:X> -> f64\[8,3\]$"), ("1", ANY)]),
+    ("to_r", [("1", r"all_reduce\.sum .* f64\[3\]<U:X> -> f64\[3\]$"), ("1", ANY)]),
+    ("psum", [("1", r"all_reduce\.sum .*<V:X> -> "), ("1", ANY)]),
+    ("psum_u", [("1", r"all_reduce\.sum .*<U:X> -> "), ("1", ANY)]),
+    ("gather", [("1", "all_gather .*<V:X> -> .*<V:X>$"), ("1", r"reduce_scatter\.sum .*<V:X> -> .*<V:X>$"),
                          ("2", ANY)]),
-    ("gather_i_grad_0", [("1", "all_gather"), ("1", ANY)]),
-    ("gather_r_grad_0_1", [("1", r"all_gather .* -> f64\[64,3\]<R:X>$"),
+    ("gather_i", [("1", "all_gather"), ("1", ANY)]),
+    ("gather_r", [("1", r"all_gather .* -> f64\[64,3\]<R:X>$"),
                            ("1", r"reduce_scatter\.sum .* f64\[64,3\]<U:X> -> "), ("2", ANY)]),
-    ("scatter_grad_0", [("1", "reduce_scatter"), ("1", "all_gather"), ("2", ANY)]),
-    ("scatter_u_grad_0_1", [("1", r"reduce_scatter\.sum .*<U:X> -> "), ("1", "all_gather .* -> .*<R:X>$"), ("2", ANY)]),
-    ("a2a_grad_0", [("2", "all_to_all"), ("2", ANY)]),
-    ("permute_grad_0", [("4", "ppermute"), ("4", ANY)]),
-    ("axis_index_grad_0", [("0", ANY)]),
-    ("branch_grad_0", [("0", ANY)]),
+    ("scatter", [("1", "reduce_scatter"), ("1", "all_gather"), ("2", ANY)]),
+    ("scatter_u", [("1", r"reduce_scatter\.sum .*<U:X> -> "), ("1", "all_gather .* -> .*<R:X>$"), ("2", ANY)]),
+    ("a2a", [("2", "all_to_all"), ("2", ANY)]),
+    ("permute", [("4", "ppermute"), ("4", ANY)]),
+    ("axis_index", [("0", ANY)]),
+    ("branch", [("0", ANY)]),
     # the reduced weight's gradient: one all-reduce, after the reverse loop
-    ("manual_loop_r_grad_0_1", [("1", ANY), ("1", r"all_reduce\.sum .* f64\[3,3\]<U:X> -> f64\[3,3\]$")]),
+    ("manual_loop_r", [("1", ANY), ("1", r"all_reduce\.sum .* f64\[3,3\]<U:X> -> f64\[3,3\]$")]),
     # the invariant weight's: one all-reduce per iteration
-    ("manual_loop_grad_0_1", [("1", r"all_reduce\.sum .* f64\[3,3\]<V:X> -> f64\[3,3\] +\(in the loop")]),
+    ("manual_loop", [("1", r"all_reduce\.sum .* f64\[3,3\]<V:X> -> f64\[3,3\] +\(in the loop")]),
 ]
-MAN_BOTTOM = "\n".join("// EXPLAIN: ^fn f_%s \n" % f + "\n".join("// EXPLAIN-COUNT: %s %s" % c for c in cs)
+MAN_BOTTOM = "\n".join("// EXPLAIN: ^fn grad\\(f_%s[,)]\n" % f + "\n".join("// EXPLAIN-COUNT: %s %s" % c for c in cs)
                         for f, cs in MAN_EXPLAIN)
 FILES["gc_manual"] = dict(title="Manual functions: every collective and cast of typing-rules 4.3, axis_index, "
                                 "branches on a varying condition, loops.",
@@ -1063,10 +1063,10 @@ FILES["gc_index"] = dict(
           "loop variables, dynamic_slice/update, pad, concatenate, stack, split, take (embedding and "
           "vocab-parallel), take_along_axis, one_hot, slices inside a manual body.",
     mesh=MESH1, cases=index1, extra_top=SHIFT_ROWS,
-    extra_bottom="// EXPLAIN: ^fn f_take_grad_0 \n"
+    extra_bottom="// EXPLAIN: ^fn grad\\(f_take[,)]\n"
                  "// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(X\\) .* f64\\[10,3\\]<U:X> -> f64\\[10,3\\]$\n"
                  "// EXPLAIN-NOT: all_gather|shift\n"
-                 "// EXPLAIN: ^fn f_take_vocab_grad_0 \n"
+                 "// EXPLAIN: ^fn grad\\(f_take_vocab[,)]\n"
                  "// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(X\\) .* f64\\[6,3\\]<U:X> -> f64\\[6,3\\]$\n"
                  "// EXPLAIN-COUNT: 1 all_reduce\n"
                  "// EXPLAIN-NOT: all_gather|shift")
@@ -1106,13 +1106,13 @@ FILES["gc_index2"] = dict(
           "split of sharded dims, the embedding and vocab-parallel gathers, a dim over two axes, unreduced and "
           "reduced operands.",
     mesh=MESH2, cases=index2,
-    extra_bottom="// EXPLAIN: ^fn f_take2_grad_0 \n"
+    extra_bottom="// EXPLAIN: ^fn grad\\(f_take2[,)]\n"
                  "// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(X\\) .* f64\\[10,2\\]<U:X> -> f64\\[10,2\\]$\n"
-                 "// EXPLAIN: ^fn f_take2_vocab_grad_0 \n"
+                 "// EXPLAIN: ^fn grad\\(f_take2_vocab[,)]\n"
                  "// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(X\\) .* f64\\[4,4\\]<U:X> -> f64\\[4,4\\]$\n"
                  "// EXPLAIN-COUNT: 1 all_reduce\\.sum +over \\(Y\\)\n"
                  "// EXPLAIN-COUNT: 2 all_reduce\n"
-                 "// EXPLAIN: ^fn f_r_take_grad_0 \n"
+                 "// EXPLAIN: ^fn grad\\(f_r_take[,)]\n"
                  "// EXPLAIN-COUNT: 0 all_reduce")
 
 

@@ -158,7 +158,7 @@ def main():
 
         # explain: one bucket a layer in the gradient, the trace's counts and bytes
         text = explain(shdc, "data=2,model=1", "--bucket=25MiB")
-        grad = text[text.index("fn loss_value_and_grad"):]
+        grad = text[text.index("fn value_and_grad(loss"):]
         grad = grad[:grad.index("\n\n")] if "\n\n" in grad else grad
         over_data = [l for l in grad.splitlines() if re.search(r"\bover \(data\)", l)]
         buckets = [l for l in over_data if "a bucket of" in l and "in the loop" in l]

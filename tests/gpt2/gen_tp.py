@@ -43,7 +43,7 @@ DIRECTIVES = """\
 // MLP's row-parallel products: g) and 2 backward (the input gradients of
 // the column-parallel products: f); nothing gathered or scattered.
 // MESH: data=2,model=2
-// EXPLAIN: ^fn loss_value_and_grad
+// EXPLAIN: ^fn value_and_grad\(loss[,)]
 // EXPLAIN-COUNT: 4 all_reduce\\.sum +over \\(model\\) +\\d+ bytes/rank +f32\\[4,8,16\\]<U:model> -> f32\\[4,8,16\\] +\\(in the loop
 // EXPLAIN-COUNT: 0 all_gather +over \\(model\\) +\\d+ bytes/rank +f32\\[4,\\d+,16\\] .*\\(in the loop
 // EXPLAIN-COUNT: 0 reduce_scatter\\.sum +over \\(model\\) .*\\(in the loop

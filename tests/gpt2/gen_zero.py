@@ -63,7 +63,7 @@ DIRECTIVES = """\
 // layer (overlap.c), 4 others after it; no array all-reduced over `data`
 // (the loss is the one all-reduce).
 // MESH: data=2,model=1
-// EXPLAIN: ^fn zero_loss_value_and_grad
+// EXPLAIN: ^fn value_and_grad\(zero_loss[,)]
 // EXPLAIN-COUNT: 16 all_gather +over \\(data\\)
 // EXPLAIN-COUNT: 5 reduce_scatter\\.sum +over \\(data\\)
 // EXPLAIN-COUNT: 1 reduce_scatter\\.sum +over \\(data\\) .*\\(a bucket of 12 arrays, .*\\(in the loop

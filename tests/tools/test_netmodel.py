@@ -136,7 +136,7 @@ def main():
         fns = {}
         for fn, l, sec in rows:
             fns.setdefault(fn, []).append((int(re.search(r"(\d+) bytes/rank", l).group(1)), sec))
-        grad = [k for k in fns if k.startswith("loss_value_and_grad")]
+        grad = [k for k in fns if k.startswith("value_and_grad(loss")]
         parts = fns.get("main", []) + (fns[grad[0]] if grad else [])
         if not step or int(step.group(1)) != len(parts) or int(step.group(2)) != sum(b for b, _ in parts) \
                 or abs(float(step.group(3)) * UNIT[step.group(4)] - sum(s for _, s in parts)) > 1e-6:

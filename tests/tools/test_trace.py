@@ -172,10 +172,10 @@ def check_training(shdc, tmp, failures):
     for pid in range(1, 3):
         evs = by_pid.get(pid, [])
         funcs = Counter(e["name"] for e in evs if e["cat"] == "function")
-        if funcs["main"] != 1 or not any(n.startswith("loss_value_and_grad") and c == 2 for n, c in funcs.items()):
+        if funcs["main"] != 1 or not any(n.startswith("value_and_grad(loss") and c == 2 for n, c in funcs.items()):
             failures.append("rank %d: function spans %s" % (pid, dict(funcs)))
         steps = [e for e in evs if e["cat"] == "step"]
-        grads = [e for e in evs if e["name"].startswith("loss_value_and_grad")]
+        grads = [e for e in evs if e["name"].startswith("value_and_grad(loss")]
         if [e["args"]["step"] for e in steps] != [0, 1] or not all(
                 sum(1 for g in grads if ns(s["ts"]) <= ns(g["ts"]) and ns(g["ts"]) + ns(g["dur"]) <= ns(s["ts"]) +
                     ns(s["dur"])) == 1 for s in steps):

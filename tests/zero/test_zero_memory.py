@@ -56,8 +56,8 @@ def main():
         print("data=%d: peak per rank %d bytes (ZeRO) against %d (data parallel): %.2fx"
               % (g, zero, dp, dp / zero))
         one = explain(shdc, "data=%d" % g, "-D", "D=%d" % D, "-D", "F=%d" % F, "-D", "L=1", "-D", "B=64")
-        zb = [v[1] for k, v in one.items() if k.startswith("zero_loss_value_and_grad")]
-        db = [v[1] for k, v in one.items() if k.startswith("loss_value_and_grad")]
+        zb = [v[1] for k, v in one.items() if k.startswith("value_and_grad(zero_loss")]
+        db = [v[1] for k, v in one.items() if k.startswith("value_and_grad(loss")]
         p1 = 2 * D * F + D * D
         want = 2 * 4 * p1 * (g - 1) // g
         if zb != [want] or db != [want]:
