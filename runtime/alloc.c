@@ -321,3 +321,12 @@ void shd_alloc_fini(void)
         }
     }
 }
+
+void *shd_scratch_zalloc(size_t bytes)
+{
+    void *p = calloc(bytes ? bytes : 1, 1);
+    if (!p) shd_fatal("out of memory: %zu bytes of scratch", bytes);
+    return p;
+}
+
+void shd_scratch_free(void *p) { free(p); }
