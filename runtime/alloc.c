@@ -324,9 +324,7 @@ void shd_alloc_fini(void)
 
 void *shd_scratch_zalloc(size_t bytes)
 {
-    void *p = calloc(bytes ? bytes : 1, 1);
-    if (!p) shd_fatal("out of memory: %zu bytes of scratch", bytes);
-    return p;
+    return shd_mem_zero(bytes ? bytes : 1, 1, "a column sum's scratch");
 }
 
 void shd_scratch_free(void *p) { free(p); }
