@@ -321,3 +321,10 @@ void shd_alloc_fini(void)
         }
     }
 }
+
+void *shd_scratch_zalloc(size_t bytes)
+{
+    return shd_mem_zero(bytes ? bytes : 1, 1, "a column sum's scratch");
+}
+
+void shd_scratch_free(void *p) { free(p); }

@@ -340,14 +340,22 @@ CLONES static void softmax_finish_impl(const void *x, const void *m, const void 
                                                : rsum_##T(g + o * n, n));                     \
                 continue;                                                                     \
             }                                                                                 \
+            /* along a strided dim: chunks of columns summed in double (an f32 */            \
+            /* sum of 2^15 terms of g * y at g ~ 1e3 was off by 1e-3) */                     \
             T *so = s + o * inner;                                                            \
-            for (int64_t i = 0; i < inner; i++) so[i] = 0;                                    \
             const T *yo = y + o * n * inner, *go = g + o * n * inner;                         \
-            for (int64_t j = 0; j < n; j++)                                                   \
-                if (kind == SHD_SOFTMAX)                                                      \
-                    for (int64_t i = 0; i < inner; i++) so[i] += go[j * inner + i] * yo[j * inner + i]; \
-                else                                                                          \
-                    for (int64_t i = 0; i < inner; i++) so[i] += go[j * inner + i];          \
+            double acc[CHUNK];                                                                \
+            for (int64_t c = 0; c < inner; c += CHUNK) {                                      \
+                int64_t w = inner - c < CHUNK ? inner - c : CHUNK;                            \
+                for (int64_t i = 0; i < w; i++) acc[i] = 0;                                   \
+                for (int64_t j = 0; j < n; j++)                                               \
+                    if (kind == SHD_SOFTMAX)                                                  \
+                        for (int64_t i = 0; i < w; i++)                                       \
+                            acc[i] += (double)go[j * inner + c + i] * yo[j * inner + c + i];  \
+                    else                                                                      \
+                        for (int64_t i = 0; i < w; i++) acc[i] += go[j * inner + c + i];      \
+                for (int64_t i = 0; i < w; i++) so[c + i] = (T)acc[i];                        \
+            }                                                                                 \
         }                                                                                     \
     }                                                                                         \
     KERNEL void gfinish_##T(const T *restrict y, const T *restrict g, const T *restrict s,    \
@@ -394,7 +402,7 @@ CLONES static void softmax_finish_impl(const void *x, const void *m, const void 
             }                                                                                 \
             return;                                                                           \
         }                                                                                     \
-        T s[CHUNK];                                                                           \
+        double s[CHUNK]; /* the column sums in double, as the forward's */                 \
         for (int64_t o = 0; o < outer; o++)                                                   \
             for (int64_t c = 0; c < inner; c += CHUNK) {                                      \
                 int64_t w = inner - c < CHUNK ? inner - c : CHUNK;                            \
@@ -402,7 +410,7 @@ CLONES static void softmax_finish_impl(const void *x, const void *m, const void 
                 for (int64_t i = 0; i < w; i++) s[i] = 0;                                     \
                 for (int64_t j = 0; j < n; j++)                                               \
                     for (int64_t i = 0; i < w; i++)                                           \
-                        s[i] += g[off + j * inner + i] *                                      \
+                        s[i] += (double)g[off + j * inner + i] *                              \
                                 (kind == SHD_SOFTMAX ? y[off + j * inner + i] : 1);           \
                 for (int64_t j = 0; j < n; j++)                                               \
                     for (int64_t i = 0; i < w; i++) {                                         \

@@ -156,6 +156,11 @@ bool shd_unique(const void *p);
 /* Bytes in live buffers now and at peak (this rank). */
 size_t shd_live_bytes(void);
 size_t shd_peak_bytes(void);
+/* Zeroed scratch outside the array buffers (not counted in live or peak
+ * bytes, as a stack array is not): a wide column sum's double array.
+ * Out of memory is shd_fatal. */
+void *shd_scratch_zalloc(size_t bytes);
+void shd_scratch_free(void *p);
 
 /* ---- collectives.c: collectives over ordered axis groups --------------- */
 
