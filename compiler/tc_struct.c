@@ -929,6 +929,8 @@ bool tc_struct_op(TcCtx *c, Expr *e, const Type *annot, Type *out) {
         return false;
       else if (annot && annot->kind == TY_STRUCT)
         t = *annot;
+      else if (c->bound && c->bound->kind == TY_STRUCT && tc_through_operators(c->bound_expr, e, true))
+        t = *c->bound;   /* var p: Model = normal(seed=1) * 0.02 (language.md 10.3) */
       if (t.kind != TY_STRUCT)
         return false;
       if (targ)
