@@ -692,6 +692,10 @@ static void check_assign(TcCtx *c, Stmt *s) {
     target = ty_field(&target, k);
     name = arena_printf("%s.%s", name, fname);
   }
+  /* (a, b) = e: name the element in messages (language.md 10.3). */
+  const char *elem = s->tuple_elem ? arena_printf("element %d of the tuple: ", s->tuple_elem) : "";
+  const char *where = s->tuple_elem ? arena_printf("element %d of the tuple, assigned to %s", s->tuple_elem, name)
+                                    : arena_printf("assignment to %s", name);
   Type t;
   if (tc_is_annotatable(c, s->expr)) {
     /* The var's type is the out_sharding; a creation that names another
@@ -701,7 +705,7 @@ static void check_assign(TcCtx *c, Stmt *s) {
     const Expr *outer_expr = c->bound_expr;
     c->bound = &target;
     c->bound_expr = s->expr;
-    tc_expr_annot(c, s->expr, &target, arena_printf("assignment to %s", name));
+    tc_expr_annot(c, s->expr, &target, where);
     c->bound = outer;
     c->bound_expr = outer_expr;
     c->annot_code = NULL;
@@ -718,7 +722,7 @@ static void check_assign(TcCtx *c, Stmt *s) {
     return;
   if (target.kind == TY_STRUCT || t.kind == TY_STRUCT) {
     c->annot_code = "E_CARRY";
-    tc_struct_fits(c, s->expr, &t, &target, arena_printf("assignment to %s", name));
+    tc_struct_fits(c, s->expr, &t, &target, where);
     c->annot_code = NULL;
     return;
   }
@@ -731,16 +735,16 @@ static void check_assign(TcCtx *c, Stmt *s) {
     AxisSet dv = tt.V ^ target.V;
     if (dv)
       diag_error(s->pos, "E_CARRY",
-                 "assignment changes the type of var '%s' from %s to %s; a var keeps its type, and it differs in "
+                 "%sassignment changes the type of var '%s' from %s to %s; a var keeps its type, and it differs in "
                  "the varying axes %s: declare the var varying with pcast(x, %s, to=varying), or make the value "
                  "invariant with a collective",
-                 name, ty_str(c->mesh, &target), ty_str(c->mesh, &t), ty_axes_str(c->mesh, dv),
+                 elem, name, ty_str(c->mesh, &target), ty_str(c->mesh, &t), ty_axes_str(c->mesh, dv),
                  ty_axes_arg(c->mesh, dv));
     else
       diag_error(s->pos, "E_CARRY",
-                 "assignment changes the type of var '%s' from %s to %s; a var keeps its type (reshard or cast the "
+                 "%sassignment changes the type of var '%s' from %s to %s; a var keeps its type (reshard or cast the "
                  "value)",
-                 name, ty_str(c->mesh, &target), ty_str(c->mesh, &t));
+                 elem, name, ty_str(c->mesh, &target), ty_str(c->mesh, &t));
     diag_note(sym->pos, "'%s' is declared here", sym->name);
   }
 }
