@@ -113,7 +113,8 @@ typedef struct {
   Expr *bad_annot;               /* an expression whose annotation was itself wrong */
   const char *annot_code;        /* code of a creation/annotation mismatch (E_ANNOT if NULL) */
   const Type *bound;             /* the declared type of the let, var or assignment being checked */
-  const Expr *bound_expr;        /* its value (creations reached through operators get bound's type in hints) */
+  const Expr *bound_expr;        /* its value: a creation inside its elementwise arithmetic takes bound's type,
+                                  * one behind another operator names it in the message */
 } TcCtx;
 
 /* tc.c */
