@@ -332,7 +332,8 @@ static const DiagCode codes[] = {
      "    print(b)\n"
      "}\n", NULL},
     {"E_CARRY", "Var type", "an assignment that changes a var's type",
-     "A var keeps its type: reshard or cast the new value to the declared type.",
+     "A var keeps its type: reshard or cast the new value to the declared type. Each element of a tuple "
+     "assignment `(a, b) = e` is an assignment of its own, and the message names the element.",
      // the example and its fix
      "mesh {X: 2}\n"
      "fn main() {\n"

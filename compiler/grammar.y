@@ -178,8 +178,8 @@ block(B) ::= LBRACE(K) stmts(S) RBRACE.       { B = parse_block(K, &S); }
 stmts(S) ::= .                                { S = (Vec){0}; }
 stmts(S) ::= stmt_seq(S).
 stmts(S) ::= stmt_seq(S) terms.
-stmt_seq(S) ::= stmt(X).                      { S = (Vec){0}; if (X) vec_push(&S, X); }
-stmt_seq(S) ::= stmt_seq(S) terms stmt(X).    { if (X) vec_push(&S, X); }
+stmt_seq(S) ::= stmt(X).                      { S = (Vec){0}; parse_push_stmt(&S, X); }
+stmt_seq(S) ::= stmt_seq(S) terms stmt(X).    { parse_push_stmt(&S, X); }
 terms ::= term.
 terms ::= terms term.
 term ::= NL.

@@ -331,7 +331,7 @@ static void index_stmt(LspIndex *ix, const Stmt *s) {
     return;
   case ST_LET_TUPLE:
     index_expr(ix, s->expr);
-    for (int i = 0; i < s->names.len; i++)
+    for (int i = 0; s->tuple_elem >= 0 && i < s->names.len; i++)   /* not (a, b) = e's hidden names */
       bind(ix, OC_BIND, *(Token *)s->names.data[i], i < s->syms.len ? s->syms.data[i] : NULL, s);
     return;
   case ST_ASSIGN:

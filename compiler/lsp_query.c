@@ -493,7 +493,7 @@ static void binding_symbols(const LspCtx *c, const Block *b, json_t *out) {
     if (st->kind == ST_LET || st->kind == ST_VAR) {
       json_array_append_new(out, name_symbol(c, st->name, st->sym ? lsp_type_text(c, &st->sym->type) : NULL,
                                              SK_VARIABLE));
-    } else if (st->kind == ST_LET_TUPLE) {
+    } else if (st->kind == ST_LET_TUPLE && st->tuple_elem >= 0) {   /* not (a, b) = e's hidden names */
       for (int k = 0; k < st->names.len; k++) {
         const Symbol *sym = k < st->syms.len ? st->syms.data[k] : NULL;
         json_array_append_new(out, name_symbol(c, *(Token *)st->names.data[k],

@@ -113,7 +113,8 @@ typedef struct {
   Expr *bad_annot;               /* an expression whose annotation was itself wrong */
   const char *annot_code;        /* code of a creation/annotation mismatch (E_ANNOT if NULL) */
   const Type *bound;             /* the declared type of the let, var or assignment being checked */
-  const Expr *bound_expr;        /* its value (creations reached through operators get bound's type in hints) */
+  const Expr *bound_expr;        /* its value: a creation inside its elementwise arithmetic takes bound's type,
+                                  * one behind another operator names it in the message */
 } TcCtx;
 
 /* tc.c */
@@ -126,6 +127,8 @@ bool tc_resolve_type(TcCtx *c, TypeExpr *te, Type *out);
 bool tc_const_int(TcCtx *c, Expr *e, int64_t *out);
 RuleCtx tc_rule(TcCtx *c, Pos pos, const char *opname);
 Type tc_manual_local(TcCtx *c, const Type *global, AxisSet manual, Pos pos, const char *what, bool *ok);
+/* op_creation.c: whether e is root or inside it through operators (elementwise arithmetic only, or any). */
+bool tc_through_operators(const Expr *root, const Expr *e, bool elementwise);
 /* tc_expr.c */
 Type tc_expr(TcCtx *c, Expr *e);
 Type tc_expr_with(TcCtx *c, Expr *e, const Type *annot);   /* annot as out_sharding, unchecked */

@@ -369,9 +369,69 @@ Stmt *parse_stmt_let_tuple(Token kw, Vec *names, Expr *e) {
   return s;
 }
 
-/* NAME = e, or NAME.f.g = e (a field of a struct var); anything else on
- * the left is a syntax error. */
+static Stmt *assign_one(ParseCtx *pc, Expr *target, Expr *e);
+
+/* (a, p.w, _) = e (language.md 10.3): `let (_tupN_0, _tupN_1, _) = e`
+ * then `a = _tupN_0`, `p.w = _tupN_1` as the let's `then`, so each
+ * element is assigned, typed and carried as a single assignment is. The
+ * hidden names start with `_` (never warned about) and are C names. */
+static Stmt *assign_tuple(ParseCtx *pc, Expr *target, Token assign, Expr *e) {
+  static int ntuples;
+  int id = ntuples++;
+  Vec names = {0}, then = {0};
+  bool ok = true;
+  for (int i = 0; i < target->args.len; i++) {
+    Expr *el = target->args.data[i];
+    Token *name = arena_alloc(sizeof *name);
+    *name = el->tok;
+    if (el->kind == EX_NAME && tok_eq(el->tok, "_")) {
+      vec_push(&names, name);
+      continue;
+    }
+    char *hidden = arena_printf("_tup%d_%d", id, i);
+    name->start = hidden;
+    name->len = (int)strlen(hidden);
+    name->pos = el->pos;
+    vec_push(&names, name);
+    Expr *ref = ast_expr(EX_NAME, el->pos);
+    ref->tok = *name;
+    ref->str = hidden;
+    Stmt *a = assign_one(pc, el, ref);
+    if (!a) {
+      ok = false;
+      continue;
+    }
+    a->tuple_elem = i + 1;
+    vec_push(&then, a);
+  }
+  if (!ok)
+    return NULL;
+  Stmt *s = parse_stmt_let_tuple(assign, &names, e);
+  s->pos = target->pos;
+  s->then = then;
+  s->tuple_elem = -1;
+  return s;
+}
+
+/* NAME = e, or NAME.f.g = e (a field of a struct var), or a tuple of
+ * these; anything else on the left is a syntax error. */
 Stmt *parse_stmt_assign(ParseCtx *pc, Expr *target, Token assign, Expr *e) {
+  if (target->kind == EX_TUPLE)
+    return assign_tuple(pc, target, assign, e);
+  return assign_one(pc, target, e);
+}
+
+/* The statements of a sequence: s and those it stands for (a tuple
+ * assignment's). */
+void parse_push_stmt(Vec *stmts, Stmt *s) {
+  if (!s)
+    return;
+  vec_push(stmts, s);
+  for (int i = 0; i < s->then.len; i++)
+    vec_push(stmts, s->then.data[i]);
+}
+
+static Stmt *assign_one(ParseCtx *pc, Expr *target, Expr *e) {
   Vec path = {0};
   Expr *t = target;
   while (t->kind == EX_FIELD) {
@@ -379,7 +439,9 @@ Stmt *parse_stmt_assign(ParseCtx *pc, Expr *target, Token assign, Expr *e) {
     t = t->lhs;
   }
   if (t->kind != EX_NAME) {
-    diag_error(target->pos, "E_SYNTAX", "cannot assign to %s; the left of `=` is a var or a field of one (p.w = ...)",
+    diag_error(target->pos, "E_SYNTAX",
+               "cannot assign to %s; the left of `=` is a var, a field of one (p.w = ...) or a tuple of these "
+               "((a, p.w, _) = ...)",
                t->kind == EX_INDEX ? "an indexing expression (use dynamic_update_slice)" : "an expression");
     pc->failed = true;
     return NULL;

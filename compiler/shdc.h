@@ -368,6 +368,9 @@ struct Stmt {
   Token name;          /* let/var/assign target, for variable */
   Vec names;           /* ST_LET_TUPLE: Token * */
   Vec path;            /* ST_ASSIGN of a field, p.h.w = ...: the field names (Token *) after the var */
+  Vec then;            /* ST_LET_TUPLE of a tuple assignment (a, b) = e: the ST_ASSIGNs that follow it */
+  int tuple_elem;      /* ST_ASSIGN made from a tuple assignment: its element, from 1; the ST_LET_TUPLE
+                        * of its hidden names: -1 (not shown by the language server); else 0 */
   TypeExpr *type;      /* optional annotation */
   Expr *expr;          /* value; for: lower bound; if: condition */
   Expr *hi;            /* for: upper bound */
@@ -529,6 +532,7 @@ void parse_const(ParseCtx *pc, Token name, Expr *value);
 Stmt *parse_stmt_let(Token kw, Token name, TypeExpr *t, Expr *e, StmtKind k);
 Stmt *parse_stmt_let_tuple(Token kw, Vec *names, Expr *e);
 Stmt *parse_stmt_assign(ParseCtx *pc, Expr *target, Token assign, Expr *e);
+void parse_push_stmt(Vec *stmts, Stmt *s);
 TypeExpr *parse_named_type(ParseCtx *pc, Token name);
 Expr *parse_field(Expr *x, Token name, Token dot);
 void parse_struct(ParseCtx *pc, Token kw, Token name, Vec *fields);

@@ -608,6 +608,27 @@ bool tc_check_signature(TcCtx *c, FuncDecl *f) {
 
 static void check_block(TcCtx *c, Block *b, bool fn_body);
 
+/* The type a binding or assignment gives the value e (c->bound), for
+ * creations that leave out TYPE inside its elementwise arithmetic
+ * (op_creation.c, tc_struct.c); with_bound returns the outer one for
+ * restore_bound. */
+typedef struct {
+  const Type *type;
+  const Expr *expr;
+} Bound;
+
+static Bound with_bound(TcCtx *c, const Type *t, const Expr *e) {
+  Bound outer = {c->bound, c->bound_expr};
+  c->bound = t;
+  c->bound_expr = e;
+  return outer;
+}
+
+static void restore_bound(TcCtx *c, Bound outer) {
+  c->bound = outer.type;
+  c->bound_expr = outer.expr;
+}
+
 static Type bind_value(TcCtx *c, Stmt *s, bool mutable_) {
   Type t;
   const char *what = arena_printf("%s %.*s", mutable_ ? "var" : "let", s->name.len, s->name.start);
@@ -617,13 +638,9 @@ static Type bind_value(TcCtx *c, Stmt *s, bool mutable_) {
       tc_expr_unannotated(c, s->expr);
       return ty_error();
     }
-    const Type *outer = c->bound;
-    const Expr *outer_expr = c->bound_expr;
-    c->bound = &annot;
-    c->bound_expr = s->expr;
+    Bound outer = with_bound(c, &annot, s->expr);
     t = tc_expr_annot(c, s->expr, &annot, what);
-    c->bound = outer;
-    c->bound_expr = outer_expr;
+    restore_bound(c, outer);
     if (t.kind != TY_ERROR)
       t = annot;
   } else {
@@ -692,33 +709,29 @@ static void check_assign(TcCtx *c, Stmt *s) {
     target = ty_field(&target, k);
     name = arena_printf("%s.%s", name, fname);
   }
+  /* (a, b) = e: name the element in messages (language.md 10.3). */
+  const char *elem = s->tuple_elem ? arena_printf("element %d of the tuple: ", s->tuple_elem) : "";
+  const char *where = s->tuple_elem ? arena_printf("element %d of the tuple, assigned to %s", s->tuple_elem, name)
+                                    : arena_printf("assignment to %s", name);
   Type t;
   if (tc_is_annotatable(c, s->expr)) {
     /* The var's type is the out_sharding; a creation that names another
      * type changes the var's type. */
     c->annot_code = "E_CARRY";
-    const Type *outer = c->bound;
-    const Expr *outer_expr = c->bound_expr;
-    c->bound = &target;
-    c->bound_expr = s->expr;
-    tc_expr_annot(c, s->expr, &target, arena_printf("assignment to %s", name));
-    c->bound = outer;
-    c->bound_expr = outer_expr;
+    Bound outer = with_bound(c, &target, s->expr);
+    tc_expr_annot(c, s->expr, &target, where);
+    restore_bound(c, outer);
     c->annot_code = NULL;
     return;
   }
-  const Type *outer = c->bound;
-  const Expr *outer_expr = c->bound_expr;
-  c->bound = &target;   /* p.w = normal(seed=1) * 2.0: the field's type for creations' messages */
-  c->bound_expr = s->expr;
+  Bound outer = with_bound(c, &target, s->expr);   /* p.w = normal(seed=1) * 2.0: the field's type */
   t = tc_expr(c, s->expr);
-  c->bound = outer;
-  c->bound_expr = outer_expr;
+  restore_bound(c, outer);
   if (t.kind == TY_ERROR)
     return;
   if (target.kind == TY_STRUCT || t.kind == TY_STRUCT) {
     c->annot_code = "E_CARRY";
-    tc_struct_fits(c, s->expr, &t, &target, arena_printf("assignment to %s", name));
+    tc_struct_fits(c, s->expr, &t, &target, where);
     c->annot_code = NULL;
     return;
   }
@@ -731,16 +744,16 @@ static void check_assign(TcCtx *c, Stmt *s) {
     AxisSet dv = tt.V ^ target.V;
     if (dv)
       diag_error(s->pos, "E_CARRY",
-                 "assignment changes the type of var '%s' from %s to %s; a var keeps its type, and it differs in "
+                 "%sassignment changes the type of var '%s' from %s to %s; a var keeps its type, and it differs in "
                  "the varying axes %s: declare the var varying with pcast(x, %s, to=varying), or make the value "
                  "invariant with a collective",
-                 name, ty_str(c->mesh, &target), ty_str(c->mesh, &t), ty_axes_str(c->mesh, dv),
+                 elem, name, ty_str(c->mesh, &target), ty_str(c->mesh, &t), ty_axes_str(c->mesh, dv),
                  ty_axes_arg(c->mesh, dv));
     else
       diag_error(s->pos, "E_CARRY",
-                 "assignment changes the type of var '%s' from %s to %s; a var keeps its type (reshard or cast the "
+                 "%sassignment changes the type of var '%s' from %s to %s; a var keeps its type (reshard or cast the "
                  "value)",
-                 name, ty_str(c->mesh, &target), ty_str(c->mesh, &t));
+                 elem, name, ty_str(c->mesh, &target), ty_str(c->mesh, &t));
     diag_note(sym->pos, "'%s' is declared here", sym->name);
   }
 }

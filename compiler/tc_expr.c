@@ -429,11 +429,8 @@ static Type check_remat(TcCtx *c, Expr *e) {
                fn->str);
     return ty_error();
   }
-  if (c->manual) {
-    diag_error(e->pos, "E_MANUAL", "remat is available in the global view; inside a manual body, compute again "
-               "what the backward pass needs in the function the body differentiates");
-    return ty_error();
-  }
+  /* In a manual body, per call (language.md 10.3): f's instance for the
+   * device-local arguments, called rather than inlined (lower.c). */
   if (s->fn->manual) {
     diag_error(fn->pos, "E_ARG", "remat of the manual function %s: remat a global-view function (which may call it)",
                fn->str);

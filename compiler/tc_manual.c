@@ -329,16 +329,39 @@ static bool declared_in(Scope *sc, const Symbol *sym) {
  * over the condition's axes (JAX makes the outputs of a cond with a varying
  * predicate varying). */
 bool tc_check_diverge_assign(TcCtx *c, Stmt *assign, Symbol *sym) {
+  /* A struct var is varying over the axes all its leaves vary over
+   * (language.md 10.3). */
+  AxisSet have = sym->type.V;
+  bool is_struct = sym->type.kind == TY_STRUCT;
+  if (is_struct) {
+    have = ~(AxisSet)0;
+    for (int k = 0; k < sym->type.nelems; k++)
+      have &= sym->type.elems[k].V;
+  }
   for (int i = 0; i < c->diverge.len; i++) {
     const Diverge *d = c->diverge.data[i];
-    AxisSet missing = d->cond->ty->V & ~sym->type.V;
+    AxisSet missing = d->cond->ty->V & ~have;
     if (!missing || !declared_in(d->outer, sym))
       continue;
     const char *ax = ty_axes_str(c->mesh, missing);
+    const char *fix = arena_printf("e.g. var %s = pcast(..., %s, to=varying)", sym->name,
+                                   ty_axes_arg(c->mesh, missing));
+    const char *leaf = "";
+    if (is_struct) {   /* name a leaf that does not vary; pcast of the struct fits if none does */
+      int k = 0, some = 0;
+      while (k < sym->type.nelems && !(missing & ~sym->type.elems[k].V))
+        k++;
+      for (int j = 0; j < sym->type.nelems; j++)
+        some |= (sym->type.elems[j].V & missing) != 0;
+      leaf = arena_printf(" on every leaf (%s is not)", ty_leaf_path(sym->type.sdef, k));
+      if (some)
+        fix = "or, as other leaves vary already (a pcast of the struct would cast them again), choose the value "
+              "with where(...) outside the branch";
+    }
     diag_error(assign->pos, "E_CARRY",
                "var '%s' (%s) is assigned under %s, so afterwards it may differ across devices along %s; declare it "
-               "varying over %s, e.g. var %s = pcast(..., %s, to=varying)",
-               sym->name, TS(&sym->type), diverge_reason(c, d), ax, ax, sym->name, ty_axes_arg(c->mesh, missing));
+               "varying over %s%s, %s",
+               sym->name, TS(&sym->type), diverge_reason(c, d), ax, ax, leaf, fix);
     diag_note(sym->pos, "'%s' is declared here", sym->name);
     return false;
   }

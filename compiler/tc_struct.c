@@ -711,9 +711,20 @@ static bool check_same_struct(TcCtx *c, Expr *e, const Type *a, const Type *b) {
 
 /* The operands of an elementwise operator or builtin (not type arguments
  * or keyword arguments): pointers to their slots in e. */
+/* pcast(p, AXES, to=...) of a struct: each leaf cast (language.md 10.3);
+ * its operand is the first argument only. By the callee's name: a leaf's
+ * copy has no builtin yet. */
+static bool is_pcast(const Expr *e) {
+  return e->kind == EX_CALL && e->callee && e->callee->kind == EX_NAME && e->callee->str &&
+         strcmp(e->callee->str, "pcast") == 0;
+}
+
 static int operand_slots(Expr *e, Expr ***slots) {
   int n = 0;
-  if (e->kind == EX_UNARY) {
+  if (is_pcast(e)) {
+    if (e->args.len && ((Expr *)e->args.data[0])->kind != EX_KWARG)
+      slots[n++] = (Expr **)&e->args.data[0];
+  } else if (e->kind == EX_UNARY) {
     slots[n++] = &e->lhs;
   } else if (e->kind == EX_BINARY) {
     slots[n++] = &e->lhs;
@@ -983,6 +994,8 @@ bool tc_struct_op(TcCtx *c, Expr *e, const Type *annot, Type *out) {
         return false;
       else if (annot && annot->kind == TY_STRUCT)
         t = *annot;
+      else if (c->bound && c->bound->kind == TY_STRUCT && tc_through_operators(c->bound_expr, e, true))
+        t = *c->bound;   /* var p: Model = normal(seed=1) * 0.02 (language.md 10.3) */
       if (t.kind != TY_STRUCT)
         return false;
       if (targ)
@@ -1004,7 +1017,7 @@ bool tc_struct_op(TcCtx *c, Expr *e, const Type *annot, Type *out) {
       *out = xt.kind == TY_ERROR ? ty_error() : lift_reshard(c, e, x, e->args.data[1]);
       return true;
     }
-    if (!(e->bi->flags & (BIF_ELEMENTWISE | BIF_STRUCT_SUM)))
+    if (!(e->bi->flags & (BIF_ELEMENTWISE | BIF_STRUCT_SUM)) && !is_pcast(e))
       return false;
   }
   Expr **ops[8];

@@ -81,7 +81,7 @@ EDITS = [
      "\n    var ps = reshard(p, GPTZ)                  // the parameters kept between steps: shards\n\\1", 1),
     (r"value_and_grad\(loss\)\(p, ", "value_and_grad(zero_loss)(ps, ", 1),
     (r"adamw\(p\.(d|n), ", r"adamw(ps.\1, ", 2),
-    (r"\bp\.(d|n) = (\w+);", r"ps.\1 = \2;", 2),
+    (r"\(p\.(d|n), m\.", r"(ps.\1, m.", 2),
     (r"(\n *)var vl = 0\.0", r"\1var vl = 0.0\1let pw = reshard(ps, GPT)", 1),
     (r"loss\(p, vb", "loss(pw, vb", 1),
     (r"State\(p=p, m=m, v=v\)", "State(p=reshard(ps, GPT), m=reshard(m, GPT), v=reshard(v, GPT))", 1),
