@@ -68,3 +68,22 @@ bool tok_eq(Token t, const char *s) {
 char *tok_str(Token t) { return arena_strndup(t.start, (size_t)t.len); }
 
 Pos tok_pos(Token t) { return t.pos; }
+
+/* Whether e is root or reached from it through elementwise arithmetic only
+ * (a * 2.0, -a, (a), a + b): a creation there has the bound value's type
+ * (language.md 10.3). `elementwise` false: through any operator (for the
+ * message when the type cannot reach it, e.g. through @ or a comparison). */
+bool ast_through_operators(const Expr *root, const Expr *e, bool elementwise) {
+  if (!root)
+    return false;
+  if (root == e)
+    return true;
+  if (root->kind == EX_UNARY)
+    return ast_through_operators(root->lhs, e, elementwise);
+  if (root->kind != EX_BINARY)
+    return false;
+  if (elementwise && !(root->op == BIN_ADD || root->op == BIN_SUB || root->op == BIN_MUL || root->op == BIN_DIV ||
+                       root->op == BIN_MAX || root->op == BIN_MIN || root->op == BIN_POW || root->op == BIN_MOD))
+    return false;
+  return ast_through_operators(root->lhs, e, elementwise) || ast_through_operators(root->rhs, e, elementwise);
+}

@@ -1107,7 +1107,7 @@ static const BuiltinDef builtins[] = {
     {.name = "ppermute", .code = C_PPERMUTE, .flags = MANUAL, .check = check_collective, .lower = lower_collective},
     {.name = "axis_index", .code = C_AXIS_INDEX, .flags = MANUAL, .check = check_collective,
      .lower = lower_collective},
-    {.name = "pcast", .code = C_PCAST, .flags = MANUAL, .check = check_collective, .lower = lower_collective},
+    {.name = "pcast", .code = C_PCAST, .flags = MANUAL | BIF_FIRST_OPERAND, .check = check_collective, .lower = lower_collective},
     {.name = "reshard", .code = C_RESHARD, .flags = BIF_TYPE_ARG | BIF_STRUCT_RESHARD, .check = check_reshard, .lower = lower_reshard},
     {0},
 };

@@ -25,25 +25,6 @@ static bool is_array(const Value *v) { return v->type.rank > 0; }
 /* ---- typing ------------------------------------------------------------------------- */
 
 
-/* Whether e is root or reached from it through elementwise arithmetic only
- * (a * 2.0, -a, (a), a + b): a creation there has the bound value's type
- * (language.md 10.3). `elementwise` false: through any operator (for the
- * message when the type cannot reach it, e.g. through @ or a comparison). */
-bool tc_through_operators(const Expr *root, const Expr *e, bool elementwise) {
-  if (!root)
-    return false;
-  if (root == e)
-    return true;
-  if (root->kind == EX_UNARY)
-    return tc_through_operators(root->lhs, e, elementwise);
-  if (root->kind != EX_BINARY)
-    return false;
-  if (elementwise && !(root->op == BIN_ADD || root->op == BIN_SUB || root->op == BIN_MUL || root->op == BIN_DIV ||
-                       root->op == BIN_MAX || root->op == BIN_MIN || root->op == BIN_POW || root->op == BIN_MOD))
-    return false;
-  return tc_through_operators(root->lhs, e, elementwise) || tc_through_operators(root->rhs, e, elementwise);
-}
-
 static Type creation_type(TcCtx *c, Expr *e, Expr *targ, const Type *annot, bool *ok) {
   Type t;
   if (targ) {
@@ -71,7 +52,7 @@ static Type creation_type(TcCtx *c, Expr *e, Expr *targ, const Type *annot, bool
     *ok = false;
     return ty_error();
   } else if (c->bound && (c->bound->kind == TY_ARRAY || c->bound->kind == TY_STRUCT) &&
-             tc_through_operators(c->bound_expr, e, true)) {
+             ast_through_operators(c->bound_expr, e, true)) {
     /* let w: f32[8] = normal(seed=5) * 0.3: elementwise arithmetic keeps
      * the type, so the creation has the binding's (the same stream as
      * normal(f32[8], seed=5) * 0.3). */
@@ -79,7 +60,7 @@ static Type creation_type(TcCtx *c, Expr *e, Expr *targ, const Type *annot, bool
     if (c->annot_v_free)
       tc_manual_states_from(c, &t, 0, 0, 0);
   } else if (c->bound && (c->bound->kind == TY_ARRAY || c->bound->kind == TY_STRUCT) &&
-             tc_through_operators(c->bound_expr, e, false)) {
+             ast_through_operators(c->bound_expr, e, false)) {
     /* let q: f32[8,8] = normal(seed=2) @ w: the binding's type does not
      * reach a creation inside a non-elementwise operation; say the type
      * the user wrote. */

@@ -128,7 +128,6 @@ bool tc_const_int(TcCtx *c, Expr *e, int64_t *out);
 RuleCtx tc_rule(TcCtx *c, Pos pos, const char *opname);
 Type tc_manual_local(TcCtx *c, const Type *global, AxisSet manual, Pos pos, const char *what, bool *ok);
 /* op_creation.c: whether e is root or inside it through operators (elementwise arithmetic only, or any). */
-bool tc_through_operators(const Expr *root, const Expr *e, bool elementwise);
 /* tc_expr.c */
 Type tc_expr(TcCtx *c, Expr *e);
 Type tc_expr_with(TcCtx *c, Expr *e, const Type *annot);   /* annot as out_sharding, unchecked */
@@ -307,6 +306,7 @@ enum {                     /* BuiltinDef.flags */
   BIF_STRUCT_ANNOT = 512,  /* an annotation with a struct type reaches its check (load of a struct) */
   BIF_STRUCT_SUM = 1024,   /* of one struct: the sum of every leaf, one all-reduce per set of axes (§9.2) */
   BIF_STRUCT_RESHARD = 2048, /* of a struct to a struct type with the same leaves, leaf by leaf (reshard) */
+  BIF_FIRST_OPERAND = 4096, /* applies to a struct leaf by leaf, its first argument the one operand (pcast) */
 };
 
 /* The syntax a builtin row answers to: a call by its name, or an operator

@@ -486,6 +486,9 @@ typedef struct {
 } Program;
 
 Expr *ast_expr(ExprKind kind, Pos pos);
+/* Whether e is root or reached from it through elementwise arithmetic only
+ * (elementwise false: through any operator). */
+bool ast_through_operators(const Expr *root, const Expr *e, bool elementwise);
 Stmt *ast_stmt(StmtKind kind, Pos pos);
 const char *ast_binop_text(int op);
 void ast_type_text(Str *s, const TypeExpr *t);

@@ -712,16 +712,14 @@ static bool check_same_struct(TcCtx *c, Expr *e, const Type *a, const Type *b) {
 /* The operands of an elementwise operator or builtin (not type arguments
  * or keyword arguments): pointers to their slots in e. */
 /* pcast(p, AXES, to=...) of a struct: each leaf cast (language.md 10.3);
- * its operand is the first argument only. By the callee's name: a leaf's
- * copy has no builtin yet. */
-static bool is_pcast(const Expr *e) {
-  return e->kind == EX_CALL && e->callee && e->callee->kind == EX_NAME && e->callee->str &&
-         strcmp(e->callee->str, "pcast") == 0;
-}
+ * its operand is the first argument only (BIF_FIRST_OPERAND). */
+static bool is_pcast(const Expr *e) { return e->kind == EX_CALL && e->bi && (e->bi->flags & BIF_FIRST_OPERAND); }
 
-static int operand_slots(Expr *e, Expr ***slots) {
+/* first_only: e's builtin takes one operand, its first argument (a leaf's
+ * copy of e has no builtin yet: the caller asks the original). */
+static int operand_slots(Expr *e, Expr ***slots, bool first_only) {
   int n = 0;
-  if (is_pcast(e)) {
+  if (first_only) {
     if (e->args.len && ((Expr *)e->args.data[0])->kind != EX_KWARG)
       slots[n++] = (Expr **)&e->args.data[0];
   } else if (e->kind == EX_UNARY) {
@@ -753,7 +751,7 @@ static Type lift_elementwise(TcCtx *c, Expr *e, Expr **ops[], int nops, const Ty
   for (int k = 0; k < nl && ok; k++) {
     Expr *le = copy_node(e);
     Expr **lops[8];
-    operand_slots(le, lops);
+    operand_slots(le, lops, is_pcast(e));
     for (int j = 0; j < nops; j++)
       *lops[j] = (*ops[j])->ty->kind == TY_STRUCT ? leaf_of(*ops[j], k) : shared[j];
     vec_push(&e->leaves, le);
@@ -994,7 +992,7 @@ bool tc_struct_op(TcCtx *c, Expr *e, const Type *annot, Type *out) {
         return false;
       else if (annot && annot->kind == TY_STRUCT)
         t = *annot;
-      else if (c->bound && c->bound->kind == TY_STRUCT && tc_through_operators(c->bound_expr, e, true))
+      else if (c->bound && c->bound->kind == TY_STRUCT && ast_through_operators(c->bound_expr, e, true))
         t = *c->bound;   /* var p: Model = normal(seed=1) * 0.02 (language.md 10.3) */
       if (t.kind != TY_STRUCT)
         return false;
@@ -1021,7 +1019,7 @@ bool tc_struct_op(TcCtx *c, Expr *e, const Type *annot, Type *out) {
       return false;
   }
   Expr **ops[8];
-  int nops = operand_slots(e, ops);
+  int nops = operand_slots(e, ops, is_pcast(e));
   const Type *st = NULL;
   bool bad = false;
   for (int j = 0; j < nops; j++) {
