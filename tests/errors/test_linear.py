@@ -42,6 +42,7 @@ FACTOR = 6.0
 SAN_FACTOR = 12.0
 FLOOR = 0.03
 REPEAT = 3
+CONFIRM = 5       # more runs of a pair whose ratio is over the limit, before it fails
 LIMIT_S = 120
 SANITIZED = "ASAN_OPTIONS" in os.environ
 
@@ -125,7 +126,7 @@ CASES = [
     ("struct leaves", leaves, 800, ["check", "emit-c", "lsp"]),
     ("generic instances", instances, 800, ["check", "emit-c", "lsp"]),
     ("bindings", bindings, 4000, ["check", "emit-c", "lsp"]),
-    ("functions", functions, 1500, ["check", "emit-c", "lsp"]),
+    ("functions", functions, 3000, ["check", "emit-c", "lsp"]),       # at 1500, emit-c's 0.04 s is noise
     ("imports", imports, 500, ["check", "emit-c", "lsp"]),
     ("import chain", import_chain, 50, ["check", "emit-c"]),            # 4n = 200, the limit
 ]
@@ -226,11 +227,18 @@ def main():
             t0, e0 = measure(shdc, cmd, small, repeat)
             t1, e1 = measure(shdc, cmd, large, repeat)
             ratio = max(t1, FLOOR) / max(t0, FLOOR)
+            limit = SAN_FACTOR if SANITIZED else FACTOR
+            if ratio > limit and not (e0 or e1):
+                # confirm before failing: a busy machine (CI runs two tests at a
+                # time) can slow one measurement; a super-linear phase is slow
+                # again, so the least of more runs still shows it
+                t0 = min(t0, measure(shdc, cmd, small, CONFIRM)[0])
+                t1 = min(t1, measure(shdc, cmd, large, CONFIRM)[0])
+                ratio = max(t1, FLOOR) / max(t0, FLOOR)
             report.append("%-20s %-7s n=%-5d %7.3f s -> %7.3f s  x%.1f" % (name, cmd, n, t0, t1, ratio))
             for size, e in ((n, e0), (4 * n, e1)):
                 if e:
                     failures.append("%s at %d, shdc %s: %s" % (name, size, cmd, e))
-            limit = SAN_FACTOR if SANITIZED else FACTOR
             if ratio > limit:
                 failures.append("%s, shdc %s: %.3f s at n=%d, %.3f s at 4n: %.1f times, more than %g (super-linear)"
                                 % (name, cmd, t0, n, t1, ratio, limit))
