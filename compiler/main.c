@@ -40,7 +40,8 @@ static const char usage_options[] =
     "  -D NAME=VALUE          override the integer `const NAME` (repeatable; e.g. -D C=256)\n"
     "  -I DIR                 where `import` looks after the importing file's directory\n"
     "                         (repeatable; then the installed library, with std/)\n"
-    "  -o PROG, --output=PROG output executable (build)\n"
+    "  -o PROG, --output=PROG output executable (build); the file the output goes to\n"
+    "                         (types, emit-ir, emit-c, explain, show, plan, trace-summary)\n"
     "  -O0 ... -O3            C optimisation level of the build (default -O3, or SHDC_OPT)\n"
     "  --isa=clones|native|baseline\n"
     "                         build: each function for default, avx2 and avx512f, the\n"
@@ -140,6 +141,48 @@ static void check_output(const char *out, const char *input, const char *what) {
   const char *dir = dirname(copy);
   if (access(dir, W_OK | X_OK) != 0 || (exists && access(out, W_OK) != 0))
     diag_io_error("cannot write %s: %s", out, strerror(errno));
+}
+
+/* -o FILE for the commands that print (types, emit-ir, emit-c, explain,
+ * show, plan, trace-summary): the standard output goes to a temporary
+ * beside FILE, which replaces FILE only when the command succeeded and
+ * every byte was written (safefile.h's rules: no link, FIFO or directory
+ * at FILE is followed or replaced). */
+static shd_temp stdout_temp;
+static const char *stdout_target;
+
+static void stdout_to_file(const Options *o) {
+  if (!o->out)
+    return;
+  for (int i = 0; i < o->files.len; i++)
+    check_output(o->out, o->files.data[i], "-o");
+  fflush(stdout);
+  int fd = shd_temp_create(&stdout_temp, o->out, "shdc-out");
+  if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0)
+    diag_io_error("cannot write %s: %s", stdout_temp.path, strerror(errno));
+  close(fd);
+  stdout_target = o->out;
+}
+
+/* rc, or 2 when the output could not be written or committed. */
+static int stdout_commit(int rc) {
+  if (!stdout_target)
+    return rc;
+  bool written = fflush(stdout) == 0 && !ferror(stdout) && fsync(STDOUT_FILENO) == 0;
+  int err = errno;
+  const char *why = NULL;
+  if (rc == 0 && written && shd_temp_commit(&stdout_temp, stdout_target, &why) == 0)
+    return rc;
+  if (shd_temp_is_ours(&stdout_temp))
+    unlink(stdout_temp.path);
+  if (rc == 0) {
+    if (!written)
+      fprintf(stderr, "shdc: error: cannot write %s: %s\n", stdout_target, strerror(err));
+    else
+      fprintf(stderr, "shdc: error: cannot write %s: %s %s\n", stdout_target, stdout_target, why);
+    rc = 2;
+  }
+  return rc;
 }
 
 /* --isa=VALUE, or SHDC_ISA=VALUE (what names it in the message). */
@@ -381,6 +424,8 @@ static int explain_error_main(int argc, char **argv) {
   if (argc == 3 && !all && argv[2][0] == '-')
     diag_usage_error("unknown option '%s' of explain-error (its only option is --all)", argv[2]);
   int rc = drv_explain_error(argc == 3 && !all ? argv[2] : NULL, all);
+  if (stdout_target)
+    return stdout_commit(rc);
   if (fflush(stdout) != 0 || ferror(stdout))
     diag_io_error("cannot write the output: %s", strerror(errno));
   return rc;
@@ -441,15 +486,20 @@ static int run_lsp(CommandLine *cl, const Command *c) {
 static int run_plan(CommandLine *cl, const Command *c) {
   if (!cl->o.devices)
     diag_usage_error("plan needs --devices=N, the number of devices to lay the mesh over");
-  return drv_plan(&cl->o, cl->o.files.data[0]);
+  stdout_to_file(&cl->o);
+  return stdout_commit(drv_plan(&cl->o, cl->o.files.data[0]));
 }
 
-static int run_trace_summary(CommandLine *cl, const Command *c) { return tsum_run(cl->o.files.data[0]); }
+static int run_trace_summary(CommandLine *cl, const Command *c) {
+  stdout_to_file(&cl->o);
+  return stdout_commit(tsum_run(cl->o.files.data[0]));
+}
 
 static int run_show(CommandLine *cl, const Command *c) {
+  stdout_to_file(&cl->o);
   int r = drv_run_one(&cl->o, cl->o.files.data[0]);
   diag_finish();
-  return r;
+  return stdout_commit(r);
 }
 
 /* check, types, build, emit-ir, emit-c, explain: each FILE through the
@@ -470,6 +520,8 @@ static int run_pipeline(CommandLine *cl, const Command *c) {
       diag_usage_error("build needs -o PROG");
     if (o->keep_c)
       check_output(arena_printf("%s.c", o->out), o->files.data[0], "--keep-c's");
+  } else if (!check) {
+    stdout_to_file(o);
   }
   int max_errors = cl->max_errors >= 0 ? cl->max_errors : o->diagnostics == DIAG_PLAIN ? 100 : 0;
   diag_set_max_errors(max_errors);
@@ -487,6 +539,8 @@ static int run_pipeline(CommandLine *cl, const Command *c) {
   }
   if (o->diagnostics != DIAG_PLAIN && !drv_write_diagnostics(o))
     rc = 2;
+  if (stdout_target)
+    return stdout_commit(rc);
   if (fflush(stdout) != 0 || ferror(stdout))
     diag_io_error("cannot write the output: %s", strerror(errno));
   return rc;

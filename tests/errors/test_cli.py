@@ -218,6 +218,40 @@ def convention_cases(shdc, good, bad, d):
     return failures
 
 
+def output_cases(shdc, good, bad, d):
+    """-o FILE on the commands that print (types, emit-ir, emit-c, explain,
+    show, plan): FILE holds exactly what stdout would, nothing goes to
+    stdout, and FILE is replaced only when the command succeeded (a program
+    with errors leaves an existing FILE as it was and no temporary)."""
+    failures = []
+    for cmd, extra in (("types", []), ("emit-ir", []), ("emit-c", []), ("explain", []), ("show", []),
+                       ("plan", ["--devices=2"])):
+        ref = subprocess.run([shdc, cmd, good] + extra, capture_output=True, text=True, timeout=60)
+        out = os.path.join(d, "out-" + cmd)
+        p = subprocess.run([shdc, cmd, good, "-o", out] + extra, capture_output=True, text=True, timeout=60)
+        got = open(out).read() if os.path.exists(out) else None
+        if ref.returncode != 0 or p.returncode != 0 or p.stdout or got != ref.stdout:
+            failures.append("shdc %s -o FILE: exit %d, %d bytes on stdout, FILE %s the %d bytes of stdout without -o"
+                            % (cmd, p.returncode, len(p.stdout), "holds" if got == ref.stdout else "does not hold",
+                               len(ref.stdout)))
+    keep = os.path.join(d, "keep.c")
+    with open(keep, "w") as f:
+        f.write("kept\n")
+    p = subprocess.run([shdc, "emit-c", bad, "-o", keep], capture_output=True, text=True, timeout=60)
+    if p.returncode != 1 or open(keep).read() != "kept\n":
+        failures.append("shdc emit-c BAD -o FILE: exit %d (expected 1), FILE %s" % (
+            p.returncode, "kept" if open(keep).read() == "kept\n" else "replaced"))
+    p = subprocess.run([shdc, "emit-c", good, "-o", os.path.join(d, "no-dir", "x.c")], capture_output=True,
+                       text=True, timeout=60)
+    if p.returncode != 2 or "cannot write" not in p.stderr:
+        failures.append("shdc emit-c -o NO-DIR/x.c: exit %d, expected 2 and 'cannot write'\n%s" % (
+            p.returncode, p.stderr))
+    left = [f for f in os.listdir(d) if f.startswith(".shdc-out")]
+    if left:
+        failures.append("-o left temporaries %r" % left)
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
@@ -260,6 +294,7 @@ def main():
                 failures.append("shdc %s: exit 2 without a message\n%s" % (" ".join(args), p.stderr))
         failures += trouble_cases(shdc, good, d)
         failures += convention_cases(shdc, good, bad, d)
+        failures += output_cases(shdc, good, bad, d)
         # --help and --version into a full disk: not a success (exit 2, said).
         for flag in ("--help", "--version"):
             with open("/dev/full", "w") as full:
