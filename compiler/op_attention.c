@@ -17,8 +17,12 @@
  * pvary), as for any multi-operand operation. causal is a literal bool,
  * scale a constant (default 1/sqrt(H)).
  *
- * IR: `attention` (args q, k, v; results out and lse [B, T, N], the
- * log-sum-exp of each query row's scores, which only the gradient reads)
+ * IR: `attention` (args q, k, v; results out and lse [B, T, N, 2]: each
+ * query row's max score and the log of its sum of exp(score - max), which
+ * only the gradient reads: kept apart, not added, so that a probability
+ * exp((score - max) - log sum) loses nothing where the scores are large:
+ * one rounded log-sum-exp at 1e6 is off by up to 1/32, at 1e37 it has
+ * lost log S altogether)
  * and `attention_grad` (args q, k, v, out, lse, g; results dq, dk, dv). The
  * gradient is the closed-form attention backward, linear in g, so a
  * pending (unreduced) cotangent of a reduced result stays pending; its own
@@ -172,9 +176,14 @@ bool rule_attention(RuleCtx *c, const Type *q, const Type *k, const Type *v, Typ
   return true;
 }
 
-/* The per-row log-sum-exp that the forward keeps for the gradient: out
- * without its head-size dim. */
-static Type lse_type(const Type *out) { return ty_without_dim(out, QH); }
+/* The per-row statistics that the forward keeps for the gradient: out with
+ * its (unsharded) head-size dim replaced by the pair (max, log sum). */
+static Type lse_type(const Type *out) {
+  Type t = *out;
+  t.shape[QH] = 2;
+  t.spec[QH] = (DimSpec){0};
+  return t;
+}
 
 /* ---- typing and lowering ----------------------------------------------------------- */
 
@@ -390,7 +399,7 @@ static void print_scale(FILE *out, const Module *mod, const Inst *in) { fprintf(
 /* ---- types from operands ---------------------------------------------------------- */
 
 /* attention: out takes q's shape (v's head size is q's: rule_attention),
- * lse q's without the head-size dim; attention_grad: each operand's
+ * lse q's with the head-size dim 2 (lse_type); attention_grad: each operand's
  * cotangent its operand's shape. Operands of one float dtype, rank 4. */
 static bool infer_attention(const Module *mod, const Inst *in, Type *out) {
   bool fwd = in->op == IR_ATTENTION;

@@ -30,7 +30,7 @@
 /* The ABI version: bumped whenever a declaration below changes meaning.
  * Generated C checks it (#error on a mismatch), and `shdc --version`
  * prints the one its compiler emits for. */
-#define SHD_ABI_VERSION 3
+#define SHD_ABI_VERSION 4
 
 #define SHD_MAX_AXES 8
 #define SHD_MAX_RANK 8
@@ -551,8 +551,10 @@ void shd_sort_rows(const void *x, void *vals, int32_t *idx, shd_dtype dt,
 /* ---- k_attention.c: fused attention ------------------------------------ */
 
 /* softmax(scale * q kᵀ + mask) v without the T x S score matrix (flash
- * attention). q, out: [B, T, N, H]; k, v: [B, S, K, H]; lse: [B, T, N], the
- * log-sum-exp of each query row's scores, which the gradient needs. Query
+ * attention). q, out: [B, T, N, H]; k, v: [B, S, K, H]; lse: [B, T, N, 2],
+ * each query row's max scaled score and the log of its sum of exp(score -
+ * max) (kept apart: their sum would round away the second at large
+ * scores), which the gradient needs. Query
  * head n uses key/value head (qoff + n) / group. causal hides keys s > t.
  * f32 and f64. */
 void shd_attention(const void *q, const void *k, const void *v, void *out,
