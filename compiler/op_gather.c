@@ -431,13 +431,8 @@ static Type check_one_hot(TcCtx *c, Expr *e, const Type *annot) {
     return idx;
   info->idx = pos[0];
   int64_t n;
-  if (!tc_const_int(c, pos[1], &n))
+  if (!tc_count_arg(c, pos[1], &n, "one_hot: the number of classes"))
     return ty_error();
-  if (n < 1 || n > 2147483647LL) {
-    diag_error(pos[1]->pos, "E_ARG", "one_hot: the number of classes must be 1 to 2147483647 (an i32 index), not %lld",
-               (long long)n);
-    return ty_error();
-  }
   RuleCtx r = tc_rule(c, e->pos, "one_hot");
   const Type *pa = annot;
   Type a2;

@@ -173,19 +173,6 @@ static bool rule_segment_sum(RuleCtx *c, const Type *data0, const Type *ids0, in
 
 /* ---- typing ------------------------------------------------------------------------------------- */
 
-/* A compile-time integer argument (top_k's k, segment_sum's n). */
-static bool const_arg(TcCtx *c, Expr *a, int64_t *v, const char *what) {
-  Type t = tc_expr(c, a);
-  if (t.kind == TY_ERROR)
-    return false;
-  if (t.kind != TY_ARRAY || t.rank != 0 || !t.weak || t.dtype != DT_I32) {
-    diag_error(a->pos, "E_ARG", "%s must be a compile-time integer (a literal, a const or arithmetic on them), not %s",
-               what, t.kind == TY_ARRAY ? TS(&t) : "this");
-    return false;
-  }
-  return tc_const_int(c, a, v);
-}
-
 static Type check_sort(TcCtx *c, Expr *e, const Type *annot) {
   SortInfo *info = arena_alloc(sizeof *info);
   e->tc = info;
@@ -207,7 +194,7 @@ static Type check_sort(TcCtx *c, Expr *e, const Type *annot) {
     return ty_error();
   int64_t k = x.shape[info->dim];
   if (topk) {
-    if (!const_arg(c, pos[1], &k, "top_k's k"))
+    if (!tc_const_int_arg(c, pos[1], &k, "top_k's k"))
       return ty_error();
     if (k < 1 || k > x.shape[info->dim]) {
       diag_error(pos[1]->pos, "E_ARG", "top_k: k must be 1 to %lld (the size of the last dim of %s), not %lld",
@@ -238,13 +225,8 @@ static Type check_segment_sum(TcCtx *c, Expr *e, const Type *annot) {
     return ty_error();
   info->x = pos[0];
   info->ids = pos[1];
-  if (!const_arg(c, pos[2], &info->k, "segment_sum's number of segments"))
+  if (!tc_count_arg(c, pos[2], &info->k, "segment_sum: the number of segments"))
     return ty_error();
-  if (info->k < 1 || info->k > 2147483647LL) {
-    diag_error(pos[2]->pos, "E_ARG", "segment_sum: the number of segments must be 1 to 2147483647, not %lld",
-               (long long)info->k);
-    return ty_error();
-  }
   RuleCtx r = tc_rule(c, e->pos, "segment_sum");
   const Type *pa = annot;
   Type a2;

@@ -157,6 +157,12 @@ int tc_call_args(TcCtx *c, Expr *e, Expr **pos, int lo, int hi, Expr **kw, const
 bool tc_dims_arg(TcCtx *c, Expr *a, int rank, unsigned *mask, const char *what);   /* axis=k or (j, k) */
 bool tc_dim_arg(TcCtx *c, Expr *a, int rank, int *dim, const char *what);           /* one dim */
 bool tc_bool_arg(TcCtx *c, Expr *a, bool *out, const char *what);
+/* A compile-time integer (a literal, a const or arithmetic on them): top_k's
+ * k; tc_count_arg's also 1 to 2^31 - 1 (a number of classes or segments
+ * that i32 indices address; `what` begins the message: "one_hot: the
+ * number of classes"). */
+bool tc_const_int_arg(TcCtx *c, Expr *a, int64_t *v, const char *what);
+bool tc_count_arg(TcCtx *c, Expr *a, int64_t *v, const char *what);
 bool tc_type_arg(TcCtx *c, Expr *a, Type *out, const char *what);
 bool tc_string_arg(TcCtx *c, Expr *a, const char *what);
 bool tc_scalar_value(TcCtx *c, Expr *v, DType dt, const char *what, bool allow_v);

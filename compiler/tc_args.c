@@ -117,6 +117,31 @@ bool tc_bool_arg(TcCtx *c, Expr *a, bool *out, const char *what) {
   return true;
 }
 
+bool tc_const_int_arg(TcCtx *c, Expr *a, int64_t *v, const char *what) {
+  if (a->kind == EX_INT)   /* any size: the caller checks the range */
+    return tc_const_int(c, a, v);
+  Type t = tc_expr(c, a);
+  if (t.kind == TY_ERROR)
+    return false;
+  if (t.kind != TY_ARRAY || t.rank != 0 || !t.weak || t.dtype != DT_I32) {
+    diag_error(a->pos, "E_ARG", "%s must be a compile-time integer (a literal, a const or arithmetic on them), not %s",
+               what, t.kind == TY_ARRAY ? ty_str(c->mesh, &t) : "this");
+    return false;
+  }
+  return tc_const_int(c, a, v);
+}
+
+bool tc_count_arg(TcCtx *c, Expr *a, int64_t *v, const char *what) {
+  if (!tc_const_int_arg(c, a, v, what))
+    return false;
+  if (*v < 1 || *v > 2147483647LL) {
+    diag_error(a->pos, "E_ARG", "%s must be 1 to 2147483647 (an i32 index), not %lld", what,
+               (long long)*v);
+    return false;
+  }
+  return true;
+}
+
 bool tc_type_arg(TcCtx *c, Expr *a, Type *out, const char *what) {
   if (a->kind != EX_TYPE) {
     diag_error(a->pos, "E_ARG", "%s: expected a type here, e.g. f32[8@X,4]", what);
