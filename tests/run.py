@@ -105,6 +105,7 @@ BASE_ENV = {"SHD_QUIET": "1", "OMPI_MCA_btl_vader_single_copy_mechanism": "none"
 PASSED_ENV = ("ASAN_OPTIONS", "UBSAN_OPTIONS", "SHD_TEST_SAMPLE")
 
 
+
 class Failure(Exception):
     """A test's expectation not met; cmds are the shell commands that show it."""
 
@@ -310,6 +311,22 @@ def file_directive(path, key):
     return None
 
 
+
+def compare_lines(kind, want, want_msgs, got, msgs, err, cmd, note):
+    """The ERROR (or WARNING) lines' codes exactly, each line's regex
+    matching one of its messages, and no such diagnostic on other lines."""
+    for line, codes in want.items():
+        if sorted(got.get(line, [])) != sorted(codes):
+            raise Failure("line %d: expected %s %s, got %s\n%s" % (line, kind, codes, got.get(line, []), err), cmd)
+        pat = want_msgs.get(line)
+        if pat and not any(re.search(pat, msg) for msg in msgs.get(line, [])):
+            raise Failure("line %d: no %s message matches %r:\n%s" % (line, kind[:-1], pat,
+                                                                       "\n".join(msgs.get(line, []))), cmd)
+    extra = {l: c for l, c in got.items() if l not in want}
+    if extra:
+        raise Failure("unexpected %s %s%s:\n%s" % (kind, extra, note, err), cmd)
+
+
 class ShdTest:
     def __init__(self, path, shdc):
         self.path = path
@@ -423,16 +440,7 @@ class ShdTest:
             m = DIAG.match(l)
             if m:
                 msgs.setdefault(int(m.group("line")), []).append(m.group("msg"))
-        for line, codes in self.errors.items():
-            if sorted(got.get(line, [])) != sorted(codes):
-                raise Failure("line %d: expected %s, got %s\n%s" % (line, codes, got.get(line, []), err), cmd)
-            pat = self.error_msgs.get(line)
-            if pat and not any(re.search(pat, msg) for msg in msgs.get(line, [])):
-                raise Failure("line %d: no message matches %r:\n%s" % (line, pat, "\n".join(msgs.get(line, []))),
-                              cmd)
-        extra = {l: c for l, c in got.items() if l not in self.errors}
-        if extra:
-            raise Failure("unexpected errors %s:\n%s" % (extra, err), cmd)
+        compare_lines("errors", self.errors, self.error_msgs, got, msgs, err, cmd, "")
         # Every error line is in the fixed format, with a source line and a caret.
         elines = err.split("\n")
         for k, l in enumerate(elines):
@@ -458,17 +466,8 @@ class ShdTest:
         example = os.path.relpath(self.path, ROOT).startswith("dsl-examples" + os.sep)
         if not self.warnings and not example:
             return
-        for line, codes in self.warnings.items():
-            if sorted(got.get(line, [])) != sorted(codes):
-                raise Failure("line %d: expected warnings %s, got %s\n%s" % (line, codes, got.get(line, []), err), cmd)
-            pat = self.warning_msgs.get(line)
-            if pat and not any(re.search(pat, msg) for msg in msgs.get(line, [])):
-                raise Failure("line %d: no warning matches %r:\n%s" % (line, pat, "\n".join(msgs.get(line, []))),
-                              cmd)
-        extra = {l: c for l, c in got.items() if l not in self.warnings}
-        if extra:
-            raise Failure("unexpected warnings %s%s:\n%s" % (
-                extra, " (a dsl-example must check without warnings)" if example else "", err), cmd)
+        compare_lines("warnings", self.warnings, self.warning_msgs, got, msgs, err, cmd,
+                      " (a dsl-example must check without warnings)" if example else "")
 
     def check_types(self):
         res = run(self.shdc_cmd("types", self.path) + (["--mesh", self.mesh] if self.mesh else []) +
