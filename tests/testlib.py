@@ -1,6 +1,6 @@
 """What the test scripts (tests/**/test_*.py) share: the tree's root, the
---shdc option tests/run.py passes them, building a program, and the error
-test programs.
+--shdc option tests/run.py passes them, running shdc and building a
+program, collecting failures, and the error test programs.
 
 A script imports it after putting tests/ on its path:
 
@@ -21,6 +21,21 @@ def shdc_option(description=None):
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--shdc", default=os.path.join(ROOT, "build", "shdc"))
     return os.path.abspath(ap.parse_args().shdc)
+
+
+def run_shdc(shdc, *args, cwd=None, timeout=600):
+    """shdc ARGS, its output captured as text."""
+    return subprocess.run([shdc] + list(args), capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def checker(failures):
+    """check(cond, what): appends what to failures unless cond; returns cond.
+    A script collects its failures so and reports them all at the end."""
+    def check(cond, what):
+        if not cond:
+            failures.append(what)
+        return cond
+    return check
 
 
 def build(shdc, src, exe, *flags, text=None, env=None):

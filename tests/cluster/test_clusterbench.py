@@ -20,11 +20,8 @@ import testlib  # noqa: E402
 import cluster  # noqa: E402
 
 failures = []
+check = testlib.checker(failures)
 
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
 
 
 def raises(f, *args):

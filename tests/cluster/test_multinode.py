@@ -51,12 +51,8 @@ import testlib  # noqa: E402
 EX = os.path.join(ROOT, "dsl-examples")
 SMALL_MLP = ["-D", "B=512", "-D", "F=256"]
 failures = []
+check = testlib.checker(failures)
 
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-    return cond
 
 
 def local_run(exe, n, args, cwd, timeout=300):

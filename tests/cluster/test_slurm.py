@@ -34,7 +34,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -53,12 +52,8 @@ import gptlib  # noqa: E402
 EX = os.path.join(ROOT, "dsl-examples")
 CLUSTER_EX = os.path.join(EX, "cluster")
 failures = []
+check = testlib.checker(failures)
 
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-    return cond
 
 
 def saved(d):

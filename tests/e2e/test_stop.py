@@ -40,12 +40,8 @@ MPIRUN = ["mpirun", "--oversubscribe", "--bind-to", "none"]
 ENV = dict(os.environ, SHD_QUIET="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_btl_vader_single_copy_mechanism="none", OPENBLAS_NUM_THREADS="1")
 failures = []
+check = testlib.checker(failures)
 
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-    return cond
 
 
 class Job:

@@ -72,16 +72,10 @@ fn main() {
 
 DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): error: (?P<msg>.*) \[(?P<code>E_[A-Z]+)\]$", re.M)
 failures = []
+check = testlib.checker(failures)
+shdc = testlib.run_shdc
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-    return cond
-
-
-def shdc(exe, *args, cwd=None):
-    return subprocess.run([exe] + list(args), capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
 def peak(exe, src, mesh):

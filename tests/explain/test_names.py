@@ -73,16 +73,10 @@ LLAMA = ("dsl-examples/llama.shd", [r"value_and_grad\(loss\)", r"adamw<P = Decay
          [r"the peak is at line \d+, in value_and_grad\(loss\) \(called from main at line \d+\)"])
 
 failures = []
+check = testlib.checker(failures)
+shdc = testlib.run_shdc
 
 
-def check(ok, msg):
-    if not ok:
-        failures.append(msg)
-    return ok
-
-
-def shdc(exe, *args):
-    return subprocess.run([exe] + list(args), capture_output=True, text=True, timeout=600)
 
 
 def mangled_names(exe, src, mesh, defs):

@@ -23,7 +23,6 @@
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -78,16 +77,10 @@ fn main() {
 """
 
 failures = []
+check = testlib.checker(failures)
+shdc = testlib.run_shdc
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-    return cond
-
-
-def shdc(exe, *args):
-    return subprocess.run([exe] + list(args), capture_output=True, text=True, timeout=300)
 
 
 def plan_json(exe, src, *args):
