@@ -243,10 +243,15 @@ static void part_softmax(Part *p, Inst *in, Value **args) {
     for (int i = 0; i < A.n; i++)
       ar->axes[ar->naxes++] = A.axes[i];
     Value *m = ar->results[0];
-    Type pending = rows;
+    /* the blocks' sums in f64 (rounded to f32 they scaled a row's
+     * probabilities by up to 1 + 6e-8 alike, which g - sum(g * y) in the
+     * gradient magnifies by g) */
+    Type sums = rows, pending;
+    sums.dtype = DT_F64;
+    pending = sums;
     pending.U |= spec_set(A);
     Value *s = local(p, in, IR_SOFTMAX_EXPSUM, 2, (Value *[]){x, m}, pending);
-    s = part_to(p, in->pos, s, &rows);
+    s = part_to(p, in->pos, s, &sums);
     y = local(p, in, IR_SOFTMAX_FINISH, 3, (Value *[]){x, m, s}, natural);
   }
   part_put(p, in->results[0], part_to(p, in->pos, y, T));
@@ -279,7 +284,12 @@ static void part_softmax_grad(Part *p, Inst *in, Value **args) {
     if (!A.n) {
       dx = local(p, in, IR_SOFTMAX_GRAD, 2, (Value *[]){y, g}, *T);
     } else {
-      Type rows = ty_without_dim(&g->type, k), pending = rows;
+      /* the blocks' sums in f64, all-reduced so: g - sum cancels (g ~ 1e3
+       * in f32 was off by 1e-4 over 2 blocks), and the finish rounds the
+       * whole row's sum to the dtype once, as the one-device kernel does */
+      Type rows = ty_without_dim(&g->type, k), pending;
+      rows.dtype = DT_F64;
+      pending = rows;
       pending.U |= spec_set(A);
       Value *s = local(p, in, IR_SOFTMAX_GSUM, 2, (Value *[]){y, g}, pending);
       s = part_to(p, in->pos, s, &rows);
@@ -300,7 +310,7 @@ static void def_result(Emit *e, const Value *r) {
 
 static void emit_softmax(Emit *e, const Inst *in) {
   const Value *r = in->results[0], *x = in->args[0];
-  const char *dt = emit_dtconst(r->type.dtype);
+  const char *dt = emit_dtconst(x->type.dtype);   /* softmax_gsum's result is f64 */
   def_result(e, r);
   /* Every operand 0 is shaped like the rows (x, or y for the gradients). */
   const char *rows = emit_row_args(e, x, in->dim);
@@ -356,12 +366,19 @@ static void print_dim(FILE *out, const Module *mod, const Inst *in) { fprintf(ou
 static bool infer_softmax(const Module *mod, const Inst *in, Type *out) {
   if (in->nargs < 1 || !ir_arg_is(in, 0, -1) || in->dim < 0 || in->dim >= in->args[0]->type.rank)
     return false;
-  for (int i = 1; i < in->nargs; i++)
-    if (!ir_arg_is(in, i, in->args[0]->type.dtype))
+  /* the blocks' row sums are f64: the forward's of every kind, the
+   * gradient's of softmax and log_softmax (part_softmax, part_softmax_grad) */
+  bool f64_gsums = in->fn != SM_LOGSUMEXP;
+  for (int i = 1; i < in->nargs; i++) {
+    bool sums = (in->op == IR_SOFTMAX_FINISH && i == 2) || (f64_gsums && in->op == IR_SOFTMAX_GFINISH && i == 2);
+    if (!ir_arg_is(in, i, sums ? DT_F64 : in->args[0]->type.dtype))
       return false;
+  }
   bool rows = ((in->op == IR_SOFTMAX || in->op == IR_SOFTMAX_FINISH) && in->fn == SM_LOGSUMEXP) ||
               in->op == IR_SOFTMAX_EXPSUM || in->op == IR_SOFTMAX_GSUM;
   Type r = rows ? ty_without_dim(&in->args[0]->type, in->dim) : in->args[0]->type;
+  if ((in->op == IR_SOFTMAX_GSUM && f64_gsums) || in->op == IR_SOFTMAX_EXPSUM)
+    r.dtype = DT_F64;
   return ir_infer_shape(out, &r);
 }
 

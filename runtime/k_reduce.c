@@ -249,7 +249,7 @@ CLONES static void softmax_impl(const void *x, void *y, shd_dtype dt, int kind, 
 /* ---- the pieces of a softmax over a dim sharded across devices --------------- */
 
 #define DEFINE_SHARDED(T, EXP, LOG)                                                           \
-    KERNEL void expsum_##T(const T *restrict x, const T *restrict m, T *restrict s,           \
+    KERNEL void expsum_##T(const T *restrict x, const T *restrict m, double *restrict s,      \
                            int64_t outer, int64_t n, int64_t inner)                           \
     {                                                                                         \
         T tmp[CHUNK];                                                                         \
@@ -264,41 +264,42 @@ CLONES static void softmax_impl(const void *x, void *y, shd_dtype dt, int kind, 
                     for (int k = 0; k < w; k++) tmp[k] = EXP(xr[b + k] - ms);                 \
                     acc += rsum_##T(tmp, w);                                                  \
                 }                                                                             \
-                s[o] = (T)acc;                                                                \
+                s[o] = acc;                                                                   \
                 continue;                                                                     \
             }                                                                                 \
             for (int64_t c = 0; c < inner; c += CHUNK) {                                      \
                 int w = (int)(inner - c < CHUNK ? inner - c : CHUNK);                         \
                 const T *xo = x + o * n * inner + c;                                          \
                 const T *mo = m + o * inner + c;                                              \
-                T *so = s + o * inner + c;                                                    \
+                double *so = s + o * inner + c;                                               \
                 for (int k = 0; k < w; k++) {                                                 \
                     acc2[k] = 0;                                                              \
                     tmp[k] = SHIFT(mo[k]);                                                    \
                 }                                                                             \
                 for (int64_t j = 0; j < n; j++)                                               \
                     for (int k = 0; k < w; k++) acc2[k] += EXP(xo[j * inner + k] - tmp[k]);   \
-                for (int k = 0; k < w; k++) so[k] = (T)acc2[k];                               \
+                for (int k = 0; k < w; k++) so[k] = acc2[k];                                  \
             }                                                                                 \
         }                                                                                     \
     }                                                                                         \
-    KERNEL void finish_##T(const T *restrict x, const T *restrict m, const T *restrict s,     \
+    KERNEL void finish_##T(const T *restrict x, const T *restrict m, const double *restrict s, \
                            T *restrict y, int kind, int64_t outer, int64_t n, int64_t inner)  \
     {                                                                                         \
         for (int64_t o = 0; o < outer; o++)                                                   \
             for (int64_t i = 0; i < inner; i++) {                                             \
-                T mi = m[o * inner + i], ms = SHIFT(mi), si = s[o * inner + i];               \
+                T mi = m[o * inner + i], ms = SHIFT(mi);                                      \
+                double si = s[o * inner + i];                                                 \
                 if (kind == SHD_LOGSUMEXP) {                                                  \
-                    y[o * inner + i] = LSE_OF(mi, ms + LOG(si));                              \
+                    y[o * inner + i] = LSE_OF(mi, ms + (T)log(si));                           \
                     continue;                                                                 \
                 }                                                                             \
                 const T *xr = x + o * n * inner + i;                                          \
                 T *yr = y + o * n * inner + i;                                                \
                 if (kind == SHD_SOFTMAX) {                                                    \
-                    T inv = 1 / si;                                                           \
+                    T inv = (T)(1 / si);                                                      \
                     for (int64_t j = 0; j < n; j++) yr[j * inner] = EXP(xr[j * inner] - ms) * inv; \
                 } else {                                                                      \
-                    T ls = LOG(si);                                                           \
+                    T ls = (T)log(si);                                                        \
                     for (int64_t j = 0; j < n; j++) yr[j * inner] = (xr[j * inner] - ms) - ls; \
                 }                                                                             \
             }                                                                                 \
@@ -331,18 +332,18 @@ CLONES static void softmax_finish_impl(const void *x, const void *m, const void 
  * The per-row sum is `s` (computed here, or given: over a sharded dim it
  * is all-reduced between gsum and gfinish). */
 #define DEFINE_GRAD(T, EXP)                                                                   \
-    KERNEL void gsum_##T(const T *restrict y, const T *restrict g, T *restrict s, int kind,   \
+    KERNEL void gsum_##T(const T *restrict y, const T *restrict g, double *restrict s, int kind, \
                          int64_t outer, int64_t n, int64_t inner)                             \
     {                                                                                         \
         for (int64_t o = 0; o < outer; o++) {                                                 \
             if (inner == 1) {                                                                 \
-                s[o] = (T)(kind == SHD_SOFTMAX ? rdot_##T(g + o * n, y + o * n, n)            \
-                                               : rsum_##T(g + o * n, n));                     \
+                s[o] = kind == SHD_SOFTMAX ? rdot_##T(g + o * n, y + o * n, n)                \
+                                           : rsum_##T(g + o * n, n);                          \
                 continue;                                                                     \
             }                                                                                 \
             /* along a strided dim: chunks of columns summed in double (an f32 */            \
             /* sum of 2^15 terms of g * y at g ~ 1e3 was off by 1e-3) */                     \
-            T *so = s + o * inner;                                                            \
+            double *so = s + o * inner;                                                       \
             const T *yo = y + o * n * inner, *go = g + o * n * inner;                         \
             double acc[CHUNK];                                                                \
             for (int64_t c = 0; c < inner; c += CHUNK) {                                      \
@@ -354,17 +355,17 @@ CLONES static void softmax_finish_impl(const void *x, const void *m, const void 
                             acc[i] += (double)go[j * inner + c + i] * yo[j * inner + c + i];  \
                     else                                                                      \
                         for (int64_t i = 0; i < w; i++) acc[i] += go[j * inner + c + i];      \
-                for (int64_t i = 0; i < w; i++) so[c + i] = (T)acc[i];                        \
+                for (int64_t i = 0; i < w; i++) so[c + i] = acc[i];                           \
             }                                                                                 \
         }                                                                                     \
     }                                                                                         \
-    KERNEL void gfinish_##T(const T *restrict y, const T *restrict g, const T *restrict s,    \
+    KERNEL void gfinish_##T(const T *restrict y, const T *restrict g, const double *restrict s, \
                             T *restrict dx, int kind, int64_t outer, int64_t n, int64_t inner) \
     {                                                                                         \
         if (inner == 1) { /* rows: the loop over the row vectorises */                        \
             for (int64_t o = 0; o < outer; o++) {                                             \
                 const T *yr = y + o * n, *gr = g + o * n;                                     \
-                T *d = dx + o * n, so = s[o];                                                 \
+                T *d = dx + o * n, so = (T)s[o];                                              \
                 if (kind == SHD_SOFTMAX)                                                      \
                     for (int64_t j = 0; j < n; j++) d[j] = yr[j] * (gr[j] - so);              \
                 else                                                                          \
@@ -373,15 +374,21 @@ CLONES static void softmax_finish_impl(const void *x, const void *m, const void 
             return;                                                                           \
         }                                                                                     \
         for (int64_t o = 0; o < outer; o++) {                                                 \
-            const T *yo = y + o * n * inner, *go = g + o * n * inner, *so = s + o * inner;    \
-            T *d = dx + o * n * inner;                                                        \
-            for (int64_t j = 0; j < n; j++)                                                   \
-                if (kind == SHD_SOFTMAX)                                                      \
-                    for (int64_t i = 0; i < inner; i++)                                       \
-                        d[j * inner + i] = yo[j * inner + i] * (go[j * inner + i] - so[i]);   \
-                else                                                                          \
-                    for (int64_t i = 0; i < inner; i++)                                       \
-                        d[j * inner + i] = go[j * inner + i] - EXP(yo[j * inner + i]) * so[i]; \
+            const T *yo = y + o * n * inner, *go = g + o * n * inner;                         \
+            T so[CHUNK], *d = dx + o * n * inner;                                             \
+            for (int64_t c = 0; c < inner; c += CHUNK) {                                      \
+                int64_t w = inner - c < CHUNK ? inner - c : CHUNK;                            \
+                for (int64_t i = 0; i < w; i++) so[i] = (T)s[o * inner + c + i];              \
+                for (int64_t j = 0; j < n; j++)                                               \
+                    if (kind == SHD_SOFTMAX)                                                  \
+                        for (int64_t i = 0; i < w; i++)                                       \
+                            d[j * inner + c + i] =                                            \
+                                yo[j * inner + c + i] * (go[j * inner + c + i] - so[i]);      \
+                    else                                                                      \
+                        for (int64_t i = 0; i < w; i++)                                       \
+                            d[j * inner + c + i] =                                            \
+                                go[j * inner + c + i] - EXP(yo[j * inner + c + i]) * so[i];   \
+            }                                                                                 \
         }                                                                                     \
     }                                                                                         \
     /* both at once, a row (or a chunk of columns) at a time while it is in cache */          \

@@ -495,9 +495,10 @@ typedef enum { SHD_SOFTMAX, SHD_LOG_SOFTMAX, SHD_LOGSUMEXP } shd_softmax_kind;
 void shd_softmax(const void *x, void *y, shd_dtype dt, int kind, int64_t outer,
                  int64_t n, int64_t inner);
 /* The pieces of the same over a dim split across devices: s = sum(exp(x -
- * m)) of this block's part of each row, given the all-reduced row max m
- * of the whole row; then y from x, m and the all-reduced s (kind as above;
- * x unused for logsumexp). */
+ * m)) of this block's part of each row (in double whatever the dtype: an
+ * f32 s, off by half its ulp, scaled every probability of the row alike),
+ * given the all-reduced row max m of the whole row; then y from x, m and
+ * the all-reduced s (kind as above; x unused for logsumexp). */
 void shd_softmax_expsum(const void *x, const void *m, void *s, shd_dtype dt,
                         int64_t outer, int64_t n, int64_t inner);
 void shd_softmax_finish(const void *x, const void *m, const void *s, void *y,
@@ -506,7 +507,9 @@ void shd_softmax_finish(const void *x, const void *m, const void *s, void *y,
 /* Derivatives, from the result y and its cotangent g: softmax dx = y * (g
  * - sum(g * y)), log_softmax dx = g - exp(y) * sum(g). shd_softmax_grad
  * does the whole row; over a split dim gsum gives the block's part of each
- * row's sum and gfinish uses the all-reduced sums. */
+ * row's sum, in double whatever the dtype (g - sum cancels: an f32 sum of
+ * terms of g ~ 1e3 is off by its ulp), and gfinish uses the all-reduced
+ * (double) sums. */
 void shd_softmax_grad(const void *y, const void *g, void *dx, shd_dtype dt,
                       int kind, int64_t outer, int64_t n, int64_t inner);
 void shd_softmax_gsum(const void *y, const void *g, void *s, shd_dtype dt,
