@@ -13,7 +13,8 @@ layers; N the (token, choice) pairs dropped for capacity) and takes
 one torch.optim.AdamW step (weight decay on every parameter).
 
 The routing is written the way a PyTorch MoE (Mixtral's, with GShard's
-capacity) is, with indices, not the program's one-hot matmuls: softmax
+capacity) is, with Python lists, not the program's argsort and
+segment_sum over every (token, choice) pair at once: softmax
 router probabilities, torch.topk(2), the two gates renormalised to sum to 1;
 per group (a sequence) and expert, the tokens that chose it in priority
 order (first choices in token order, then second choices in token order),

@@ -5,7 +5,8 @@ capacity drop as a per-expert priority list, index_add combine), from the
 same --init directory on the same --batches, for 12 AdamW steps with weight
 decay and the balancing loss: every step's loss agrees within f32
 tolerance, and so does every step's count of (token, choice) pairs dropped
-for capacity (some are, at a capacity factor of 1), on 1 rank, with the
+for capacity (the program prints its count; some are dropped at a
+capacity factor of 1), on 1 rank, with the
 experts over 2 devices (expert=2) and over data x expert (2x2); the loss
 falls, so training is compared, not just the first step. The parameters
 after training agree too (the program's --save against the reference's)."""
@@ -33,9 +34,11 @@ PAIRS = 2 * CFG["B"] * CFG["T"] * CFG["L"]
 
 
 def dropped(text):
-    """{S: dropped pairs} of the program's stdout (`step S+1/N | ... | dropped P%`)."""
-    return {int(s) - 1: round(float(pc) / 100.0 * PAIRS)
-            for s, pc in re.findall(r"^step (\d+)/\d+ \|.*\| dropped (\S+)%$", text, re.M)}
+    """{S: dropped pairs} of the program's stdout (`step S+1/N | ... | dropped D of P`)."""
+    got = re.findall(r"^step (\d+)/\d+ \|.*\| dropped (\d+) of (\d+)$", text, re.M)
+    if any(int(p) != PAIRS for _, _, p in got):
+        raise Failure("moe.shd counts %s pairs a step, not 2*B*T*L = %d" % (got, PAIRS))
+    return {int(s) - 1: int(d) for s, d, _ in got}
 
 
 def main():
