@@ -96,12 +96,12 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
 import gpt  # noqa: E402  (the models' sizes, -D options and the PyTorch worker)
 
 LAYOUTS = {
-    # name: (program: in dsl-examples/, or a path from the repository's root; model; the mesh at N hosts)
-    "gpt2": ("gpt2.shd", "gpt2", lambda n: {"data": n, "model": 1}),
-    "llama": ("llama.shd", "llama", lambda n: {"data": n, "model": 1}),
-    "gpt2_fsdp": ("gpt2_fsdp.shd", "gpt2", lambda n: {"data": n, "model": 1}),
-    "gpt2_2d": ("gpt2.shd", "gpt2", lambda n: {"data": n // 2, "model": 2}),
-    "gpt2_nobucket": ("gpt2.shd", "gpt2", lambda n: {"data": n, "model": 1}),
+    # name: (the program, from the repository's root; the model; the mesh at N hosts)
+    "gpt2": ("dsl-examples/gpt2.shd", "gpt2", lambda n: {"data": n, "model": 1}),
+    "llama": ("dsl-examples/llama.shd", "llama", lambda n: {"data": n, "model": 1}),
+    "gpt2_fsdp": ("dsl-examples/gpt2_fsdp.shd", "gpt2", lambda n: {"data": n, "model": 1}),
+    "gpt2_2d": ("dsl-examples/gpt2.shd", "gpt2", lambda n: {"data": n // 2, "model": 2}),
+    "gpt2_nobucket": ("dsl-examples/gpt2.shd", "gpt2", lambda n: {"data": n, "model": 1}),
     "gpt2_zero": ("tests/gpt2/gpt2_zero.shd", "gpt2", lambda n: {"data": n, "model": 1}),
 }
 # the build flags of a layout beyond its mesh: gpt2_nobucket is gpt2 with
@@ -111,7 +111,7 @@ PEERS = {"ddp": "PyTorch DDP", "fsdp": "PyTorch FSDP"}
 
 
 def program_path(prog):
-    return os.path.join(ROOT, prog if "/" in prog else os.path.join("dsl-examples", prog))
+    return os.path.join(ROOT, prog)
 SIZES = {"gpt2": gpt.CONFIGS["large"], "llama": gpt.CONFIGS["llama-c384"]}
 # --quick: small enough for seconds a step, large enough that every layout
 # type-checks at 4 hosts (gpt2_fsdp shards the heads over data x model)
