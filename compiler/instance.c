@@ -501,8 +501,7 @@ static Symbol *meta_arg(TcCtx *c, const FuncDecl *g, const Param *p, Expr *a) {
     m->pos = p->name.pos;
     return m;
   }
-  const char *what = !s ? (a->kind == EX_NAME ? arena_printf("'%s', which is not defined", a->str)
-                                              : arena_printf("%s, an expression", tc_expr_text(a)))
+  const char *what = !s ? (a->kind == EX_NAME ? arena_printf("'%s', which is not defined", a->str) : "an expression")
                      : arena_printf("'%s', %s", a->str, s->kind == SYM_FUNC ? "a function" : s->kind == SYM_AXIS
                                                  ? "a mesh axis" : s->kind == SYM_STRUCT ? "a struct" : "a value");
   diag_error(a->pos, "E_ARG", "%.*s: parameter '%.*s' is `%.*s: %s`, bound at the call to the %s the argument "

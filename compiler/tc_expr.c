@@ -254,12 +254,8 @@ Type tc_call_user(TcCtx *c, Expr *e, FuncDecl *f, Vec *argv, int first_arg) {
     args[n++] = a;
   }
   if (ok && f->ntparams && !f->mscope && tc_meta_params(f)) {
-    /* fn and axis parameters: the view of f with them bound (language.md 10.4). */
-    if (first_arg || argv != &e->args) {
-      diag_error(e->pos, "E_ARG", "%s has fn or axis parameters, bound at a plain call; call it directly, or "
-                 "through a function that calls it", fname);
-      return ty_error();
-    }
+    /* fn and axis parameters: the view of f with them bound, their
+     * arguments taken out of the call's (language.md 10.4). */
     f = tc_bind_meta(c, e, f, args, &n, argv);
     if (!f)
       return ty_error();

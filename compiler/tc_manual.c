@@ -182,7 +182,7 @@ bool tc_axes_arg(TcCtx *c, Expr *e, int *axes, int *naxes, bool manual_only, con
   for (int i = 0; i < n; i++) {
     Expr *it = items[i];
     int a = -1;
-    Symbol *s = it->kind == EX_NAME ? tc_lookup(c, it->str) : NULL;
+    Symbol *s = it->kind == EX_NAME ? tc_up.lookup(c, it->str) : NULL;
     if (s && s->kind == SYM_AXIS)   /* an axis, or a generic's `ax: axis` parameter (language.md 10.4) */
       a = s->axis;
     if (it->kind == EX_NAME && a < 0)
