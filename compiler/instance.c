@@ -348,7 +348,7 @@ static void index_instance(void) {
  * parameter, bound in its own scope), added to the program's functions. */
 static FuncDecl *new_instance(TcCtx *c, FuncDecl *g, Type *targs) {
   FuncDecl *f = clone_func(g);
-  f->generic = g;
+  f->generic = g->mscope ? g->generic : g;   /* a view's instance: the declaration's (tc_bind_meta) */
   f->targs = targs;
   f->cname = instance_name(c->prog, g);
   f->binding = g->ntparams ? binding_text(c, g, targs) : NULL;
@@ -528,6 +528,7 @@ static FuncDecl *new_view(FuncDecl *g, const Vec *bound) {
   for (int i = 0; i < g->params.len; i++)
     if (!((Param *)g->params.data[i])->type->meta)
       vec_push(&v->params, g->params.data[i]);
+  v->generic = g;   /* what the language server and the display names see */
   v->mscope = arena_alloc(sizeof *v->mscope);
   for (int i = 0; i < bound->len; i++)
     vec_push(&v->mscope->syms, bound->data[i]);

@@ -515,8 +515,7 @@ Param *parse_param(Token name, TypeExpr *t) {
  * `ax: axis`. */
 Param *parse_meta_param(ParseCtx *pc, Token name, TypeExpr *t, Token fn) {
   if (!t) {
-    t = parse_named_type(pc, fn);
-    t->named = false;
+    t = parse_named_type(pc, fn);   /* named `fn`, as messages and hovers print it */
     t->meta = 'f';
   } else if (t->named && !t->rank && !t->nannots && tok_eq(t->name, "axis")) {
     t->meta = 'a';
