@@ -133,8 +133,10 @@ fn_decl(F) ::= FN IDENT(N) LT ident_list(T) GT LPAREN params(P) RPAREN ret(R) bl
 params(P) ::= .                               { P = (Vec){0}; }
 params(P) ::= param_list(P).
 params(P) ::= param_list(P) COMMA.
-param_list(P) ::= IDENT(N) COLON type(T).     { P = (Vec){0}; vec_push(&P, parse_param(N, T)); }
-param_list(P) ::= param_list(P) COMMA IDENT(N) COLON type(T). { vec_push(&P, parse_param(N, T)); }
+param_list(P) ::= IDENT(N) COLON type(T).     { P = (Vec){0}; vec_push(&P, parse_meta_param(pc, N, T, N)); }
+param_list(P) ::= param_list(P) COMMA IDENT(N) COLON type(T). { vec_push(&P, parse_meta_param(pc, N, T, N)); }
+param_list(P) ::= IDENT(N) COLON FN(K).       { P = (Vec){0}; vec_push(&P, parse_meta_param(pc, N, NULL, K)); }
+param_list(P) ::= param_list(P) COMMA IDENT(N) COLON FN(K). { vec_push(&P, parse_meta_param(pc, N, NULL, K)); }
 
 ret(R) ::= .                                  { R.types = (Vec){0}; R.tuple = false; }
 ret(R) ::= ARROW type(T).                     { R.types = (Vec){0}; vec_push(&R.types, T); R.tuple = false; }

@@ -46,6 +46,15 @@ typedef struct {
 } Instance;
 
 static Vec instances;   /* Instance * */
+
+/* A view of a generic function with its fn and axis parameters bound
+ * (tc_bind_meta). */
+typedef struct {
+  FuncDecl *g, *view;
+  Vec bound;   /* Symbol *: one per fn/axis parameter, in order */
+} MetaView;
+
+static Vec views;   /* MetaView * */
 static int depth;
 
 /* The generic instances by (g, targs): open addressing on Instance.hash,
@@ -65,6 +74,10 @@ static PtrMap next_number;      /* generic FuncDecl -> the next n of g_n to try 
 void tc_instances_reset(void) {
   free(instances.data);
   instances = (Vec){0};
+  for (int i = 0; i < views.len; i++)
+    free(((MetaView *)views.data[i])->bound.data);
+  free(views.data);
+  views = (Vec){0};
   depth = 0;
   free(by_targs);
   by_targs = NULL;
@@ -237,6 +250,10 @@ static const char *binding_text(TcCtx *c, const FuncDecl *g, const Type *targs) 
   str_printf(&s, "%.*s<", g->name.len, g->name.start);
   for (int k = 0; k < g->ntparams; k++)
     str_printf(&s, "%s%.*s = %s", k ? ", " : "", g->tparams[k].len, g->tparams[k].start, TS(&targs[k]));
+  for (int i = 0; g->mscope && i < g->mscope->syms.len; i++) {   /* stage = block, ax = pipe */
+    const Symbol *m = g->mscope->syms.data[i];
+    str_printf(&s, ", %s = %s", m->name, m->kind == SYM_FUNC ? tok_str(m->fn->name) : c->mesh->names[m->axis]);
+  }
   str_putc(&s, '>');
   const char *r = arena_strdup(str_cstr(&s));
   free(s.buf);
@@ -331,11 +348,13 @@ static void index_instance(void) {
  * parameter, bound in its own scope), added to the program's functions. */
 static FuncDecl *new_instance(TcCtx *c, FuncDecl *g, Type *targs) {
   FuncDecl *f = clone_func(g);
-  f->generic = g;
+  f->generic = g->mscope ? g->generic : g;   /* a view's instance: the declaration's (tc_bind_meta) */
   f->targs = targs;
   f->cname = instance_name(c->prog, g);
   f->binding = g->ntparams ? binding_text(c, g, targs) : NULL;
   Scope *sc = arena_alloc(sizeof *sc);
+  for (int i = 0; g->mscope && i < g->mscope->syms.len; i++)   /* the view's fn and axis parameters */
+    vec_push(&sc->syms, g->mscope->syms.data[i]);
   for (int k = 0; k < g->ntparams; k++) {
     Symbol *s = arena_alloc(sizeof *s);
     s->kind = SYM_TYPE;
@@ -450,6 +469,111 @@ FuncDecl *tc_instantiate_call(TcCtx *c, Expr *call, FuncDecl *g, Expr **args, in
   if (!targs || !g->ok)
     return NULL;
   return instantiate(c, g, targs, call->pos);
+}
+
+/* ---- fn and axis parameters (language.md 10.4) ------------------------------------------ */
+
+/* A generic function's parameter `f: fn` or `ax: axis` is bound at each
+ * call to a function or a mesh axis the argument names. The call then
+ * calls a *view* of the function: a declaration of the same body whose
+ * parameters are the others, with those bound in its mscope (one view per
+ * function and binding, so its instances are distinct from another
+ * binding's); every instance of the view sees them in its tscope, so the
+ * body's `f(x)`, `grad(f, ...)`, `remat(f)` and `ppermute(x, ax, ...)` name
+ * them as a function's or an axis's own name would. Nothing after the
+ * typechecker sees a function or an axis as a value. */
+int tc_meta_params(const FuncDecl *f) {
+  int n = 0;
+  for (int i = 0; i < f->params.len; i++)
+    n += ((Param *)f->params.data[i])->type->meta != 0;
+  return n;
+}
+
+/* The symbol the argument a names for parameter p ('f' or 'a'), or NULL
+ * after reporting. */
+static Symbol *meta_arg(TcCtx *c, const FuncDecl *g, const Param *p, Expr *a) {
+  bool fn = p->type->meta == 'f';
+  Symbol *s = a->kind == EX_NAME ? tc_up.lookup(c, a->str) : NULL;
+  if (s && s->kind == (fn ? SYM_FUNC : SYM_AXIS)) {
+    Symbol *m = arena_alloc(sizeof *m);
+    *m = *s;
+    m->name = tok_str(p->name);
+    m->pos = p->name.pos;
+    return m;
+  }
+  const char *what = !s ? (a->kind == EX_NAME ? arena_printf("'%s', which is not defined", a->str) : "an expression")
+                     : arena_printf("'%s', %s", a->str, s->kind == SYM_FUNC ? "a function" : s->kind == SYM_AXIS
+                                                 ? "a mesh axis" : s->kind == SYM_STRUCT ? "a struct" : "a value");
+  diag_error(a->pos, "E_ARG", "%.*s: parameter '%.*s' is `%.*s: %s`, bound at the call to the %s the argument "
+             "names, but the argument is %s; pass %s", g->name.len, g->name.start, p->name.len, p->name.start,
+             p->name.len, p->name.start, fn ? "fn" : "axis", fn ? "function" : "mesh axis", what,
+             fn ? "a function's name (a generic one too)" : arena_printf("an axis of the mesh (%s)",
+             c->mesh->naxes ? c->mesh->names[0] : "none"));
+  return NULL;
+}
+
+static bool same_binding(const Vec *a, const Vec *b) {
+  for (int i = 0; i < a->len; i++) {
+    const Symbol *x = a->data[i], *y = b->data[i];
+    if (x->kind != y->kind || (x->kind == SYM_FUNC ? x->fn != y->fn : x->axis != y->axis))
+      return false;
+  }
+  return true;
+}
+
+static FuncDecl *new_view(FuncDecl *g, const Vec *bound) {
+  FuncDecl *v = arena_alloc(sizeof *v);
+  *v = *g;
+  v->params = (Vec){0};
+  for (int i = 0; i < g->params.len; i++)
+    if (!((Param *)g->params.data[i])->type->meta)
+      vec_push(&v->params, g->params.data[i]);
+  v->generic = g;   /* what the language server and the display names see */
+  v->mscope = arena_alloc(sizeof *v->mscope);
+  for (int i = 0; i < bound->len; i++)
+    vec_push(&v->mscope->syms, bound->data[i]);
+  v->bindings = (Vec){0};
+  v->callees = (Vec){0};
+  return v;
+}
+
+FuncDecl *tc_bind_meta(TcCtx *c, Expr *call, FuncDecl *g, Expr **args, int *nargs, Vec *argv) {
+  if (!right_count(c, call, g, args, *nargs))
+    return NULL;
+  Vec bound = {0};
+  bool ok = true;
+  int n = 0;
+  for (int i = 0; i < *nargs; i++) {
+    const Param *p = g->params.data[i];
+    if (!p->type->meta) {
+      args[n++] = args[i];
+      continue;
+    }
+    Symbol *m = meta_arg(c, g, p, args[i]);
+    ok &= m != NULL;
+    vec_push(&bound, m);
+  }
+  if (!ok) {
+    free(bound.data);
+    return NULL;
+  }
+  *nargs = n;
+  argv->len = 0;   /* the call passes the others (no keyword arguments: tc_call_user) */
+  for (int i = 0; i < n; i++)
+    vec_push(argv, args[i]);
+  for (int i = 0; i < views.len; i++) {
+    MetaView *mv = views.data[i];
+    if (mv->g == g && same_binding(&mv->bound, &bound)) {
+      free(bound.data);
+      return mv->view;
+    }
+  }
+  MetaView *mv = arena_alloc(sizeof *mv);
+  mv->g = g;
+  mv->bound = bound;
+  mv->view = new_view(g, &bound);
+  vec_push(&views, mv);
+  return mv->view;
 }
 
 /* ---- calls from manual bodies (§9.7) ---------------------------------------------- */

@@ -1092,6 +1092,24 @@ static const OpDef ops[] = {
     {0},
 };
 
+/* axis_size(AXES): the number of devices along the axes (jax.lax.axis_size),
+ * a compile-time integer as size(x, k) is (a weak i32 kept in e->ival), in
+ * the global view and in manual bodies: a schedule over an `ax: axis`
+ * parameter sizes its buffers by it (language.md 10.4). */
+static Type check_axis_size(TcCtx *c, Expr *e, const Type *annot) {
+  Expr *pos[1];
+  int n = tc_call_args(c, e, pos, 1, 1, NULL, NULL, 0, "axis_size(AXES): the number of devices along the axes");
+  int axes[MAX_AXES], naxes;
+  if (n < 0 || !tc_axes_arg(c, pos[0], axes, &naxes, false, "axis_size"))
+    return ty_error();
+  e->ival = axes_size(c, axes, naxes);
+  Type t = ty_scalar(DT_I32);
+  t.weak = true;
+  return t;
+}
+
+static double fold_axis_size(Lower *L, Expr *e) { return (double)e->ival; }
+
 #define MANUAL BIF_MANUAL_ONLY
 static const BuiltinDef builtins[] = {
     {.name = "psum", .code = C_PSUM, .flags = MANUAL, .check = check_collective, .lower = lower_collective},
@@ -1107,6 +1125,8 @@ static const BuiltinDef builtins[] = {
     {.name = "ppermute", .code = C_PPERMUTE, .flags = MANUAL, .check = check_collective, .lower = lower_collective},
     {.name = "axis_index", .code = C_AXIS_INDEX, .flags = MANUAL, .check = check_collective,
      .lower = lower_collective},
+    {.name = "axis_size", .flags = BIF_CONST, .check = check_axis_size, .fold = fold_axis_size,
+     .doc = "the number of devices along mesh axes, a compile-time integer"},
     {.name = "pcast", .code = C_PCAST, .flags = MANUAL | BIF_FIRST_OPERAND, .check = check_collective, .lower = lower_collective},
     {.name = "reshard", .code = C_RESHARD, .flags = BIF_TYPE_ARG | BIF_STRUCT_RESHARD, .check = check_reshard, .lower = lower_reshard},
     {0},

@@ -204,6 +204,11 @@ bool tc_check_generic(TcCtx *c, FuncDecl *g);
 /* The instance of generic g called by `call` with these arguments (typed
  * here, once), or NULL after reporting. */
 FuncDecl *tc_instantiate_call(TcCtx *c, Expr *call, FuncDecl *g, Expr **args, int nargs);
+/* fn and axis parameters (language.md 10.4): how many f has; the view of
+ * the generic g with those bound by the call's arguments (removed from
+ * args and argv), or NULL after reporting. */
+int tc_meta_params(const FuncDecl *f);
+FuncDecl *tc_bind_meta(TcCtx *c, Expr *call, FuncDecl *g, Expr **args, int *nargs, Vec *argv);
 /* The instance of f (generic or not) called from a manual body: typed by
  * the manual rules, with the device-local types of the arguments (their
  * <V:..> states included). Errors inside it are reported at the call,

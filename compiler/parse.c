@@ -510,6 +510,19 @@ Param *parse_param(Token name, TypeExpr *t) {
   return p;
 }
 
+/* A function's parameter: `x: TYPE`, or one bound at each call
+ * (language.md 10.4): `f: fn` (fn a token of that keyword, else t) or
+ * `ax: axis`. */
+Param *parse_meta_param(ParseCtx *pc, Token name, TypeExpr *t, Token fn) {
+  if (!t) {
+    t = parse_named_type(pc, fn);   /* named `fn`, as messages and hovers print it */
+    t->meta = 'f';
+  } else if (t->named && !t->rank && !t->nannots && tok_eq(t->name, "axis")) {
+    t->meta = 'a';
+  }
+  return parse_param(name, t);
+}
+
 FuncDecl *parse_func_head(Token name, Vec *params, Vec *results, bool tuple) {
   FuncDecl *f = arena_alloc(sizeof *f);
   f->name = name;

@@ -296,6 +296,7 @@ typedef struct TypeExpr {
   bool named;          /* a struct or a type parameter: NAME, or NAME[N@X] (stacked, dims) */
   Token name;
   const Type *resolved;/* a type the compiler built itself (struct lifting): used as it is */
+  char meta;           /* a parameter bound at each call (language.md 10.4): 'f' `f: fn`, 'a' `ax: axis` */
 } TypeExpr;
 
 typedef enum {
@@ -417,6 +418,8 @@ struct FuncDecl {
   const char *cname;
   const char *binding; /* an instance of a generic: f<T = Decay>, its name in
                           messages where f has several instances */
+  struct Scope *mscope;/* a generic's fn and axis parameters bound by a call
+                          (instance.c: the view's params are the others) */
   /* An instance for a call from a manual body (language.md §9.7): typed in
    * the per-device view of these manual axes, with the arguments'
    * device-local types (manual_set holds them too). */
@@ -529,6 +532,7 @@ void parse_func(ParseCtx *pc, FuncDecl *f);
 void parse_manual(ParseCtx *pc, FuncDecl *f, Token kw, Vec *axes);
 FuncDecl *parse_func_head(Token name, Vec *params, Vec *results, bool tuple);
 Param *parse_param(Token name, TypeExpr *t);
+Param *parse_meta_param(ParseCtx *pc, Token name, TypeExpr *t, Token fn);
 void parse_type_params(FuncDecl *f, Vec *names);
 void parse_mesh(ParseCtx *pc, Token kw, Vec *names, Vec *sizes);
 void parse_const(ParseCtx *pc, Token name, Expr *value);

@@ -579,6 +579,15 @@ bool tc_check_signature(TcCtx *c, FuncDecl *f) {
         diag_error(p->name.pos, "E_NAME", "parameter '%.*s' is declared twice", p->name.len, p->name.start);
         ok = false;
       }
+    if (p->type->meta) {   /* a generic's view has none (instance.c) */
+      diag_error(p->type->pos, "E_ARG", "parameter '%.*s: %s' is bound at each call, so only a generic function "
+                 "takes it (each call instantiates it): declare %.*s<T>(..., x: T) with a type parameter, or take "
+                 "the %s's name out", p->name.len, p->name.start, p->type->meta == 'f' ? "fn" : "axis",
+                 f->name.len, f->name.start, p->type->meta == 'f' ? "function" : "axis");
+      f->param_types[i] = f->local_param_types[i] = ty_error();
+      ok = false;
+      continue;
+    }
     ok &= tc_resolve_type(c, p->type, &f->param_types[i]);
     f->local_param_types[i] = f->param_types[i];
     if (f->manual && (f->param_types[i].kind == TY_ARRAY || f->param_types[i].kind == TY_STRUCT)) {

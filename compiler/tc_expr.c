@@ -253,6 +253,14 @@ Type tc_call_user(TcCtx *c, Expr *e, FuncDecl *f, Vec *argv, int first_arg) {
     }
     args[n++] = a;
   }
+  if (ok && f->ntparams && !f->mscope && tc_meta_params(f)) {
+    /* fn and axis parameters: the view of f with them bound, their
+     * arguments taken out of the call's (language.md 10.4). */
+    f = tc_bind_meta(c, e, f, args, &n, argv);
+    if (!f)
+      return ty_error();
+    e->fn = f;
+  }
   if (ok && c->manual) {
     /* From a manual body: the instance for these device-local arguments. */
     f = tc_instantiate_manual(c, e, f, args, n);
@@ -307,6 +315,7 @@ static Type check_grad(TcCtx *c, Expr *e) {
   if (c->fn)
     vec_push(&c->fn->callees, e);
   const char *fname = tok_str(f->name);
+  const FuncDecl *written = f;   /* wrt counts its parameters, fn and axis ones too */
   if (f->ntparams || c->manual) {
     /* grad of a generic function, or inside a manual body (§9.7): the
      * instance for the call's arguments. */
@@ -315,6 +324,12 @@ static Type check_grad(TcCtx *c, Expr *e) {
         diag_error(((Expr *)e->args.data[i])->pos, "E_ARG", "%s takes positional arguments only", fname);
         return ty_error();
       }
+    if (f->ntparams && tc_meta_params(f)) {   /* language.md 10.4 */
+      int n = e->args.len;
+      f = tc_bind_meta(c, e, f, (Expr **)e->args.data, &n, &e->args);
+      if (!f)
+        return ty_error();
+    }
     f = c->manual ? tc_instantiate_manual(c, e, f, (Expr **)e->args.data, e->args.len)
                   : tc_instantiate_call(c, e, f, (Expr **)e->args.data, e->args.len);
     if (!f)
@@ -346,6 +361,19 @@ static Type check_grad(TcCtx *c, Expr *e) {
     if (items[i] && !tc_const_int(c, items[i], &k))
       return ty_error();
     Pos p = items[i] ? items[i]->pos : g->pos;
+    if (written != f && k >= 0 && k < written->params.len) {   /* past the fn and axis parameters */
+      const Param *wp = written->params.data[k];
+      if (wp->type->meta) {
+        diag_error(p, "E_ARG", "%s: wrt position %lld is parameter '%.*s' of %s, `%s`: only a value has a "
+                   "gradient; leave it out of wrt", gname, (long long)k, wp->name.len, wp->name.start, fname,
+                   wp->type->meta == 'f' ? "fn" : "axis");
+        return ty_error();
+      }
+      int skip = 0;
+      for (int j = 0; j < k; j++)
+        skip += ((Param *)written->params.data[j])->type->meta != 0;
+      k -= skip;
+    }
     if (k < 0 || k >= np) {
       diag_error(p, "E_ARG", "%s: wrt position %lld is out of range: %s has %d parameter%s (positions 0 to %d)",
                  gname, (long long)k, fname, np, np == 1 ? "" : "s", np - 1);

@@ -182,7 +182,10 @@ bool tc_axes_arg(TcCtx *c, Expr *e, int *axes, int *naxes, bool manual_only, con
   for (int i = 0; i < n; i++) {
     Expr *it = items[i];
     int a = -1;
-    if (it->kind == EX_NAME)
+    Symbol *s = it->kind == EX_NAME ? tc_up.lookup(c, it->str) : NULL;
+    if (s && s->kind == SYM_AXIS)   /* an axis, or a generic's `ax: axis` parameter (language.md 10.4) */
+      a = s->axis;
+    if (it->kind == EX_NAME && a < 0)
       for (int k = 0; k < c->mesh->naxes; k++)
         if (!strcmp(c->mesh->names[k], it->str))
           a = k;

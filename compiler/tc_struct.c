@@ -695,7 +695,8 @@ static bool check_same_struct(TcCtx *c, Expr *e, const Type *a, const Type *b) {
   const char *op = e->kind == EX_CALL ? e->callee->str : ast_binop_text(e->op);
   if (a->sdef != b->sdef) {
     diag_error(e->pos, "E_DTYPE", "%s: the operands are structs of different types, %s and %s; arithmetic on "
-               "structs pairs the fields of one struct type", op, TS(a), TS(b));
+               "structs pairs the fields of one struct type (or a struct whose leaves are all scalars, unstacked, "
+               "pairs leaf by leaf at the same field paths: a mask)", op, TS(a), TS(b));
     return false;
   }
   bool same = a->rank == b->rank;
@@ -707,6 +708,53 @@ static bool check_same_struct(TcCtx *c, Expr *e, const Type *a, const Type *b) {
     return false;
   }
   return true;
+}
+
+/* A struct value whose leaves are all scalars, not stacked: a mask, which
+ * pairs with a struct of another type by leaf path (language.md 10.4). */
+static bool scalar_leaves(const Type *t) {
+  if (t->kind != TY_STRUCT || t->rank)
+    return false;
+  for (int k = 0; k < t->nelems; k++)
+    if (t->elems[k].rank)
+      return false;
+  return true;
+}
+
+/* The leaf of the mask x (scalar_leaves, another struct type than st) at
+ * each leaf path of st: map[k] for st's leaf k. Every leaf of st must have
+ * one and every leaf of the mask must be one, else E_SHAPE naming it. */
+static int *mask_map(TcCtx *c, Expr *e, const Type *st, Expr *x) {
+  const Type *mt = x->ty;
+  const char *op = e->kind == EX_CALL ? e->callee->str : ast_binop_text(e->op);
+  int nl = st->nelems, nm = mt->nelems;
+  const char **mpath = arena_alloc(sizeof(char *) * (size_t)(nm + 1));
+  bool *used = arena_alloc(sizeof(bool) * (size_t)(nm + 1));
+  for (int i = 0; i < nm; i++)
+    mpath[i] = ty_leaf_path(mt->sdef, i), used[i] = false;
+  int *map = arena_alloc(sizeof(int) * (size_t)(nl + 1));
+  for (int k = 0; k < nl; k++) {
+    const char *path = ty_leaf_path(st->sdef, k);
+    int i = 0;
+    while (i < nm && strcmp(mpath[i], path))
+      i++;
+    if (i == nm) {
+      diag_error(x->pos, "E_SHAPE", "%s: %s is the mask %s (scalar leaves, paired with %s leaf by leaf at the same "
+                 "paths), but it has no leaf %s, a leaf of %s (%s); give %s that field", op, tc_expr_text(x), TS(mt),
+                 TS(st), path, TS(st), TS(&st->elems[k]), TS(mt));
+      return NULL;
+    }
+    map[k] = i;
+    used[i] = true;
+  }
+  for (int i = 0; i < nm; i++)
+    if (!used[i]) {
+      diag_error(x->pos, "E_SHAPE", "%s: %s is the mask %s (scalar leaves, paired with %s leaf by leaf at the same "
+                 "paths), but its leaf %s is no leaf of %s; remove that field from %s, or rename it to a leaf of %s",
+                 op, tc_expr_text(x), TS(mt), TS(st), mpath[i], TS(st), TS(mt), TS(st));
+      return NULL;
+    }
+  return map;
 }
 
 /* The operands of an elementwise operator or builtin (not type arguments
@@ -739,7 +787,7 @@ static int operand_slots(Expr *e, Expr ***slots, bool first_only) {
 
 /* 0.9 * m + 0.1 * g, sqrt(v), maximum(p, 0.0), cast(p, f64): one copy of e
  * per leaf, struct operands replaced by their leaf, the others shared. */
-static Type lift_elementwise(TcCtx *c, Expr *e, Expr **ops[], int nops, const Type *st) {
+static Type lift_elementwise(TcCtx *c, Expr *e, Expr **ops[], int *maps[], int nops, const Type *st) {
   int nl = st->nelems;
   Type *leaves = arena_alloc(sizeof(Type) * (size_t)(nl + 1));
   Expr **shared = arena_alloc(sizeof(Expr *) * (size_t)(nops + 1));
@@ -753,7 +801,7 @@ static Type lift_elementwise(TcCtx *c, Expr *e, Expr **ops[], int nops, const Ty
     Expr **lops[8];
     operand_slots(le, lops, is_pcast(e));
     for (int j = 0; j < nops; j++)
-      *lops[j] = (*ops[j])->ty->kind == TY_STRUCT ? leaf_of(*ops[j], k) : shared[j];
+      *lops[j] = (*ops[j])->ty->kind == TY_STRUCT ? leaf_of(*ops[j], maps[j] ? maps[j][k] : k) : shared[j];
     vec_push(&e->leaves, le);
     diag_set_field_lazy(leaf_path_of, st->sdef, k);
     leaves[k] = tc_up.expr(c, le);
@@ -1025,8 +1073,8 @@ bool tc_struct_op(TcCtx *c, Expr *e, const Type *annot, Type *out) {
   for (int j = 0; j < nops; j++) {
     Type t = tc_up.expr(c, *ops[j]);
     bad |= t.kind == TY_ERROR;
-    if (t.kind == TY_STRUCT && !st)
-      st = (*ops[j])->ty;
+    if (t.kind == TY_STRUCT && (!st || (scalar_leaves(st) && !scalar_leaves(&t))))
+      st = (*ops[j])->ty;   /* a mask's partner gives the result's type */
   }
   if (!st) {
     for (int j = 0; j < nops; j++)
@@ -1037,9 +1085,12 @@ bool tc_struct_op(TcCtx *c, Expr *e, const Type *annot, Type *out) {
     *out = ty_error();
     return true;
   }
+  int *maps[8] = {0};
   for (int j = 0; j < nops; j++) {
     const Type *t = (*ops[j])->ty;
-    if (t->kind == TY_STRUCT ? !check_same_struct(c, e, st, t) : !check_struct_partner(c, e, *ops[j], st)) {
+    bool mask = t->kind == TY_STRUCT && t->sdef != st->sdef && scalar_leaves(t);
+    if (mask ? !(maps[j] = mask_map(c, e, st, *ops[j]))
+             : t->kind == TY_STRUCT ? !check_same_struct(c, e, st, t) : !check_struct_partner(c, e, *ops[j], st)) {
       *out = ty_error();
       return true;
     }
@@ -1053,7 +1104,7 @@ bool tc_struct_op(TcCtx *c, Expr *e, const Type *annot, Type *out) {
     *out = lift_sum(c, e, *ops[0], st);
     return true;
   }
-  *out = lift_elementwise(c, e, ops, nops, st);
+  *out = lift_elementwise(c, e, ops, maps, nops, st);
   return true;
 }
 

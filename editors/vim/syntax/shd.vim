@@ -36,7 +36,7 @@ syn keyword shdBuiltin print metrics manifest mkdir keep_last save load load_dim
 " str is also the type of strings: a builtin only where it is called.
 syn match   shdBuiltin "\<str\ze\s*("
 " Collectives: only inside manual functions.
-syn keyword shdCollective psum pmax pmin pmean all_gather psum_scatter all_to_all ppermute axis_index pcast
+syn keyword shdCollective psum pmax pmin pmean all_gather psum_scatter all_to_all ppermute axis_index axis_size pcast
 
 " Sharding: 8@X, 8@(X,Y)
 syn match   shdShardAt     "@\s*\h\w*" contains=shdAt,shdAxis
