@@ -182,7 +182,8 @@ static bool is_member(const Fuse *f, const Value *v, int gi) {
 
 /* The trailing dims k.. a float sum of x reduces, or 0 when it is not one. */
 static int row_sum_split(const Inst *in) {
-  if (in->op != IR_REDUCE || in->fn != RED_SUM || !is_array(in->results[0]) || !ty_is_float(in->args[0]->type.dtype))
+  if (in->op != IR_REDUCE || in->fn != RED_SUM || !is_array(in->results[0]) || !ty_is_float(in->args[0]->type.dtype) ||
+      in->args[0]->type.dtype == DT_BF16)
     return 0;
   int r = in->args[0]->type.rank, k = r;
   while (k > 0 && (in->mask & (1u << (k - 1))))
@@ -195,7 +196,8 @@ static int row_sum_split(const Inst *in) {
 /* The leading dims ..k-1 a float sum of x reduces (a column sum: the
  * result keeps the trailing dims, keepdims or not), or 0 when it is not one. */
 static int col_sum_split(const Inst *in) {
-  if (in->op != IR_REDUCE || in->fn != RED_SUM || !is_array(in->results[0]) || !ty_is_float(in->args[0]->type.dtype))
+  if (in->op != IR_REDUCE || in->fn != RED_SUM || !is_array(in->results[0]) || !ty_is_float(in->args[0]->type.dtype) ||
+      in->args[0]->type.dtype == DT_BF16)
     return 0;
   int r = in->args[0]->type.rank, k = 0;
   while (k < r && (in->mask & (1u << k)))

@@ -159,6 +159,8 @@ static double const_in(Pos pos, DType dt, double v) {
   }
   if (dt == DT_F32 && isfinite(v) && fabs(v) > FLT_MAX)
     return v > 0 ? INFINITY : -INFINITY;
+  if (dt == DT_BF16)
+    return ty_bf16_round(v);
   return dt == DT_I32 ? (double)(int32_t)v : dt == DT_BOOL ? (v != 0) : dt == DT_F32 ? (double)(float)v : v;
 }
 

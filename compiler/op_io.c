@@ -755,7 +755,7 @@ static void emit_print(Emit *e, const Inst *in) {
       emit_line(e, "shd_print_array(%s, %s, %d, %s);", vname(v), emit_dtconst(v->type.dtype), v->type.rank,
            emit_shape_lit(e, &v->type));
     else
-      emit_line(e, "shd_print_scalar((double)%s, %s);", vname(v), emit_dtconst(v->type.dtype));
+      emit_line(e, "shd_print_scalar(%s, %s);", emit_scalar_double(v), emit_dtconst(v->type.dtype));
   }
   emit_line(e, "shd_print_end();");
   emit_indent(e, -2);
@@ -775,8 +775,8 @@ static void emit_json_values(Emit *e, const Inst *in, int first) {
     else if (v->type.dtype == DT_BOOL)
       emit_line(e, "shd_json_bool(%s, %s);", str_lit(key), vname(v));
     else
-      emit_line(e, "shd_json_float(%s, (double)%s, %s);", str_lit(key), vname(v),
-                v->type.dtype == DT_F32 ? "true" : "false");
+      emit_line(e, "shd_json_float(%s, %s, %s);", str_lit(key), emit_scalar_double(v),
+                v->type.dtype != DT_F64 ? "true" : "false");
   }
 }
 

@@ -380,9 +380,9 @@ static const OpDef ops[] = {
 #undef SM
 
 static const BuiltinDef builtins[] = {
-    {.name = "softmax", .code = SM_SOFTMAX, .check = check_softmax, .lower = lower_softmax},
-    {.name = "log_softmax", .code = SM_LOG_SOFTMAX, .check = check_softmax, .lower = lower_softmax},
-    {.name = "logsumexp", .code = SM_LOGSUMEXP, .check = check_softmax, .lower = lower_softmax},
+    {.name = "softmax", .code = SM_SOFTMAX, .flags = BIF_NO_BF16, .check = check_softmax, .lower = lower_softmax},
+    {.name = "log_softmax", .code = SM_LOG_SOFTMAX, .flags = BIF_NO_BF16, .check = check_softmax, .lower = lower_softmax},
+    {.name = "logsumexp", .code = SM_LOGSUMEXP, .flags = BIF_NO_BF16, .check = check_softmax, .lower = lower_softmax},
     {0},
 };
 

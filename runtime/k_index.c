@@ -51,6 +51,10 @@ static void put_run(char *d, const char *s, size_t bytes, int add)
         for (size_t i = 0; i < bytes; i++)
             d[i] = (char)(d[i] || s[i]);
         return;
+    case SHD_BF16:
+        for (size_t i = 0; i < bytes / sizeof(uint16_t); i++)
+            ((uint16_t *)d)[i] = shd_f2bf(shd_bf2f(((uint16_t *)d)[i]) + shd_bf2f(((const uint16_t *)s)[i]));
+        return;
     }
 }
 
