@@ -11,6 +11,7 @@
  * sgemm, transposes passed to BLAS where the layout allows.
  */
 #include "ops.h"
+#include "../runtime/gemm.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname
@@ -966,6 +967,21 @@ static int64_t dot_temp_bytes(const Module *mod, const Inst *in) {
   if (operand_layout(b->type.rank, d->rhs_batch, d->nbatch, d->rhs_contract, d->ncontract, fb, nfb, order) ==
       LAYOUT_COPY)
     bytes += ty_local_count(&mod->mesh, &b->type) * (int64_t)ty_dtype_size(b->type.dtype);
+  if (a->type.dtype == DT_BF16) {   /* the f32 copies of one gemm: B whole, a panel of A and C (gemm.h) */
+    int64_t la[MAX_RANK], lb[MAX_RANK], K = 1, M = 1, N = 1;
+    ty_local_shape(&mod->mesh, &a->type, la);
+    ty_local_shape(&mod->mesh, &b->type, lb);
+    for (int i = 0; i < d->ncontract; i++)
+      K *= la[d->lhs_contract[i]];
+    for (int i = 0; i < nfa; i++)
+      M *= la[fa[i]];
+    for (int i = 0; i < nfb; i++)
+      N *= lb[fb[i]];
+    int64_t P = K + N ? SHD_BF16_PANEL / (K + N) : 0;
+    P = P < 1 ? 1 : P > M ? M : P;
+    if (M && N && K)
+      bytes += (K * N + P * (K + N)) * (int64_t)sizeof(float);
+  }
   return bytes;
 }
 

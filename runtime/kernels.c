@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "shdrt_internal.h"
+#include "gemm.h"
 
 /* ---- gemm ---------------------------------------------------------------- */
 
@@ -85,36 +86,50 @@ static void gemm_i32(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
     free(row);
 }
 
-/* rows x cols of a bf16 matrix (leading dim ld) widened to a dense f32 one. */
-static float *widen_bf16(const uint16_t *x, int64_t rows, int64_t cols, int64_t ld, const char *what)
+/* rows x cols of a bf16 matrix (leading dim ld) widened into a dense f32 w. */
+static void widen_bf16(float *w, const uint16_t *x, int64_t rows, int64_t cols, int64_t ld)
 {
-    float *w = shd_mem(NULL, (size_t)(rows * cols) * sizeof *w, "the f32 copy of a bf16 %s (%lld x %lld)", what,
-                       (long long)rows, (long long)cols);
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++)
             w[i * cols + j] = shd_bf2f(x[i * ld + j]);
-    return w;
 }
 
-/* bf16 operands accumulate in f32 (language.md §10.1): widened, sgemm'd,
- * the product rounded once. Debian's OpenBLAS 0.3.21 is built without
- * sbgemm, and this CPU has no bf16 units, so widening is what it would do. */
+/* Rows of a bf16 gemm's panel (gemm.h): P rows of A and C widened at once. */
+static int64_t bf16_panel_rows(int64_t M, int64_t N, int64_t K)
+{
+    int64_t p = SHD_BF16_PANEL / (K + N);
+    return p < 1 ? 1 : p > M ? M : p;
+}
+
+/* bf16 operands accumulate in f32 (language.md §10.1): B widened whole,
+ * then A and C a panel of rows at a time, sgemm'd, each product rounded
+ * once. Debian's OpenBLAS 0.3.21 is built without sbgemm, and this CPU has
+ * no bf16 units, so widening is what sbgemm would do here. */
 static void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const uint16_t *A,
                       int64_t lda, const uint16_t *B, int64_t ldb, double beta, uint16_t *C, int64_t ldc)
 {
-    float *a = widen_bf16(A, ta ? K : M, ta ? M : K, lda, "matrix");
-    float *b = widen_bf16(B, tb ? N : K, tb ? K : N, ldb, "matrix");
-    float *c = beta == 0 ? shd_mem(NULL, (size_t)(M * N) * sizeof *c, "a bf16 product (%lld x %lld)",
-                                   (long long)M, (long long)N)
-                         : widen_bf16(C, M, N, ldc, "product");
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
-                (int)K, (float)alpha, a, (int)(ta ? M : K), b, (int)(tb ? K : N), (float)beta, c, (int)N);
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++)
-            C[i * ldc + j] = shd_f2bf(c[i * N + j]);
-    free(a);
-    free(b);
-    free(c);
+    int64_t P = bf16_panel_rows(M, N, K);
+    /* shd_alloc: the copies count in the traced peak, as explain's does */
+    float *b = shd_alloc((size_t)(K * N) * sizeof(float));
+    float *a = shd_alloc((size_t)(P * (K + N)) * sizeof(float));
+    float *c = a + P * K;
+    widen_bf16(b, B, tb ? N : K, tb ? K : N, ldb);
+    for (int64_t i0 = 0; i0 < M; i0 += P) {
+        int64_t p = M - i0 < P ? M - i0 : P;
+        if (ta)   /* A is K x M: columns i0.. of it, as a K x p block */
+            widen_bf16(a, A + i0, K, p, lda);
+        else
+            widen_bf16(a, A + i0 * lda, p, K, lda);
+        if (beta != 0)
+            widen_bf16(c, C + i0 * ldc, p, N, ldc);
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)p, (int)N,
+                    (int)K, (float)alpha, a, (int)(ta ? p : K), b, (int)(tb ? K : N), (float)beta, c, (int)N);
+        for (int64_t i = 0; i < p; i++)
+            for (int64_t j = 0; j < N; j++)
+                C[(i0 + i) * ldc + j] = shd_f2bf(c[i * N + j]);
+    }
+    shd_release(a);
+    shd_release(b);
 }
 
 static void gemm_impl(shd_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
