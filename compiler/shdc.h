@@ -660,9 +660,9 @@ const char *ty_dtype_c(DType dt);
 /* v rounded to bf16 (nearest even, NaN stays NaN, overflow gives inf):
  * its bit pattern, and its value. */
 uint16_t ty_bf16_bits(double v);
+double ty_bf16_round(double v);
 /* The dtype a value is computed in: bf16 in f32, the others in their own. */
 DType ty_compute_dtype(DType dt);
-double ty_bf16_round(double v);
 /* Canonical printing (language.md §2, fixed). */
 const char *ty_str(const Mesh *m, const Type *t);
 const char *ty_spec_str(const Mesh *m, DimSpec s);

@@ -9,6 +9,8 @@
  */
 #include "shdc.h"
 
+#include <math.h>
+
 Type ty_array(DType dt, int rank, const int64_t *shape) {
   Type t;
   memset(&t, 0, sizeof t);
@@ -175,13 +177,18 @@ const char *ty_dtype_c(DType dt) {
 
 DType ty_compute_dtype(DType dt) { return dt == DT_BF16 ? DT_F32 : dt; }
 
-/* The runtime's shd_f2bf on the f32 value (as the generated code rounds). */
+/* The runtime's shd_d2bf: to f32 rounding to odd (toward zero, the last
+ * bit set when inexact), then to nearest even, so v rounds once. */
 uint16_t ty_bf16_bits(double v) {
   float f = (float)v;
+  if (f == f && fabs((double)f) > fabs(v))
+    f = nextafterf(f, 0);
   uint32_t u;
   memcpy(&u, &f, sizeof u);
   if (f != f)
     return (uint16_t)((u >> 16) | 0x40);
+  if ((double)f != v)
+    u |= 1;
   return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
 }
 
