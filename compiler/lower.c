@@ -236,6 +236,14 @@ Value *lower_as(Lower *L, Expr *e, DType dt) {
   return lower_expr(L, e);
 }
 
+Value *lower_convert(Lower *L, Pos pos, Value *x, DType dt) {
+  if (x->type.dtype == dt)
+    return x;
+  Type t = x->type;
+  t.dtype = dt;
+  return lower_emit1(L, IR_CAST, pos, 1, &x, t);
+}
+
 /* Lowers e where a value of exactly type `want` is needed. */
 Value *lower_to(Lower *L, Expr *e, const Type *want) {
   if (e->ty && e->ty->weak)

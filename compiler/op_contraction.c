@@ -637,11 +637,7 @@ static Value *emit_reduce(Lower *L, Pos pos, Value *x, int redop, unsigned mask,
 /* An operand of a widened contraction (TcInfo.widen). */
 static Value *lower_operand(Lower *L, Expr *x, bool widen) {
   Value *v = lower_expr(L, x);
-  if (!widen)
-    return v;
-  Type t = v->type;
-  t.dtype = DT_F32;
-  return lower_emit1(L, IR_CAST, x->pos, 1, &v, t);
+  return widen ? lower_convert(L, x->pos, v, DT_F32) : v;
 }
 
 static Value *lower_matmul(Lower *L, Expr *e) {

@@ -218,12 +218,6 @@ static Type check_reduction(TcCtx *c, Expr *e, const Type *annot) {
 
 /* ---- lowering ---------------------------------------------------------------------- */
 
-static Value *lower_cast_to(Lower *L, Pos pos, Value *x, DType dt) {
-  Type t = x->type;
-  t.dtype = dt;
-  return lower_emit1(L, IR_CAST, pos, 1, &x, t);
-}
-
 /* A bf16 mean is computed in f32, the sum divided before it is rounded
  * (language.md §10.1): cast(mean(cast(x, f32)), bf16). */
 static Value *lower_reduction(Lower *L, Expr *e) {
@@ -232,7 +226,7 @@ static Value *lower_reduction(Lower *L, Expr *e) {
   Type rt = info->type;
   bool bf = info->scale_by_count && rt.dtype == DT_BF16;
   if (bf) {
-    x = lower_cast_to(L, e->pos, x, DT_F32);
+    x = lower_convert(L, e->pos, x, DT_F32);
     rt.dtype = DT_F32;
   }
   Inst *in = lower_emit(L, IR_REDUCE, e->pos, 1, &x, rt);
@@ -246,7 +240,7 @@ static Value *lower_reduction(Lower *L, Expr *e) {
     r = m->results[0];
   }
   if (bf)
-    r = lower_cast_to(L, e->pos, r, DT_BF16);
+    r = lower_convert(L, e->pos, r, DT_BF16);
   return r->type.rank == e->ty->rank ? r : lower_emit1(L, IR_RESHAPE, e->pos, 1, &r, *e->ty);
 }
 

@@ -490,6 +490,8 @@ extern const OpFamily op_elementwise_family, op_unary_family, op_contraction_fam
 Value *lower_expr(Lower *L, Expr *e);
 /* e as an operand of dtype dt: a weak (constant) e is folded to it. */
 Value *lower_as(Lower *L, Expr *e, DType dt);
+/* x cast to dtype dt (x itself when it has it): bf16 computed in f32. */
+Value *lower_convert(Lower *L, Pos pos, Value *x, DType dt);
 /* e where a value of exactly type `want` is needed (constants adopt it). */
 Value *lower_to(Lower *L, Expr *e, const Type *want);
 double lower_fold(Lower *L, Expr *e);
