@@ -775,9 +775,9 @@ static const OpDef ops[] = {
 };
 
 static const BuiltinDef builtins[] = {
-    {.name = "take", .code = G_TAKE, .flags = BIF_NO_BF16 | BIF_ANNOT, .check = check_take, .lower = lower_take},
-    {.name = "take_along_axis", .code = G_TAKE_ALONG, .flags = BIF_NO_BF16 | BIF_ANNOT, .check = check_take, .lower = lower_take},
-    {.name = "one_hot", .code = G_ONE_HOT, .flags = BIF_NO_BF16 | BIF_ANNOT, .check = check_one_hot, .lower = lower_one_hot},
+    {.name = "take", .code = G_TAKE, .flags = BIF_ANNOT, .check = check_take, .lower = lower_take},
+    {.name = "take_along_axis", .code = G_TAKE_ALONG, .flags = BIF_ANNOT, .check = check_take, .lower = lower_take},
+    {.name = "one_hot", .code = G_ONE_HOT, .flags = BIF_ANNOT, .check = check_one_hot, .lower = lower_one_hot},
     {0},
 };
 
