@@ -395,7 +395,8 @@ bool rule_unary(RuleCtx *c, int op, const Type *x, Type *out);
 const char *op_unary_c(int un, DType dt, const char *x);
 void op_unary_helper(FILE *out, int un, DType dt);   /* its static inline helper */
 int op_unary_count(void);                            /* entries of the table */
-/* The all-reduce's seconds on a network (MPI below 32 MiB, a ring above),
+/* The all-reduce's seconds on a network (MPI below 32 MiB, a ring above;
+ * bf16 all-reduces are the ring's at any size, op_collective.c),
  * for n bytes on each rank; ring false: MPI's algorithms only (the
  * all-reduce of argmax's (value, index) pairs). */
 double op_allreduce_seconds(const NetCost *c, double n, bool ring, const char **algo);
