@@ -886,7 +886,8 @@ static void emit_arg(Emit *e, const Inst *in) {
   }
   DType dt = r->type.dtype;
   if (dt == DT_BF16) {
-    emit_line(e, "uint16_t %s = shd_d2bf(shd_arg_f64(%s, %s));", vname(r), str_lit(in->str), emit_flit(DT_F64, in->fval));
+    emit_line(e, "uint16_t %s = shd_d2bf(shd_arg_f64(%s, %s));", vname(r), str_lit(in->str),
+              emit_flit(DT_F64, in->fval));
     return;
   }
   const char *get = dt == DT_I32 ? "shd_arg_i32" : dt == DT_BOOL ? "shd_arg_bool" : "shd_arg_f64";

@@ -557,7 +557,8 @@ void shd_gemm(shd_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
 {
     if (shd_async_active)
         shd_async_progress_slow();
-    shd_span_begin(SHD_SPAN_GEMM, dt == SHD_F64 ? "dgemm" : dt == SHD_F32 ? "sgemm" : dt == SHD_BF16 ? "bf16 gemm" : "gemm", 0);
+    shd_span_begin(SHD_SPAN_GEMM,
+                   dt == SHD_F64 ? "dgemm" : dt == SHD_F32 ? "sgemm" : dt == SHD_BF16 ? "bf16 gemm" : "gemm", 0);
     shd_span_args(M, N, K);
     gemm_impl(dt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     shd_span_end();
