@@ -94,8 +94,9 @@ static const DiagCode codes[] = {
      "    print(N / 2)\n"
      "}\n", NULL},
     {"E_DTYPE", "Dtype", "operands of different dtypes, bool arithmetic, a float function of an integer",
-     "Operands of one operation share a dtype (literals adapt); bools have no arithmetic; conditions are bool "
-     "scalars. Convert with cast(x, DTYPE).",
+     "Operands of one operation share a dtype (literals adapt): bf16 and f32 do not mix either; bools have no "
+     "arithmetic; conditions are bool scalars; a builtin without a bf16 kernel (argmax, cumsum, sort, "
+     "segment_sum, ...) computes in f32. Convert with cast(x, DTYPE).",
      // the example and its fix
      "mesh {X: 2}\n"
      "fn main() {\n"

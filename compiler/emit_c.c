@@ -88,7 +88,7 @@ void emit_number_values(Module *mod) {
 const char *emit_fname(const Func *f) { return arena_printf("shd_fn_%s", f->name); }
 
 const char *emit_dtconst(DType dt) {
-  static const char *n[] = {"SHD_F32", "SHD_F64", "SHD_I32", "SHD_BOOL"};
+  static const char *n[] = {"SHD_F32", "SHD_F64", "SHD_I32", "SHD_BOOL", "SHD_BF16"};
   return n[dt];
 }
 
@@ -165,6 +165,8 @@ const char *emit_offset_lit(Emit *e, const Type *t) {
 }
 
 const char *emit_flit(DType dt, double v) {
+  if (dt == DT_BF16)
+    return arena_printf("(uint16_t)0x%04x", ty_bf16_bits(v));
   if (dt == DT_F32 || dt == DT_F64) {
     if (v != v)
       return "NAN";
@@ -364,16 +366,36 @@ const char *emit_group_operand(Emit *e, const Value *op) {
   return arena_printf("%s_%s", vname(op), k == MEMBER_FULL ? "l" : "s");
 }
 
-const char *emit_operand_at(Emit *e, const Value *op, const Type *res) {
+static const char *operand_stored(Emit *e, const Value *op, const Type *res) {
   const char *g = emit_group_operand(e, op);
   if (g)
     return g;
-  if (e->fused[op->id])
-    return arena_printf("(%s)", emit_elementwise_expr(e, op->def));
   const char *ix = index_expr(e, op, res);
   if (!ix)
     return vname(op);
   return arena_printf("%s[%s]", vname(op), ix);
+}
+
+/* An operand as the elementwise expressions compute with it: a bf16 one
+ * widened to f32 (a fused bf16 result rounded to bf16 first, so that each
+ * operation rounds once, language.md §10.1). */
+const char *emit_operand_at(Emit *e, const Value *op, const Type *res) {
+  bool bf = op->type.dtype == DT_BF16;
+  if (e->fused[op->id] && !emit_group_operand(e, op))
+    return arena_printf(bf ? "shd_bfr(%s)" : "(%s)", emit_elementwise_expr(e, op->def));
+  const char *s = operand_stored(e, op, res);
+  return bf ? arena_printf("shd_bf2f(%s)", s) : s;
+}
+
+/* A scalar value as a double (a bf16 one widened from its bits). */
+const char *emit_scalar_double(const Value *v) {
+  return arena_printf(v->type.dtype == DT_BF16 ? "(double)shd_bf2f(%s)" : "(double)%s", vname(v));
+}
+
+/* An elementwise expression (computed in ty_compute_dtype) as the value
+ * stored for type t. */
+const char *emit_stored(const Type *t, const char *x) {
+  return t->dtype == DT_BF16 ? arena_printf("shd_f2bf(%s)", x) : x;
 }
 
 /* Opens the loop nest over res's local shape; the body sees i (flat) and,

@@ -110,7 +110,8 @@ static void emit_locals(Emit *e, const Group *g, const bool *need) {
   for (int m = 0; m < g->n; m++)
     if (need[m]) {
       const Value *v = g->mem[m]->results[0];
-      emit_line(e, "const %s %s_l = %s;", ctype(&v->type), vname(v), emit_elementwise_expr(e, g->mem[m]));
+      emit_line(e, "const %s %s_l = %s;", ctype(&v->type), vname(v),
+                emit_stored(&v->type, emit_elementwise_expr(e, g->mem[m])));
     }
 }
 
@@ -207,7 +208,7 @@ static void row_values(Emit *e, const Group *g, int st) {
       continue;
     const char *x = g->kind[m] == MEMBER_ROW_SUM    ? arena_printf("(%s)%s_a", ctype(&v->type), vname(v))
                     : g->kind[m] == MEMBER_ROW_VIEW ? emit_group_operand(e, in->args[0])
-                                                    : emit_elementwise_expr(e, in);
+                                                    : emit_stored(&v->type, emit_elementwise_expr(e, in));
     emit_line(e, "const %s %s_s = %s;", ctype(&v->type), vname(v), x);
     if (!e->nobuf[v->id])
       emit_line(e, "%s[ir] = %s_s;", vname(v), vname(v));

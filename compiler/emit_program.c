@@ -33,7 +33,7 @@ typedef struct {
 
 static void emit_elementwise(Emit *e, const Inst *in) {
   const Value *r = in->results[0];
-  const char *x = emit_elementwise_expr(e, in);
+  const char *x = emit_stored(&r->type, emit_elementwise_expr(e, in));
   if (!is_array(r)) {
     emit_line(e, "%s %s = %s;", ctype(&r->type), vname(r), x);
     return;

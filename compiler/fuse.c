@@ -180,9 +180,11 @@ static bool is_member(const Fuse *f, const Value *v, int gi) {
   return f->s->gmember[v->id] == gi + 1 && v->def && v->def->parent == f->b;
 }
 
-/* The trailing dims k.. a float sum of x reduces, or 0 when it is not one. */
+/* The trailing dims k.. a float sum of x reduces, or 0 when it is not one
+ * (nor is a bf16 sum: shd_reduce accumulates and rounds it once). */
 static int row_sum_split(const Inst *in) {
-  if (in->op != IR_REDUCE || in->fn != RED_SUM || !is_array(in->results[0]) || !ty_is_float(in->args[0]->type.dtype))
+  if (in->op != IR_REDUCE || in->fn != RED_SUM || !is_array(in->results[0]) || !ty_is_float(in->args[0]->type.dtype) ||
+      in->args[0]->type.dtype == DT_BF16)
     return 0;
   int r = in->args[0]->type.rank, k = r;
   while (k > 0 && (in->mask & (1u << (k - 1))))
@@ -193,9 +195,11 @@ static int row_sum_split(const Inst *in) {
 }
 
 /* The leading dims ..k-1 a float sum of x reduces (a column sum: the
- * result keeps the trailing dims, keepdims or not), or 0 when it is not one. */
+ * result keeps the trailing dims, keepdims or not), or 0 when it is not one
+ * (a bf16 one is not, as for row sums). */
 static int col_sum_split(const Inst *in) {
-  if (in->op != IR_REDUCE || in->fn != RED_SUM || !is_array(in->results[0]) || !ty_is_float(in->args[0]->type.dtype))
+  if (in->op != IR_REDUCE || in->fn != RED_SUM || !is_array(in->results[0]) || !ty_is_float(in->args[0]->type.dtype) ||
+      in->args[0]->type.dtype == DT_BF16)
     return 0;
   int r = in->args[0]->type.rank, k = 0;
   while (k < r && (in->mask & (1u << k)))

@@ -103,7 +103,7 @@ static Token scan(Lexer *lx) {
       /* str( is the conversion builtin, called like any function; str
        * elsewhere is the string type. */
       "str" / [ \t]* "(" { return make(lx, TK_IDENT, start); }
-      "f32" | "f64" | "i32" | "bool" | "str" { return make(lx, TK_DTYPE, start); }
+      "f32" | "f64" | "i32" | "bool" | "bf16" | "str" { return make(lx, TK_DTYPE, start); }
 
       ident       { return make(lx, TK_IDENT, start); }
       float       { return make(lx, TK_FLOAT, start); }

@@ -159,6 +159,8 @@ static double const_in(Pos pos, DType dt, double v) {
   }
   if (dt == DT_F32 && isfinite(v) && fabs(v) > FLT_MAX)
     return v > 0 ? INFINITY : -INFINITY;
+  if (dt == DT_BF16)
+    return ty_bf16_round(v);
   return dt == DT_I32 ? (double)(int32_t)v : dt == DT_BOOL ? (v != 0) : dt == DT_F32 ? (double)(float)v : v;
 }
 
@@ -232,6 +234,14 @@ Value *lower_as(Lower *L, Expr *e, DType dt) {
   if (e->ty && e->ty->weak)
     return lower_const(L, e->pos, dt, lower_fold(L, e));
   return lower_expr(L, e);
+}
+
+Value *lower_convert(Lower *L, Pos pos, Value *x, DType dt) {
+  if (x->type.dtype == dt)
+    return x;
+  Type t = x->type;
+  t.dtype = dt;
+  return lower_emit1(L, IR_CAST, pos, 1, &x, t);
 }
 
 /* Lowers e where a value of exactly type `want` is needed. */

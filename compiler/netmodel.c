@@ -276,8 +276,8 @@ void net_describe(FILE *out, const NetModel *n, const Mesh *m) {
   if (n->reduce_bandwidth > 0)
     fprintf(out, "; local reductions %s", rate_str(n->reduce_bandwidth));
   fprintf(out, "\nestimates: the alpha-beta cost of the runtime's algorithm for each collective (ring reduce-scatter; "
-               "all-reduce: MPI below 32 MiB, ring above; MPI all-gather and all-to-all); a group's slowest link "
-               "sets its pace\n");
+               "all-reduce: MPI below 32 MiB, ring above and for bf16; MPI all-gather and all-to-all); a group's "
+               "slowest link sets its pace\n");
 }
 
 /* ---- per step: the loops of a function, with the calls inside them ------------------------ */

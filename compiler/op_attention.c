@@ -434,7 +434,7 @@ static const OpDef ops[] = {
 };
 
 static const BuiltinDef builtins[] = {
-    {.name = "dot_product_attention", .check = check_attention, .lower = lower_attention,
+    {.name = "dot_product_attention", .flags = BIF_NO_BF16, .check = check_attention, .lower = lower_attention,
      .doc = "scaled dot-product attention"},
     {0},
 };

@@ -939,7 +939,7 @@ static int64_t permute_bytes(const Module *mod, const Inst *in) {
  * for n bytes on each of G ranks (netmodel.c gives the link):
  *
  *   reduce-scatter    ring:                  (G-1)a + (G-1)/G n b + (G-1)/G n g
- *   all-reduce        n >= 32 MiB, ring:    2(G-1)a + 2(G-1)/G n b + (G-1)/G n g
+ *   all-reduce        n >= 32 MiB or bf16, ring: 2(G-1)a + 2(G-1)/G n b + (G-1)/G n g
  *                     n <= 8 KiB, MPI recursive doubling: log2(G) (a + n b + n g)
  *                     otherwise MPI (Rabenseifner): 2 log2(G) a + 2(G-1)/G n b + (G-1)/G n g
  *   all-gather        MPI: G n <= 64 KiB recursive doubling log2(G) a + (G-1) n b,
@@ -967,8 +967,16 @@ double op_allreduce_seconds(const NetCost *c, double n, bool ring, const char **
   return 2 * log2_up(G) * c->a + 2 * f * n * c->b + f * n * c->g;
 }
 
+/* bf16 always takes the ring (runtime/collectives.c: MPI has no bf16 sum). */
 static double all_reduce_seconds(const NetCost *c, const Inst *in, const char **algo) {
-  return c->G <= 1 ? 0 : op_allreduce_seconds(c, c->n, true, algo);
+  if (c->G <= 1)
+    return 0;
+  if (in->args[0]->type.dtype == DT_BF16) {
+    double f = (c->G - 1) / c->G;
+    *algo = "ring";
+    return 2 * (c->G - 1) * c->a + 2 * f * c->n * c->b + f * c->n * c->g;
+  }
+  return op_allreduce_seconds(c, c->n, true, algo);
 }
 
 static double reduce_scatter_seconds(const NetCost *c, const Inst *in, const char **algo) {

@@ -11,6 +11,7 @@
  * sgemm, transposes passed to BLAS where the layout allows.
  */
 #include "ops.h"
+#include "../runtime/gemm.h"
 
 #define TS(t) ty_str(c->mesh, (t))
 #define vname emit_vname
@@ -291,6 +292,16 @@ static bool rule_matmul_dims(RuleCtx *c, const Type *a, const Type *b, DotDims *
 /* ---- typing ----------------------------------------------------------------------- */
 
 /* a @ b: the typechecker has typed a and b (BuiltinDef, ops.h). */
+/* bf16 operands under an f32 annotation give an f32 result, as JAX's
+ * preferred_element_type: they are typed (and lowered) as cast to f32,
+ * which is exact, and the product accumulates in f32 either way. */
+static bool widen_bf16(const Type *annot, Type *a, Type *b) {
+  if (!annot || annot->dtype != DT_F32 || a->dtype != DT_BF16 || b->dtype != DT_BF16 || a->weak || b->weak)
+    return false;
+  a->dtype = b->dtype = DT_F32;
+  return true;
+}
+
 static Type check_matmul(TcCtx *c, Expr *e, const Type *annot) {
   Type a = *e->lhs->ty, b = *e->rhs->ty;
   if (!tc_want_array(c, e->lhs, &a, "@") | !tc_want_array(c, e->rhs, &b, "@"))
@@ -298,6 +309,7 @@ static Type check_matmul(TcCtx *c, Expr *e, const Type *annot) {
   RuleCtx r = tc_rule(c, e->pos, "matmul");
   TcInfo *info = arena_alloc(sizeof *info);
   e->tc = info;
+  info->widen = widen_bf16(annot, &a, &b);
   int rank = 0, drank = 0;
   if (!rule_matmul_dims(&r, &a, &b, &info->dot, info->perm, &rank, &drank))
     return ty_error();
@@ -514,6 +526,7 @@ static Type check_einsum(TcCtx *c, Expr *e, const Type *annot) {
   info->y = n == 3 ? pos[2] : NULL;
   if (n == 2)
     return einsum_unary(c, e, info, &sp, &t[0], annot);
+  info->widen = widen_bf16(annot, &t[0], &t[1]);
   /* Sizes of a label must agree. */
   for (int i = 0; sp.terms[0][i]; i++) {
     int j = label_pos(sp.terms[1], sp.terms[0][i]);
@@ -621,9 +634,15 @@ static Value *emit_reduce(Lower *L, Pos pos, Value *x, int redop, unsigned mask,
   return in->results[0];
 }
 
+/* An operand of a widened contraction (TcInfo.widen). */
+static Value *lower_operand(Lower *L, Expr *x, bool widen) {
+  Value *v = lower_expr(L, x);
+  return widen ? lower_convert(L, x->pos, v, DT_F32) : v;
+}
+
 static Value *lower_matmul(Lower *L, Expr *e) {
   TcInfo *info = e->tc;
-  Value *a = lower_expr(L, e->lhs), *b = lower_expr(L, e->rhs);
+  Value *a = lower_operand(L, e->lhs, info->widen), *b = lower_operand(L, e->rhs, info->widen);
   Value *d = lower_dot(L, e->pos, a, b, &info->dot, info->dot_type);
   if (info->has_perm)
     d = emit_transpose(L, e->pos, d, info->perm, info->squeeze ? info->type : *e->ty);
@@ -644,12 +663,12 @@ static Value *presum(Lower *L, Pos pos, Value *x, unsigned mask) {
 
 static Value *lower_einsum(Lower *L, Expr *e) {
   TcInfo *info = e->tc;
-  Value *x = lower_expr(L, info->x);
+  Value *x = lower_operand(L, info->x, info->widen);
   Value *r;
   if (info->einsum_unary) {
     r = ty_equal(&x->type, &info->dot_type) ? x : emit_reduce(L, e->pos, x, RED_SUM, info->sum_x, info->dot_type);
   } else {
-    Value *y = lower_expr(L, info->y);
+    Value *y = lower_operand(L, info->y, info->widen);
     x = presum(L, e->pos, x, info->sum_x);
     y = presum(L, e->pos, y, info->sum_y);
     r = lower_dot(L, e->pos, x, y, &info->dot, info->dot_type);
@@ -944,6 +963,21 @@ static int64_t dot_temp_bytes(const Module *mod, const Inst *in) {
   if (operand_layout(b->type.rank, d->rhs_batch, d->nbatch, d->rhs_contract, d->ncontract, fb, nfb, order) ==
       LAYOUT_COPY)
     bytes += ty_local_count(&mod->mesh, &b->type) * (int64_t)ty_dtype_size(b->type.dtype);
+  if (a->type.dtype == DT_BF16) {   /* the f32 copies of one gemm: B whole, a panel of A and C (gemm.h) */
+    int64_t la[MAX_RANK], lb[MAX_RANK], K = 1, M = 1, N = 1;
+    ty_local_shape(&mod->mesh, &a->type, la);
+    ty_local_shape(&mod->mesh, &b->type, lb);
+    for (int i = 0; i < d->ncontract; i++)
+      K *= la[d->lhs_contract[i]];
+    for (int i = 0; i < nfa; i++)
+      M *= la[fa[i]];
+    for (int i = 0; i < nfb; i++)
+      N *= lb[fb[i]];
+    int64_t P = K + N ? SHD_BF16_PANEL / (K + N) : 0;
+    P = P < 1 ? 1 : P > M ? M : P;
+    if (M && N && K)
+      bytes += (K * N + P * (K + N)) * (int64_t)sizeof(float);
+  }
   return bytes;
 }
 

@@ -216,8 +216,9 @@ static void emit_iota(Emit *e, const Inst *in) {
   else
     emit_line(e, "int64_t off = 0;");
   emit_line(e, "for (int64_t i = 0; i < %lld; i++)", (long long)emit_local_count(e, t));
-  emit_line(e, "  %s[i] = (%s)(off + (i / %lld) %% %lld);", vname(r), ty_dtype_c(t->dtype), (long long)inner,
-       (long long)ls[in->dim]);
+  const char *x = arena_printf("(%s)(off + (i / %lld) %% %lld)", ty_dtype_c(ty_compute_dtype(t->dtype)),
+                               (long long)inner, (long long)ls[in->dim]);
+  emit_line(e, "  %s[i] = %s;", vname(r), emit_stored(t, x));
   emit_indent(e, -2);
   emit_line(e, "}");
 }
@@ -236,8 +237,9 @@ static void emit_random(Emit *e, const Inst *in) {
   const Type *t = &r->type;
   const char *fn = in->fn ? "shd_fill_uniform" : "shd_fill_normal";
   if (!is_array(r)) {
-    emit_line(e, "%s %s = (%s)%s_at_dt(%s, 0, %s);", ty_dtype_c(t->dtype), vname(r), ty_dtype_c(t->dtype),
-         in->fn ? "shd_uniform" : "shd_normal", random_key(in), emit_dtconst(t->dtype));
+    const char *x = arena_printf("(%s)%s_at_dt(%s, 0, %s)", ty_dtype_c(ty_compute_dtype(t->dtype)),
+                                 in->fn ? "shd_uniform" : "shd_normal", random_key(in), emit_dtconst(t->dtype));
+    emit_line(e, "%s %s = %s;", ty_dtype_c(t->dtype), vname(r), emit_stored(t, x));
     return;
   }
   emit_def_array(e, r, false);

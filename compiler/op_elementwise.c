@@ -787,6 +787,7 @@ static const char *binop_names[BIN__COUNT] = {
 
 
 static const char *binary_c(int fn, DType dt, const char *a, const char *b) {
+  dt = ty_compute_dtype(dt);
   const char *n = ty_dtype_name(dt);
   switch (fn) {
   case BIN_ADD: return arena_printf(dt == DT_I32 ? "shd_addi(%s, %s)" : "%s + %s", a, b);
@@ -831,14 +832,16 @@ static const char *cast_expr(Emit *e, const Inst *in) {
     return arena_printf("%s != 0", x);
   if (res->dtype == DT_I32 && ty_is_float(in->args[0]->type.dtype))
     return arena_printf("shd_f2i(%s)", x);
-  return arena_printf("(%s)%s", ty_dtype_c(res->dtype), x);
+  if (res->dtype == DT_BF16 && in->args[0]->type.dtype == DT_F64)
+    return arena_printf("shd_bf2f(shd_d2bf(%s))", x);
+  return arena_printf("(%s)%s", ty_dtype_c(ty_compute_dtype(res->dtype)), x);
 }
 
 static void mark_unary(const IrBlock *b, bool *used) {
   for (int i = 0; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];
     if (in->op == IR_UNARY && in->nresults)
-      used[in->fn * DT__COUNT + in->results[0]->type.dtype] = true;
+      used[in->fn * DT__COUNT + ty_compute_dtype(in->results[0]->type.dtype)] = true;
     for (int r = 0; r < in->nregions; r++)
       mark_unary(in->regions[r], used);
   }

@@ -755,7 +755,7 @@ static void emit_print(Emit *e, const Inst *in) {
       emit_line(e, "shd_print_array(%s, %s, %d, %s);", vname(v), emit_dtconst(v->type.dtype), v->type.rank,
            emit_shape_lit(e, &v->type));
     else
-      emit_line(e, "shd_print_scalar((double)%s, %s);", vname(v), emit_dtconst(v->type.dtype));
+      emit_line(e, "shd_print_scalar(%s, %s);", emit_scalar_double(v), emit_dtconst(v->type.dtype));
   }
   emit_line(e, "shd_print_end();");
   emit_indent(e, -2);
@@ -775,8 +775,8 @@ static void emit_json_values(Emit *e, const Inst *in, int first) {
     else if (v->type.dtype == DT_BOOL)
       emit_line(e, "shd_json_bool(%s, %s);", str_lit(key), vname(v));
     else
-      emit_line(e, "shd_json_float(%s, (double)%s, %s);", str_lit(key), vname(v),
-                v->type.dtype == DT_F32 ? "true" : "false");
+      emit_line(e, "shd_json_float(%s, %s, %s);", str_lit(key), emit_scalar_double(v),
+                v->type.dtype != DT_F64 ? "true" : "false");
   }
 }
 
@@ -885,6 +885,11 @@ static void emit_arg(Emit *e, const Inst *in) {
     return;
   }
   DType dt = r->type.dtype;
+  if (dt == DT_BF16) {
+    emit_line(e, "uint16_t %s = shd_d2bf(shd_arg_f64(%s, %s));", vname(r), str_lit(in->str),
+              emit_flit(DT_F64, in->fval));
+    return;
+  }
   const char *get = dt == DT_I32 ? "shd_arg_i32" : dt == DT_BOOL ? "shd_arg_bool" : "shd_arg_f64";
   emit_line(e, "%s %s = (%s)%s(%s, %s);", ty_dtype_c(dt), vname(r), ty_dtype_c(dt), get, str_lit(in->str),
        dt == DT_BOOL ? (in->fval != 0 ? "true" : "false") : emit_flit(dt == DT_I32 ? DT_I32 : DT_F64, in->fval));

@@ -218,19 +218,29 @@ static Type check_reduction(TcCtx *c, Expr *e, const Type *annot) {
 
 /* ---- lowering ---------------------------------------------------------------------- */
 
+/* A bf16 mean is computed in f32, the sum divided before it is rounded
+ * (language.md §10.1): cast(mean(cast(x, f32)), bf16). */
 static Value *lower_reduction(Lower *L, Expr *e) {
   TcInfo *info = e->tc;
   Value *x = lower_expr(L, info->x);
-  Inst *in = lower_emit(L, IR_REDUCE, e->pos, 1, &x, info->type);
+  Type rt = info->type;
+  bool bf = info->scale_by_count && rt.dtype == DT_BF16;
+  if (bf) {
+    x = lower_convert(L, e->pos, x, DT_F32);
+    rt.dtype = DT_F32;
+  }
+  Inst *in = lower_emit(L, IR_REDUCE, e->pos, 1, &x, rt);
   in->fn = info->redop;
   in->mask = info->mask;
   Value *r = in->results[0];
   if (info->scale_by_count) {
-    Value *args[2] = {r, lower_const(L, e->pos, info->type.dtype, 1.0 / info->count)};
-    Inst *m = lower_emit(L, IR_BINARY, e->pos, 2, args, info->type);
+    Value *args[2] = {r, lower_const(L, e->pos, rt.dtype, 1.0 / info->count)};
+    Inst *m = lower_emit(L, IR_BINARY, e->pos, 2, args, rt);
     m->fn = BIN_MUL;
     r = m->results[0];
   }
+  if (bf)
+    r = lower_convert(L, e->pos, r, DT_BF16);
   return r->type.rank == e->ty->rank ? r : lower_emit1(L, IR_RESHAPE, e->pos, 1, &r, *e->ty);
 }
 
@@ -622,9 +632,9 @@ static const BuiltinDef builtins[] = {
     {.name = "mean", .code = R_MEAN, .flags = BIF_ANNOT, .check = check_reduction, .lower = lower_reduction},
     {.name = "max", .code = RED_MAX, .flags = BIF_ANNOT, .check = check_reduction, .lower = lower_reduction},
     {.name = "min", .code = RED_MIN, .flags = BIF_ANNOT, .check = check_reduction, .lower = lower_reduction},
-    {.name = "argmax", .code = RED_MAX, .check = check_along, .lower = lower_along},
-    {.name = "argmin", .code = RED_MIN, .check = check_along, .lower = lower_along},
-    {.name = "cumsum", .code = R_CUMSUM, .check = check_along, .lower = lower_along},
+    {.name = "argmax", .code = RED_MAX, .flags = BIF_NO_BF16, .check = check_along, .lower = lower_along},
+    {.name = "argmin", .code = RED_MIN, .flags = BIF_NO_BF16, .check = check_along, .lower = lower_along},
+    {.name = "cumsum", .code = R_CUMSUM, .flags = BIF_NO_BF16, .check = check_along, .lower = lower_along},
     {0},
 };
 

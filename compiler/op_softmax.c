@@ -107,13 +107,18 @@ static Type check_softmax(TcCtx *c, Expr *e, const Type *annot) {
   return keep ? ty_keep_dims(&out, &x, 1u << dim) : out;
 }
 
+/* bf16 is computed in f32 and rounded once (language.md §10.1): the row
+ * kernels are f32's and f64's. */
 static Value *lower_softmax(Lower *L, Expr *e) {
   TcInfo *info = e->tc;
-  Value *x = lower_expr(L, info->x);
-  Inst *in = lower_emit(L, IR_SOFTMAX, e->pos, 1, &x, info->type);
+  DType dt = info->type.dtype;
+  Type t = info->type;
+  t.dtype = ty_compute_dtype(dt);
+  Value *x = lower_convert(L, e->pos, lower_expr(L, info->x), t.dtype);
+  Inst *in = lower_emit(L, IR_SOFTMAX, e->pos, 1, &x, t);
   in->fn = e->bi->code;
   in->dim = info->dim;
-  Value *r = in->results[0];
+  Value *r = lower_convert(L, e->pos, in->results[0], dt);
   return r->type.rank == e->ty->rank ? r : lower_emit1(L, IR_RESHAPE, e->pos, 1, &r, *e->ty);
 }
 

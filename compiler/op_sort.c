@@ -349,10 +349,10 @@ static const OpDef ops[] = {
 };
 
 static const BuiltinDef builtins[] = {
-    {.name = "sort", .code = S_SORT, .check = check_sort, .lower = lower_sort, .doc = "ascending, stable, NaN last"},
-    {.name = "argsort", .code = S_ARGSORT, .check = check_sort, .lower = lower_sort, .doc = "the positions of sort"},
-    {.name = "top_k", .code = S_TOP_K, .check = check_sort, .lower = lower_sort, .doc = "the k largest, with their positions"},
-    {.name = "segment_sum", .code = S_SEGMENT_SUM, .flags = BIF_ANNOT, .check = check_segment_sum,
+    {.name = "sort", .code = S_SORT, .flags = BIF_NO_BF16, .check = check_sort, .lower = lower_sort, .doc = "ascending, stable, NaN last"},
+    {.name = "argsort", .code = S_ARGSORT, .flags = BIF_NO_BF16, .check = check_sort, .lower = lower_sort, .doc = "the positions of sort"},
+    {.name = "top_k", .code = S_TOP_K, .flags = BIF_NO_BF16, .check = check_sort, .lower = lower_sort, .doc = "the k largest, with their positions"},
+    {.name = "segment_sum", .code = S_SEGMENT_SUM, .flags = BIF_NO_BF16 | BIF_ANNOT, .check = check_segment_sum,
      .lower = lower_segment_sum, .doc = "sums of rows by segment id"},
     {0},
 };

@@ -216,9 +216,9 @@ static void emit_from(Emit *e, const Inst *in) {
     break;
   default:
     if (in->dim2)
-      emit_line(e, "shd_str_fixed(&%s, (double)%s, %d, %d);", r, vname(x), in->dim2 - 1, in->pos.line);
+      emit_line(e, "shd_str_fixed(&%s, %s, %d, %d);", r, emit_scalar_double(x), in->dim2 - 1, in->pos.line);
     else
-      emit_line(e, "shd_str_f64(&%s, (double)%s, %s);", r, vname(x), x->type.dtype == DT_F32 ? "true" : "false");
+      emit_line(e, "shd_str_f64(&%s, %s, %s);", r, emit_scalar_double(x), x->type.dtype != DT_F64 ? "true" : "false");
     break;
   }
 }

@@ -264,6 +264,7 @@ static bool infer_unary(const Module *mod, const Inst *in, Type *out) {
 
 /* The helper function's name, or the inline C of neg and not. */
 const char *op_unary_c(int un, DType dt, const char *x) {
+  dt = ty_compute_dtype(dt);
   if (un == UN_NEG && dt == DT_I32)
     return arena_printf("shd_negi(%s)", x);
   if (un == UN_NEG || un == UN_NOT)
@@ -278,6 +279,7 @@ static const char *unary_expr(Emit *e, const Inst *in) {
 
 /* The helper of (un, dt) for the generated file's preamble. */
 void op_unary_helper(FILE *out, int un, DType dt) {
+  dt = ty_compute_dtype(dt);
   const UnaryDef *u = def_of(un);
   bool fl = ty_is_float(dt);
   const char *src = fl ? u->cfloat : u->cint;

@@ -79,6 +79,7 @@ typedef struct {
   unsigned sum_x, sum_y;         /* einsum: dims summed out of one operand first */
   bool einsum_unary;
   bool squeeze;                  /* matmul: reshape away broadcast size-1 batch dims */
+  bool widen;                    /* matmul/einsum: bf16 operands, an f32 result (annotated, §10.1) */
   bool scale_by_count;           /* mean, pmean */
   double count;
   bool with_value;               /* value_and_grad */
@@ -318,6 +319,7 @@ enum {                     /* BuiltinDef.flags */
   BIF_STRUCT_SUM = 1024,   /* of one struct: the sum of every leaf, one all-reduce per set of axes (§9.2) */
   BIF_STRUCT_RESHARD = 2048, /* of a struct to a struct type with the same leaves, leaf by leaf (reshard) */
   BIF_FIRST_OPERAND = 4096, /* applies to a struct leaf by leaf, its first argument the one operand (pcast) */
+  BIF_NO_BF16 = 8192,      /* has no bf16 kernel: a bf16 operand or result is [E_DTYPE] (language.md §10.1) */
 };
 
 /* The syntax a builtin row answers to: a call by its name, or an operator
@@ -404,7 +406,8 @@ bool rule_unary(RuleCtx *c, int op, const Type *x, Type *out);
 const char *op_unary_c(int un, DType dt, const char *x);
 void op_unary_helper(FILE *out, int un, DType dt);   /* its static inline helper */
 int op_unary_count(void);                            /* entries of the table */
-/* The all-reduce's seconds on a network (MPI below 32 MiB, a ring above),
+/* The all-reduce's seconds on a network (MPI below 32 MiB, a ring above;
+ * bf16 all-reduces are the ring's at any size, op_collective.c),
  * for n bytes on each rank; ring false: MPI's algorithms only (the
  * all-reduce of argmax's (value, index) pairs). */
 double op_allreduce_seconds(const NetCost *c, double n, bool ring, const char **algo);
@@ -499,6 +502,8 @@ extern const OpFamily op_elementwise_family, op_unary_family, op_contraction_fam
 Value *lower_expr(Lower *L, Expr *e);
 /* e as an operand of dtype dt: a weak (constant) e is folded to it. */
 Value *lower_as(Lower *L, Expr *e, DType dt);
+/* x cast to dtype dt (x itself when it has it): bf16 computed in f32. */
+Value *lower_convert(Lower *L, Pos pos, Value *x, DType dt);
 /* e where a value of exactly type `want` is needed (constants adopt it). */
 Value *lower_to(Lower *L, Expr *e, const Type *want);
 double lower_fold(Lower *L, Expr *e);
@@ -624,6 +629,8 @@ bool emit_is_last_use(Emit *e, const Value *v, const Inst *in);
 bool emit_can_steal(Emit *e, const Value *v, const Inst *in);
 /* An operand's value at element i of res's loop nest (fused producers inline). */
 const char *emit_operand_at(Emit *e, const Value *op, const Type *res);
+const char *emit_stored(const Type *t, const char *x);
+const char *emit_scalar_double(const Value *v);
 int emit_tmp(Emit *e);                                     /* a fresh number for t%d */
 int emit_tmp_count(Emit *e);                               /* how many were taken */
 const Mesh *emit_mesh(Emit *e);

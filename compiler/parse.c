@@ -107,6 +107,7 @@ static DType dtype_of(Token t) {
   if (tok_eq(t, "f32")) return DT_F32;
   if (tok_eq(t, "f64")) return DT_F64;
   if (tok_eq(t, "i32")) return DT_I32;
+  if (tok_eq(t, "bf16")) return DT_BF16;
   return DT_BOOL;
 }
 

@@ -95,17 +95,19 @@ bool rule_join_dtypes(RuleCtx *c, int n, const Type *const *ops, DType *out) {
     if (strong < 0) {
       strong = k;
     } else if (ops[strong]->dtype != t->dtype) {
-      /* Convert toward the float partner (f64 when both are floats), and
-       * say which operand. */
+      /* Convert toward the float partner (f64 when both are floats, f32
+       * for bf16 and f32), and say which operand. */
       DType da = ops[strong]->dtype, db = t->dtype;
       bool fa = ty_is_float(da), fb = ty_is_float(db);
-      DType want = fa && fb ? DT_F64 : fa ? da : fb ? db : (da == DT_I32 || db == DT_I32) ? DT_I32 : da;
+      bool bf = (da == DT_BF16 && db == DT_F32) || (da == DT_F32 && db == DT_BF16);
+      DType want = bf ? DT_F32 : fa && fb ? DT_F64 : fa ? da : fb ? db : (da == DT_I32 || db == DT_I32) ? DT_I32 : da;
       int conv = want == da ? k : strong;
       const char *name = ty_dtype_name(want);
-      return fail(c, "E_DTYPE", "%s: operands have different dtypes, %s and %s; convert the %s one with %s",
+      return fail(c, "E_DTYPE", "%s: operands have different dtypes, %s and %s; convert the %s one with %s%s",
                   c->opname, TS(ops[strong]), TS(t), ty_dtype_name(ops[conv]->dtype),
                   rule_stage_wrap(arena_printf("cast(x, %s)", name), conv, "cast(", arena_printf(", %s)", name),
-                                  arena_printf("convert the operand to %s", name)));
+                                  arena_printf("convert the operand to %s", name)),
+                  bf ? " (or compute in bf16: cast(y, bf16) on the f32 one)" : "");
     }
   }
   if (strong < 0) {

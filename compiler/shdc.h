@@ -260,7 +260,8 @@ const char *lex_token_name(int kind);
 
 /* ---- ast.c: the syntax tree --------------------------------------------- */
 
-typedef enum { DT_F32, DT_F64, DT_I32, DT_BOOL, DT__COUNT } DType;
+/* bf16 (language.md §10.1) is stored as its bit pattern, computed in f32. */
+typedef enum { DT_F32, DT_F64, DT_I32, DT_BOOL, DT_BF16, DT__COUNT } DType;
 
 typedef struct Expr Expr;
 typedef struct Stmt Stmt;
@@ -660,6 +661,12 @@ int64_t ty_global_count(const Type *t);
 size_t ty_dtype_size(DType dt);
 const char *ty_dtype_name(DType dt);
 const char *ty_dtype_c(DType dt);
+/* v rounded to bf16 (nearest even, NaN stays NaN, overflow gives inf):
+ * its bit pattern, and its value. */
+uint16_t ty_bf16_bits(double v);
+double ty_bf16_round(double v);
+/* The dtype a value is computed in: bf16 in f32, the others in their own. */
+DType ty_compute_dtype(DType dt);
 /* Canonical printing (language.md §2, fixed). */
 const char *ty_str(const Mesh *m, const Type *t);
 const char *ty_spec_str(const Mesh *m, DimSpec s);

@@ -21,6 +21,22 @@ TcInfo *tc_info(Expr *e) {
   return e->tc;
 }
 
+/* A builtin without a bf16 kernel, given or asked for bf16: computing it
+ * in f32 is the fix (language.md §10.1). */
+static bool refuse_bf16(TcCtx *c, Expr *e, const Type *t) {
+  const Type *bad = t->dtype == DT_BF16 ? t : NULL;
+  for (int i = 0; !bad && i < e->args.len; i++) {
+    const Expr *a = e->args.data[i];
+    if (a->ty && a->ty->kind == TY_ARRAY && a->ty->dtype == DT_BF16)
+      bad = a->ty;
+  }
+  if (!bad)
+    return true;
+  diag_error(e->pos, "E_DTYPE", "%s has no bf16 kernel (it was given %s); compute it in f32: cast the operand with "
+             "cast(x, f32), and the result back with cast(y, bf16) if you need bf16", tc_callee(e), TS(bad));
+  return false;
+}
+
 Type tc_builtin(TcCtx *c, Expr *e, const Type *annot) {
   tc_info(e);
   if ((e->bi->flags & BIF_MANUAL_ONLY) && !c->manual) {
@@ -30,7 +46,10 @@ Type tc_builtin(TcCtx *c, Expr *e, const Type *annot) {
                tc_callee(e));
     return ty_error();
   }
-  return e->bi->check(c, e, annot);
+  Type t = e->bi->check(c, e, annot);
+  if (t.kind == TY_ARRAY && (e->bi->flags & BIF_NO_BF16) && !refuse_bf16(c, e, &t))
+    return ty_error();
+  return t;
 }
 
 Type tc_operand(TcCtx *c, Expr *x, const char *what) {

@@ -396,7 +396,7 @@ static Type check_grad(TcCtx *c, Expr *e) {
   if (f->nresults != 1 || f->result_types[0].kind != TY_ARRAY || f->result_types[0].rank != 0 ||
       !ty_is_float(f->result_types[0].dtype)) {
     diag_error(pos[0]->pos, "E_ARG",
-               "%s needs a function that returns one float scalar (f32 or f64, maybe <U:..> or <R:..>); %s returns "
+               "%s needs a function that returns one float scalar (f32, f64 or bf16, maybe <U:..> or <R:..>); %s returns "
                "%s",
                gname, fname,
                f->nresults == 1 ? TS(&f->result_types[0])
@@ -416,7 +416,7 @@ static Type check_grad(TcCtx *c, Expr *e) {
           Param *p = f->params.data[order[i]];
           diag_error(wrt_pos[i], "E_GRAD",
                      "%s: wrt position %d is parameter '%.*s' of %s, a %s whose field %s is %s; a struct has a "
-                     "gradient only if every leaf is a float (f32, f64): move the integer fields to another "
+                     "gradient only if every leaf is a float (f32, f64, bf16): move the integer fields to another "
                      "parameter, or leave it out of wrt",
                      gname, (int)order[i], p->name.len, p->name.start, fname, pt->sdef->name,
                      ty_leaf_path(pt->sdef, k), TS(&pt->elems[k]));
@@ -428,7 +428,7 @@ static Type check_grad(TcCtx *c, Expr *e) {
     if (!ty_is_float(pt->dtype)) {
       Param *p = f->params.data[order[i]];
       diag_error(wrt_pos[i], "E_DTYPE",
-                 "%s: wrt position %d is parameter '%.*s' of %s, which is %s; only float (f32, f64) parameters have "
+                 "%s: wrt position %d is parameter '%.*s' of %s, which is %s; only float (f32, f64, bf16) parameters have "
                  "gradients: leave it out of wrt",
                  gname, (int)order[i], p->name.len, p->name.start, fname, TS(pt));
       return ty_error();

@@ -9,6 +9,8 @@
  */
 #include "shdc.h"
 
+#include <math.h>
+
 Type ty_array(DType dt, int rank, const int64_t *shape) {
   Type t;
   memset(&t, 0, sizeof t);
@@ -57,7 +59,7 @@ Type ty_string(void) {
   return t;
 }
 
-bool ty_is_float(DType dt) { return dt == DT_F32 || dt == DT_F64; }
+bool ty_is_float(DType dt) { return dt == DT_F32 || dt == DT_F64 || dt == DT_BF16; }
 
 bool ty_spec_equal(DimSpec a, DimSpec b) {
   if (a.n != b.n)
@@ -158,18 +160,43 @@ size_t ty_dtype_size(DType dt) {
   case DT_F32: return 4;
   case DT_F64: return 8;
   case DT_I32: return 4;
+  case DT_BF16: return 2;
   default: return 1;
   }
 }
 
 const char *ty_dtype_name(DType dt) {
-  static const char *names[] = {"f32", "f64", "i32", "bool"};
+  static const char *names[] = {"f32", "f64", "i32", "bool", "bf16"};
   return names[dt];
 }
 
 const char *ty_dtype_c(DType dt) {
-  static const char *names[] = {"float", "double", "int32_t", "bool"};
+  static const char *names[] = {"float", "double", "int32_t", "bool", "uint16_t"};
   return names[dt];
+}
+
+DType ty_compute_dtype(DType dt) { return dt == DT_BF16 ? DT_F32 : dt; }
+
+/* The runtime's shd_d2bf: to f32 rounding to odd (toward zero, the last
+ * bit set when inexact), then to nearest even, so v rounds once. */
+uint16_t ty_bf16_bits(double v) {
+  float f = (float)v;
+  if (f == f && fabs((double)f) > fabs(v))
+    f = nextafterf(f, 0);
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if (f != f)
+    return (uint16_t)((u >> 16) | 0x40);
+  if ((double)f != v)
+    u |= 1;
+  return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+double ty_bf16_round(double v) {
+  uint32_t u = (uint32_t)ty_bf16_bits(v) << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
 }
 
 /* ---- printing ------------------------------------------------------------ */

@@ -157,6 +157,7 @@ static MPI_Datatype mpi_type(shd_dtype dt)
     case SHD_F64: return MPI_DOUBLE;
     case SHD_I32: return MPI_INT32_T;
     case SHD_BOOL: return MPI_UNSIGNED_CHAR;
+    case SHD_BF16: return MPI_UINT16_T;   /* moves only: reductions are reduce3's */
     }
     shd_fatal("invalid dtype %d", (int)dt);
 }
@@ -166,6 +167,8 @@ static MPI_Datatype mpi_type(shd_dtype dt)
 static MPI_Op float_op(shd_dtype dt, shd_redop op);
 static MPI_Op mpi_op(shd_dtype dt, shd_redop op)
 {
+    if (dt == SHD_BF16)
+        shd_fatal("internal: bf16 reductions are the ring's (reduce3), not MPI's");
     if (dt == SHD_BOOL)
         return op == SHD_MIN ? MPI_BAND : MPI_BOR;
     if ((dt == SHD_F32 || dt == SHD_F64) && op != SHD_SUM)
@@ -262,6 +265,15 @@ DEFINE_REDUCE3(reduce3_f64, double, PLAIN_ADD, FMAXOF, FMINOF)
 DEFINE_REDUCE3(reduce3_i32, int32_t, WRAP_ADD, MAXOF, MINOF)
 DEFINE_REDUCE3(reduce3_bool, uint8_t, BOOL_OR, MAXOF, MINOF)
 
+/* bf16: each pair added (or compared) in f32 and rounded once. */
+static void reduce3_bf16(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, shd_redop op)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x = shd_bf2f(a[i]), y = shd_bf2f(b[i]);
+        d[i] = shd_f2bf(op == SHD_SUM ? x + y : op == SHD_MAX ? FMAXOF(x, y) : FMINOF(x, y));
+    }
+}
+
 /* The float max/min as MPI user ops (commutative: the rule is). */
 #define DEFINE_MPI_OP(NAME, T, OP)                                            \
     static void NAME(void *in, void *io, int *len, MPI_Datatype *t)           \
@@ -299,6 +311,7 @@ static void reduce3(void *d, const void *a, const void *b, size_t n,
     case SHD_F64: reduce3_f64(d, a, b, n, op); break;
     case SHD_I32: reduce3_i32(d, a, b, n, op); break;
     case SHD_BOOL: reduce3_bool(d, a, b, n, op); break;
+    case SHD_BF16: reduce3_bf16(d, a, b, n, op); break;
     }
 }
 
@@ -439,7 +452,9 @@ static void all_reduce_impl(void *buf, size_t count, shd_dtype dt, shd_redop op,
     if (G == 1 || count == 0)
         return;
     MPI_Comm comm = shd_group_comm(axes, naxes);
-    bool ring = g_coll.ar_algo == ALGO_RING ||
+    /* bf16 always takes the ring, whose reduce3 adds in f32 (MPI has no
+     * bf16 sum); two ranks round once, G ranks G-1 times. */
+    bool ring = g_coll.ar_algo == ALGO_RING || dt == SHD_BF16 ||
                 (g_coll.ar_algo == ALGO_AUTO && n >= SHD_AR_RING_MIN_BYTES);
     if (ring)
         allreduce_ring(buf, count, dt, op, comm, shd_group_index(axes, naxes), (int)G);
@@ -582,7 +597,7 @@ static void reduce_scatter_impl(const void *in, void *out, shd_dtype dt, shd_red
     MPI_Comm comm = shd_group_comm(axes, naxes);
     layout lb = { l.outer, l.rows / G, l.inner };
     size_t blk = n / (size_t)G;
-    bool use_mpi = g_coll.rs_algo == ALGO_MPI && blk / es <= INT_MAX;
+    bool use_mpi = g_coll.rs_algo == ALGO_MPI && blk / es <= INT_MAX && dt != SHD_BF16;
     MPI_Datatype strided = MPI_DATATYPE_NULL;
     const void *src = in;
     /* MPI_Reduce_scatter_block needs contiguous blocks; the ring needs them

@@ -66,7 +66,7 @@ static int format_scalar(char *buf, size_t cap, double v, shd_dtype dt);
 static int format_element(char *buf, size_t cap, double v, shd_dtype dt)
 {
     int n = format_scalar(buf, cap, v, dt);
-    return dt == SHD_F32 || dt == SHD_F64 ? mark_float(buf, cap, n, ".") : n;
+    return dt == SHD_F32 || dt == SHD_F64 || dt == SHD_BF16 ? mark_float(buf, cap, n, ".") : n;
 }
 
 static int format_scalar(char *buf, size_t cap, double v, shd_dtype dt)
@@ -78,9 +78,10 @@ static int format_scalar(char *buf, size_t cap, double v, shd_dtype dt)
         return snprintf(buf, cap, "%d", (int)(int32_t)v);
     case SHD_F32:
     case SHD_F64:
+    case SHD_BF16:   /* 4 digits: enough to tell every bf16 apart, as torch shows them */
         if (isnan(v))   /* glibc would write "-nan" for a negative NaN */
             return snprintf(buf, cap, "nan");
-        return snprintf(buf, cap, dt == SHD_F32 ? "%.7g" : "%.15g", v);
+        return snprintf(buf, cap, dt == SHD_F32 ? "%.7g" : dt == SHD_BF16 ? "%.4g" : "%.15g", v);
     }
     return snprintf(buf, cap, "?");
 }
@@ -92,6 +93,7 @@ static double element(const void *data, shd_dtype dt, int64_t i)
     case SHD_F64: return ((const double *)data)[i];
     case SHD_I32: return ((const int32_t *)data)[i];
     case SHD_BOOL: return ((const uint8_t *)data)[i] != 0;
+    case SHD_BF16: return shd_bf2f(((const uint16_t *)data)[i]);
     }
     return 0;
 }
@@ -100,7 +102,7 @@ void shd_print_scalar(double v, shd_dtype dt)
 {
     char buf[64];
     int n = format_scalar(buf, sizeof buf, v, dt);
-    if (dt == SHD_F32 || dt == SHD_F64)
+    if (dt == SHD_F32 || dt == SHD_F64 || dt == SHD_BF16)
         mark_float(buf, sizeof buf, n, ".0");
     fputs(buf, stdout);
 }

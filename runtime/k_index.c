@@ -51,6 +51,10 @@ static void put_run(char *d, const char *s, size_t bytes, int add)
         for (size_t i = 0; i < bytes; i++)
             d[i] = (char)(d[i] || s[i]);
         return;
+    case SHD_BF16:
+        for (size_t i = 0; i < bytes / sizeof(uint16_t); i++)
+            ((uint16_t *)d)[i] = shd_f2bf(shd_bf2f(((uint16_t *)d)[i]) + shd_bf2f(((const uint16_t *)s)[i]));
+        return;
     }
 }
 
@@ -269,12 +273,30 @@ void shd_take(const void *x, const int32_t *idx, void *out, size_t elem, int64_t
             }                                                                                  \
     } while (0)
 
+/* bf16: each add in f32, rounded once (language.md §10.1). */
+#define SCATTER_ROWS_BF16()                                                                    \
+    do {                                                                                       \
+        const uint16_t *gp = g;                                                                \
+        uint16_t *op = out;                                                                    \
+        for (int64_t o = 0; o < outer; o++)                                                    \
+            for (int64_t j = 0; j < nidx; j++) {                                               \
+                int64_t r = local_row(idx[j], n, row0, rows, dim, where);                      \
+                if (r < 0)                                                                     \
+                    continue;                                                                  \
+                uint16_t *restrict dp = op + (o * rows + r) * inner;                           \
+                const uint16_t *restrict sp = gp + (o * nidx + j) * inner;                     \
+                for (int64_t k = 0; k < inner; k++)                                            \
+                    dp[k] = shd_f2bf(shd_bf2f(dp[k]) + shd_bf2f(sp[k]));                       \
+            }                                                                                  \
+    } while (0)
+
 void shd_scatter_add(const void *g, const int32_t *idx, void *out, shd_dtype dt, int64_t outer, int64_t rows,
                      int64_t inner, int64_t nidx, int64_t row0, int64_t n, int dim, const char *where)
 {
     switch (dt) {
     case SHD_F32: SCATTER_ROWS(float); return;
     case SHD_F64: SCATTER_ROWS(double); return;
+    case SHD_BF16: SCATTER_ROWS_BF16(); return;
     default: shd_fatal("scatter_add: dtype %s", shd_dtype_name(dt));
     }
 }
@@ -351,6 +373,10 @@ void shd_scatter_add_along(const void *g, const int32_t *idx, void *out, shd_dty
         const double *gs = g;
         double *os = out;
         ALONG_LOOP(if (r >= 0) os[xo + r * brow] += gs[so]);
+    } else if (dt == SHD_BF16) {
+        const uint16_t *gs = g;
+        uint16_t *os = out;
+        ALONG_LOOP(if (r >= 0) os[xo + r * brow] = shd_f2bf(shd_bf2f(os[xo + r * brow]) + shd_bf2f(gs[so])));
     } else {
         shd_fatal("scatter_add_along: dtype %s", shd_dtype_name(dt));
     }
@@ -370,6 +396,8 @@ void shd_one_hot(const int32_t *idx, void *out, shd_dtype dt, int64_t nidx, int6
             ((float *)out)[j * classes + c] = 1.0f;
         else if (dt == SHD_F64)
             ((double *)out)[j * classes + c] = 1.0;
+        else if (dt == SHD_BF16)
+            ((uint16_t *)out)[j * classes + c] = shd_f2bf(1.0f);
         else
             shd_fatal("one_hot: dtype %s", shd_dtype_name(dt));
     }

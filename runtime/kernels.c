@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "shdrt_internal.h"
+#include "gemm.h"
 
 /* ---- gemm ---------------------------------------------------------------- */
 
@@ -48,6 +49,8 @@ static void scale_c(shd_dtype dt, int64_t M, int64_t N, double beta, void *C,
             int64_t at = i * ldc + j;
             if (dt == SHD_F32)
                 ((float *)C)[at] = beta == 0 ? 0.0f : (float)(beta * ((float *)C)[at]);
+            else if (dt == SHD_BF16)
+                ((uint16_t *)C)[at] = beta == 0 ? 0 : shd_f2bf((float)(beta * shd_bf2f(((uint16_t *)C)[at])));
             else if (dt == SHD_F64)
                 ((double *)C)[at] = beta == 0 ? 0.0 : beta * ((double *)C)[at];
             else
@@ -83,6 +86,52 @@ static void gemm_i32(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
     free(row);
 }
 
+/* rows x cols of a bf16 matrix (leading dim ld) widened into a dense f32 w. */
+static void widen_bf16(float *w, const uint16_t *x, int64_t rows, int64_t cols, int64_t ld)
+{
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            w[i * cols + j] = shd_bf2f(x[i * ld + j]);
+}
+
+/* Rows of a bf16 gemm's panel (gemm.h): P rows of A and C widened at once. */
+static int64_t bf16_panel_rows(int64_t M, int64_t N, int64_t K)
+{
+    int64_t p = SHD_BF16_PANEL / (K + N);
+    return p < 1 ? 1 : p > M ? M : p;
+}
+
+/* bf16 operands accumulate in f32 (language.md §10.1): B widened whole,
+ * then A and C a panel of rows at a time, sgemm'd, each product rounded
+ * once. Debian's OpenBLAS 0.3.21 is built without sbgemm, and this CPU has
+ * no bf16 units, so widening is what sbgemm would do here. */
+static void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const uint16_t *A,
+                      int64_t lda, const uint16_t *B, int64_t ldb, double beta, uint16_t *C, int64_t ldc)
+{
+    int64_t P = bf16_panel_rows(M, N, K);
+    /* shd_alloc: the copies count in the traced peak, as explain's does */
+    float *b = shd_alloc((size_t)(K * N) * sizeof(float));
+    float *a = shd_alloc((size_t)(P * (K + N)) * sizeof(float));
+    float *c = a + P * K;
+    widen_bf16(b, B, tb ? N : K, tb ? K : N, ldb);
+    for (int64_t i0 = 0; i0 < M; i0 += P) {
+        int64_t p = M - i0 < P ? M - i0 : P;
+        if (ta)   /* A is K x M: columns i0.. of it, as a K x p block */
+            widen_bf16(a, A + i0, K, p, lda);
+        else
+            widen_bf16(a, A + i0 * lda, p, K, lda);
+        if (beta != 0)
+            widen_bf16(c, C + i0 * ldc, p, N, ldc);
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)p, (int)N,
+                    (int)K, (float)alpha, a, (int)(ta ? p : K), b, (int)(tb ? K : N), (float)beta, c, (int)N);
+        for (int64_t i = 0; i < p; i++)
+            for (int64_t j = 0; j < N; j++)
+                C[(i0 + i) * ldc + j] = shd_f2bf(c[i * N + j]);
+    }
+    shd_release(a);
+    shd_release(b);
+}
+
 static void gemm_impl(shd_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                       double alpha, const void *A, int64_t lda, const void *B,
                       int64_t ldb, double beta, void *C, int64_t ldc)
@@ -115,6 +164,9 @@ static void gemm_impl(shd_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int6
         break;
     case SHD_I32:
         gemm_i32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        break;
+    case SHD_BF16:
+        gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         break;
     case SHD_BOOL:
         shd_fatal("gemm: bool matrices are not supported");
@@ -367,6 +419,16 @@ DEFINE_ROW(row_f64, double, double, FMAXV, FMINV)
 DEFINE_ROW(row_i32, int32_t, int64_t, MAXV, MINV)
 DEFINE_ROW(row_bool, uint8_t, int64_t, MAXV, MINV)
 
+/* bf16 rows widen each element; sums accumulate as f32's do (in double),
+ * the result rounded to bf16 once (store_result). */
+static void row_bf16(double *acc, const uint16_t *x, int64_t n, shd_redop op, bool fold)
+{
+    for (int64_t j = 0; j < n; j++) {
+        double v = shd_bf2f(x[j]), *a = fold ? acc : acc + j;
+        *a = op == SHD_SUM ? *a + v : op == SHD_MAX ? FMAXV(*a, v) : FMINV(*a, v);
+    }
+}
+
 /* Bool reductions act on 0/1: SUM is OR, which MAX computes. */
 static shd_redop effective_op(shd_dtype dt, shd_redop op)
 {
@@ -375,7 +437,7 @@ static shd_redop effective_op(shd_dtype dt, shd_redop op)
 
 static void fill_identity(void *acc, int64_t n, shd_dtype dt, shd_redop op)
 {
-    bool fp = dt == SHD_F32 || dt == SHD_F64;
+    bool fp = dt == SHD_F32 || dt == SHD_F64 || dt == SHD_BF16;
     for (int64_t i = 0; i < n; i++) {
         if (fp)   /* -0.0 so that a sum of -0.0 stays -0.0, as in NumPy */
             ((double *)acc)[i] = op == SHD_SUM ? -0.0 : op == SHD_MAX ? -INFINITY : INFINITY;
@@ -396,6 +458,7 @@ static void store_result(void *out, const void *acc, int64_t n, shd_dtype dt)
         case SHD_F64: ((double *)out)[i] = fa[i]; break;
         case SHD_I32: ((int32_t *)out)[i] = (int32_t)(uint32_t)(uint64_t)ia[i]; break;
         case SHD_BOOL: ((uint8_t *)out)[i] = ia[i] != 0; break;
+        case SHD_BF16: ((uint16_t *)out)[i] = shd_d2bf(fa[i]); break;
         }
     }
 }
@@ -408,6 +471,7 @@ static void reduce_row(void *acc, const void *x, int64_t n, shd_dtype dt,
     case SHD_F64: row_f64(acc, x, n, op, fold); break;
     case SHD_I32: row_i32(acc, x, n, op, fold); break;
     case SHD_BOOL: row_bool(acc, x, n, op, fold); break;
+    case SHD_BF16: row_bf16(acc, x, n, op, fold); break;
     }
 }
 
@@ -493,7 +557,8 @@ void shd_gemm(shd_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
 {
     if (shd_async_active)
         shd_async_progress_slow();
-    shd_span_begin(SHD_SPAN_GEMM, dt == SHD_F64 ? "dgemm" : dt == SHD_F32 ? "sgemm" : "gemm", 0);
+    shd_span_begin(SHD_SPAN_GEMM,
+                   dt == SHD_F64 ? "dgemm" : dt == SHD_F32 ? "sgemm" : dt == SHD_BF16 ? "bf16 gemm" : "gemm", 0);
     shd_span_args(M, N, K);
     gemm_impl(dt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     shd_span_end();

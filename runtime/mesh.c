@@ -60,6 +60,7 @@ size_t shd_dtype_size(shd_dtype dt)
     case SHD_F64: return 8;
     case SHD_I32: return 4;
     case SHD_BOOL: return 1;
+    case SHD_BF16: return 2;
     }
     shd_fatal("invalid dtype %d", (int)dt);
 }
@@ -71,6 +72,7 @@ const char *shd_dtype_name(shd_dtype dt)
     case SHD_F64: return "f64";
     case SHD_I32: return "i32";
     case SHD_BOOL: return "bool";
+    case SHD_BF16: return "bf16";
     }
     return "?";
 }

@@ -70,6 +70,7 @@ static const char *descr_of(shd_dtype dt)
     case SHD_F64: return "<f8";
     case SHD_I32: return "<i4";
     case SHD_BOOL: return "|b1";
+    case SHD_BF16: return "<u2";   /* the bit patterns (ml_dtypes, torch's .view(torch.int16)) */
     }
     return "?";
 }
@@ -582,8 +583,11 @@ static bool header_matches(const char *path, const shd_npy_header *h, shd_dtype 
     descr_name(h, fe, sizeof fe);
     type_text(ft, sizeof ft, fe, h->rank, h->shape);
     type_text(pt, sizeof pt, shd_dtype_name(dt), rank, gshape);
-    shd_msgf(msg, "load(\"%s\"): file has %s, program expects %s",
-             path, ft, pt);
+    shd_msgf(msg, "load(\"%s\"): file has %s, program expects %s%s",
+             path, ft, pt, dt == SHD_BF16 && !same_descr(h, dt)
+                 ? " (a bf16 file holds the bit patterns as dtype <u2: "
+                   "np.asarray(t.view(torch.int16)).view('<u2'), or ml_dtypes' bfloat16 viewed as '<u2')"
+                 : "");
     return false;
 }
 

@@ -93,16 +93,24 @@ double shd_normal_at(uint64_t seed, uint64_t g)
     return normal_f64(draw(seed, g));
 }
 
+/* bf16 uniforms: the f32 one cut (toward zero) to bf16, so still in [0, 1);
+ * normals round to nearest, as cast(normal(f32), bf16) would. */
+static uint16_t uniform_bf16(philox_block b)
+{
+    union { float f; uint32_t u; } c = { .f = uniform_f32(b) };
+    return (uint16_t)(c.u >> 16);
+}
+
 double shd_uniform_at_dt(uint64_t seed, uint64_t g, shd_dtype dt)
 {
     philox_block b = draw(seed, g);
-    return dt == SHD_F32 ? (double)uniform_f32(b) : uniform_f64(b);
+    return dt == SHD_F32 ? (double)uniform_f32(b) : dt == SHD_BF16 ? shd_bf2f(uniform_bf16(b)) : uniform_f64(b);
 }
 
 double shd_normal_at_dt(uint64_t seed, uint64_t g, shd_dtype dt)
 {
     double z = normal_f64(draw(seed, g));
-    return dt == SHD_F32 ? (double)(float)z : z;
+    return dt == SHD_F32 ? (double)(float)z : dt == SHD_BF16 ? shd_bf2f(shd_d2bf(z)) : z;
 }
 
 /* Philox on BATCH consecutive counters g, g+1, ... at once, keeping words
@@ -150,6 +158,8 @@ static void fill_run(void *out, int64_t n, shd_dtype dt, bool normal,
             philox_block b = { { w0[i], w1[i], 0, 0 } };
             if (dt == SHD_F32)
                 ((float *)out)[j0 + i] = normal ? (float)normal_f64(b) : uniform_f32(b);
+            else if (dt == SHD_BF16)
+                ((uint16_t *)out)[j0 + i] = normal ? shd_d2bf(normal_f64(b)) : uniform_bf16(b);
             else
                 ((double *)out)[j0 + i] = normal ? normal_f64(b) : uniform_f64(b);
         }
@@ -162,8 +172,8 @@ static void fill(void *out, shd_dtype dt, bool normal, uint64_t seed, int rank,
                  const int64_t *gshape, const int64_t *offset,
                  const int64_t *shape)
 {
-    if (dt != SHD_F32 && dt != SHD_F64)
-        shd_fatal("random %s arrays are not supported (f32 and f64 are)",
+    if (dt != SHD_F32 && dt != SHD_F64 && dt != SHD_BF16)
+        shd_fatal("random %s arrays are not supported (f32, f64 and bf16 are)",
                   shd_dtype_name(dt));
     if (rank < 0 || rank > SHD_MAX_RANK)
         shd_fatal("random fill of a rank-%d array", rank);

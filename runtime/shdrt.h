@@ -35,7 +35,34 @@
 #define SHD_MAX_AXES 8
 #define SHD_MAX_RANK 8
 
-typedef enum { SHD_F32, SHD_F64, SHD_I32, SHD_BOOL } shd_dtype;
+typedef enum { SHD_F32, SHD_F64, SHD_I32, SHD_BOOL, SHD_BF16 } shd_dtype;
+
+/* bf16 (language.md §10.1) is stored as the high 16 bits of an f32 and
+ * computed in f32: shd_bf2f widens exactly, shd_f2bf rounds to nearest
+ * even (NaN stays NaN, quieted; overflow gives inf), shd_bfr rounds an
+ * f32 to bf16's precision. */
+static inline float shd_bf2f(uint16_t b) {
+    union { uint32_t u; float f; } c = {.u = (uint32_t)b << 16};
+    return c.f;
+}
+static inline uint16_t shd_f2bf(float f) {
+    union { float f; uint32_t u; } c = {.f = f};
+    if (f != f)
+        return (uint16_t)((c.u >> 16) | 0x40);
+    return (uint16_t)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
+}
+static inline float shd_bfr(float f) { return shd_bf2f(shd_f2bf(f)); }
+/* An f64 rounded to bf16 once: to f32 rounding to odd (toward zero, the
+ * last bit set when inexact), which then rounds to nearest even exactly. */
+static inline uint16_t shd_d2bf(double d) {
+    float f = (float)d;
+    if (f == f && __builtin_fabs((double)f) > __builtin_fabs(d))
+        f = __builtin_nextafterf(f, 0);
+    union { float f; uint32_t u; } c = {.f = f};
+    if (f == f && (double)f != d)
+        c.u |= 1;
+    return shd_f2bf(c.f);
+}
 typedef enum { SHD_SUM, SHD_MAX, SHD_MIN } shd_redop;
 
 /* ---- mesh.c: start, stop, coordinates, errors ------------------------- */

@@ -75,11 +75,12 @@ static const test_group k_groups[] = {
 
 static inline size_t dt_size(shd_dtype dt)
 {
-    return dt == SHD_F64 ? 8 : dt == SHD_BOOL ? 1 : 4;
+    return dt == SHD_F64 ? 8 : dt == SHD_BOOL ? 1 : dt == SHD_BF16 ? 2 : 4;
 }
 
 /* Stores / loads element i of a typed buffer through a double (all test
- * values are small integers, exact in every dtype; bools store v != 0). */
+ * values are small integers, exact in every dtype (bf16: up to 256); bools
+ * store v != 0). */
 static inline void put(void *p, shd_dtype dt, size_t i, double v)
 {
     switch (dt) {
@@ -87,6 +88,7 @@ static inline void put(void *p, shd_dtype dt, size_t i, double v)
     case SHD_F64: ((double *)p)[i] = v; break;
     case SHD_I32: ((int32_t *)p)[i] = (int32_t)v; break;
     case SHD_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+    case SHD_BF16: ((uint16_t *)p)[i] = shd_f2bf((float)v); break;
     }
 }
 
@@ -97,13 +99,14 @@ static inline double get(const void *p, shd_dtype dt, size_t i)
     case SHD_F64: return ((const double *)p)[i];
     case SHD_I32: return ((const int32_t *)p)[i];
     case SHD_BOOL: return ((const uint8_t *)p)[i];
+    case SHD_BF16: return shd_bf2f(((const uint16_t *)p)[i]);
     }
     return 0;
 }
 
 static inline const char *dt_name(shd_dtype dt)
 {
-    static const char *const n[] = { "f32", "f64", "i32", "bool" };
+    static const char *const n[] = { "f32", "f64", "i32", "bool", "bf16" };
     return n[dt];
 }
 

@@ -62,6 +62,8 @@ EXPECT = [
     (32, "tp", 0, "variable.other.axis.shd", "shdAxis"),
     (33, "import", 0, "keyword.control.import.shd", "shdStructure"),
     (35, "remat", 0, "support.function.builtin.shd", "shdBuiltin"),
+    (37, "bf16", 0, "storage.type.dtype.shd", "shdDtype"),
+    (37, "tp", 0, "variable.other.axis.shd", "shdAxis"),
 ]
 
 

@@ -23,7 +23,7 @@ syn keyword shdRepeat      for in
 syn keyword shdStatement   return
 syn keyword shdOperatorKw  as
 syn keyword shdBoolean     true false
-syn keyword shdDtype       f32 f64 i32 bool
+syn keyword shdDtype       f32 f64 i32 bool bf16
 
 syn match   shdFuncName    "\h\w*" contained
 
