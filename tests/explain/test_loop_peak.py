@@ -13,6 +13,11 @@ largest L it is within 3%, and its growth between the two largest L within
 pushed value is both on its tape and still in use, or a peak outside the
 loop at small L.)
 
+gpt2_zero.shd (a sharded optimizer's reduce-scatter buckets staged) and
+gpt2_fsdp.shd (each layer loop's all-gathers prefetched an iteration ahead:
+the next layer's gathered parameters in flight beside the current's,
+except in the last iteration) are held to the same bounds at 2 ranks.
+
 gpt2.shd has no such moment, and its attention's backward keeps both the
 output y and its reshape y2, one buffer: there explain must be within 0.5%
 of the measured peak at the largest L (counting that buffer twice, as
@@ -58,6 +63,7 @@ GPT = dict(src=os.path.join(ROOT, "dsl-examples", "gpt2.shd"),
 
 
 ZERO = os.path.join(ROOT, "tests", "gpt2", "gpt2_zero.shd")
+FSDP = os.path.join(ROOT, "dsl-examples", "gpt2_fsdp.shd")
 
 
 def explain_peak(shdc, src, mesh, defs):
@@ -96,7 +102,9 @@ def main():
                  ("gpt2.shd --bucket=0", GPT["src"], "data=%d,model=1", [2, 6, 8], GPT["defs"] + ["--bucket=0"],
                   GPT["args"], 0.005, (2,)),
                  # a sharded optimizer: shards kept, reduce-scatter buckets staged
-                 ("gpt2_zero.shd", ZERO, "data=%d,model=1", [2, 6, 8], GPT["defs"], GPT["args"], 0.005, (2,))]
+                 ("gpt2_zero.shd", ZERO, "data=%d,model=1", [2, 6, 8], GPT["defs"], GPT["args"], 0.005, (2,)),
+                 # FSDP: each layer loop's all-gathers prefetched, a second gathered layer in flight
+                 ("gpt2_fsdp.shd", FSDP, "data=%d,model=1", [2, 6, 8], GPT["defs"], GPT["args"], 0.005, (2,))]
         for name, src, meshfmt, ls, defs, args, close, rank_counts in cases:
             for ranks in rank_counts:
                 mesh = meshfmt % ranks
