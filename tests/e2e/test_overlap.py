@@ -20,7 +20,8 @@ losses of --prefetch=off at 2 ranks (in the three modes) and 4 ranks, the
 1-device build's within float tolerance, the trace's all-gathers fewer
 with the same bytes and on the communication track while the rank
 computes, explain's gathers in the loops one overlapped bucket each; a
-mistyped --prefetch is a usage error.
+rank killed while they are in flight stops the job; a mistyped --prefetch
+is a usage error.
 """
 import json
 import os
@@ -165,6 +166,7 @@ def fsdp_prefetch(shdc, tmp):
     if with_p != (2, 0) or not without or without[0] != 0 or without[1] < 8:
         failures.append("FSDP explain: all-gathers over data in the loops (buckets, plain) with prefetch %s, "
                         "without %s" % (with_p, without))
+    failures += [f for f in [kill_mid_step(on_exe, tmp)] if f]   # gathers in flight: no rank left waiting
     p = subprocess.run([shdc, "build", FSDP, "--prefetch=maybe", "-o", os.path.join(tmp, "x")],
                        capture_output=True, text=True)
     if p.returncode != 2 or "--prefetch expects on or off, not 'maybe'" not in p.stderr:
