@@ -35,7 +35,10 @@
  *    i+1's in iteration i right after the bucket's wait (its blocks
  *    computed again for i+1; none in the last iteration: the start's
  *    condition), the wait where a member is first used, a drain after the
- *    loop. A gather only copies: the results are the same bytes.
+ *    loop. A gather only copies: the results are the same bytes. (The
+ *    blocks' index checks run an iteration early: a loop whose index
+ *    leaves its array's range stops there one iteration sooner, with the
+ *    same message.)
  *
  * The bucket cap (build's --bucket=BYTES; 0 turns the pass off) bounds
  * the bytes a bucket waits for before it starts. A window member's bucket
@@ -47,6 +50,8 @@
  * what the pass removes is exactly the pattern's instructions, each used
  * once and only inside the pattern.
  */
+#include <limits.h>
+
 #include "shdc.h"
 
 typedef struct {
@@ -67,13 +72,16 @@ typedef struct {
 
 static int g_site;     /* sites are numbered over the module */
 
-/* The by-id maps are the module's size, made once: a function's phase
+/* The by-id maps are the module's size (grown by half at least when the
+ * pass has added values, so that growing them is linear): a function's phase
  * clears only the entries of the values in its body (ids are unique over
  * the module), so the pass is linear in the module, not functions x values. */
 static void grow_maps(Ov *o) {
   int n = o->mod->next_value + 1;
   if (n <= o->nuses)
     return;
+  if (o->nuses && n < o->nuses + o->nuses / 2 && o->nuses < INT_MAX / 2)   /* each loop's prefetch adds values */
+    n = o->nuses + o->nuses / 2;
   o->uses = mem_resize(o->uses, o->nuses, n, sizeof(int));
   o->repl = mem_resize(o->repl, o->nuses, n, sizeof(Value *));
   o->user = mem_resize(o->user, o->nuses, n, sizeof(Inst *));
