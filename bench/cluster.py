@@ -16,6 +16,8 @@ For each host count, link and layout (--layouts):
   gpt2       dsl-examples/gpt2.shd, data parallel (data=N,model=1)
   llama      dsl-examples/llama.shd, data parallel
   gpt2_fsdp  dsl-examples/gpt2_fsdp.shd (parameters and moments sharded over data)
+  gpt2_fsdp_noprefetch  gpt2_fsdp built with --prefetch=off: each layer's parameters
+             gathered where they are used, not an iteration ahead
   gpt2_2d    dsl-examples/gpt2.shd over data x model (data=N/2,model=2)
   gpt2_nobucket  gpt2 built with --bucket=0: each gradient all-reduced when it is made
   gpt2_zero  tests/gpt2/gpt2_zero.shd, a sharded optimizer (ZeRO-1/2): the parameters
@@ -103,10 +105,12 @@ LAYOUTS = {
     "gpt2_2d": ("dsl-examples/gpt2.shd", "gpt2", lambda n: {"data": n // 2, "model": 2}),
     "gpt2_nobucket": ("dsl-examples/gpt2.shd", "gpt2", lambda n: {"data": n, "model": 1}),
     "gpt2_zero": ("tests/gpt2/gpt2_zero.shd", "gpt2", lambda n: {"data": n, "model": 1}),
+    "gpt2_fsdp_noprefetch": ("dsl-examples/gpt2_fsdp.shd", "gpt2", lambda n: {"data": n, "model": 1}),
 }
 # the build flags of a layout beyond its mesh: gpt2_nobucket is gpt2 with
-# each gradient all-reduced on its own when it is made (--bucket=0)
-FLAGS = {"gpt2_nobucket": ["--bucket=0"]}
+# each gradient all-reduced on its own when it is made (--bucket=0),
+# gpt2_fsdp_noprefetch gpt2_fsdp with each layer gathered where it is used
+FLAGS = {"gpt2_nobucket": ["--bucket=0"], "gpt2_fsdp_noprefetch": ["--prefetch=off"]}
 PEERS = {"ddp": "PyTorch DDP", "fsdp": "PyTorch FSDP"}
 
 

@@ -128,10 +128,12 @@ typedef struct {
   Mesh mesh;
   Module *mod;
   int64_t bucket;      /* the overlap pass's cap (Options.bucket, or the default) */
+  bool prefetch;       /* !Options.no_prefetch */
 } Compilation;
 
 static bool front(Compilation *c, const char *path, const Options *o) {
   c->bucket = o->bucket_given ? o->bucket : OVERLAP_BUCKET;
+  c->prefetch = !o->no_prefetch;
   c->prog = parse_file(c->src);
   if (!diag_error_count())
     import_program(c->prog, &o->incdirs);
@@ -164,7 +166,7 @@ static bool middle(Compilation *c, bool partition) {
   ir_verify(c->mod);
   scatter_accumulators(c->mod);
   ir_verify(c->mod);
-  overlap_module(c->mod, c->bucket);
+  overlap_module(c->mod, c->bucket, c->prefetch);
   ir_verify(c->mod);
   sched_module(c->mod);
   ir_verify(c->mod);

@@ -38,6 +38,7 @@ typedef struct {
   bool json;
   int64_t bucket;              /* --bucket: the overlap pass's bucket cap in bytes (0: off) */
   bool bucket_given;
+  bool no_prefetch;            /* --prefetch=off: a layer loop's all-gathers not started an iteration ahead */
   bool warning_options;        /* a -W or -w was given (check and build take them) */
 } Options;
 

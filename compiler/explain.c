@@ -84,7 +84,8 @@ static void list_inst(Report *r, const Inst *in, const char *ctx) {
     const char *where = *of ? arena_printf("   (line %d%s)", in->pos.line, of) : "";
     fprintf(r->out, "  line %-4d %-18s over (%s)%*s %12lld bytes/rank%s   %s -> %s%s%s\n", in->pos.line, kind,
             in->naxes == 0 ? "mesh" : str_cstr(&axes), (int)(8 - (in->naxes == 0 ? 4 : axes.len)), "",
-            (long long)bytes, est, ty_local_str(m, &in->args[0]->type), shapes_after(r, in), ctx, where);
+            (long long)bytes, est, ty_local_str(m, &in->args[in->op == IR_ALL_GATHER_START]->type), shapes_after(r, in),
+            ctx, where);
     free(axes.buf);
     r->count++;
     if (__builtin_add_overflow(r->bytes, bytes, &r->bytes)) {
@@ -170,6 +171,7 @@ typedef struct {
   Schedule *plan;      /* the emitter's plan: fusion, loop groups, last uses (sched.c) */
   int depth;
   int64_t stolen, peak2;
+  int64_t prefetch;    /* staging bytes of prefetched all-gathers started in loop bodies (stolen too) */
   int nbufs, capbufs;
   int *buf_of;         /* by value id */
   const int *last_use; /* by value id, for the block defining it: the plan's */
@@ -353,7 +355,7 @@ static void sim_for(Sim *s, const Inst *in) {
   }
   s->buf_of[body->args[0]->id] = -1;
   int first_fresh = s->nbufs, push0 = s->npushes;
-  int64_t live0 = s->live, peak0 = s->peak, stolen0 = s->stolen, peak2_0 = s->peak2;
+  int64_t live0 = s->live, peak0 = s->peak, stolen0 = s->stolen, peak2_0 = s->peak2, prefetch0 = s->prefetch;
   s->peak = s->peak2 = s->live;
   s->stolen = 0;
   s->depth++;
@@ -397,6 +399,14 @@ static void sim_for(Sim *s, const Inst *in) {
     buf_release(s, carry[k]);
     carry[k] = next[k];
   }
+  /* A prefetch's staging is not in the last iteration's peak; the one
+   * before holds it, with one iteration's pushes less on the tapes. */
+  int64_t per = 0, trips = trip_count(in);
+  for (int i = push0; i < s->npushes; i++)
+    per += s->pushes[2 * i + 1];
+  if (s->prefetch > prefetch0 && trips >= 3 && live0 + extra + (trips - 2) * per > s->peak)
+    s->peak = live0 + extra + (trips - 2) * per;
+  s->prefetch = prefetch0;
   tape_iterations(s, in, push0);
   int64_t start2 = s->live;
   s->peak2 = peak2_0;
@@ -537,14 +547,26 @@ static void sim_tape_push(Sim *s, const Inst *in) {
   record_push(s, bt, moved);
 }
 
+/* A prefetched all-gather's staging buffer: its gathered arrays. */
+static int64_t gather_bytes(const Sim *s, const Inst *in) {
+  int64_t g = 1, bytes = 0;
+  for (int i = 0; i < in->naxes; i++)
+    g *= s->mod->mesh.sizes[in->axes[i]];
+  for (int j = 1; j < in->nargs; j++)
+    bytes += g * local_bytes(s->mod, &in->args[j]->type);
+  return bytes;
+}
+
 /* A bucket (overlap.c): the runtime copies its arrays into a staging
  * buffer at the start and frees it at the wait. A loop's bucket is waited
  * after the loop: its copies are pushes, as on a tape, which the loop
- * repeats for every iteration. */
+ * repeats for every iteration. A prefetched all-gather's is waited in the
+ * next iteration (the loop holds one at a time: the second buffer beside
+ * the gathered arrays in use), its last by the drain after the loop. */
 static void sim_bucket(Sim *s, const Inst *in) {
   const void *key = (const void *)(uintptr_t)(in->ival + 1);
   int b = ptrmap_get(&s->sites, key);
-  if (in->op == IR_ALL_REDUCE_WAIT) {
+  if (ir_is_async_wait(in->op)) {
     if (b >= 0 && s->refs[b] > 0)
       buf_release(s, b);
     return;
@@ -554,12 +576,22 @@ static void sim_bucket(Sim *s, const Inst *in) {
     ptrmap_put(&s->sites, key, b);
   }
   int64_t bytes = 0;
-  for (int j = 0; j < in->niv / ASYNC_MEMBER_W; j++)
+  for (int j = 0; j < in->niv / ASYNC_MEMBER_W && in->op != IR_ALL_GATHER_START; j++)
     bytes += local_bytes(s->mod, &in->args[j]->type);
+  if (in->op == IR_ALL_GATHER_START)
+    bytes = gather_bytes(s, in);
   s->bytes[b] += bytes;
   add_live(s, bytes, in->pos);
   bump(s);
-  bool waited_here = false;
+  int64_t c;
+  if (in->op == IR_ALL_GATHER_START && s->depth && !ir_const_int(in->args[0], &c)) {
+    /* started in every iteration but the last: the later iterations' peak
+     * (the last's) is without it; sim_for adds the one before */
+    s->steal_of[b] = s->depth;
+    s->stolen += bytes;
+    s->prefetch += bytes;
+  }
+  bool waited_here = in->op == IR_ALL_GATHER_START;
   for (int k = 0; k < in->parent->insts.len && !waited_here; k++) {
     const Inst *w = in->parent->insts.data[k];
     waited_here = w->op == IR_ALL_REDUCE_WAIT && w->ival == in->ival;
@@ -570,6 +602,7 @@ static void sim_bucket(Sim *s, const Inst *in) {
 }
 
 static void sim_inst(Sim *s, const Inst *in, int i, int *yield_bufs) {
+  /* a gather's wait: its arrays written from the staging, which goes after */
   if (ir_is_async_start(in->op) || in->op == IR_ALL_REDUCE_WAIT)
     sim_bucket(s, in);
   switch (in->op) {
@@ -597,6 +630,8 @@ static void sim_inst(Sim *s, const Inst *in, int i, int *yield_bufs) {
     s->live = after;   /* the instruction frees its temporaries again */
   }
   }
+  if (in->op == IR_ALL_GATHER_WAIT)
+    sim_bucket(s, in);
 }
 
 /* Each value is released right after its last use, as the generated code

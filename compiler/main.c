@@ -57,6 +57,8 @@ static const char usage_options[] =
     "  --bucket=BYTES         build, explain, plan: sum the gradients in buckets of up to\n"
     "                         BYTES, each started as soon as its arrays are final and\n"
     "                         moved while the program computes (default 25MiB; 0: off)\n"
+    "  --prefetch=on|off      build, explain, plan: start a layer loop's all-gathers of\n"
+    "                         its layer's parameters an iteration ahead (default on)\n"
     "  --max-memory=BYTES     build, check: an error where a rank's peak bytes of live\n"
     "                         arrays exceed BYTES (80GB, 80GiB, 512MiB)\n"
     "  --devices=N            plan: the number of devices to lay the mesh over\n"
@@ -554,7 +556,7 @@ static int run_pipeline(CommandLine *cl, const Command *c) {
  * any prefix that names only it. */
 enum {
   LO_MESH = 256, LO_ISA, LO_KEEP_C, LO_GLOBAL, LO_NETWORK, LO_MAX_MEMORY, LO_MEMORY, LO_JSON, LO_DEVICES,
-  LO_FLOPS, LO_DIAGNOSTICS, LO_MAX_ERRORS, LO_COLOR, LO_BUCKET,
+  LO_FLOPS, LO_DIAGNOSTICS, LO_MAX_ERRORS, LO_COLOR, LO_BUCKET, LO_PREFETCH,
 };
 
 static const struct option long_options[] = {
@@ -575,6 +577,7 @@ static const struct option long_options[] = {
     {"max-errors", required_argument, NULL, LO_MAX_ERRORS},
     {"color", required_argument, NULL, LO_COLOR},
     {"bucket", required_argument, NULL, LO_BUCKET},
+    {"prefetch", required_argument, NULL, LO_PREFETCH},
     {NULL, 0, NULL, 0},
 };
 #define SHORT_OPTIONS ":ho:D:I:O:VW:w"
@@ -595,6 +598,7 @@ static const char *option_value(int opt) {
   case LO_DEVICES: return "--devices needs a count, e.g. --devices=8";
   case LO_FLOPS: return "--flops needs FLOP/s per device, e.g. --flops=100G";
   case LO_BUCKET: return "--bucket needs a number of bytes, e.g. 25MiB (0: no buckets, no overlap)";
+  case LO_PREFETCH: return "--prefetch needs on or off";
   case LO_DIAGNOSTICS: return "--diagnostics needs plain, json or sarif";
   case LO_COLOR: return "--color needs auto, always or never";
   default: return "--max-errors needs a count, e.g. --max-errors=20";
@@ -730,6 +734,11 @@ static void take_option(CommandLine *cl, int opt, const char *v) {
     if (strcmp(v, "0") != 0 && !plan_parse_bytes(v, &o->bucket))
       diag_usage_error("--bucket expects a number of bytes, e.g. 25MiB, 4MB or 0 (off), not '%s'", v);
     o->bucket_given = true;
+    break;
+  case LO_PREFETCH:
+    if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0)
+      diag_usage_error("--prefetch expects on or off, not '%s'", v);
+    o->no_prefetch = !strcmp(v, "off");
     break;
   case LO_DEVICES: take_count("--devices", v, 1, 1 << 20, &n); o->devices = n; break;
   case LO_FLOPS: take_flops(o, v); break;

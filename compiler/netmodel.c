@@ -298,25 +298,27 @@ static bool const_trips(const Inst *loop, double *trips) {
   return true;
 }
 
-static void step_block(Step *s, const IrBlock *b, double times, int depth) {
+/* trips: the innermost loop's (times counts them), 0 outside one. */
+static void step_block(Step *s, const IrBlock *b, double times, int depth, double trips) {
   for (int i = 0; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];
     const char *algo;
     const OpDef *def = op_def(in->op);
     if (def && (def->flags & OPF_COLLECTIVE)) {
-      s->count += (int)times;
-      s->bytes += times * (double)net_bytes_sent(s->mod, in);
-      s->seconds += times * net_collective_seconds(s->net, s->mod, in, &algo);
+      double t = trips >= 1 ? times / trips * overlap_runs(in, trips) : times;
+      s->count += (int)t;
+      s->bytes += t * (double)net_bytes_sent(s->mod, in);
+      s->seconds += t * net_collective_seconds(s->net, s->mod, in, &algo);
     } else if (in->op == IR_CALL && depth < 64) {
-      step_block(s, in->callee->body, times, depth + 1);
+      step_block(s, in->callee->body, times, depth + 1, 0);
     } else if (in->op == IR_FOR) {
-      double trips = 1;
-      if (!const_trips(in, &trips))
+      double n = 1;
+      if (!const_trips(in, &n))
         s->approx = true;
-      step_block(s, in->regions[0], times * (trips > 0 ? trips : 1), depth);
+      step_block(s, in->regions[0], times * (n > 0 ? n : 1), depth, n > 0 ? n : 1);
     } else {
       for (int r = 0; r < in->nregions; r++)   /* if: both branches, an upper bound */
-        step_block(s, in->regions[r], times, depth);
+        step_block(s, in->regions[r], times, depth, trips);
     }
   }
 }
@@ -327,7 +329,7 @@ static void report_loops(FILE *out, const NetModel *net, const Module *mod, cons
     if (in->op != IR_FOR)
       continue;
     Step s = {net, mod, 0, 0, 0, false};
-    step_block(&s, in->regions[0], 1, 0);
+    step_block(&s, in->regions[0], 1, 0, 0);
     if (s.count)
       fprintf(out, "  per iteration of the loop at line %d of %s: %d collectives, %.0f bytes sent per rank, "
                    "communication estimated %s%s\n",

@@ -1,7 +1,9 @@
 /* op_async.c: the overlap pass's operations (overlap.c): a bucket of sums
  * over mesh axes started where its members are final (all_reduce_start)
  * and finished where they are first used (all_reduce_wait), run by the
- * runtime's communication thread in between (runtime/async.c).
+ * runtime's communication thread in between (runtime/async.c); a layer
+ * loop's all-gathers started an iteration ahead (all_gather_start,
+ * all_gather_wait).
  *
  * all_reduce_start: operands the members' values, then the start indices
  * of the window members (their rank each), then each window member's
@@ -25,9 +27,18 @@
  * the runtime splits: each rank keeps its block of the sum); its operands
  * are the whole arrays, its windows the blocks.
  *
- * Explain lists a start as the all_reduce (reduce_scatter) the runtime's
- * trace counts: its bytes are those of one all-reduce (reduce-scatter) of
- * the whole bucket.
+ * all_gather_start: a layer loop's all-gathers prefetched an iteration
+ * ahead (overlap.c): operands a condition (bool: whether to start, false
+ * in the last iteration) and the members' blocks; no results; ival the
+ * site, iv MEMBER_W integers a member, of which only the gathered dim
+ * (ASYNC_SCATTER_DIM) is used. all_gather_wait: no operands; its results
+ * the gathered arrays, written by the runtime from the request that the
+ * site's last start made (none: a drain, after the loop, of nothing
+ * normally); ival the site.
+ *
+ * Explain lists a start as the all_reduce (reduce_scatter, all_gather)
+ * the runtime's trace counts: its bytes are those of one all-reduce
+ * (reduce-scatter, all-gather) of the whole bucket.
  */
 #include "ops.h"
 
@@ -126,6 +137,39 @@ static void emit_wait(Emit *e, const Inst *in) {
   free(d.buf);
 }
 
+/* The members go into the request only when the condition holds: the
+ * last iteration starts none. */
+static void emit_gather_start(Emit *e, const Inst *in) {
+  const Value *x0 = in->args[1];
+  emit_trace_at(e, in->pos);
+  emit_line(e, "if (%s) {", emit_vname(in->args[0]));
+  emit_indent(e, 2);
+  emit_line(e, "shd_async_begin_gather(%lld, %s, %s);", (long long)in->ival, emit_dtconst(x0->type.dtype),
+            emit_axes_lit(in->axes, in->naxes));
+  for (int j = 0; j < async_members(in); j++) {
+    const Value *x = in->args[1 + j];
+    emit_line(e, "shd_async_add_gather(%s, %d, %s, %d);", emit_vname(x), x->type.rank, emit_shape_lit(e, &x->type),
+              (int)member(in, j)[ASYNC_SCATTER_DIM]);
+  }
+  emit_line(e, "shd_async_start(%d);", in->pos.line);
+  emit_indent(e, -2);
+  emit_line(e, "}");
+}
+
+static void emit_gather_wait(Emit *e, const Inst *in) {
+  Str d = {0};
+  for (int k = 0; k < in->nresults; k++) {
+    emit_def_array(e, in->results[k], false);
+    str_printf(&d, "%s%s", k ? ", " : "", emit_vname(in->results[k]));
+  }
+  if (in->nresults)
+    emit_line(e, "shd_async_wait(%lld, (void *const[]){%s}, %d, %d);", (long long)in->ival, str_cstr(&d),
+              in->nresults, in->pos.line);
+  else
+    emit_line(e, "shd_async_wait(%lld, NULL, 0, %d);", (long long)in->ival, in->pos.line);
+  free(d.buf);
+}
+
 static EmitResult result_start(const Module *mod, const Inst *in, int k) { return EMIT_ALLOC; }
 
 static EmitResult result_wait(const Module *mod, const Inst *in, int k) {
@@ -133,6 +177,25 @@ static EmitResult result_wait(const Module *mod, const Inst *in, int k) {
 }
 
 /* ---- costs --------------------------------------------------------------------------------- */
+
+/* (G-1) of each member's block: what a rank sends gathering the bucket. */
+static int64_t gather_start_bytes(const Module *mod, const Inst *in) {
+  int64_t n = 0;
+  for (int j = 0; j < async_members(in); j++) {
+    const Type *t = &in->args[1 + j]->type;
+    n += ty_local_count(&mod->mesh, t) * (int64_t)ty_dtype_size(t->dtype);
+  }
+  return (group_size(mod, in) - 1) * n;
+}
+
+/* The runtime's ring over the bucket's G blocks (the all-gather half of
+ * the ring all-reduce's). */
+static double gather_start_seconds(const NetCost *c, const Inst *in, const char **algo) {
+  if (c->G <= 1)
+    return 0;
+  *algo = "ring (async)";
+  return (c->G - 1) * c->a + c->sent * c->b;
+}
 
 static int64_t start_bytes(const Module *mod, const Inst *in) {
   int64_t n = bucket_bytes(mod, in), g = group_size(mod, in);
@@ -173,6 +236,14 @@ static void print_start(FILE *out, const Module *mod, const Inst *in) {
 
 static void print_wait(FILE *out, const Module *mod, const Inst *in) { fprintf(out, " site=%lld", (long long)in->ival); }
 
+static void print_gather_start(FILE *out, const Module *mod, const Inst *in) {
+  ir_print_axes(out, mod, in);
+  fprintf(out, " site=%lld dims=[", (long long)in->ival);
+  for (int j = 0; j < async_members(in); j++)
+    fprintf(out, "%s%lld", j ? "," : "", (long long)member(in, j)[ASYNC_SCATTER_DIM]);
+  fprintf(out, "]");
+}
+
 /* ---- types ------------------------------------------------------------------------------------ */
 
 static bool infer_start(const Module *mod, const Inst *in, Type *out) {
@@ -196,6 +267,24 @@ static bool infer_wait(const Module *mod, const Inst *in, Type *out) {
   return true;
 }
 
+/* A condition, then blocks each split along its dim by the group. */
+static bool infer_gather_start(const Module *mod, const Inst *in, Type *out) {
+  int n = async_members(in);
+  if (n < 1 || in->niv != n * ASYNC_MEMBER_W || in->nargs != n + 1 || in->nresults || in->args[0]->type.rank ||
+      in->args[0]->type.dtype != DT_BOOL)
+    return false;
+  for (int j = 0; j < n; j++) {
+    int64_t d = member(in, j)[ASYNC_SCATTER_DIM];
+    if (d < 0 || d >= in->args[1 + j]->type.rank || in->args[1 + j]->type.dtype != in->args[1]->type.dtype)
+      return false;
+  }
+  return true;
+}
+
+/* Its results are what the overlap pass says (the gathers' types): only
+ * that there are no operands is checked. */
+static bool infer_gather_wait(const Module *mod, const Inst *in, Type *out) { return in->nargs == 0; }
+
 static const OpDef ops[] = {
     {.op = IR_ALL_REDUCE_START, .name = "all_reduce_start", .trace_kind = "all_reduce",
      .flags = OPF_COLLECTIVE | OPF_EFFECT, .variant = sum_variant, .variants = sum_variants, .print = print_start,
@@ -207,6 +296,11 @@ static const OpDef ops[] = {
      .infer = infer_start},
     {.op = IR_ALL_REDUCE_WAIT, .name = "all_reduce_wait", .flags = OPF_EFFECT, .print = print_wait, .emit = emit_wait,
      .result = result_wait, .infer = infer_wait},
+    {.op = IR_ALL_GATHER_START, .name = "all_gather_start", .trace_kind = "all_gather",
+     .flags = OPF_COLLECTIVE | OPF_EFFECT, .print = print_gather_start, .emit = emit_gather_start,
+     .bytes_sent = gather_start_bytes, .net_seconds = gather_start_seconds, .infer = infer_gather_start},
+    {.op = IR_ALL_GATHER_WAIT, .name = "all_gather_wait", .flags = OPF_EFFECT, .print = print_wait,
+     .emit = emit_gather_wait, .result = result_start, .infer = infer_gather_wait},
     {0},
 };
 

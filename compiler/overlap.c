@@ -28,15 +28,30 @@
  *    wait stays a plain all_reduce (there is nothing to hide it behind),
  *    and so does one under 64 KiB (its cost is latency, not bandwidth).
  *
+ *  - Prefetch (FSDP's, --prefetch=on): in a loop of constant bounds, the
+ *    all-gathers of its body whose blocks come from the loop's index and
+ *    outside values alone (a layer's parameters, w[l]) go in a bucket
+ *    started an iteration ahead: the first before the loop, iteration
+ *    i+1's in iteration i right after the bucket's wait (its blocks
+ *    computed again for i+1; none in the last iteration: the start's
+ *    condition), the wait where a member is first used, a drain after the
+ *    loop. A gather only copies: the results are the same bytes. (The
+ *    blocks' index checks run an iteration early: a loop whose index
+ *    leaves its array's range stops there one iteration sooner, with the
+ *    same message.)
+ *
  * The bucket cap (build's --bucket=BYTES; 0 turns the pass off) bounds
  * the bytes a bucket waits for before it starts. A window member's bucket
  * never spans two loops or two iterations.
  *
  * Invariants: every start has its wait in the same function, after it on
- * every path (the same block, or the loop's parent block after the loop);
+ * every path (the same block, or the loop's parent block after the loop;
+ * a prefetch's, the next iteration's wait or the drain after the loop);
  * what the pass removes is exactly the pattern's instructions, each used
  * once and only inside the pattern.
  */
+#include <limits.h>
+
 #include "shdc.h"
 
 typedef struct {
@@ -49,23 +64,33 @@ typedef struct {
   Inst **user;         /* by value id: its user in the loop body being matched (overlap_loop) */
   PtrMap pos;          /* that body's instructions -> their positions */
   Value **repl;        /* by value id: a bucketed sum's result -> its wait's result */
+  char *mark;          /* by value id: where a loop body's value comes from (prefetch) */
+  int *need;           /* by value id: the first prefetch bucket whose blocks need it, or -1 */
+  Value **clone;       /* by value id: its copy for another iteration (prefetch) */
+  bool prefetch;
 } Ov;
 
 static int g_site;     /* sites are numbered over the module */
 
-/* The by-id maps are the module's size, made once: a function's phase
+/* The by-id maps are the module's size (grown by half at least when the
+ * pass has added values, so that growing them is linear): a function's phase
  * clears only the entries of the values in its body (ids are unique over
  * the module), so the pass is linear in the module, not functions x values. */
 static void grow_maps(Ov *o) {
   int n = o->mod->next_value + 1;
   if (n <= o->nuses)
     return;
+  if (o->nuses && n < o->nuses + o->nuses / 2 && o->nuses < INT_MAX / 2)   /* each loop's prefetch adds values */
+    n = o->nuses + o->nuses / 2;
   o->uses = mem_resize(o->uses, o->nuses, n, sizeof(int));
   o->repl = mem_resize(o->repl, o->nuses, n, sizeof(Value *));
   o->user = mem_resize(o->user, o->nuses, n, sizeof(Inst *));
   o->first = mem_resize(o->first, o->nuses, n, sizeof(int));
+  o->mark = mem_resize(o->mark, o->nuses, n, sizeof(char));
+  o->need = mem_resize(o->need, o->nuses, n, sizeof(int));
+  o->clone = mem_resize(o->clone, o->nuses, n, sizeof(Value *));
   for (int v = o->nuses; v < n; v++)
-    o->first[v] = -1;
+    o->first[v] = o->need[v] = -1;
   o->nuses = n;
 }
 
@@ -583,6 +608,338 @@ static void overlap_blocks(Ov *o, IrBlock *b) {
   overlap_straight(o, b);
 }
 
+/* ---- a layer loop's all-gathers, an iteration ahead (FSDP's prefetch) ------------------------------ */
+
+/* Where a loop body's value comes from: outside the loop, the body's index
+ * and outside values alone (so it can be computed for another iteration),
+ * or anything else of the body. */
+enum { FROM_OUTSIDE, FROM_INDEX, FROM_BODY };
+
+/* Whether in may be computed again from its operands, for another
+ * iteration's index: one result, no regions, no call, effect, output,
+ * communication or tape. */
+static bool recomputable(const Inst *in) {
+  if (in->nresults != 1 || in->nregions || in->op == IR_CALL || in->op == IR_TAPE_GET || in->op == IR_TAPE_NEW)
+    return false;
+  return !has_flag(in, OPF_EFFECT | OPF_COLLECTIVE | OPF_OUTPUT);
+}
+
+static int from_of(const Ov *o, const Value *v) { return v->id < o->nuses ? o->mark[v->id] : FROM_OUTSIDE; }
+
+static int64_t group_of(const Ov *o, const Inst *in) {
+  int64_t g = 1;
+  for (int i = 0; i < in->naxes; i++)
+    g *= o->mod->mesh.sizes[in->axes[i]];
+  return g;
+}
+
+/* One bucket of a loop's prefetched gathers. */
+typedef struct {
+  Inst **mem;          /* the gathers, in the body's order */
+  int n;
+  int wait;            /* the body's position its wait goes before: the first use of a member */
+  int site;
+  Inst *wt;
+  Vec body;            /* its copies of the index's instructions for the next iteration, then its start */
+} Pf;
+
+static int by_wait(const void *a, const void *b) {
+  const Pf *x = a, *y = b;
+  return x->wait != y->wait ? (x->wait < y->wait ? -1 : 1) : (x->site < y->site ? -1 : x->site > y->site);
+}
+
+static void use_args(Ov *o, const Inst *in, int by) {
+  for (int k = 0; k < in->nargs; k++)
+    if (in->args[k]->id < o->nuses)
+      o->uses[in->args[k]->id] += by;
+}
+
+static Value *emit_int(Ov *o, Vec *out, int op, int fn, Pos pos, Value *a, Value *b, DType dt, double c) {
+  Value *args[2] = {a, b};
+  Inst *in = ir_emit(o->mod, NULL, op, pos, op == IR_CONST ? 0 : 2, args, 1, (Type[]){ty_scalar(dt)});
+  in->fn = fn;
+  in->fval = c;
+  in->ival = (int64_t)c;
+  use_args(o, in, 1);
+  vec_push(out, in);
+  return in->results[0];
+}
+
+/* Copies of the body's instructions that the buckets' blocks need, the
+ * index read as sub: each onto the bucket that needs it first (every one
+ * onto pf[0] when one is true). */
+static void clone_index(Ov *o, IrBlock *y, Value *sub, Pf *pf, bool one) {
+  for (int i = 0; i < y->insts.len; i++) {
+    Inst *in = y->insts.data[i];
+    Value *r = in->nresults == 1 ? in->results[0] : NULL;
+    if (!r || r->id >= o->nuses || o->mark[r->id] != FROM_INDEX || o->need[r->id] < 0)
+      continue;
+    Value **args = mem_calloc((size_t)in->nargs + 1, sizeof(Value *));
+    for (int k = 0; k < in->nargs; k++) {
+      Value *a = in->args[k];
+      args[k] = a == y->args[0] ? sub : from_of(o, a) == FROM_INDEX ? o->clone[a->id] : a;
+    }
+    Inst *c = ir_emit(o->mod, NULL, in->op, in->pos, in->nargs, args, 1, &r->type);
+    ir_copy_attrs(c, in);
+    use_args(o, c, 1);
+    o->clone[r->id] = c->results[0];
+    vec_push(&pf[one ? 0 : o->need[r->id]].body, c);
+    free(args);
+  }
+}
+
+/* Bucket b's start: active (bool) whether it runs, its members' blocks
+ * (their copies for the iteration it gathers). */
+static Inst *gather_start(Ov *o, const Pf *b, Value *active) {
+  Value **args = mem_calloc((size_t)b->n + 1, sizeof(Value *));
+  int64_t *iv = arena_alloc(sizeof(int64_t) * (size_t)b->n * ASYNC_MEMBER_W);
+  memset(iv, 0, sizeof(int64_t) * (size_t)b->n * ASYNC_MEMBER_W);
+  args[0] = active;
+  for (int j = 0; j < b->n; j++) {
+    Value *x = b->mem[j]->args[0];
+    args[1 + j] = from_of(o, x) == FROM_INDEX ? o->clone[x->id] : x;
+    iv[(size_t)j * ASYNC_MEMBER_W + ASYNC_SCATTER_DIM] = b->mem[j]->dim;
+  }
+  Inst *st = ir_emit(o->mod, NULL, IR_ALL_GATHER_START, b->mem[b->n - 1]->pos, b->n + 1, args, 0, NULL);
+  memcpy(st->axes, b->mem[0]->axes, sizeof st->axes);
+  st->naxes = b->mem[0]->naxes;
+  st->ival = b->site;
+  st->iv = iv;
+  st->niv = b->n * ASYNC_MEMBER_W;
+  use_args(o, st, 1);
+  free(args);
+  return st;
+}
+
+/* The buckets of y's gathers whose blocks are the index's (or the loop's
+ * outside values'), by group, up to the cap; their waits before the first
+ * use of a member. Returns how many. */
+static int plan_buckets(Ov *o, IrBlock *y, Pf *pf, Inst **mem, Vec *touched) {
+  int len = y->insts.len, nb = 0, used = 0;
+  Vec cand = {0};
+  for (int i = 0; i < len; i++) {
+    Inst *in = y->insts.data[i];
+    note_first(o, o->first, touched, in, i);
+    if (in->op == IR_ALL_GATHER && in->naxes && group_of(o, in) > 1 && from_of(o, in->args[0]) != FROM_BODY)
+      vec_push(&cand, in);
+  }
+  bool *taken = mem_calloc((size_t)cand.len + 1, sizeof(bool));
+  for (int i = 0; i < cand.len; i++) {
+    if (taken[i])
+      continue;
+    Pf *b = &pf[nb++];
+    b->mem = mem + used;
+    b->wait = len - 1;
+    b->site = g_site++;
+    int64_t bytes = 0;
+    for (int j = i; j < cand.len; j++) {
+      Inst *in = cand.data[j];
+      if (taken[j] || !same_group(cand.data[i], in))
+        continue;
+      int64_t add = local_bytes(o, &in->results[0]->type);
+      if (b->n && bytes + add > o->cap)
+        break;
+      b->mem[b->n++] = in;
+      used++;
+      bytes += add;
+      taken[j] = true;
+      int f = o->first[in->results[0]->id];
+      if (f >= 0 && f < b->wait)
+        b->wait = f;
+    }
+  }
+  free(taken);
+  free(cand.data);
+  return nb;
+}
+
+/* The values the buckets' blocks are computed from (o->need: the first
+ * bucket, in wait order, that needs each), found backwards over y. */
+static void mark_needs(Ov *o, IrBlock *y, Pf *pf, int nb, Vec *touched) {
+  for (int k = 0; k < nb; k++)
+    for (int j = 0; j < pf[k].n; j++) {
+      Value *x = pf[k].mem[j]->args[0];
+      if (from_of(o, x) == FROM_INDEX && (o->need[x->id] < 0 || o->need[x->id] > k)) {
+        if (o->need[x->id] < 0)
+          vec_push(touched, (void *)(intptr_t)x->id);
+        o->need[x->id] = k;
+      }
+    }
+  for (int i = y->insts.len - 1; i >= 0; i--) {
+    Inst *in = y->insts.data[i];
+    if (in->nresults != 1 || from_of(o, in->results[0]) != FROM_INDEX || o->need[in->results[0]->id] < 0)
+      continue;
+    int k = o->need[in->results[0]->id];
+    for (int a = 0; a < in->nargs; a++) {
+      Value *x = in->args[a];
+      if (x->def && x->def->parent == y && from_of(o, x) == FROM_INDEX && (o->need[x->id] < 0 || o->need[x->id] > k)) {
+        if (o->need[x->id] < 0)
+          vec_push(touched, (void *)(intptr_t)x->id);
+        o->need[x->id] = k;
+      }
+    }
+  }
+}
+
+/* Loop F's all-gathers of blocks that depend only on its index (a layer's
+ * parameters: w[l]) prefetched: the first iteration's started before the
+ * loop, iteration i+1's started in iteration i right after i's wait (none
+ * in the last: its start's condition), each waited where a member is first
+ * used, and a drain after the loop. F's bounds are constants, 2 or more
+ * iterations apart. Before-loop instructions go to pre, the drains to
+ * post; F's body is rebuilt. */
+static void prefetch_loop(Ov *o, Inst *F, Vec *pre, Vec *post) {
+  IrBlock *y = F->regions[0];
+  int64_t lo, hi;
+  if (!ir_const_int(F->args[0], &lo) || !ir_const_int(F->args[1], &hi) || hi - lo < 2)
+    return;
+  grow_maps(o);
+  int len = y->insts.len;
+  Value *iv = y->args[0];
+  o->mark[iv->id] = FROM_INDEX;
+  for (int k = 1; k < y->nargs; k++)
+    o->mark[y->args[k]->id] = FROM_BODY;
+  for (int i = 0; i < len; i++) {
+    Inst *in = y->insts.data[i];
+    int from = recomputable(in) ? FROM_INDEX : FROM_BODY;
+    for (int k = 0; k < in->nargs && from == FROM_INDEX; k++)
+      if (from_of(o, in->args[k]) == FROM_BODY)
+        from = FROM_BODY;
+    for (int k = 0; k < in->nresults; k++)
+      o->mark[in->results[k]->id] = (char)from;
+  }
+  Vec touched = {0}, needed = {0};
+  Pf *pf = mem_calloc((size_t)len + 1, sizeof *pf);
+  Inst **mem = mem_calloc((size_t)len + 1, sizeof(Inst *));
+  int nb = plan_buckets(o, y, pf, mem, &touched);
+  if (nb) {
+    qsort(pf, (size_t)nb, sizeof *pf, by_wait);
+    mark_needs(o, y, pf, nb, &needed);
+    /* before the loop: the first iteration's blocks, gathered */
+    Pf first = {0};
+    clone_index(o, y, F->args[0], &first, true);
+    for (int i = 0; i < first.body.len; i++)
+      vec_push(pre, first.body.data[i]);
+    free(first.body.data);
+    Value *yes = emit_int(o, pre, IR_CONST, 0, F->pos, NULL, NULL, DT_BOOL, 1);
+    for (int k = 0; k < nb; k++)
+      vec_push(pre, gather_start(o, &pf[k], yes));
+    /* in the body: the next iteration's, after the first wait */
+    Vec idx = {0};
+    Value *one = emit_int(o, &idx, IR_CONST, 0, F->pos, NULL, NULL, DT_I32, 1);
+    Value *nx = emit_int(o, &idx, IR_BINARY, BIN_ADD, F->pos, iv, one, DT_I32, 0);
+    Value *last = emit_int(o, &idx, IR_CONST, 0, F->pos, NULL, NULL, DT_I32, (double)(hi - 1));
+    Value *next = emit_int(o, &idx, IR_BINARY, BIN_MIN, F->pos, nx, last, DT_I32, 0);
+    Value *active = emit_int(o, &idx, IR_BINARY, BIN_LT, F->pos, nx, F->args[1], DT_BOOL, 0);
+    for (int i = 0; i < needed.len; i++)
+      o->clone[(intptr_t)needed.data[i]] = NULL;
+    clone_index(o, y, next, pf, false);
+    bool *gone = mem_calloc((size_t)len + 1, sizeof(bool));
+    PtrMap pos = {0};
+    for (int i = 0; i < len; i++)
+      ptrmap_put(&pos, y->insts.data[i], i);
+    for (int k = 0; k < nb; k++) {
+      Pf *b = &pf[k];
+      vec_push(&b->body, gather_start(o, b, active));
+      Type *types = mem_calloc((size_t)b->n, sizeof(Type));
+      for (int j = 0; j < b->n; j++)
+        types[j] = b->mem[j]->results[0]->type;
+      b->wt = ir_emit(o->mod, NULL, IR_ALL_GATHER_WAIT, b->mem[0]->pos, 0, NULL, b->n, types);
+      b->wt->ival = b->site;
+      for (int j = 0; j < b->n; j++) {
+        Value *r = b->mem[j]->results[0];
+        b->wt->results[j]->name = r->name;
+        b->wt->results[j]->display = r->display;
+        o->repl[r->id] = b->wt->results[j];
+        use_args(o, b->mem[j], -1);
+        gone[ptrmap_get(&pos, b->mem[j])] = true;
+      }
+      free(types);
+      Inst *drain = ir_emit(o->mod, NULL, IR_ALL_GATHER_WAIT, F->pos, 0, NULL, 0, NULL);
+      drain->ival = b->site;
+      vec_push(post, drain);
+    }
+    /* what only the gathers used goes */
+    for (int i = len - 1; i >= 0; i--) {
+      Inst *in = y->insts.data[i];
+      if (!gone[i] && in->nresults == 1 && from_of(o, in->results[0]) == FROM_INDEX &&
+          o->need[in->results[0]->id] >= 0 && o->uses[in->results[0]->id] == 0) {
+        gone[i] = true;
+        use_args(o, in, -1);
+      }
+    }
+    Vec out = {0};
+    for (int i = 0, k = 0; i < len; i++) {
+      for (; k < nb && pf[k].wait == i; k++) {
+        vec_push(&out, pf[k].wt);
+        for (int j = 0; k == 0 && j < idx.len; j++)
+          vec_push(&out, idx.data[j]);
+        for (int j = 0; j < pf[k].body.len; j++)
+          vec_push(&out, pf[k].body.data[j]);
+      }
+      if (!gone[i])
+        vec_push(&out, y->insts.data[i]);
+    }
+    for (int i = 0; i < len; i++)   /* the marks go before the list does */
+      for (int r = 0; r < ((Inst *)y->insts.data[i])->nresults; r++)
+        o->mark[((Inst *)y->insts.data[i])->results[r]->id] = FROM_OUTSIDE;
+    for (int i = 0; i < out.len; i++)
+      ((Inst *)out.data[i])->parent = y;
+    free(y->insts.data);
+    y->insts = out;
+    for (int k = 0; k < nb; k++)
+      free(pf[k].body.data);
+    free(idx.data);
+    free(gone);
+    ptrmap_free(&pos);
+  }
+  for (int i = 0; i < y->insts.len; i++)
+    for (int r = 0; r < ((Inst *)y->insts.data[i])->nresults; r++)
+      if (((Inst *)y->insts.data[i])->results[r]->id < o->nuses)
+        o->mark[((Inst *)y->insts.data[i])->results[r]->id] = FROM_OUTSIDE;
+  for (int k = 0; k < y->nargs; k++)
+    o->mark[y->args[k]->id] = FROM_OUTSIDE;
+  for (int i = 0; i < needed.len; i++)
+    o->need[(intptr_t)needed.data[i]] = -1, o->clone[(intptr_t)needed.data[i]] = NULL;
+  for (int i = 0; i < touched.len; i++)
+    o->first[(intptr_t)touched.data[i]] = -1;
+  free(needed.data);
+  free(touched.data);
+  free(pf);
+  free(mem);
+}
+
+/* Every loop's prefetch, inner loops first; a block's list rebuilt once. */
+static void prefetch_blocks(Ov *o, IrBlock *b) {
+  bool any = false;
+  for (int i = 0; i < b->insts.len; i++) {
+    Inst *in = b->insts.data[i];
+    for (int r = 0; r < in->nregions; r++)
+      prefetch_blocks(o, in->regions[r]);
+    any |= in->op == IR_FOR;
+  }
+  if (!any)
+    return;
+  Vec out = {0};
+  for (int i = 0; i < b->insts.len; i++) {
+    Inst *in = b->insts.data[i];
+    Vec pre = {0}, post = {0};
+    if (in->op == IR_FOR)
+      prefetch_loop(o, in, &pre, &post);
+    for (int k = 0; k < pre.len; k++)
+      vec_push(&out, pre.data[k]);
+    vec_push(&out, in);
+    for (int k = 0; k < post.len; k++)
+      vec_push(&out, post.data[k]);
+    free(pre.data);
+    free(post.data);
+  }
+  for (int i = 0; i < out.len; i++)
+    ((Inst *)out.data[i])->parent = b;
+  free(b->insts.data);
+  b->insts = out;
+}
+
 static void replace_all(Ov *o, IrBlock *b) {
   for (int i = 0; i < b->insts.len; i++) {
     Inst *in = b->insts.data[i];
@@ -596,11 +953,11 @@ static void replace_all(Ov *o, IrBlock *b) {
   }
 }
 
-void overlap_module(Module *mod, int64_t bucket_bytes) {
+void overlap_module(Module *mod, int64_t bucket_bytes, bool prefetch) {
   g_site = 0;
   if (bucket_bytes <= 0)
     return;
-  Ov o = {.mod = mod, .cap = bucket_bytes};
+  Ov o = {.mod = mod, .cap = bucket_bytes, .prefetch = prefetch};
   for (int i = 0; i < mod->funcs.len; i++) {
     o.f = mod->funcs.data[i];
     /* Each phase plans on the function's use counts taken before it (a
@@ -609,11 +966,19 @@ void overlap_module(Module *mod, int64_t bucket_bytes) {
     count_uses(&o);
     overlap_loops(&o, o.f->body);
     replace_all(&o, o.f->body);
+    if (prefetch) {
+      count_uses(&o);
+      prefetch_blocks(&o, o.f->body);
+      replace_all(&o, o.f->body);
+    }
     count_uses(&o);
     overlap_blocks(&o, o.f->body);
     replace_all(&o, o.f->body);
   }
   free(o.repl);
+  free(o.mark);
+  free(o.need);
+  free(o.clone);
   free(o.user);
   free(o.first);
   free(o.uses);
@@ -631,7 +996,44 @@ static void add_work(const Module *mod, const Inst *in, double *dot, double *ew)
 }
 
 static bool is_wait_of(const Inst *in, const Inst *start) {
-  return in->op == IR_ALL_REDUCE_WAIT && in->ival == start->ival;
+  return ir_is_async_wait(in->op) && in->ival == start->ival;
+}
+
+/* A prefetched gather's wait in loop body y (top level), or NULL. */
+static const Inst *wait_in(const IrBlock *y, const Inst *start) {
+  for (int i = 0; i < y->insts.len; i++)
+    if (is_wait_of(y->insts.data[i], start))
+      return y->insts.data[i];
+  return NULL;
+}
+
+/* A prefetched gather (before the loop, or in its body for the next
+ * iteration): what runs up to its wait in the body, wrapping around the
+ * body's end once. */
+static const Inst *gather_work(const Module *mod, const IrBlock *b, int at, const Inst *start, double *dot,
+                               double *ew) {
+  for (int i = at + 1; i < b->insts.len; i++) {
+    const Inst *in = b->insts.data[i];
+    const Inst *w = in->op == IR_FOR ? wait_in(in->regions[0], start) : NULL;
+    if (is_wait_of(in, start))
+      return in;
+    if (!w) {
+      add_work(mod, in, dot, ew);
+      continue;
+    }
+    for (int k = 0; in->regions[0]->insts.data[k] != w; k++)
+      add_work(mod, in->regions[0]->insts.data[k], dot, ew);
+    return w;
+  }
+  if (!b->owner || b->owner->op != IR_FOR)
+    return NULL;
+  for (int i = 0; i <= at; i++) {
+    const Inst *in = b->insts.data[i];
+    if (is_wait_of(in, start))
+      return in;
+    add_work(mod, in, dot, ew);
+  }
+  return NULL;
 }
 
 const Inst *overlap_work(const Module *mod, const Inst *start, double *dot, double *ew) {
@@ -640,6 +1042,8 @@ const Inst *overlap_work(const Module *mod, const Inst *start, double *dot, doub
   int at = index_of(b, start);
   if (at < 0)
     return NULL;
+  if (start->op == IR_ALL_GATHER_START)
+    return gather_work(mod, b, at, start, dot, ew);
   for (int i = at + 1; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];
     if (is_wait_of(in, start))

@@ -159,7 +159,7 @@ static bool const_trips(const Inst *loop, double *trips) {
 /* Nested blocks recurse (their depth is bounded by the parser); calls take
  * the callee's cost, computed before (callees first); an if its cheaper
  * branch. */
-static void block_cost(const Walk *w, const IrBlock *b, double times, Cost *c) {
+static void block_cost(const Walk *w, const IrBlock *b, double times, Cost *c, double trips) {
   for (int i = 0; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];
     if (in->op == IR_CALL) {
@@ -167,20 +167,20 @@ static void block_cost(const Walk *w, const IrBlock *b, double times, Cost *c) {
       if (k >= 0)
         cost_add(c, &w->incl[k], times);
     } else if (in->op == IR_FOR) {
-      double trips = 1;
-      if (!const_trips(in, &trips))
+      double n = 1;
+      if (!const_trips(in, &n))
         c->approx = true;
-      block_cost(w, in->regions[0], times * trips, c);
+      block_cost(w, in->regions[0], times * n, c, n);
     } else if (in->op == IR_IF) {
       Cost br[2];
       memset(br, 0, sizeof br);
       for (int r = 0; r < in->nregions && r < 2; r++)
-        block_cost(w, in->regions[r], times, &br[r]);
+        block_cost(w, in->regions[r], times, &br[r], trips);
       cost_add(c, secs(w, &br[0]) <= secs(w, &br[1]) ? &br[0] : &br[1], 1);
     } else {
       Cost one = {0};
       inst_cost(w, in, &one);
-      cost_add(c, &one, times);
+      cost_add(c, &one, trips >= 1 ? times / trips * overlap_runs(in, trips) : times);   /* a prefetch: one less */
     }
   }
 }
@@ -210,7 +210,7 @@ static void measure(const Walk *w0, const Module *mod, Row *row) {
   w.incl = mem_calloc((size_t)nf + 1, sizeof(Cost));
   for (int k = 0; k < nf; k++) {
     int f = g.order[k];
-    block_cost(&w, ((const Func *)mod->funcs.data[f])->body, 1, &w.incl[f]);
+    block_cost(&w, ((const Func *)mod->funcs.data[f])->body, 1, &w.incl[f], 0);
   }
   row->nf = nf;
   row->fnames = arena_alloc(sizeof(char *) * (size_t)(nf + 1));
@@ -233,7 +233,7 @@ static void measure(const Walk *w0, const Module *mod, Row *row) {
       if (in->op != IR_FOR)
         continue;
       Cost it = {0};
-      block_cost(&w, in->regions[0], 1, &it);
+      block_cost(&w, in->regions[0], 1, &it, 0);
       if (it.dot > most) {
         most = it.dot;
         step = it;

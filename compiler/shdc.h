@@ -784,6 +784,8 @@ typedef enum {
   IR_ALL_REDUCE_START, /* SPMD (overlap.c): a bucket of sums started; op_async.c says its operands */
   IR_REDUCE_SCATTER_START, /* SPMD (overlap.c): a bucket of reduce-scatters started (the same operands) */
   IR_ALL_REDUCE_WAIT,  /* SPMD (overlap.c): the bucket finished where its results are first used */
+  IR_ALL_GATHER_START, /* SPMD (overlap.c): a loop's next all-gathers started an iteration ahead (prefetch) */
+  IR_ALL_GATHER_WAIT,  /* SPMD (overlap.c): the prefetched all-gathers finished where first used */
   /* control and calls */
   IR_CALL,             /* callee */
   IR_FOR,              /* args: lo, hi, carried inits; region 0 args: i, carries */
@@ -801,8 +803,11 @@ enum { RED_SUM, RED_MAX, RED_MIN };
 /* IR_ALL_REDUCE_START's iv: this many integers a member (op_async.c); the
  * last is the operand's dim a reduce-scatter bucket splits (-1: none). */
 enum { ASYNC_MEMBER_W = 5 + 2 * MAX_RANK, ASYNC_SCATTER_DIM = 4 + 2 * MAX_RANK };
-/* A bucket's start (overlap.c): of all-reduces or of reduce-scatters. */
-static inline bool ir_is_async_start(int op) { return op == IR_ALL_REDUCE_START || op == IR_REDUCE_SCATTER_START; }
+/* A bucket's start (overlap.c): of all-reduces, reduce-scatters or prefetched all-gathers. */
+static inline bool ir_is_async_start(int op) {
+  return op == IR_ALL_REDUCE_START || op == IR_REDUCE_SCATTER_START || op == IR_ALL_GATHER_START;
+}
+static inline bool ir_is_async_wait(int op) { return op == IR_ALL_REDUCE_WAIT || op == IR_ALL_GATHER_WAIT; }
 enum { CALL_PLAIN, CALL_REMAT };   /* IR_CALL's fn: remat(f)(args) (language.md §9.8) */
 enum { PCAST_VARYING, PCAST_UNREDUCED, PCAST_REDUCED };
 
@@ -1098,14 +1103,24 @@ void scatter_accumulators(Module *mod);
  * bucket_bytes (0: the pass is off), each started where its operands are
  * final and waited where its results are first used (IR_ALL_REDUCE_START,
  * IR_ALL_REDUCE_WAIT); a loop accumulator's reduced updates are deferred
- * to the loop's end. The default cap (--bucket) is PyTorch DDP's. */
+ * to the loop's end. With prefetch, a layer loop's all-gathers of its
+ * layer's parameters go one iteration ahead (IR_ALL_GATHER_START,
+ * IR_ALL_GATHER_WAIT: FSDP's prefetch). The default cap (--bucket) is
+ * PyTorch DDP's. */
 enum { OVERLAP_BUCKET = 25 << 20 };
-void overlap_module(Module *mod, int64_t bucket_bytes);
+void overlap_module(Module *mod, int64_t bucket_bytes, bool prefetch);
 /* The work a bucket's start can hide behind (contraction FLOPs and
  * elementwise operations per rank): what runs between it and its wait, and
  * for a loop's bucket one iteration of the loop's body (the next one runs
  * while it travels). Returns the wait (NULL if not found). */
 const Inst *overlap_work(const Module *mod, const Inst *start, double *dot, double *ew);
+/* How many times an instruction of a loop body of `trips` iterations runs
+ * a pass of the loop: a prefetched all-gather's start there (its condition
+ * not a constant) runs in all but the last. */
+static inline double overlap_runs(const Inst *in, double trips) {
+  int64_t c;
+  return in->op == IR_ALL_GATHER_START && trips >= 1 && !ir_const_int(in->args[0], &c) ? trips - 1 : trips;
+}
 
 /* ---- partition.c, reshard.c --------------------------------------------- */
 

@@ -227,6 +227,7 @@ typedef struct {
   double cat_us[CAT__COUNT];
   double overlapped_us;          /* buckets moved on the second track (tid 2) while the rank computed */
   int64_t count[MAX_KINDS], bytes[MAX_KINDS];
+  double flight_us[MAX_KINDS];   /* overlapped_us by kind (all_reduce, reduce_scatter, all_gather) */
 } RankSum;
 
 typedef struct {
@@ -261,13 +262,14 @@ static int kind_index(Summary *s, const char *kind) {
 }
 
 /* One collective of kind (its "kind" argument, else its name) and its bytes. */
-static void count_collective(Summary *s, RankSum *rs, const JVal *e, const char *name) {
+static int count_collective(Summary *s, RankSum *rs, const JVal *e, const char *name) {
   const JVal *args = get(e, "args");
   int k = kind_index(s, get_str(args, "kind") ? get_str(args, "kind") : name ? name : "?");
   if (k >= 0) {
     rs->count[k]++;
     rs->bytes[k] += (int64_t)get_num(args, "bytes");
   }
+  return k;
 }
 
 static void add_event(Summary *s, Reader *r, const JVal *e) {
@@ -292,7 +294,9 @@ static void add_event(Summary *s, Reader *r, const JVal *e) {
       rs->cat_us[CAT_COMM] += dur;   /* a bucket's exposed part: main waits for it */
     else if (!strcmp(cat, "communication")) {
       rs->overlapped_us += dur;
-      count_collective(s, rs, e, name);
+      int k = count_collective(s, rs, e, name);
+      if (k >= 0)
+        rs->flight_us[k] += dur;
     }
     return;
   }
@@ -398,10 +402,16 @@ static void print_summary(FILE *o, const Summary *s, const char *path) {
     double rest = total - known > 0 ? total - known : 0;
     fprintf(o, " %12.3f %5.1f%%\n", rest / 1000, total > 0 ? 100 * rest / total : 0);
   }
-  for (int i = 0; i < s->nranks; i++)
-    if (s->ranks[i].overlapped_us > 0)
-      fprintf(o, "rank %d: buckets in flight %.3f ms beside the computation (communication counts the waits for them)\n",
-              i, s->ranks[i].overlapped_us / 1000);
+  for (int i = 0; i < s->nranks; i++) {
+    const RankSum *rs = &s->ranks[i];
+    if (rs->overlapped_us <= 0)
+      continue;
+    fprintf(o, "rank %d: buckets in flight %.3f ms beside the computation (", i, rs->overlapped_us / 1000);
+    for (int k = 0, n = 0; k < s->nkinds; k++)
+      if (rs->flight_us[k] > 0)
+        fprintf(o, "%s%s %.3f ms", n++ ? ", " : "", s->kinds[k], rs->flight_us[k] / 1000);
+    fprintf(o, "; communication counts the waits for them)\n");
+  }
   if (s->nranks && s->ranks[0].nsteps)
     fprintf(o, "\nsteps (iterations of main's loops): %lld on rank 0, %.3f ms each on average\n",
             (long long)s->ranks[0].nsteps, s->ranks[0].step_us / 1000 / (double)s->ranks[0].nsteps);

@@ -35,9 +35,16 @@
  * along its split dim, and runs only the ring's first half: rank g keeps
  * chunk g, its members' blocks of the sum.
  *
+ * An all-gather bucket (shd_async_begin_gather, shd_async_add_gather: a
+ * layer loop's parameters prefetched an iteration ahead) puts rank g's
+ * blocks in chunk g at its start and runs only the ring's second half
+ * (each rank sends (G-1)/G of the bucket; MPI_Iallgather below 64 KiB);
+ * its wait places each member's G blocks along its dim in the wait's
+ * destinations (none: a drain, which only lets the request go).
+ *
  * Every start adds one shd_trace_add("all_reduce", 2(G-1)n/G) for the
- * bucket's n bytes ("reduce_scatter", (G-1)n/G; explain's formula for the
- * start instruction); with
+ * bucket's n bytes ("reduce_scatter" and "all_gather", (G-1)n/G; explain's
+ * formula for the start instruction); with
  * SHD_TRACE=FILE.json the thread's collectives are spans on the rank's
  * second track and the main thread's waits are "wait" spans.
  *
@@ -69,7 +76,7 @@ typedef struct {
     /* a reduce-scatter's member: the operand, packed at the start */
     const void *src;
     int sdim, frank;                 /* the dim split over the group, the operand's rank */
-    int64_t full[SHD_MAX_RANK];      /* the operand's local shape */
+    int64_t full[SHD_MAX_RANK];      /* the operand's local shape (a gather's: its block's) */
     size_t poff;                     /* its block's offset in each rank's chunk */
 } member;
 
@@ -85,6 +92,7 @@ typedef struct request {
     char *buf;
     size_t count, cap;               /* elements; bytes of buf */
     bool scatter;                    /* a reduce-scatter: rank g keeps chunk g of the sum */
+    bool gather;                     /* an all-gather: chunk g is rank g's blocks */
     size_t csum;                     /* a scatter's chunk: its members' blocks, elements */
     member *m;
     int n;
@@ -158,7 +166,7 @@ static int mod(int a, int m) { return ((a % m) + m) % m; }
  * reducing, in place while gathering). */
 static void post_step(request *r)
 {
-    size_t es = shd_dtype_size(r->dt), seg = r->scatter ? r->count : SEGMENT_BYTES / es;
+    size_t es = shd_dtype_size(r->dt), seg = r->scatter || r->gather ? r->count : SEGMENT_BYTES / es;
     size_t base = r->seg, n = r->count - base < seg ? r->count - base : seg;
     char *b = r->buf + base * es;
     int g = r->g, G = r->G, s = r->step, sc, rc;
@@ -194,11 +202,17 @@ static void post_step(request *r)
 }
 
 /* What a rank sends for r (explain's formula for its start): 2(G-1)/G of
- * the bucket for an all-reduce, (G-1)/G for a reduce-scatter. */
+ * the bucket for an all-reduce, (G-1)/G for a reduce-scatter or an
+ * all-gather. */
 static size_t sent_bytes(const request *r)
 {
     size_t n = r->count * shd_dtype_size(r->dt);
-    return (r->scatter ? 1 : 2) * (size_t)(r->G - 1) * n / (size_t)r->G;
+    return (r->scatter || r->gather ? 1 : 2) * (size_t)(r->G - 1) * n / (size_t)r->G;
+}
+
+static const char *kind_name(const request *r)
+{
+    return r->scatter ? "reduce_scatter" : r->gather ? "all_gather" : "all_reduce";
 }
 
 /* Advances r as far as its messages allow without blocking (block: waits
@@ -231,6 +245,24 @@ static bool advance(request *r, bool block)
                 continue;
             }
             r->t0 = shd_timeline_now();
+            if (r->gather) {   /* chunk g is this rank's: the ring's second half */
+                if (r->count * es < RING_MIN_BYTES) {
+                    if (!r->caprq) {
+                        r->rq = shd_mem(NULL, 2 * sizeof *r->rq, "an async all-gather's messages");
+                        r->caprq = 2;
+                    }
+                    r->phase = PHASE_SMALL;
+                    MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r->buf, (int)r->csum, shd_mpi_type(r->dt),
+                                   r->comm, &r->rq[0]);
+                    r->nrq = 1;
+                    continue;
+                }
+                r->phase = PHASE_AG;
+                r->seg = 0;
+                r->step = 0;
+                post_step(r);
+                continue;
+            }
             if (r->count * es < RING_MIN_BYTES && !r->scatter) {
                 if (!r->caprq) {
                     r->rq = shd_mem(NULL, 2 * sizeof *r->rq, "an async all-reduce's messages");
@@ -256,7 +288,7 @@ static bool advance(request *r, bool block)
         case PHASE_RS:
         case PHASE_AG:
             if (r->step == r->G - 1) {
-                if (r->phase == PHASE_RS && r->scatter) {
+                if ((r->phase == PHASE_RS && r->scatter) || r->gather) {
                     r->phase = PHASE_DONE;
                     continue;
                 } else if (r->phase == PHASE_RS) {
@@ -277,7 +309,7 @@ static bool advance(request *r, bool block)
             continue;   /* its one request is posted */
         case PHASE_DONE:
             if (r->G > 1 && r->count)
-                shd_timeline_async(r->axes, r->t0, shd_timeline_now(), sent_bytes(r), r->line);
+                shd_timeline_async(kind_name(r), r->axes, r->t0, shd_timeline_now(), sent_bytes(r), r->line);
             return true;
         }
     }
@@ -432,6 +464,7 @@ void shd_async_begin(int site, shd_dtype dt, shd_redop op, const int *axes, int 
     r->count = 0;
     r->n = 0;
     r->scatter = false;
+    r->gather = false;
     r->csum = 0;
     r->done = false;
     r->phase = PHASE_NEW;
@@ -542,6 +575,42 @@ void shd_async_add_scatter(const void *src, int frank, const int64_t *full, int 
     r->csum += count / (size_t)r->G;
 }
 
+void shd_async_begin_gather(int site, shd_dtype dt, const int *axes, int naxes)
+{
+    shd_async_begin(site, dt, SHD_SUM, axes, naxes);
+    g_as.open->gather = true;
+}
+
+/* A gather's member: this rank's block src (rank dims of local shape
+ * shape), gathered along dim dim; copied into chunk g at the start. */
+void shd_async_add_gather(const void *src, int rank, const int64_t *shape, int dim)
+{
+    request *r = g_as.open;
+    if (!r || !r->gather || rank < 1 || rank > SHD_MAX_RANK || dim < 0 || dim >= rank)
+        shd_fatal("async all-gather: a member of %d dims gathered along dim %d", rank, dim);
+    size_t count = (size_t)shd_shape_count(rank, shape);
+    member *m = add_member(count * (size_t)r->G);
+    m->kind = SHD_ASYNC_PLAIN;
+    m->src = src;
+    m->sdim = dim;
+    m->frank = rank;
+    memcpy(m->full, shape, sizeof(int64_t) * (size_t)rank);
+    m->poff = r->csum;
+    r->csum += count;
+}
+
+/* An all-gather bucket's staging: chunk g (csum elements) holds this
+ * rank's blocks, in order. */
+static void pack_gather(request *r)
+{
+    size_t es = shd_dtype_size(r->dt);
+    for (int i = 0; i < r->n; i++) {
+        const member *m = &r->m[i];
+        memcpy(r->buf + ((size_t)r->g * r->csum + m->poff) * es, m->src,
+               (size_t)shd_shape_count(m->frank, m->full) * es);
+    }
+}
+
 void shd_async_start(int line)
 {
     request *r = g_as.open;
@@ -550,7 +619,9 @@ void shd_async_start(int line)
     size_t n = r->count * shd_dtype_size(r->dt);
     if (r->scatter)
         pack(r);
-    shd_trace_add(r->scatter ? "reduce_scatter" : "all_reduce", sent_bytes(r));
+    if (r->gather)
+        pack_gather(r);
+    shd_trace_add(kind_name(r), sent_bytes(r));
     shd_live_adjust((int64_t)n);   /* the staged copy, until its wait (explain counts it) */
     if (g_as.out)
         g_as.otail->next = r;
@@ -560,7 +631,7 @@ void shd_async_start(int line)
     if (g_as.mode == MODE_SYNC || r->G == 1) {
         if (r->G > 1) {
             shd_span_begin(SHD_SPAN_COLLECTIVE, "collective", line);
-            shd_timeline_collective(r->scatter ? "reduce_scatter" : "all_reduce", sent_bytes(r));
+            shd_timeline_collective(kind_name(r), sent_bytes(r));
             advance(r, true);
             shd_span_end();
         }
@@ -592,11 +663,32 @@ void shd_async_start(int line)
     pthread_mutex_unlock(&g_as.mu);
 }
 
+/* A gather's member i: its G blocks (block k in chunk k) placed along its
+ * dim in out. */
+static void unpack_gather(const request *r, const member *m, void *out)
+{
+    size_t es = shd_dtype_size(r->dt), outer = 1, inner = es, rows = (size_t)m->full[m->sdim], G = (size_t)r->G;
+    for (int d = 0; d < m->sdim; d++)
+        outer *= (size_t)m->full[d];
+    for (int d = m->sdim + 1; d < m->frank; d++)
+        inner *= (size_t)m->full[d];
+    size_t run = rows * inner;
+    for (size_t k = 0; k < G; k++) {
+        const char *blk = r->buf + (k * r->csum + m->poff) * es;
+        for (size_t o = 0; o < outer; o++)
+            memcpy((char *)out + (o * G + k) * run, blk + o * run, run);
+    }
+}
+
 /* Writes r's members where they belong (dst: the wait's destinations). */
 static void finish(const request *r, void *const *dst, int ndst)
 {
     size_t es = shd_dtype_size(r->dt);
-    for (int i = 0; i < r->n; i++) {
+    if (r->gather && ndst && ndst != r->n)
+        shd_fatal("async all-gather: %d destinations for %d members", ndst, r->n);
+    for (int i = 0; i < r->n && r->gather && ndst; i++)
+        unpack_gather(r, &r->m[i], dst[i]);
+    for (int i = 0; i < r->n && !r->gather; i++) {
         const member *m = &r->m[i];
         const char *src = r->buf + (r->scatter ? (size_t)r->g * r->csum + m->poff : m->off) * es;
         if (m->kind == SHD_ASYNC_PLAIN) {

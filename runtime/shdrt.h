@@ -281,6 +281,12 @@ void shd_async_begin_scatter(int site, shd_dtype dt, shd_redop op, const int *ax
 void shd_async_add_scatter(const void *src, int frank, const int64_t *full, int sdim, int kind, int target, int rank,
                            const int64_t *dst_shape, const int64_t *src_shape, const int64_t *start,
                            const int64_t *size, const int64_t *dst_off, unsigned aligned);
+/* A bucket of all-gathers (a layer loop's, prefetched an iteration
+ * ahead): each member this rank's block of shape[rank], gathered along
+ * dim; the wait's destinations are the gathered arrays, in member order
+ * (none: the request is let go). */
+void shd_async_begin_gather(int site, shd_dtype dt, const int *axes, int naxes);
+void shd_async_add_gather(const void *src, int rank, const int64_t *shape, int dim);
 void shd_async_start(int line);
 void shd_async_wait(int site, void *const *dst, int ndst, int line);
 void shd_set_collective_algo(const char *collective, const char *algo);

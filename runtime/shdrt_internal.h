@@ -73,7 +73,7 @@ void shd_box_apply(void *dst, const int64_t *ds, const int64_t *d0, const void *
 /* timeline.c: ns since the timeline's start, and a span of the
  * communication thread (its own track: tid 2), recorded under a lock. */
 int64_t shd_timeline_now(void);
-void shd_timeline_async(const char *axes, int64_t t0, int64_t t1, size_t bytes, int line);
+void shd_timeline_async(const char *name, const char *axes, int64_t t0, int64_t t1, size_t bytes, int line);
 
 /* alloc.c: bytes the runtime holds for the program outside its blocks
  * (async.c's staged buckets, which explain counts) added to (or, negative,

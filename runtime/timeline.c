@@ -115,7 +115,7 @@ static struct {
 
 int64_t shd_timeline_now(void) { return now_ns() - g_tl.t0; }
 
-void shd_timeline_async(const char *axes, int64_t t0, int64_t t1, size_t bytes, int line)
+void shd_timeline_async(const char *name, const char *axes, int64_t t0, int64_t t1, size_t bytes, int line)
 {
     if (!shd_timeline_on || !g_tl.in_window)
         return;
@@ -129,7 +129,7 @@ void shd_timeline_async(const char *axes, int64_t t0, int64_t t1, size_t bytes, 
             memset(e, 0, sizeof *e);
             e->start = t0;
             e->dur = t1 - t0;
-            e->name = "all_reduce";
+            e->name = name;
             e->kind = SHD_SPAN_COLLECTIVE;
             e->line = line;
             e->a = (int64_t)bytes;

@@ -14,7 +14,14 @@ pending collective. plan counts fewer collectives and less communication with bu
 mistyped --bucket is a usage error; a mistyped SHD_OVERLAP or
 SHD_ASYNC_POLL_NS stops the program with its name. A sharded optimizer's
 reduce-scatters (tests/gpt2/gpt2_zero.shd) are bucketed alike, with the
-same guarantees.
+same guarantees. FSDP's per-layer all-gathers (dsl-examples/gpt2_fsdp.shd)
+are prefetched an iteration ahead (--prefetch, on by default): bitwise the
+losses of --prefetch=off at 2 ranks (in the three modes) and 4 ranks, the
+1-device build's within float tolerance, the trace's all-gathers fewer
+with the same bytes and on the communication track while the rank
+computes, explain's gathers in the loops one overlapped bucket each; a
+rank killed while they are in flight stops the job; a mistyped --prefetch
+is a usage error.
 """
 import json
 import os
@@ -36,6 +43,7 @@ STEPS = 3
 
 
 ZERO = os.path.join(ROOT, "tests", "gpt2", "gpt2_zero.shd")
+FSDP = os.path.join(ROOT, "dsl-examples", "gpt2_fsdp.shd")
 
 
 def run(exe, np, tmp, name, env_extra=None):
@@ -50,6 +58,8 @@ def run(exe, np, tmp, name, env_extra=None):
     m = re.search(r"max over ranks: all_reduce count=(\d+) bytes=(\d+)", p.stdout + p.stderr)
     rs = re.search(r"max over ranks:.*reduce_scatter count=(\d+) bytes=(\d+)", p.stdout + p.stderr)
     run.reduce_scatter = (int(rs.group(1)), int(rs.group(2))) if rs else None
+    ag = re.search(r"max over ranks:.*\ball_gather count=(\d+) bytes=(\d+)", p.stdout + p.stderr)
+    run.all_gather = (int(ag.group(1)), int(ag.group(2))) if ag else None
     return losses, (int(m.group(1)), int(m.group(2))) if m else None
 
 
@@ -79,6 +89,90 @@ def zero_buckets(shdc, tmp):
         failures.append("ZeRO trace: reduce_scatter (count, bytes) with buckets %s, without %s (same bytes, fewer "
                         "calls)" % (on_rs, plain_rs))
     print("ZeRO: losses %s; trace reduce-scatters (count, bytes) with buckets %s, without %s" % (on, on_rs, plain_rs))
+    return failures
+
+
+def gathers_beside_compute(path):
+    """Per rank (pid): how many all-gather spans of the communication track
+    (tid 2) overlap a GEMM or elementwise span of the main track."""
+    with open(path) as f:
+        ev = json.load(f)
+    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    spans = [e for e in ev if e.get("ph") == "X"]
+    out = {}
+    for pid in sorted({e["pid"] for e in spans}):
+        work = sorted((e["ts"], e["ts"] + e["dur"]) for e in spans
+                      if e["pid"] == pid and e.get("tid") == 1 and e.get("cat") in ("gemm", "elementwise"))
+        gathers = [(e["ts"], e["ts"] + e["dur"]) for e in spans
+                   if e["pid"] == pid and e.get("tid") == 2 and e.get("name") == "all_gather"]
+        out[pid] = (len(gathers), sum(1 for a, b in gathers if any(x < b and y > a for x, y in work)))
+    return out
+
+
+def fsdp_prefetch(shdc, tmp):
+    """FSDP's layer loops gather each layer's parameters an iteration ahead:
+    the same losses as --prefetch=off (bitwise) and the 1-device build's
+    (within 1e-5), fewer all-gathers with the same bytes, moved beside the
+    computation, one overlapped bucket a loop in explain. Returns
+    failures."""
+    def build(name, mesh, *flags):
+        return testlib.build(shdc, FSDP, os.path.join(tmp, name), "--mesh", mesh, *DEFS, *flags)
+    failures = []
+    one = run(build("f1", "data=1,model=1"), 1, tmp, "f1")[0]
+    off = run(build("foff", "data=2,model=1", "--prefetch=off"), 2, tmp, "foff")[0]
+    off_ag = run.all_gather
+    on_exe = build("fon", "data=2,model=1")
+    on = run(on_exe, 2, tmp, "fon")[0]
+    on_ag = run.all_gather
+    sync = run(on_exe, 2, tmp, "fsync", {"SHD_OVERLAP": "0"})[0]
+    prog = run(on_exe, 2, tmp, "fprog", {"SHD_OVERLAP": "progress"})[0]
+    off4 = run(build("foff4", "data=4,model=1", "--prefetch=off"), 4, tmp, "foff4")[0]
+    on4 = run(build("fon4", "data=4,model=1"), 4, tmp, "fon4")[0]
+    if on != off or sync != off or prog != off or on4 != off4:
+        failures.append("FSDP: losses with prefetch %s (moved when started %s, by progress calls %s), without %s; "
+                        "at 4 ranks with %s, without %s" % (on, sync, prog, off, on4, off4))
+    for name, got in (("2 ranks", on), ("4 ranks", on4)):
+        if len(got) != STEPS or any(abs(a - b) > 1e-5 * max(1, abs(b)) for a, b in zip(got, one)):
+            failures.append("FSDP with prefetch, %s: losses %s, the 1-device build's %s" % (name, got, one))
+    if not on_ag or not off_ag or on_ag[1] != off_ag[1] or on_ag[0] >= off_ag[0]:
+        failures.append("FSDP trace: all_gather (count, bytes) with prefetch %s, without %s (same bytes, fewer "
+                        "calls)" % (on_ag, off_ag))
+    # the timeline: the prefetched gathers on the communication track, beside the computation
+    tl = os.path.join(tmp, "fsdp.json")
+    p = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", "-x", "SHD_TRACE", on_exe, "--data=",
+                        "--steps=%d" % STEPS], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, SHD_QUIET="1", SHD_TRACE=tl))
+    beside = gathers_beside_compute(tl) if p.returncode == 0 and os.path.exists(tl) else {}
+    # forward and backward loops, each L iterations, every step
+    if len(beside) != 2 or any(n != 2 * L * STEPS or k == 0 for n, k in beside.values()):
+        failures.append("FSDP timeline: (all-gathers on the communication track, those beside a GEMM or an "
+                        "elementwise pass) per rank %s, want %d each and some beside; exit %d %s" %
+                        (beside, 2 * L * STEPS, p.returncode, p.stderr[-500:]))
+    ts = subprocess.run([shdc, "trace-summary", tl], capture_output=True, text=True, timeout=60)
+    if ts.returncode or not re.search(r"^rank 1: buckets in flight .*\ball_gather [\d.]+ ms", ts.stdout, re.M):
+        failures.append("trace-summary: no all-gathers in flight:\n%s%s" % (ts.stdout, ts.stderr))
+    # explain: each loop's gathers over data one overlapped bucket (in the loop, and the first before it)
+    def gathers(*flags):
+        p = subprocess.run([shdc, "explain", FSDP, "--mesh", "data=2,model=1"] + DEFS + list(flags),
+                           capture_output=True, text=True, timeout=120)
+        if p.returncode:
+            return None
+        grad = p.stdout[p.stdout.index("fn value_and_grad(loss"):]
+        grad = grad[:grad.index("\n\n")] if "\n\n" in grad else grad
+        lines = [x for x in grad.splitlines() if re.search(r"\ball_gather +over \(data\).*\(in the loop", x)]
+        return (sum("a bucket of" in x and "overlapped with" in x for x in lines),
+                sum("a bucket of" not in x for x in lines))
+    with_p, without = gathers(), gathers("--prefetch=off")
+    if with_p != (2, 0) or not without or without[0] != 0 or without[1] < 8:
+        failures.append("FSDP explain: all-gathers over data in the loops (buckets, plain) with prefetch %s, "
+                        "without %s" % (with_p, without))
+    failures += [f for f in [kill_mid_step(on_exe, tmp)] if f]   # gathers in flight: no rank left waiting
+    p = subprocess.run([shdc, "build", FSDP, "--prefetch=maybe", "-o", os.path.join(tmp, "x")],
+                       capture_output=True, text=True)
+    if p.returncode != 2 or "--prefetch expects on or off, not 'maybe'" not in p.stderr:
+        failures.append("--prefetch=maybe: exit %d, %s" % (p.returncode, p.stderr.strip()))
+    print("FSDP: losses %s; trace all-gathers (count, bytes) with prefetch %s, without %s; timeline %s" %
+          (on, on_ag, off_ag, beside))
     return failures
 
 
@@ -179,6 +273,7 @@ def main():
 
         failures += [f for f in [kill_mid_step(on_exe, tmp)] if f]
         failures += zero_buckets(shdc, tmp)
+        failures += fsdp_prefetch(shdc, tmp)
 
         # plan counts a bucket's time less the work before its wait: fewer
         # collectives and less communication than without buckets
