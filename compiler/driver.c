@@ -159,7 +159,7 @@ static bool middle(Compilation *c, bool partition) {
   ir_verify(c->mod);
   if (!partition)
     return true;
-  if (!part_module(c->mod))
+  if (!part_module(c->mod) || !diverge_check_calls(c->mod))
     return false;
   ir_verify(c->mod);
   opt_module(c->mod);
@@ -279,7 +279,7 @@ Program *drv_analyze(SourceFile *src, const Vec *incdirs, Mesh *mesh, bool full,
   if (*typed) {
     if (tc_program(c.prog, &c.mesh, NULL, &none) && full) {
       warn_program(c.prog, &c.mesh);
-      middle(&c, c.prog->diverge_in_partial_manual);
+      middle(&c, c.prog->diverge_in_manual);
     }
   }
   *mesh = c.mesh;
@@ -304,10 +304,11 @@ static int run_source(const Options *o, SourceFile *src, const char *path) {
     /* grad and value_and_grad are expanded on the lowered program; what
      * cannot be differentiated ([E_GRAD]) is a compile-time error too. The
      * collectives the global rules insert for the explicit axes of a
-     * partial manual body are known after partitioning; one under a
-     * varying condition is a compile-time error ([E_DIVERGE]). */
+     * partial manual body, and those a call reaches, are known after
+     * partitioning; one under a varying condition is a compile-time error
+     * ([E_DIVERGE]). */
     if (ok)
-      ok = middle(&c, c.prog->diverge_in_partial_manual || o->max_memory);
+      ok = middle(&c, c.prog->diverge_in_manual || o->max_memory);
     if (ok && o->max_memory)
       explain_check_memory(c.mod, o->max_memory_bytes, o->max_memory);
     /* A program (a file with a mesh) must have the main that build needs:

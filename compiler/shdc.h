@@ -484,9 +484,11 @@ typedef struct {
   Vec structs;         /* StructDecl * */
   Vec items_order;     /* Item *, in declaration order (imports merged by import.c) */
   Vec imports;         /* ImportDecl *: this file's, then (import.c) those of every file it imports */
-  /* set by the typechecker: a partial manual body has varying control flow,
-   * so `check` partitions too, to find implicit collectives under it */
-  bool diverge_in_partial_manual;
+  /* set by the typechecker: a manual body has varying control flow, so
+   * `check` partitions too, to find the collectives under it that are not
+   * written there (a partial manual body's implicit ones: partition.c; a
+   * call's: diverge.c) */
+  bool diverge_in_manual;
 } Program;
 
 Expr *ast_expr(ExprKind kind, Pos pos);
@@ -1126,6 +1128,9 @@ static inline double overlap_runs(const Inst *in, double trips) {
 
 /* Rewrites every function into SPMD form: local shapes, explicit collectives. */
 bool part_module(Module *mod);
+/* diverge.c: after part_module, a call under a condition varying over axes
+ * V whose callee reaches a collective over V is [E_DIVERGE]; false then. */
+bool diverge_check_calls(Module *mod);
 
 /* Offsets of rank r's local block of t along each dim (global coordinates). */
 void part_block_offset(const Mesh *m, const Type *t, int rank, int64_t *off);

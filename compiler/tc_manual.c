@@ -298,8 +298,7 @@ void tc_push_diverge(TcCtx *c, Stmt *s, Expr *cond, Scope *outer) {
   d->cond = cond;
   d->outer = outer;
   vec_push(&c->diverge, d);
-  if (c->manual != (1u << c->mesh->naxes) - 1)
-    c->prog->diverge_in_partial_manual = true;
+  c->prog->diverge_in_manual = true;
 }
 
 /* Collectives need every device to take part: none may sit under control

@@ -6,9 +6,15 @@
  * the sizes. A group is an *ordered* list of distinct axes; the group index
  * linearises the coordinates on those axes in the given order (major first),
  * so {1,0} and {0,1} are different groups with different communicators. The
- * communicator of a group is made once, on first use, by MPI_Comm_split with
- * key = group index, so the rank inside it *is* the group index; all ranks
- * ask for the same groups in the same order because the program is SPMD.
+ * communicator of a group is made once, on first use, by
+ * MPI_Comm_create_group with its members in group-index order, so the rank
+ * inside it *is* the group index. That call is collective over the group's
+ * members only, never over every rank: in a manual body a collective over
+ * axes A may sit under a condition that varies over other axes (a pipeline
+ * stage's gradient all-reduced over data), which only some groups reach,
+ * and a group's members all reach it (the VMA rules: the condition is
+ * invariant over A). An MPI_Comm_split over MPI_COMM_WORLD there waited
+ * for ranks that never came.
  *
  * Before MPI_Init, shd_init may re-execute the program once with
  * OPENBLAS_CORETYPE set, because Debian's OpenBLAS picks slow generic kernels
@@ -373,20 +379,6 @@ int shd_group_peer(const int *axes, int n, int gindex)
     return r;
 }
 
-/* Colour = linearised coordinates on the axes outside the group: equal for
- * exactly the ranks that share a group. */
-static int outside_color(const int *axes, int n)
-{
-    unsigned in = 0;
-    for (int i = 0; i < n; i++)
-        in |= 1u << axes[i];
-    int color = 0;
-    for (int a = 0; a < g_mesh.naxes; a++)
-        if (!(in & (1u << a)))
-            color = color * g_mesh.sizes[a] + g_mesh.coords[a];
-    return color;
-}
-
 MPI_Comm shd_group_comm(const int *axes, int n)
 {
     check_group(axes, n);
@@ -401,8 +393,19 @@ MPI_Comm shd_group_comm(const int *axes, int n)
     memset(e, 0, sizeof *e);
     e->n = n;
     memcpy(e->axes, axes, (size_t)n * sizeof *axes);
-    MPI_Comm_split(MPI_COMM_WORLD, outside_color(axes, n),
-                   shd_group_index(axes, n), &e->comm);
+    int gs = shd_group_size(axes, n), tag = 1;
+    int *members = shd_mem(NULL, (size_t)gs * sizeof *members, "the ranks of a group of %d", gs);
+    for (int i = 0; i < gs; i++)
+        members[i] = shd_group_peer(axes, n, i);
+    for (int i = 0; i < n; i++)   /* the ordered axes: distinct groups' creations never meet */
+        tag = (tag * 31 + axes[i] + 1) % 32000;
+    MPI_Group world, mine;
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    MPI_Group_incl(world, gs, members, &mine);
+    MPI_Comm_create_group(MPI_COMM_WORLD, mine, tag, &e->comm);
+    MPI_Group_free(&mine);
+    MPI_Group_free(&world);
+    free(members);
     g_mesh.ngroups++;
     return e->comm;
 }
