@@ -30,7 +30,8 @@ static void test_softmax_case(shd_dtype dt, int64_t outer, int64_t n, int64_t in
     size_t cnt = (size_t)(outer * n * inner), rows = (size_t)(outer * inner), es = dt == SHD_F32 ? 4 : 8;
     double tol = dt == SHD_F32 ? 2e-5 : 1e-12;
     void *x = malloc(cnt * es), *y = malloc(cnt * es), *g = malloc(cnt * es), *dx = malloc(cnt * es);
-    void *m = malloc(rows * es), *s = malloc(rows * es), *l = malloc(rows * es), *y2 = malloc(cnt * es);
+    /* the sharded pieces' row sums are double whatever the dtype (shdrt.h) */
+    void *m = malloc(rows * es), *s = malloc(rows * sizeof(double)), *l = malloc(rows * es), *y2 = malloc(cnt * es);
 #define GET(p, k) (dt == SHD_F32 ? (double)((float *)(p))[k] : ((double *)(p))[k])
 #define PUT(p, k, v) (dt == SHD_F32 ? (void)(((float *)(p))[k] = (float)(v)) : (void)(((double *)(p))[k] = (v)))
     for (size_t k = 0; k < cnt; k++) {
