@@ -35,10 +35,6 @@ static AxisSet inst_axes(const Mesh *m, const Inst *in) {
   return s;
 }
 
-static bool is_collective(int op) {
-  const OpDef *d = op_def(op);
-  return d && (d->flags & OPF_COLLECTIVE);
-}
 
 static AxisSet func_axes(Dv *d, Func *f);
 
@@ -47,7 +43,7 @@ static AxisSet block_axes(Dv *d, const IrBlock *b) {
   AxisSet s = 0;
   for (int i = 0; i < b->insts.len; i++) {
     const Inst *in = b->insts.data[i];
-    if (is_collective(in->op))
+    if (op_is_collective(in->op))
       s |= inst_axes(&d->mod->mesh, in);
     if (in->op == IR_CALL && in->callee)
       s |= func_axes(d, in->callee);
@@ -69,14 +65,6 @@ static AxisSet func_axes(Dv *d, Func *f) {
   return d->axes[k];
 }
 
-/* The axes a manual body's if or for varies over (its condition or bounds). */
-static AxisSet varying(const Inst *in) {
-  if (in->op == IR_IF)
-    return in->args[0]->type.V;
-  if (in->op == IR_FOR)
-    return in->args[0]->type.V | in->args[1]->type.V;
-  return 0;
-}
 
 static void report(Dv *d, const Inst *call, AxisSet bad, const Inst *cond) {
   const Mesh *m = &d->mod->mesh;
@@ -88,7 +76,7 @@ static void report(Dv *d, const Inst *call, AxisSet bad, const Inst *cond) {
              "the %s never join it while the others wait. Keep the call's collectives off %s (the gradient of a "
              "value invariant over %s is summed over it: pcast the value to varying over %s first, so that each "
              "device keeps its own gradient), or call it outside the %s",
-             name, ax, branch ? "condition" : "loop bound", ty_axes_str(m, varying(cond)), what, ax, ax, ax, what);
+             name, ax, branch ? "condition" : "loop bound", ty_axes_str(m, ir_varying_axes(cond)), what, ax, ax, ax, what);
   diag_note(cond->pos, "the varying %s is here", branch ? "condition" : "loop bound");
   d->errors++;
 }
@@ -103,7 +91,7 @@ static void scan(Dv *d, const IrBlock *b, const Inst *cond, AxisSet V) {
       if (bad)
         report(d, in, bad, cond);
     }
-    AxisSet v = varying(in);
+    AxisSet v = ir_varying_axes(in);
     for (int r = 0; r < in->nregions; r++)
       scan(d, in->regions[r], v ? in : cond, V | v);
   }

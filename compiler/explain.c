@@ -22,11 +22,6 @@ static int64_t local_bytes(const Module *mod, const Type *t) {
   return ty_local_count(&mod->mesh, t) * (int64_t)ty_dtype_size(t->dtype);
 }
 
-static bool is_collective(int op) {
-  const OpDef *d = op_def(op);
-  return d && (d->flags & OPF_COLLECTIVE);
-}
-
 /* ---- the list ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -63,7 +58,7 @@ static const char *shapes_after(const Report *r, const Inst *in) {
 }
 
 static void list_inst(Report *r, const Inst *in, const char *ctx) {
-  if (is_collective(in->op)) {
+  if (op_is_collective(in->op)) {
     const Mesh *m = &r->mod->mesh;
     Str axes = {0};
     for (int i = 0; i < in->naxes; i++)

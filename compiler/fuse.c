@@ -394,11 +394,6 @@ static bool reads(const Fuse *f, const Inst *in, int gi, void (*note)(const Fuse
   return ms.hit;
 }
 
-static bool is_collective(const Inst *in) {
-  const OpDef *d = op_def(in->op);
-  return d && (d->flags & OPF_COLLECTIVE);
-}
-
 /* An instruction reading a column sum that can be made after the group
  * instead (sched_module moves it there): no control flow, call, tape or
  * output, whose order against the instructions it passes matters; a
@@ -421,7 +416,7 @@ static void push_index(int **a, int *n, int *cap, int idx) {
 
 static void group_sink(const Fuse *f, Group *g, const Inst *in, int idx) {
   push_index(&g->sunk, &g->nsunk, &g->capsunk, idx);
-  g->sunk_collective |= is_collective(in);
+  g->sunk_collective |= op_is_collective(in->op);
   for (int k = 0; k < in->nresults; k++)
     f->s->late[in->results[k]->id] = true;
 }
@@ -508,7 +503,7 @@ static bool add_to_group(const Fuse *f, Group *cur, int gi, const Inst *in, int 
   }
   /* a sunk collective passes only computation: the collectives keep the
    * program's order */
-  bool passes = cur->sunk_collective && is_collective(in);
+  bool passes = cur->sunk_collective && op_is_collective(in->op);
   *ends = hit || late || passes || in->nregions || in->op == IR_CALL || group_candidate(in) || waits;
   return false;
 }

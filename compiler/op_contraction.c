@@ -951,6 +951,26 @@ static GemmOperand gemm_operand(Emit *e, const Value *v, const int *batch, int n
   return g;
 }
 
+/* A dot's local GEMM sizes: batch count, rows M (lhs free dims), columns
+ * N (rhs free dims) and the contracted K. */
+static void dot_local_sizes(const Mesh *m, const Inst *in, int64_t *batch, int64_t *M, int64_t *N, int64_t *K) {
+  const DotDims *d = &in->dot;
+  int64_t la[MAX_RANK], lb[MAX_RANK];
+  ty_local_shape(m, &in->args[0]->type, la);
+  ty_local_shape(m, &in->args[1]->type, lb);
+  int fa[MAX_RANK], nfa, fb[MAX_RANK], nfb;
+  dot_free(in, fa, &nfa, fb, &nfb);
+  *batch = *M = *N = *K = 1;
+  for (int i = 0; i < d->nbatch; i++)
+    *batch *= la[d->lhs_batch[i]];
+  for (int i = 0; i < d->ncontract; i++)
+    *K *= la[d->lhs_contract[i]];
+  for (int i = 0; i < nfa; i++)
+    *M *= la[fa[i]];
+  for (int i = 0; i < nfb; i++)
+    *N *= lb[fb[i]];
+}
+
 static int64_t dot_temp_bytes(const Module *mod, const Inst *in) {
   int fa[MAX_RANK], nfa, fb[MAX_RANK], nfb, order[MAX_RANK];
   dot_free(in, fa, &nfa, fb, &nfb);
@@ -964,15 +984,8 @@ static int64_t dot_temp_bytes(const Module *mod, const Inst *in) {
       LAYOUT_COPY)
     bytes += ty_local_count(&mod->mesh, &b->type) * (int64_t)ty_dtype_size(b->type.dtype);
   if (a->type.dtype == DT_BF16) {   /* the f32 copies of one gemm: B whole, a panel of A and C (gemm.h) */
-    int64_t la[MAX_RANK], lb[MAX_RANK], K = 1, M = 1, N = 1;
-    ty_local_shape(&mod->mesh, &a->type, la);
-    ty_local_shape(&mod->mesh, &b->type, lb);
-    for (int i = 0; i < d->ncontract; i++)
-      K *= la[d->lhs_contract[i]];
-    for (int i = 0; i < nfa; i++)
-      M *= la[fa[i]];
-    for (int i = 0; i < nfb; i++)
-      N *= lb[fb[i]];
+    int64_t batch, M, N, K;
+    dot_local_sizes(&mod->mesh, in, &batch, &M, &N, &K);
     int64_t P = K + N ? SHD_BF16_PANEL / (K + N) : 0;
     P = P < 1 ? 1 : P > M ? M : P;
     if (M && N && K)
@@ -984,20 +997,10 @@ static int64_t dot_temp_bytes(const Module *mod, const Inst *in) {
 static void emit_dot(Emit *e, const Inst *in) {
   const Value *a = in->args[0], *b = in->args[1], *r = in->results[0];
   const DotDims *d = &in->dot;
-  int64_t la[MAX_RANK], lb[MAX_RANK];
-  ty_local_shape(emit_mesh(e), &a->type, la);
-  ty_local_shape(emit_mesh(e), &b->type, lb);
   int fa[MAX_RANK], nfa, fb[MAX_RANK], nfb;
   dot_free(in, fa, &nfa, fb, &nfb);
-  int64_t batch = 1, K = 1, M = 1, N = 1;
-  for (int i = 0; i < d->nbatch; i++)
-    batch *= la[d->lhs_batch[i]];
-  for (int i = 0; i < d->ncontract; i++)
-    K *= la[d->lhs_contract[i]];
-  for (int i = 0; i < nfa; i++)
-    M *= la[fa[i]];
-  for (int i = 0; i < nfb; i++)
-    N *= lb[fb[i]];
+  int64_t batch, M, N, K;
+  dot_local_sizes(emit_mesh(e), in, &batch, &M, &N, &K);
   emit_line(e, "{");
   emit_indent(e, 2);
   int t0 = emit_tmp_count(e);

@@ -121,30 +121,18 @@ Type part_operand_target(const Type *op, const Type *res) {
 
 /* ---- divergence ------------------------------------------------------------------------------ */
 
-static bool is_collective(int op) {
-  const OpDef *d = op_def(op);
-  return d && (d->flags & OPF_COLLECTIVE);
-}
 
-/* The varying condition of an if, or bound of a for, in a manual body. */
-static AxisSet varying_condition(const Inst *in) {
-  if (in->op == IR_IF)
-    return in->args[0]->type.V;
-  if (in->op == IR_FOR)
-    return in->args[0]->type.V | in->args[1]->type.V;
-  return 0;
-}
 
 /* The typechecker rejects written collectives under a varying condition;
  * the ones the global rules insert for the explicit axes of a partial
  * manual body are known only here. Reports the first such collective that
  * partitioning `in` produced (instructions from index `from` of the block). */
 static void check_implicit_diverge(Part *p, const Inst *in, int from) {
-  if (!p->diverge || is_collective(in->op))
+  if (!p->diverge || op_is_collective(in->op))
     return;
   for (int i = from; i < p->b->insts.len; i++) {
     const Inst *n = p->b->insts.data[i];
-    if (!is_collective(n->op))
+    if (!op_is_collective(n->op))
       continue;
     Str ax = {0};
     for (int k = 0; k < n->naxes; k++)
@@ -156,7 +144,7 @@ static void check_implicit_diverge(Part *p, const Inst *in, int from) {
                "under a %s that varies across devices (over %s); every device must reach every collective: "
                "compute it before the %s, or make the condition invariant",
                ir_opname(in->op), strchr("aeiou", ir_opname(n->op)[0]) ? "an" : "a", ir_opname(n->op), str_cstr(&ax), p->diverge->op == IR_IF ? "condition" : "loop bound",
-               ty_axes_str(p->m, varying_condition(p->diverge)), p->diverge->op == IR_IF ? "branch" : "loop");
+               ty_axes_str(p->m, ir_varying_axes(p->diverge)), p->diverge->op == IR_IF ? "branch" : "loop");
     diag_note(p->diverge->pos, "the varying %s is here", p->diverge->op == IR_IF ? "condition" : "loop bound");
     free(ax.buf);
     return;
@@ -169,7 +157,7 @@ static void part_block_into(Part *p, IrBlock *old, IrBlock *nb);
 
 static void part_region_inst(Part *p, Inst *in, Value **args) {
   const Inst *saved = p->diverge;
-  if (varying_condition(in))
+  if (ir_varying_axes(in))
     p->diverge = in;
   Inst *n = part_copy(p, in, args);
   for (int r = 0; r < in->nregions; r++) {

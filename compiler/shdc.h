@@ -1076,6 +1076,19 @@ typedef struct OpDef {
 } OpDef;
 
 const OpDef *op_def(int op);   /* NULL for an unknown opcode */
+static inline bool op_is_collective(int op) {
+  const OpDef *d = op_def(op);
+  return d && (d->flags & OPF_COLLECTIVE);
+}
+/* The axes an if's condition or a for's bounds vary over (in a manual
+ * body; 0 for any other instruction). */
+static inline AxisSet ir_varying_axes(const Inst *in) {
+  if (in->op == IR_IF)
+    return in->args[0]->type.V;
+  if (in->op == IR_FOR)
+    return in->args[0]->type.V | in->args[1]->type.V;
+  return 0;
+}
 /* The work of in's own block (not its regions'), for plan and the overlap
  * pass: its OpDef.work, else an elementwise result's elements; added to
  * *dot (contraction FLOPs) and *ew (element operations). */
