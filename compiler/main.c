@@ -151,7 +151,15 @@ static void check_output(const char *out, const char *input, const char *what) {
  * every byte was written (safefile.h's rules: no link, FIFO or directory
  * at FILE is followed or replaced). */
 static shd_temp stdout_temp;
-static const char *stdout_target;
+static const char *stdout_target;   /* until committed or removed */
+
+/* At exit (a usage or I/O error after the redirection exits at once): the
+ * temporary of an output never committed goes. */
+static void stdout_abandon(void) {
+  if (stdout_target && shd_temp_is_ours(&stdout_temp))
+    unlink(stdout_temp.path);
+  stdout_target = NULL;
+}
 
 static void stdout_to_file(const Options *o) {
   if (!o->out)
@@ -164,24 +172,27 @@ static void stdout_to_file(const Options *o) {
     diag_io_error("cannot write %s: %s", stdout_temp.path, strerror(errno));
   close(fd);
   stdout_target = o->out;
+  atexit(stdout_abandon);
 }
 
 /* rc, or 2 when the output could not be written or committed. */
 static int stdout_commit(int rc) {
-  if (!stdout_target)
+  const char *target = stdout_target;
+  if (!target)
     return rc;
   bool written = fflush(stdout) == 0 && !ferror(stdout) && fsync(STDOUT_FILENO) == 0;
   int err = errno;
   const char *why = NULL;
-  if (rc == 0 && written && shd_temp_commit(&stdout_temp, stdout_target, &why) == 0)
+  if (rc == 0 && written && shd_temp_commit(&stdout_temp, target, &why) == 0) {
+    stdout_target = NULL;
     return rc;
-  if (shd_temp_is_ours(&stdout_temp))
-    unlink(stdout_temp.path);
+  }
+  stdout_abandon();
   if (rc == 0) {
     if (!written)
-      fprintf(stderr, "shdc: error: cannot write %s: %s\n", stdout_target, strerror(err));
+      fprintf(stderr, "shdc: error: cannot write %s: %s\n", target, strerror(err));
     else
-      fprintf(stderr, "shdc: error: cannot write %s: %s %s\n", stdout_target, stdout_target, why);
+      fprintf(stderr, "shdc: error: cannot write %s: %s %s\n", target, target, why);
     rc = 2;
   }
   return rc;

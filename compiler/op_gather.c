@@ -201,16 +201,9 @@ static bool sharded_indices_fail(RuleCtx *c, const Type *idx, AxisSet A, Type fi
 static bool gather_annot(RuleCtx *c, const Type *x, int k, const Type *computed, const Type *annot, Type *out) {
   if (!rule_check_annot(c, annot, computed, c->opname))
     return false;
-  AxisSet m = c->manual, A = ty_spec_axes(x->spec[k]);
-  if (annot->U & ~m & ~A) {
-    Type fix = *annot;
-    fix.U &= A | m;
-    return fail(c, "E_UR",
-                "%s: the annotation %s is unreduced over %s, but only the axes that split the indexed dim (%s) "
-                "can leave a pending sum; annotate %s",
-                c->opname, TS(annot), ty_axes_str(c->mesh, annot->U & ~m & ~A),
-                A ? ty_axes_str(c->mesh, A) : "none here", TS(&fix));
-  }
+  AxisSet m = c->manual;
+  if (!rule_annot_pending_within(c, annot, ty_spec_axes(x->spec[k]), "the indexed dim"))
+    return false;
   if ((annot->R ^ computed->R) & ~m) {
     Type fix = *annot;
     fix.R = (computed->R & ~m) | (annot->R & m);

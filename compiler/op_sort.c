@@ -153,15 +153,8 @@ static bool rule_segment_sum(RuleCtx *c, const Type *data0, const Type *ids0, in
   if (!rule_check_annot(c, annot, &plain, "segment_sum"))
     return false;
   AxisSet m = c->manual;
-  if (annot->U & ~m & ~A) {
-    Type fix = *annot;
-    fix.U &= A | m;
-    return fail(c, "E_UR",
-                "segment_sum: the annotation %s is unreduced over %s, but only the axes that split the data's dim 0 "
-                "(%s) can leave a pending sum; annotate %s",
-                TS(annot), ty_axes_str(c->mesh, annot->U & ~m & ~A), A ? ty_axes_str(c->mesh, A) : "none here",
-                TS(&fix));
-  }
+  if (!rule_annot_pending_within(c, annot, A, "the data's dim 0"))
+    return false;
   if (annot->R & ~m) {
     Type fix = *annot;
     fix.R &= m;

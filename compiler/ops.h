@@ -52,6 +52,10 @@ const char *rule_stage_annotate(const char *text, const char *type, const char *
  * computed result; in a manual body the manual axes keep the computed U, R. */
 bool rule_check_annot(RuleCtx *c, const Type *annot, const Type *computed, const char *what);
 bool rule_manual_states(RuleCtx *c, const Type *annot, AxisSet U, AxisSet R, Type *out);
+/* An annotation of a result summed over a dim split across axes A (a
+ * gather's indexed dim, segment_sum's data dim 0) may be unreduced over A
+ * (and manual axes) only: else [E_UR] naming `dim` and the fix. */
+bool rule_annot_pending_within(RuleCtx *c, const Type *annot, AxisSet A, const char *dim);
 bool rule_annot_keeps_states(RuleCtx *c, const char *what, const Type *x, const Type *annot, Type *out);
 
 /* ---- typecheck internals (tc.c, tc_expr.c, tc_args.c, tc_manual.c) ------- */

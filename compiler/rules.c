@@ -289,6 +289,19 @@ bool rule_check_annot(RuleCtx *c, const Type *annot, const Type *computed, const
  * manual body the manual axes keep the states U, R the operation computes
  * (an annotation cannot make a manual axis unreduced or reduced; pcast and
  * the collectives do that, 2.3). */
+bool rule_annot_pending_within(RuleCtx *c, const Type *annot, AxisSet A, const char *dim) {
+  AxisSet m = c->manual, bad = annot->U & ~m & ~A;
+  if (!bad)
+    return true;
+  Type fix = *annot;
+  fix.U &= A | m;
+  return fail(c, "E_UR",
+              "%s: the annotation %s is unreduced over %s, but only the axes that split %s (%s) can leave a pending "
+              "sum; annotate %s",
+              c->opname, TS(annot), ty_axes_str(c->mesh, bad), dim, A ? ty_axes_str(c->mesh, A) : "none here",
+              TS(&fix));
+}
+
 bool rule_manual_states(RuleCtx *c, const Type *annot, AxisSet U, AxisSet R, Type *out) {
   AxisSet m = c->manual;
   *out = *annot;

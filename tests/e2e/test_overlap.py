@@ -47,6 +47,8 @@ FSDP = os.path.join(ROOT, "dsl-examples", "gpt2_fsdp.shd")
 
 
 def run(exe, np, tmp, name, env_extra=None):
+    """The losses of STEPS steps and the trace's (count, bytes) of each kind
+    of collective (max over ranks), by kind."""
     metrics = os.path.join(tmp, name + ".jsonl")
     env = dict(os.environ, SHD_QUIET="1", SHD_TRACE="1", **(env_extra or {}))
     p = subprocess.run(["mpirun", "--oversubscribe", "-np", str(np), exe, "--data=", "--steps=%d" % STEPS,
@@ -55,40 +57,51 @@ def run(exe, np, tmp, name, env_extra=None):
         sys.exit("%s at %d ranks: exit %d\n%s%s" % (name, np, p.returncode, p.stdout, p.stderr))
     with open(metrics) as f:
         losses = [json.loads(line)["loss"] for line in f if line.strip()]
-    m = re.search(r"max over ranks: all_reduce count=(\d+) bytes=(\d+)", p.stdout + p.stderr)
-    rs = re.search(r"max over ranks:.*reduce_scatter count=(\d+) bytes=(\d+)", p.stdout + p.stderr)
-    run.reduce_scatter = (int(rs.group(1)), int(rs.group(2))) if rs else None
-    ag = re.search(r"max over ranks:.*\ball_gather count=(\d+) bytes=(\d+)", p.stdout + p.stderr)
-    run.all_gather = (int(ag.group(1)), int(ag.group(2))) if ag else None
-    return losses, (int(m.group(1)), int(m.group(2))) if m else None
+    trace = {}
+    for kind in ("all_reduce", "reduce_scatter", "all_gather"):
+        m = re.search(r"max over ranks:.*\b%s count=(\d+) bytes=(\d+)" % kind, p.stdout + p.stderr)
+        trace[kind] = (int(m.group(1)), int(m.group(2))) if m else None
+    return losses, trace
+
+
+def switched(shdc, src, tmp, tag, off, kind, four):
+    """src built at 1 device, and at 2 and 4 ranks with the pass under test
+    turned off (flag `off`) and on (flags `four` at 4 ranks); the 2-rank
+    build with it on run in SHD_OVERLAP's three modes. The losses with it on
+    equal those without bitwise, and the 1-device build's within 1e-5; the
+    trace's `kind` collectives are fewer with the same bytes. Returns
+    (failures, the 2-rank build with it on, its losses and trace, the trace
+    without)."""
+    def build(name, mesh, *flags):
+        return testlib.build(shdc, src, os.path.join(tmp, tag + name), "--mesh", mesh, *DEFS, *flags)
+    failures = []
+    one = run(build("1", "data=1,model=1"), 1, tmp, tag + "1")[0]
+    plain, plain_trace = run(build("off", "data=2,model=1", off), 2, tmp, tag + "off")
+    on_exe = build("on", "data=2,model=1")
+    on, on_trace = run(on_exe, 2, tmp, tag + "on")
+    sync = run(on_exe, 2, tmp, tag + "sync", {"SHD_OVERLAP": "0"})[0]
+    prog = run(on_exe, 2, tmp, tag + "prog", {"SHD_OVERLAP": "progress"})[0]
+    off4 = run(build("off4", "data=4,model=1", off), 4, tmp, tag + "off4")[0]
+    on4 = run(build("on4", "data=4,model=1", *four), 4, tmp, tag + "on4")[0]
+    if on != plain or sync != plain or prog != plain or on4 != off4:
+        failures.append("%s: losses at 2 ranks %s (moved when started %s, by progress calls %s), with %s %s; at 4 "
+                        "ranks %s, with %s %s" % (tag, on, sync, prog, off, plain, on4, off, off4))
+    for name, got in (("2 ranks", on), ("4 ranks", on4)):
+        if len(got) != STEPS or any(abs(a - b) > 1e-5 * max(1, abs(b)) for a, b in zip(got, one)):
+            failures.append("%s, %s: losses %s, the 1-device build's %s" % (tag, name, got, one))
+    a, b = on_trace[kind], plain_trace[kind]
+    if not a or not b or a[1] != b[1] or a[0] >= b[0]:
+        failures.append("%s trace: %s (count, bytes) %s, with %s %s (same bytes, fewer calls)" % (tag, kind, a, off, b))
+    return failures, on_exe, on, on_trace, plain_trace
 
 
 def zero_buckets(shdc, tmp):
     """A sharded optimizer's reduce-scatters (tests/gpt2/gpt2_zero.shd) go in
-    buckets too: bitwise the losses without buckets at 2 ranks in the three
-    modes, the 1-device build's at 4 ranks with 1 KiB buckets; the trace's
-    reduce-scatters are fewer and carry the same bytes. Returns failures."""
-    def build(name, mesh, *flags):
-        return testlib.build(shdc, ZERO, os.path.join(tmp, name), "--mesh", mesh, *DEFS, *flags)
-    failures = []
-    one = run(build("z1", "data=1,model=1"), 1, tmp, "z1")[0]
-    plain = run(build("zoff", "data=2,model=1", "--bucket=0"), 2, tmp, "zoff")[0]
-    plain_rs = run.reduce_scatter
-    on_exe = build("zon", "data=2,model=1")
-    on = run(on_exe, 2, tmp, "zon")[0]
-    on_rs = run.reduce_scatter
-    sync = run(on_exe, 2, tmp, "zsync", {"SHD_OVERLAP": "0"})[0]
-    prog = run(on_exe, 2, tmp, "zprog", {"SHD_OVERLAP": "progress"})[0]
-    four = run(build("zon4", "data=4,model=1", "--bucket=1KiB"), 4, tmp, "zon4")[0]
-    if on != plain or sync != plain or prog != plain:
-        failures.append("ZeRO, 2 ranks: losses with buckets %s, moved when started %s, by progress calls %s, without "
-                        "%s" % (on, sync, prog, plain))
-    if len(four) != STEPS or any(abs(a - b) > 1e-5 * max(1, abs(b)) for a, b in zip(four, one)):
-        failures.append("ZeRO, 4 ranks, 1 KiB buckets: losses %s, the 1-device build's %s" % (four, one))
-    if not on_rs or not plain_rs or on_rs[1] != plain_rs[1] or on_rs[0] >= plain_rs[0]:
-        failures.append("ZeRO trace: reduce_scatter (count, bytes) with buckets %s, without %s (same bytes, fewer "
-                        "calls)" % (on_rs, plain_rs))
-    print("ZeRO: losses %s; trace reduce-scatters (count, bytes) with buckets %s, without %s" % (on, on_rs, plain_rs))
+    buckets too (1 KiB buckets at 4 ranks). Returns failures."""
+    failures, _, on, on_trace, plain_trace = switched(shdc, ZERO, tmp, "ZeRO", "--bucket=0", "reduce_scatter",
+                                                      ["--bucket=1KiB"])
+    print("ZeRO: losses %s; trace reduce-scatters (count, bytes) with buckets %s, without %s" % (
+        on, on_trace["reduce_scatter"], plain_trace["reduce_scatter"]))
     return failures
 
 
@@ -115,28 +128,8 @@ def fsdp_prefetch(shdc, tmp):
     (within 1e-5), fewer all-gathers with the same bytes, moved beside the
     computation, one overlapped bucket a loop in explain. Returns
     failures."""
-    def build(name, mesh, *flags):
-        return testlib.build(shdc, FSDP, os.path.join(tmp, name), "--mesh", mesh, *DEFS, *flags)
-    failures = []
-    one = run(build("f1", "data=1,model=1"), 1, tmp, "f1")[0]
-    off = run(build("foff", "data=2,model=1", "--prefetch=off"), 2, tmp, "foff")[0]
-    off_ag = run.all_gather
-    on_exe = build("fon", "data=2,model=1")
-    on = run(on_exe, 2, tmp, "fon")[0]
-    on_ag = run.all_gather
-    sync = run(on_exe, 2, tmp, "fsync", {"SHD_OVERLAP": "0"})[0]
-    prog = run(on_exe, 2, tmp, "fprog", {"SHD_OVERLAP": "progress"})[0]
-    off4 = run(build("foff4", "data=4,model=1", "--prefetch=off"), 4, tmp, "foff4")[0]
-    on4 = run(build("fon4", "data=4,model=1"), 4, tmp, "fon4")[0]
-    if on != off or sync != off or prog != off or on4 != off4:
-        failures.append("FSDP: losses with prefetch %s (moved when started %s, by progress calls %s), without %s; "
-                        "at 4 ranks with %s, without %s" % (on, sync, prog, off, on4, off4))
-    for name, got in (("2 ranks", on), ("4 ranks", on4)):
-        if len(got) != STEPS or any(abs(a - b) > 1e-5 * max(1, abs(b)) for a, b in zip(got, one)):
-            failures.append("FSDP with prefetch, %s: losses %s, the 1-device build's %s" % (name, got, one))
-    if not on_ag or not off_ag or on_ag[1] != off_ag[1] or on_ag[0] >= off_ag[0]:
-        failures.append("FSDP trace: all_gather (count, bytes) with prefetch %s, without %s (same bytes, fewer "
-                        "calls)" % (on_ag, off_ag))
+    failures, on_exe, on, on_trace, off_trace = switched(shdc, FSDP, tmp, "FSDP", "--prefetch=off", "all_gather", [])
+    on_ag, off_ag = on_trace["all_gather"], off_trace["all_gather"]
     # the timeline: the prefetched gathers on the communication track, beside the computation
     tl = os.path.join(tmp, "fsdp.json")
     p = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", "-x", "SHD_TRACE", on_exe, "--data=",
@@ -232,23 +225,10 @@ def main():
     shdc = testlib.shdc_option()
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
-        def build(name, mesh, *flags):
-            return testlib.build(shdc, SRC, os.path.join(tmp, name), "--mesh", mesh, *DEFS, *flags)
-
-        one = run(build("d1", "data=1,model=1"), 1, tmp, "d1")[0]
-        plain, plain_trace = run(build("off", "data=2,model=1", "--bucket=0"), 2, tmp, "off")
-        on_exe = build("on", "data=2,model=1", "--bucket=25MiB")
-        on, on_trace = run(on_exe, 2, tmp, "on")
-        sync, _ = run(on_exe, 2, tmp, "sync", {"SHD_OVERLAP": "0"})
-        prog, _ = run(on_exe, 2, tmp, "progress", {"SHD_OVERLAP": "progress"})
-        four, _ = run(build("on4", "data=4,model=1", "--bucket=1KiB"), 4, tmp, "on4")
-        if on != plain or sync != plain or prog != plain:
-            failures.append("2 ranks: losses with buckets %s, moved when started %s, by progress calls %s, without the "
-                            "pass %s"
-                            % (on, sync, prog, plain))
-        for name, got in (("2 ranks", on), ("4 ranks, 1 KiB buckets", four)):
-            if len(got) != STEPS or any(abs(a - b) > 1e-5 * max(1, abs(b)) for a, b in zip(got, one)):
-                failures.append("%s: losses %s, the 1-device build's %s" % (name, got, one))
+        bucket_failures, on_exe, on, on_trace, plain_trace = switched(shdc, SRC, tmp, "buckets", "--bucket=0",
+                                                                      "all_reduce", ["--bucket=1KiB"])
+        failures += bucket_failures
+        on_trace, plain_trace = on_trace["all_reduce"], plain_trace["all_reduce"]
 
         # explain: one bucket a layer in the gradient, the trace's counts and bytes
         text = explain(shdc, "data=2,model=1", "--bucket=25MiB")
@@ -262,9 +242,6 @@ def main():
                                                                                   L + 5, "\n".join(over_data)))
         plain_lines = [l for l in explain(shdc, "data=2,model=1", "--bucket=0").splitlines()
                        if re.search(r"\bover \(data\)", l)]
-        if on_trace is None or plain_trace is None or on_trace[1] != plain_trace[1] or on_trace[0] >= plain_trace[0]:
-            failures.append("trace: all_reduce count and bytes with buckets %s, without %s (same bytes, fewer calls)"
-                            % (on_trace, plain_trace))
         if len(plain_lines) <= len(over_data):
             failures.append("explain: %d all-reduces over data without buckets, %d with" %
                             (len(plain_lines), len(over_data)))
