@@ -157,10 +157,6 @@ static bool uses_value(const Inst *in, const Value *const *vs, int n) {
   return false;
 }
 
-/* bf16 sums stay out of buckets: the async path sums with MPI's ops,
- * which have no bf16; the blocking all-reduce adds them in f32. */
-static bool bucket_dtype(const Value *v) { return v->type.dtype != DT_BF16; }
-
 static bool has_flag(const Inst *in, unsigned f) {
   const OpDef *d = op_def(in->op);
   return d && (d->flags & f);
@@ -242,7 +238,7 @@ static bool match_acc(const Ov *o, IrBlock *y, Inst *ar, Acc *m) {
     return false;
   m->carry = c->index;
   m->kind = m->add ? 2 : 1;
-  return ar->args[0]->type.dtype == c->type.dtype && bucket_dtype(c);
+  return ar->args[0]->type.dtype == c->type.dtype;
 }
 
 static bool same_group(const Inst *a, const Inst *b) {
@@ -507,8 +503,7 @@ static void overlap_straight(Ov *o, IrBlock *b) {
     double w = work_of(o, in);
     mk.work[i + 1] = mk.work[i] + w;
     mk.heavy[i + 1] = mk.heavy[i] + (w >= OVERLAP_MIN_WORK);
-    if (in->op == IR_ALL_REDUCE && in->fn == RED_SUM && in->results[0]->type.rank && uses_of(o, in->results[0]) > 0 &&
-        bucket_dtype(in->results[0]))
+    if (in->op == IR_ALL_REDUCE && in->fn == RED_SUM && in->results[0]->type.rank && uses_of(o, in->results[0]) > 0)
       vec_push(&cand, (void *)(intptr_t)i);
   }
   Vec *after = mem_calloc((size_t)len + 1, sizeof(Vec)), *before = mem_calloc((size_t)len + 1, sizeof(Vec));

@@ -20,7 +20,10 @@
  * collectives never match its messages): from 64 KiB a ring
  * (reduce-scatter, then all-gather: each rank sends 2(G-1)/G of the bucket
  * whatever MPI's default would pick), in 60 KiB messages that Open MPI
- * sends eagerly over TCP; below that MPI_Iallreduce. A request is a
+ * sends eagerly over TCP; below that MPI_Iallreduce. A bf16 bucket always
+ * takes the ring, whose steps add each pair in f32 and round once
+ * (shd_reduce_into; MPI has no bf16 sum), as the blocking ring does
+ * (collectives.c): the same additions in the same order. A request is a
  * machine (advance) moved by progress calls, made by (SHD_OVERLAP):
  *  - thread (the default): a communication thread (MPI_THREAD_MULTIPLE),
  *    sleeping in nanosleep between its MPI_Test calls (2 us doubling to
@@ -263,7 +266,7 @@ static bool advance(request *r, bool block)
                 post_step(r);
                 continue;
             }
-            if (r->count * es < RING_MIN_BYTES && !r->scatter) {
+            if (r->count * es < RING_MIN_BYTES && !r->scatter && r->dt != SHD_BF16) {
                 if (!r->caprq) {
                     r->rq = shd_mem(NULL, 2 * sizeof *r->rq, "an async all-reduce's messages");
                     r->caprq = 2;
