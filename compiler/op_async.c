@@ -12,7 +12,7 @@
  * member, its operand's type (the buffer its reduced values land in).
  * Attributes: axes, fn (RED_SUM), ival the site (a number of the module),
  * iv MEMBER_W integers a member: its kind (SHD_ASYNC_ order: plain, set,
- * add), the wait's destination index of a window member, the window's
+ * add; with ASYNC_WIDEN a bf16 member set or added into an f32 carry), the wait's destination index of a window member, the window's
  * rank, its `aligned` mask (shd_update_window's), then its sizes (global,
  * MAX_RANK) and the update's local shape (MAX_RANK).
  *
@@ -230,7 +230,8 @@ static void print_start(FILE *out, const Module *mod, const Inst *in) {
   for (int j = 0; j < async_members(in); j++) {
     const int64_t *m = member(in, j);
     if (m[0] != 0)
-      fprintf(out, " %%%d->%s[%lld]", in->args[j]->id, m[0] == 2 ? "add" : "set", (long long)m[1]);
+      fprintf(out, " %%%d->%s%s[%lld]", in->args[j]->id, (m[0] & ASYNC_KIND) == 2 ? "add" : "set",
+              m[0] & ASYNC_WIDEN ? ".f32" : "", (long long)m[1]);
   }
 }
 

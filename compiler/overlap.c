@@ -13,7 +13,9 @@
  *  - A loop's accumulator (a training step's backward pass over stacked
  *    layers): in the body, a carry c updated only by
  *        c' = dynamic_update_slice(c, [dynamic_slice(c, s) +] all_reduce(x), s)
- *    and yielded, with the reduced value used nowhere else. The update is
+ *    and yielded, with the reduced value used nowhere else (through views,
+ *    and for a bf16 x and an f32 c its widening cast: mixed precision's
+ *    bf16 gradients, sent as bf16 and widened at the wait). The update is
  *    deferred: the body sends x in a bucket (all_reduce_start, one per
  *    bucket of the iteration's members) and yields c unchanged; after the
  *    loop, where its result is first used, all_reduce_wait adds (or sets)
@@ -185,7 +187,7 @@ static bool same_value(const Value *a, const Value *b, int depth) {
 /* ---- a loop's accumulators --------------------------------------------------------------------- */
 
 typedef struct {
-  Inst *ar, *view[4], *slice, *add, *update;
+  Inst *ar, *widen, *view[4], *slice, *add, *update;
   int carry;           /* the body's argument index of the carry */
   int kind;            /* 1 set, 2 add (SHD_ASYNC_) */
 } Acc;
@@ -199,6 +201,11 @@ static bool match_acc(const Ov *o, IrBlock *y, Inst *ar, Acc *m) {
   m->ar = ar;
   Value *r = ar->results[0];
   Inst *u = sole_user(o, y, r);
+  if (u && u->op == IR_CAST && r->type.dtype == DT_BF16 && u->results[0]->type.dtype == DT_F32) {
+    m->widen = u;   /* mixed precision: the bf16 copy's gradient into an f32 one (exact) */
+    r = u->results[0];
+    u = sole_user(o, y, r);
+  }
   for (int v = 0; u && (u->op == IR_RESHAPE || u->op == IR_RETYPE) && v < 4; v++) {   /* views: the same bytes */
     m->view[v] = u;
     r = u->results[0];
@@ -238,7 +245,7 @@ static bool match_acc(const Ov *o, IrBlock *y, Inst *ar, Acc *m) {
     return false;
   m->carry = c->index;
   m->kind = m->add ? 2 : 1;
-  return ar->args[0]->type.dtype == c->type.dtype;
+  return (m->widen ? DT_F32 : ar->args[0]->type.dtype) == c->type.dtype;
 }
 
 static bool same_group(const Inst *a, const Inst *b) {
@@ -281,7 +288,7 @@ static Inst *start_accs(Ov *o, Inst *F, Acc *m, int n, PtrMap *gone, int *at_out
     if (t == ncarry)
       carries[ncarry++] = m[j].carry;
     int64_t *w = iv + (size_t)j * ASYNC_MEMBER_W;
-    w[0] = m[j].kind;
+    w[0] = m[j].kind | (m[j].widen ? ASYNC_WIDEN : 0);
     w[1] = t;
     w[2] = rt->rank;
     w[ASYNC_SCATTER_DIM] = m[j].ar->op == IR_REDUCE_SCATTER ? m[j].ar->dim : -1;
@@ -311,8 +318,9 @@ static Inst *start_accs(Ov *o, Inst *F, Acc *m, int n, PtrMap *gone, int *at_out
   for (int j = 0; j < n; j++) {
     Value *c = m[j].update->args[0];
     yield->args[c->index - 1] = c;
-    Inst *g[] = {m[j].update, m[j].add, m[j].slice, m[j].view[3], m[j].view[2], m[j].view[1], m[j].view[0], m[j].ar};
-    for (int k = 0; k < 8; k++)
+    Inst *g[] = {m[j].update, m[j].add,     m[j].slice,   m[j].view[3], m[j].view[2],
+                 m[j].view[1], m[j].view[0], m[j].widen, m[j].ar};
+    for (int k = 0; k < 9; k++)
       if (g[k])
         ptrmap_put(gone, g[k], 1);
   }

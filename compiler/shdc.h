@@ -805,6 +805,8 @@ enum { RED_SUM, RED_MAX, RED_MIN };
 /* IR_ALL_REDUCE_START's iv: this many integers a member (op_async.c); the
  * last is the operand's dim a reduce-scatter bucket splits (-1: none). */
 enum { ASYNC_MEMBER_W = 5 + 2 * MAX_RANK, ASYNC_SCATTER_DIM = 4 + 2 * MAX_RANK };
+/* A member's kind (SHD_ASYNC_ order) and its flag: a bf16 sum into an f32 carry (shdrt.h's SHD_ASYNC_WIDEN). */
+enum { ASYNC_KIND = 3, ASYNC_WIDEN = 4 };
 /* A bucket's start (overlap.c): of all-reduces, reduce-scatters or prefetched all-gathers. */
 static inline bool ir_is_async_start(int op) {
   return op == IR_ALL_REDUCE_START || op == IR_REDUCE_SCATTER_START || op == IR_ALL_GATHER_START;

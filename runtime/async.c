@@ -109,6 +109,8 @@ typedef struct request {
     char *tmp, *recv_at;
     size_t tmpcap, recv_n;
     int64_t t0;
+    char *wide;                      /* a widening member's f32 values at the wait (main thread) */
+    size_t widecap;
 } request;
 
 enum { PHASE_NEW, PHASE_SMALL, PHASE_RS, PHASE_AG, PHASE_DONE };
@@ -415,6 +417,7 @@ void shd_async_fini(void)
         free(r->buf);
         free(r->m);
         free(r->tmp);
+        free(r->wide);
         free(r->rq);
         free(r);
     }
@@ -683,8 +686,23 @@ static void unpack_gather(const request *r, const member *m, void *out)
     }
 }
 
+/* m's count bf16 values at src widened into r's f32 scratch. */
+static void widen_member(request *r, const member *m, const char *src)
+{
+    if (r->dt != SHD_BF16)
+        shd_fatal("internal: a widening async member of a %s bucket", shd_dtype_name(r->dt));
+    if (m->count * sizeof(float) > r->widecap) {
+        r->wide = shd_mem(r->wide, m->count * sizeof(float), "an async bf16 member widened");
+        r->widecap = m->count * sizeof(float);
+    }
+    const uint16_t *s = (const uint16_t *)src;
+    float *w = (float *)r->wide;
+    for (size_t i = 0; i < m->count; i++)
+        w[i] = shd_bf2f(s[i]);
+}
+
 /* Writes r's members where they belong (dst: the wait's destinations). */
-static void finish(const request *r, void *const *dst, int ndst)
+static void finish(request *r, void *const *dst, int ndst)
 {
     size_t es = shd_dtype_size(r->dt);
     if (r->gather && ndst && ndst != r->n)
@@ -700,9 +718,16 @@ static void finish(const request *r, void *const *dst, int ndst)
         }
         if (m->target < 0 || m->target >= ndst)
             shd_fatal("async all-reduce: destination %d of %d", m->target, ndst);
-        if (!m->empty)
-            shd_box_apply(dst[m->target], m->dshape, m->d0, src, m->sshape, m->s0, m->cnt, m->rank, r->dt,
-                          m->kind == SHD_ASYNC_ADD);
+        if (m->empty)
+            continue;
+        shd_dtype dt = r->dt;
+        if (m->kind & SHD_ASYNC_WIDEN) {   /* bf16 sums into an f32 destination: widened (exact) first */
+            widen_member(r, m, src);
+            src = r->wide;
+            dt = SHD_F32;
+        }
+        shd_box_apply(dst[m->target], m->dshape, m->d0, src, m->sshape, m->s0, m->cnt, m->rank, dt,
+                      (m->kind & SHD_ASYNC_KIND) == SHD_ASYNC_ADD);
     }
 }
 

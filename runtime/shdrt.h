@@ -30,7 +30,7 @@
 /* The ABI version: bumped whenever a declaration below changes meaning.
  * Generated C checks it (#error on a mismatch), and `shdc --version`
  * prints the one its compiler emits for. */
-#define SHD_ABI_VERSION 4
+#define SHD_ABI_VERSION 5
 
 #define SHD_MAX_AXES 8
 #define SHD_MAX_RANK 8
@@ -267,8 +267,10 @@ void shd_reshape_move(const void *in, void *out, size_t elem, const shd_layout *
  * set or added into a window of the wait's destination `target`, with
  * shd_update_window's arguments), start it; shd_async_wait(site) finishes
  * every outstanding bucket of the site, oldest first. shd_async_enable
- * before shd_init: the program has such sites. */
-enum { SHD_ASYNC_PLAIN, SHD_ASYNC_SET, SHD_ASYNC_ADD };
+ * before shd_init: the program has such sites. A window member's kind
+ * may carry SHD_ASYNC_WIDEN: the bucket is bf16, the destination f32 (the
+ * values widened, exactly, as they are set or added). */
+enum { SHD_ASYNC_PLAIN, SHD_ASYNC_SET, SHD_ASYNC_ADD, SHD_ASYNC_KIND = 3, SHD_ASYNC_WIDEN = 4 };
 void shd_async_enable(void);
 void shd_async_begin(int site, shd_dtype dt, shd_redop op, const int *axes, int naxes);
 void shd_async_add(const void *src, void *dst, size_t count);

@@ -13,7 +13,10 @@ the main thread when started (SHD_OVERLAP=thread|progress|0); at 4 ranks
 (the buckets' chunks are not the single arrays', so the additions' order
 differs) within bf16's rounding of the 1-device build. The trace's
 all-reduces are fewer with buckets, with the same bytes, and those are
-explain's (2 bytes an element).
+explain's (2 bytes an element). Both ways of writing mixed precision:
+bf16 weights, whose gradients are bf16 loop carries, and f32 master
+weights cast to bf16 in each layer, whose bf16 sums are widened into the
+f32 gradient at the bucket's wait (`add.f32` in the IR).
 """
 import os
 import re
@@ -49,6 +52,13 @@ fn main() {
 }
 """
 
+# f32 master weights, each layer's cast to bf16 where it is used
+MASTER = (PROGRAM.replace("struct BlkB { w1: bf16[D, F], w2: bf16[F, D] }", "struct Blk { w1: f32[D, F], w2: f32[F, D] }")
+          .replace("p: BlkB[L]", "p: Blk[L]")
+          .replace("@ p[i].w1", "@ cast(p[i].w1, bf16)").replace("@ p[i].w2", "@ cast(p[i].w2, bf16)")
+          .replace("cast(normal(BlkB[L], seed=1) * 0.1, bf16)", "normal(Blk[L], seed=1) * 0.1")
+          .replace("cast(g.w1, f32)", "g.w1").replace("cast(g.w2, f32)", "g.w2"))
+
 
 def run(exe, np_, d, env_extra=None):
     """The saved gradients (bytes, arrays) and the trace's all-reduce (count, bytes), max over ranks."""
@@ -68,11 +78,25 @@ def run(exe, np_, d, env_extra=None):
 def main():
     shdc = testlib.shdc_option()
     failures = []
+    for tag, text, member in (("bf16 weights", PROGRAM, "->add["), ("f32 master weights", MASTER, "->add.f32[")):
+        failures += [tag + ": " + f for f in program(shdc, text, member)]
+    if failures:
+        sys.exit("FAIL:\n" + "\n".join(failures))
+    print("ok")
+
+
+def program(shdc, text, member):
+    """The checks above for one program; its bucket's members print as `member` in the IR. Returns failures."""
+    failures = []
     check = testlib.checker(failures)
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "b.shd")
         with open(src, "w") as f:
-            f.write(PROGRAM)
+            f.write(text)
+        ir = testlib.run_shdc(shdc, "emit-ir", src, "--mesh", "data=2").stdout
+        starts = [l for l in ir.splitlines() if "all_reduce_start" in l]
+        check(len(starts) == 1 and member in starts[0], "the IR's bucket starts %s (want one, members %s)" %
+              (starts, member))
 
         def build(name, mesh, *flags):
             return testlib.build(shdc, src, os.path.join(d, name), "--mesh", mesh, *flags)
@@ -107,9 +131,7 @@ def main():
                 tol = 4 * 2.0 ** -8 * np.abs(ref).max()
                 check(np.abs(g - ref).max() <= tol, "%s: gradient off the 1-device build's by %g (tolerance %g)" %
                       (name, np.abs(g - ref).max(), tol))
-    if failures:
-        sys.exit("FAIL:\n" + "\n".join(failures))
-    print("ok")
+    return failures
 
 
 if __name__ == "__main__":
