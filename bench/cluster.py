@@ -292,16 +292,16 @@ def sizes_with(defs, quick):
 class Bench:
     def __init__(self, a, d, shdc, sizes):
         self.a, self.d, self.shdc, self.sizes = a, d, shdc, sizes
-        self.exes, self.startup, self.explained = {}, {}, {}
+        self.exes, self.startup, self.explained, self.one = {}, {}, {}, {}
         self.fsdp_error = None
         self.port = 29500 + os.getpid() % 2000
 
     def mesh_arg(self, mesh):
         return ",".join("%s=%d" % kv for kv in mesh.items())
 
-    def build(self, layout, n):
+    def build(self, layout, n, mesh=None):
         prog, model, meshf = LAYOUTS[layout]
-        mesh, flags = meshf(n), FLAGS.get(layout, [])
+        mesh, flags = mesh or meshf(n), FLAGS.get(layout, [])
         key = (prog, self.mesh_arg(mesh), tuple(flags))
         if key not in self.exes:
             exe = os.path.join(self.d, "%s_%s%s" % (os.path.basename(prog)[:-4],
@@ -336,6 +336,19 @@ class Bench:
             est = (None, None)
         return self.explained[key], est
 
+    def one_device(self, layout):
+        """The losses of the layout's program built for one device (every
+        axis of size 1) over --steps steps, run here: the oracle of the
+        hosts' runs."""
+        exe, mesh = self.build(layout, 1, {ax: 1 for ax in LAYOUTS[layout][2](2)})
+        if exe not in self.one:
+            metrics = exe + ".one.jsonl"
+            if os.path.exists(metrics):
+                os.remove(metrics)
+            gpt.mpirun(1, [exe, "--data=", "--val=", "--steps=%d" % self.a.steps, "--metrics=" + metrics])
+            self.one[exe] = losses_of(metrics)
+        return self.one[exe]
+
     def run(self, cl, argv, env, timeout, what):
         rc, out, err = cl.h.mpirun(cl.agent, cl.hostfile, len(cl.h.names), argv, self.d, timeout=timeout, env=env,
                                    extra=["--oversubscribe"])
@@ -369,6 +382,10 @@ class Bench:
             with open(metrics) as f:
                 ms = [m["ms"] for m in map(json.loads, f) if "ms" in m]
             ts += timed(ms)
+            if r == 0:
+                got, one = losses_of(metrics), self.one_device(layout)
+                drift = max(abs(x - y) / max(1.0, abs(y)) for x, y in zip(got, one)) \
+                    if len(got) == len(one) == steps else float("inf")
             # The timeline from a run of its own: a traced run marks each
             # collective's wait (a barrier before it) and sends the ranks'
             # timelines to rank 0 at the end, so it is neither timed nor
@@ -380,7 +397,7 @@ class Bench:
             runtime.append(timeline_step(p.stdout))
         med, noise = median_and_noise(ts)
         return dict(ms=med, noise=noise, sent=statistics.median(sent), exposed=statistics.median(exposed),
-                    timeline=runtime[0])
+                    timeline=runtime[0], drift=drift)
 
     def torch_row(self, cl, peer, model, link):
         n = len(cl.h.names)
@@ -424,6 +441,11 @@ class Bench:
 
 class RunFailed(Exception):
     pass
+
+
+def losses_of(metrics):
+    with open(metrics) as f:
+        return [m["loss"] for m in map(json.loads, f) if "loss" in m]
 
 
 class Cluster:
@@ -519,6 +541,7 @@ def hosts_set(b, n, rates, rows, checks):
 def table_row(n, label, key, r, base, here):
     if "error" in r:
         return [n, label, PEERS[key.split(":")[0]] + " " + key.split(":")[1], r["error"]] + ["-"] * (len(COLS) - 4)
+    drift = "-" if r.get("drift") is None else "%.1e" % r["drift"]
     if key in LAYOUTS:
         prog, model, _ = LAYOUTS[key]
         name = "shdc %s" % key
@@ -533,11 +556,12 @@ def table_row(n, label, key, r, base, here):
     tl, ex = r.get("timeline") or (None, None), r.get("explain") or (None, None)
     return [n, label, name, "%.1f ± %.1f" % (r["ms"], r["noise"]), ratio,
             "%s, %s, %s" % (fmt(r["sent"], "%.0f"), fmt(tl[1], "%.0f"), fmt(ex[1], "%d")),
-            "%s, %s" % (fmt(tl[0], "%.0f"), fmt(ex[0], "%d")), fmt(r.get("exposed")), plan, vs]
+            "%s, %s" % (fmt(tl[0], "%.0f"), fmt(ex[0], "%d")), fmt(r.get("exposed")), plan, vs, drift]
 
 
 COLS = ["hosts", "link", "layout", "ms/step (± noise)", "/ unshaped", "bytes/step/rank: eth0, timeline, explain",
-        "collectives/step: timeline, explain", "exposed comm ms/step", "plan ms/step (comm)", "DDP / this"]
+        "collectives/step: timeline, explain", "exposed comm ms/step", "plan ms/step (comm)", "DDP / this",
+        "losses: max rel. diff to 1 device"]
 
 
 def main():
