@@ -690,9 +690,11 @@ static void argreduce_group(const void *x, int32_t *idx, shd_dtype dt, shd_redop
 /* NAME's kernel over elements of type T, accumulated in A: LOAD widens an
  * element to A, STORE narrows a sum back (bf16: the sums in f32, each
  * output rounded once, language.md §10.1; the identity otherwise). Along a
- * strided dim the running sums of a chunk of the inner dim stay on the
- * stack. */
-#define DEFINE_CUMSUM(NAME, T, A, LOAD, STORE, ADD)                                            \
+ * strided dim, where the output holds the running sums exactly (OWN: A is
+ * T), the previous output row is the accumulator and the rows are walked
+ * in memory order; otherwise (bf16) a chunk of the inner dim's running sums
+ * stays on the stack. */
+#define DEFINE_CUMSUM(NAME, T, A, LOAD, STORE, ADD, OWN)                                       \
     KERNEL void NAME(const T *restrict x, T *restrict y, bool rev, int64_t outer, int64_t n,  \
                      int64_t inner)                                                           \
     {                                                                                         \
@@ -707,16 +709,21 @@ static void argreduce_group(const void *x, int32_t *idx, shd_dtype dt, shd_redop
                     for (int64_t j = 0; j < n; j++) yo[j] = STORE(acc = ADD(acc, LOAD(xo[j]))); \
                 continue;                                                                     \
             }                                                                                 \
-            for (int64_t c = 0; c < inner; c += CHUNK) {                                      \
-                int w = (int)(inner - c < CHUNK ? inner - c : CHUNK);                         \
+            for (int64_t c = 0; c < inner; c += OWN ? inner : CHUNK) {                        \
+                int64_t w = OWN ? inner : inner - c < CHUNK ? inner - c : CHUNK;              \
                 A acc[CHUNK];                                                                 \
                 for (int64_t jj = 0; jj < n; jj++) {                                          \
-                    int64_t at = (rev ? n - 1 - jj : jj) * inner + c;                         \
-                    if (jj == 0)                                                              \
-                        for (int k = 0; k < w; k++) acc[k] = LOAD(xo[at + k]);                \
+                    int64_t j = rev ? n - 1 - jj : jj, p = rev ? j + 1 : j - 1;               \
+                    T *restrict yj = yo + j * inner + c;                                      \
+                    const T *restrict xj = xo + j * inner + c, *yp = yo + p * inner + c;      \
+                    if (jj == 0) {                                                            \
+                        for (int64_t k = 0; k < w; k++) yj[k] = xj[k];                        \
+                        if (!OWN)                                                             \
+                            for (int64_t k = 0; k < w; k++) acc[k] = LOAD(xj[k]);             \
+                    } else if (OWN)                                                           \
+                        for (int64_t k = 0; k < w; k++) yj[k] = STORE(ADD(LOAD(yp[k]), LOAD(xj[k]))); \
                     else                                                                      \
-                        for (int k = 0; k < w; k++) acc[k] = ADD(acc[k], LOAD(xo[at + k]));   \
-                    for (int k = 0; k < w; k++) yo[at + k] = STORE(acc[k]);                   \
+                        for (int64_t k = 0; k < w; k++) yj[k] = STORE(acc[k] = ADD(acc[k], LOAD(xj[k]))); \
                 }                                                                             \
             }                                                                                 \
         }                                                                                     \
@@ -724,10 +731,10 @@ static void argreduce_group(const void *x, int32_t *idx, shd_dtype dt, shd_redop
 
 #define ADDF(a, b) ((a) + (b))
 #define ADDI(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
-DEFINE_CUMSUM(cumsum_f32_t, f32_t, f32_t, SAME, SAME, ADDF)
-DEFINE_CUMSUM(cumsum_f64_t, f64_t, f64_t, SAME, SAME, ADDF)
-DEFINE_CUMSUM(cumsum_int32_t, int32_t, int32_t, SAME, SAME, ADDI)
-DEFINE_CUMSUM(cumsum_bf16, uint16_t, f32_t, shd_bf2f, shd_f2bf, ADDF)
+DEFINE_CUMSUM(cumsum_f32_t, f32_t, f32_t, SAME, SAME, ADDF, true)
+DEFINE_CUMSUM(cumsum_f64_t, f64_t, f64_t, SAME, SAME, ADDF, true)
+DEFINE_CUMSUM(cumsum_int32_t, int32_t, int32_t, SAME, SAME, ADDI, true)
+DEFINE_CUMSUM(cumsum_bf16, uint16_t, f32_t, shd_bf2f, shd_f2bf, ADDF, false)
 
 CLONES static void cumsum_impl(const void *x, void *y, shd_dtype dt, bool reverse, int64_t outer,
                        int64_t n, int64_t inner)
