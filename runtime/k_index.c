@@ -292,17 +292,18 @@ void shd_scatter_add(const void *g, const int32_t *idx, void *out, shd_dtype dt,
             SCATTER_ROWS(uint16_t, uint16_t, out, ADD_BF16);
             return;
         }
-        /* segment_sum (ids dropped, no where): the sums in f32, each result
-         * rounded once (language.md §10.1), in a scratch of the result's
-         * size that explain counts (op_gather.c's temp_scatter). */
+        /* segment_sum (ids dropped, no where): the sums in f32, each
+         * rounded once (language.md §10.1), in a zeroed scratch of the
+         * result's size that explain counts (op_gather.c's temp_scatter);
+         * then added to the result's buffer, zeros or the base that
+         * optimize.c folded in (`base + segment_sum(...)`, rounded once
+         * more as that addition is). */
         size_t count = (size_t)(outer * rows * inner);
-        float *acc = shd_alloc(count * sizeof *acc);
+        float *acc = shd_zalloc(count * sizeof *acc);
         uint16_t *o16 = out;
-        for (size_t i = 0; i < count; i++)
-            acc[i] = shd_bf2f(o16[i]);
         SCATTER_ROWS(float, uint16_t, acc, ADD_WIDE);
         for (size_t i = 0; i < count; i++)
-            o16[i] = shd_f2bf(acc[i]);
+            o16[i] = shd_f2bf(shd_bf2f(o16[i]) + shd_bfr(acc[i]));
         shd_release(acc);
         return;
     default: shd_fatal("scatter_add: dtype %s", shd_dtype_name(dt));
