@@ -95,8 +95,8 @@ static const DiagCode codes[] = {
      "}\n", NULL},
     {"E_DTYPE", "Dtype", "operands of different dtypes, bool arithmetic, a float function of an integer",
      "Operands of one operation share a dtype (literals adapt): bf16 and f32 do not mix either; bools have no "
-     "arithmetic; conditions are bool scalars; a builtin without a bf16 kernel (argmax, cumsum, sort, "
-     "segment_sum, ...) computes in f32. Convert with cast(x, DTYPE).",
+     "arithmetic; conditions are bool scalars; a builtin without a bf16 kernel "
+     "(dot_product_attention) computes in f32. Convert with cast(x, DTYPE).",
      // the example and its fix
      "mesh {X: 2}\n"
      "fn main() {\n"

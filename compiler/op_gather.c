@@ -689,6 +689,13 @@ static void emit_one_hot(Emit *e, const Inst *in) {
             row0(e, &r->type, c));
 }
 
+/* segment_sum of bf16 (fn=1) adds in an f32 scratch of its result's local
+ * size and rounds once (runtime/k_index.c). */
+static int64_t temp_scatter(const Module *mod, const Inst *in) {
+  const Type *r = &in->results[0]->type;
+  return in->fn && r->dtype == DT_BF16 ? ty_local_count(&mod->mesh, r) * 4 : 0;
+}
+
 /* fn=1 (segment_sum and its transpose): an index outside [0, n) is dropped. */
 static void print_dim(FILE *out, const Module *mod, const Inst *in) {
   fprintf(out, " dim=%d%s", in->dim, in->fn ? " drop" : "");
@@ -754,7 +761,7 @@ static const OpDef ops[] = {
      .partition = part_take_along, .emit = emit_along, .infer = infer_take},
     {.op = IR_SCATTER_ADD, .name = "scatter_add", .flags = OPF_OUT_SHARDING | OPF_ADDS_INTO, .print = print_dim,
      .vjp = vjp_scatter, .partition = part_scatter, .emit = emit_scatter, .result = result_scatter,
-     .infer = infer_scatter, .partial_axes = scatter_partial_axes},
+     .temp_bytes = temp_scatter, .infer = infer_scatter, .partial_axes = scatter_partial_axes},
     {.op = IR_SCATTER_ALONG, .name = "scatter_add_along", .flags = OPF_ADDS_INTO, .print = print_dim,
      .vjp = vjp_scatter, .partition = part_scatter, .emit = emit_along, .result = result_scatter,
      .infer = infer_scatter, .partial_axes = scatter_partial_axes},

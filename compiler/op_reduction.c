@@ -21,6 +21,10 @@
  *
  * cumsum needs the scanned dim unsharded ([E_AXIS]); its transpose is the
  * reversed cumsum. Not linear in JAX's rules, so a pending sum is [E_UR].
+ *
+ * bf16 (language.md §10.1): argmax/argmin compare the values widened to
+ * f32; cumsum (and so its transpose) adds in f32 and rounds each output
+ * once (runtime/k_reduce.c). The pairs all-reduced stay 16 bytes a row.
  */
 #include "ops.h"
 
@@ -632,9 +636,9 @@ static const BuiltinDef builtins[] = {
     {.name = "mean", .code = R_MEAN, .flags = BIF_ANNOT, .check = check_reduction, .lower = lower_reduction},
     {.name = "max", .code = RED_MAX, .flags = BIF_ANNOT, .check = check_reduction, .lower = lower_reduction},
     {.name = "min", .code = RED_MIN, .flags = BIF_ANNOT, .check = check_reduction, .lower = lower_reduction},
-    {.name = "argmax", .code = RED_MAX, .flags = BIF_NO_BF16, .check = check_along, .lower = lower_along},
-    {.name = "argmin", .code = RED_MIN, .flags = BIF_NO_BF16, .check = check_along, .lower = lower_along},
-    {.name = "cumsum", .code = R_CUMSUM, .flags = BIF_NO_BF16, .check = check_along, .lower = lower_along},
+    {.name = "argmax", .code = RED_MAX, .check = check_along, .lower = lower_along},
+    {.name = "argmin", .code = RED_MIN, .check = check_along, .lower = lower_along},
+    {.name = "cumsum", .code = R_CUMSUM, .check = check_along, .lower = lower_along},
     {0},
 };
 

@@ -26,6 +26,12 @@
  * Ids outside [0, n) are dropped (the scatter's fn=1: no run-time check).
  * Its transpose is the gather of the cotangent's rows at the ids (take,
  * fn=1: a zero row for a dropped id).
+ *
+ * bf16 (language.md §10.1): sort, argsort and top_k compare the values
+ * widened to f32 (exact) and move the operand's bits; segment_sum adds in
+ * an f32 scratch and rounds each sum once (runtime/k_index.c; its bytes are
+ * op_gather.c's temp_scatter), and its <U:A> partial sums are all-reduced
+ * as bf16 (2 bytes an element, added in f32). The cotangents are bf16.
  */
 #include "ops.h"
 
@@ -93,12 +99,12 @@ static bool rule_sort(RuleCtx *c, const Type *x, int dim, int64_t k, Type *value
   return true;
 }
 
-/* segment_sum: data [N, ...] (f32 or f64), ids i32[N] split like data's
- * dim 0; the result [n, ...], pending over the axes that split dim 0. */
+/* segment_sum: data [N, ...] (f32, f64 or bf16), ids i32[N] split like
+ * data's dim 0; the result [n, ...], pending over the axes that split dim 0. */
 static bool rule_segment_sum(RuleCtx *c, const Type *data0, const Type *ids0, int64_t n, const Type *annot,
                              Type *out) {
-  if (data0->dtype != DT_F32 && data0->dtype != DT_F64)
-    return fail(c, "E_DTYPE", "segment_sum: the data must be f32 or f64, not %s; convert with cast(data, f32)",
+  if (!ty_is_float(data0->dtype))
+    return fail(c, "E_DTYPE", "segment_sum: the data must be f32, f64 or bf16, not %s; convert with cast(data, f32)",
                 TS(data0));
   if (ids0->dtype != DT_I32)
     return fail(c, "E_DTYPE", "segment_sum: the ids must be i32, not %s; convert with cast(ids, i32)", TS(ids0));
@@ -342,10 +348,10 @@ static const OpDef ops[] = {
 };
 
 static const BuiltinDef builtins[] = {
-    {.name = "sort", .code = S_SORT, .flags = BIF_NO_BF16, .check = check_sort, .lower = lower_sort, .doc = "ascending, stable, NaN last"},
-    {.name = "argsort", .code = S_ARGSORT, .flags = BIF_NO_BF16, .check = check_sort, .lower = lower_sort, .doc = "the positions of sort"},
-    {.name = "top_k", .code = S_TOP_K, .flags = BIF_NO_BF16, .check = check_sort, .lower = lower_sort, .doc = "the k largest, with their positions"},
-    {.name = "segment_sum", .code = S_SEGMENT_SUM, .flags = BIF_NO_BF16 | BIF_ANNOT, .check = check_segment_sum,
+    {.name = "sort", .code = S_SORT, .check = check_sort, .lower = lower_sort, .doc = "ascending, stable, NaN last"},
+    {.name = "argsort", .code = S_ARGSORT, .check = check_sort, .lower = lower_sort, .doc = "the positions of sort"},
+    {.name = "top_k", .code = S_TOP_K, .check = check_sort, .lower = lower_sort, .doc = "the k largest, with their positions"},
+    {.name = "segment_sum", .code = S_SEGMENT_SUM, .flags = BIF_ANNOT, .check = check_segment_sum,
      .lower = lower_segment_sum, .doc = "sums of rows by segment id"},
     {0},
 };

@@ -257,46 +257,55 @@ void shd_take(const void *x, const int32_t *idx, void *out, size_t elem, int64_t
         }
 }
 
-#define SCATTER_ROWS(T)                                                                        \
+/* g's rows (elements S) added into DST's (elements T) at the indices, one
+ * element by ADD(d, s). */
+#define SCATTER_ROWS(T, S, DST, ADD)                                                           \
     do {                                                                                       \
-        const T *gp = g;                                                                       \
-        T *op = out;                                                                           \
+        const S *gp = g;                                                                       \
+        T *op = DST;                                                                           \
         for (int64_t o = 0; o < outer; o++)                                                    \
             for (int64_t j = 0; j < nidx; j++) {                                               \
                 int64_t r = local_row(idx[j], n, row0, rows, dim, where);                      \
                 if (r < 0)                                                                     \
                     continue;                                                                  \
                 T *restrict dp = op + (o * rows + r) * inner;                                  \
-                const T *restrict sp = gp + (o * nidx + j) * inner;                            \
+                const S *restrict sp = gp + (o * nidx + j) * inner;                            \
                 for (int64_t k = 0; k < inner; k++)                                            \
-                    dp[k] += sp[k];                                                            \
+                    ADD(dp[k], sp[k]);                                                         \
             }                                                                                  \
     } while (0)
 
-/* bf16: each add in f32, rounded once (language.md §10.1). */
-#define SCATTER_ROWS_BF16()                                                                    \
-    do {                                                                                       \
-        const uint16_t *gp = g;                                                                \
-        uint16_t *op = out;                                                                    \
-        for (int64_t o = 0; o < outer; o++)                                                    \
-            for (int64_t j = 0; j < nidx; j++) {                                               \
-                int64_t r = local_row(idx[j], n, row0, rows, dim, where);                      \
-                if (r < 0)                                                                     \
-                    continue;                                                                  \
-                uint16_t *restrict dp = op + (o * rows + r) * inner;                           \
-                const uint16_t *restrict sp = gp + (o * nidx + j) * inner;                     \
-                for (int64_t k = 0; k < inner; k++)                                            \
-                    dp[k] = shd_f2bf(shd_bf2f(dp[k]) + shd_bf2f(sp[k]));                       \
-            }                                                                                  \
-    } while (0)
+#define ADD_TO(d, s) ((d) += (s))
+/* bf16 into bf16: each add in f32, rounded once (take's gradient). */
+#define ADD_BF16(d, s) ((d) = shd_f2bf(shd_bf2f(d) + shd_bf2f(s)))
+/* bf16 into an f32 accumulator. */
+#define ADD_WIDE(d, s) ((d) += shd_bf2f(s))
 
 void shd_scatter_add(const void *g, const int32_t *idx, void *out, shd_dtype dt, int64_t outer, int64_t rows,
                      int64_t inner, int64_t nidx, int64_t row0, int64_t n, int dim, const char *where)
 {
     switch (dt) {
-    case SHD_F32: SCATTER_ROWS(float); return;
-    case SHD_F64: SCATTER_ROWS(double); return;
-    case SHD_BF16: SCATTER_ROWS_BF16(); return;
+    case SHD_F32: SCATTER_ROWS(float, float, out, ADD_TO); return;
+    case SHD_F64: SCATTER_ROWS(double, double, out, ADD_TO); return;
+    case SHD_BF16:
+        if (where) {
+            SCATTER_ROWS(uint16_t, uint16_t, out, ADD_BF16);
+            return;
+        }
+        /* segment_sum (ids dropped, no where): the sums in f32, each
+         * rounded once (language.md §10.1), in a zeroed scratch of the
+         * result's size that explain counts (op_gather.c's temp_scatter);
+         * then added to the result's buffer, zeros or the base that
+         * optimize.c folded in (`base + segment_sum(...)`, rounded once
+         * more as that addition is). */
+        size_t count = (size_t)(outer * rows * inner);
+        float *acc = shd_zalloc(count * sizeof *acc);
+        uint16_t *o16 = out;
+        SCATTER_ROWS(float, uint16_t, acc, ADD_WIDE);
+        for (size_t i = 0; i < count; i++)
+            o16[i] = shd_f2bf(shd_bf2f(o16[i]) + shd_bfr(acc[i]));
+        shd_release(acc);
+        return;
     default: shd_fatal("scatter_add: dtype %s", shd_dtype_name(dt));
     }
 }

@@ -27,7 +27,10 @@
  * sums of exponentials in f32 lanes over blocks of 1024, added in double
  * (along a strided dim, in double).
  * argmax/argmin return the first index of the extreme value; a NaN counts
- * as the extreme, as NumPy's.
+ * as the extreme, as NumPy's. bf16 (language.md §10.1): argmax/argmin
+ * compare the values widened to f32 (exact), cumsum adds in f32 and rounds
+ * each output once; the kernels are the f32 ones' macros with a widening
+ * load and a rounding store.
  *
  * Invariants: no function allocates except shd_argreduce_group, whose pair
  * buffer comes from the refcounted cache (shdc explain counts it). With
@@ -551,23 +554,25 @@ CLONES static void logsumexp_gfinish_impl(const void *x, const void *y, const vo
     ((v) != (v) ? (best) == (best) : ((op) == SHD_MAX ? (v) > (best) : (v) < (best)))
 #define BEATS_INT(v, best, op) ((op) == SHD_MAX ? (v) > (best) : (v) < (best))
 
-#define DEFINE_ARG(T, WINS)                                                                       \
-    KERNEL void arg_##T(const T *restrict x, int32_t *restrict idx, T *restrict val, int op,  \
-                        int64_t outer, int64_t n, int64_t inner)                              \
+/* NAME's kernel over elements of type T compared as V (LOAD widens one: a
+ * bf16 to its f32 value, exactly; the identity otherwise). */
+#define DEFINE_ARG(NAME, T, V, LOAD, WINS)                                                        \
+    KERNEL void NAME(const T *restrict x, int32_t *restrict idx, V *restrict val, int op,     \
+                     int64_t outer, int64_t n, int64_t inner)                                 \
     {                                                                                         \
-        T best[CHUNK];                                                                        \
+        V best[CHUNK];                                                                        \
         int32_t bi[CHUNK];                                                                    \
         for (int64_t o = 0; o < outer; o++)                                                   \
             for (int64_t c = 0; c < inner; c += CHUNK) {                                      \
                 int w = (int)(inner - c < CHUNK ? inner - c : CHUNK);                         \
                 const T *xo = x + o * n * inner + c;                                          \
                 for (int k = 0; k < w; k++) {                                                 \
-                    best[k] = xo[k];                                                          \
+                    best[k] = LOAD(xo[k]);                                                    \
                     bi[k] = 0;                                                                \
                 }                                                                             \
                 for (int64_t j = 1; j < n; j++)                                               \
                     for (int k = 0; k < w; k++) {                                             \
-                        T v = xo[j * inner + k];                                              \
+                        V v = LOAD(xo[j * inner + k]);                                        \
                         bool b = WINS(v, best[k], op);                                        \
                         best[k] = b ? v : best[k];                                            \
                         bi[k] = b ? (int32_t)j : bi[k];                                       \
@@ -582,9 +587,11 @@ CLONES static void logsumexp_gfinish_impl(const void *x, const void *y, const vo
 
 typedef float f32_t;
 typedef double f64_t;
-DEFINE_ARG(f32_t, BEATS)
-DEFINE_ARG(f64_t, BEATS)
-DEFINE_ARG(int32_t, BEATS_INT)
+#define SAME(v) (v)
+DEFINE_ARG(arg_f32_t, f32_t, f32_t, SAME, BEATS)
+DEFINE_ARG(arg_f64_t, f64_t, f64_t, SAME, BEATS)
+DEFINE_ARG(arg_int32_t, int32_t, int32_t, SAME, BEATS_INT)
+DEFINE_ARG(arg_bf16, uint16_t, f32_t, shd_bf2f, BEATS)
 
 KERNEL void argreduce(const void *x, int32_t *idx, void *val, shd_dtype dt, shd_redop op,
                       int64_t outer, int64_t n, int64_t inner)
@@ -595,6 +602,7 @@ KERNEL void argreduce(const void *x, int32_t *idx, void *val, shd_dtype dt, shd_
     case SHD_F32: arg_f32_t(x, idx, val, op, outer, n, inner); break;
     case SHD_F64: arg_f64_t(x, idx, val, op, outer, n, inner); break;
     case SHD_I32: arg_int32_t(x, idx, val, op, outer, n, inner); break;
+    case SHD_BF16: arg_bf16(x, idx, val, op, outer, n, inner); break;
     default: shd_fatal("argmax/argmin of a %s array", shd_dtype_name(dt));
     }
 }
@@ -643,8 +651,12 @@ static void arg_setup(void)
 
 static double value_at(const void *x, shd_dtype dt, int64_t at)
 {
-    return dt == SHD_F32 ? ((const float *)x)[at] : dt == SHD_F64 ? ((const double *)x)[at]
-                                                                   : ((const int32_t *)x)[at];
+    switch (dt) {
+    case SHD_F32: return ((const float *)x)[at];
+    case SHD_F64: return ((const double *)x)[at];
+    case SHD_BF16: return shd_bf2f(((const uint16_t *)x)[at]);
+    default: return ((const int32_t *)x)[at];
+    }
 }
 
 static void argreduce_group(const void *x, int32_t *idx, shd_dtype dt, shd_redop op,
@@ -675,37 +687,54 @@ static void argreduce_group(const void *x, int32_t *idx, shd_dtype dt, shd_redop
 
 /* ---- cumsum ---------------------------------------------------------------------- */
 
-#define DEFINE_CUMSUM(T, ADD)                                                                 \
-    KERNEL void cumsum_##T(const T *restrict x, T *restrict y, bool rev, int64_t outer,       \
-                           int64_t n, int64_t inner)                                          \
+/* NAME's kernel over elements of type T, accumulated in A: LOAD widens an
+ * element to A, STORE narrows a sum back (bf16: the sums in f32, each
+ * output rounded once, language.md §10.1; the identity otherwise). Along a
+ * strided dim, where the output holds the running sums exactly (OWN: A is
+ * T), the previous output row is the accumulator and the rows are walked
+ * in memory order; otherwise (bf16) a chunk of the inner dim's running sums
+ * stays on the stack. */
+#define DEFINE_CUMSUM(NAME, T, A, LOAD, STORE, ADD, OWN)                                       \
+    KERNEL void NAME(const T *restrict x, T *restrict y, bool rev, int64_t outer, int64_t n,  \
+                     int64_t inner)                                                           \
     {                                                                                         \
         for (int64_t o = 0; o < outer; o++) {                                                 \
             const T *xo = x + o * n * inner;                                                  \
             T *yo = y + o * n * inner;                                                        \
             if (inner == 1) {                                                                 \
-                T acc = 0;                                                                    \
+                A acc = 0;                                                                    \
                 if (rev)                                                                      \
-                    for (int64_t j = n - 1; j >= 0; j--) yo[j] = acc = ADD(acc, xo[j]);       \
+                    for (int64_t j = n - 1; j >= 0; j--) yo[j] = STORE(acc = ADD(acc, LOAD(xo[j]))); \
                 else                                                                          \
-                    for (int64_t j = 0; j < n; j++) yo[j] = acc = ADD(acc, xo[j]);            \
+                    for (int64_t j = 0; j < n; j++) yo[j] = STORE(acc = ADD(acc, LOAD(xo[j]))); \
                 continue;                                                                     \
             }                                                                                 \
-            for (int64_t jj = 0; jj < n; jj++) {                                              \
-                int64_t j = rev ? n - 1 - jj : jj, p = rev ? j + 1 : j - 1;                   \
-                if (jj == 0)                                                                  \
-                    for (int64_t i = 0; i < inner; i++) yo[j * inner + i] = xo[j * inner + i]; \
-                else                                                                          \
-                    for (int64_t i = 0; i < inner; i++)                                       \
-                        yo[j * inner + i] = ADD(yo[p * inner + i], xo[j * inner + i]);        \
+            for (int64_t c = 0; c < inner; c += OWN ? inner : CHUNK) {                        \
+                int64_t w = OWN ? inner : inner - c < CHUNK ? inner - c : CHUNK;              \
+                A acc[CHUNK];                                                                 \
+                for (int64_t jj = 0; jj < n; jj++) {                                          \
+                    int64_t j = rev ? n - 1 - jj : jj, p = rev ? j + 1 : j - 1;               \
+                    T *restrict yj = yo + j * inner + c;                                      \
+                    const T *restrict xj = xo + j * inner + c, *yp = yo + p * inner + c;      \
+                    if (jj == 0) {                                                            \
+                        for (int64_t k = 0; k < w; k++) yj[k] = xj[k];                        \
+                        if (!OWN)                                                             \
+                            for (int64_t k = 0; k < w; k++) acc[k] = LOAD(xj[k]);             \
+                    } else if (OWN)                                                           \
+                        for (int64_t k = 0; k < w; k++) yj[k] = STORE(ADD(LOAD(yp[k]), LOAD(xj[k]))); \
+                    else                                                                      \
+                        for (int64_t k = 0; k < w; k++) yj[k] = STORE(acc[k] = ADD(acc[k], LOAD(xj[k]))); \
+                }                                                                             \
             }                                                                                 \
         }                                                                                     \
     }
 
 #define ADDF(a, b) ((a) + (b))
 #define ADDI(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
-DEFINE_CUMSUM(f32_t, ADDF)
-DEFINE_CUMSUM(f64_t, ADDF)
-DEFINE_CUMSUM(int32_t, ADDI)
+DEFINE_CUMSUM(cumsum_f32_t, f32_t, f32_t, SAME, SAME, ADDF, true)
+DEFINE_CUMSUM(cumsum_f64_t, f64_t, f64_t, SAME, SAME, ADDF, true)
+DEFINE_CUMSUM(cumsum_int32_t, int32_t, int32_t, SAME, SAME, ADDI, true)
+DEFINE_CUMSUM(cumsum_bf16, uint16_t, f32_t, shd_bf2f, shd_f2bf, ADDF, false)
 
 CLONES static void cumsum_impl(const void *x, void *y, shd_dtype dt, bool reverse, int64_t outer,
                        int64_t n, int64_t inner)
@@ -714,6 +743,7 @@ CLONES static void cumsum_impl(const void *x, void *y, shd_dtype dt, bool revers
     case SHD_F32: cumsum_f32_t(x, y, reverse, outer, n, inner); break;
     case SHD_F64: cumsum_f64_t(x, y, reverse, outer, n, inner); break;
     case SHD_I32: cumsum_int32_t(x, y, reverse, outer, n, inner); break;
+    case SHD_BF16: cumsum_bf16(x, y, reverse, outer, n, inner); break;
     default: shd_fatal("cumsum of a %s array", shd_dtype_name(dt));
     }
 }

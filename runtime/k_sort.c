@@ -5,7 +5,7 @@
  * (outer, inner) pair a row of n along the middle dim. Output: the first k
  * of each row's order, values and i32 positions, [outer, k, inner].
  *
- * A row's keys are copied as doubles (exact for f32, f64 and i32) and its
+ * A row's keys are copied as doubles (exact for f32, f64, i32 and bf16) and its
  * positions merge-sorted bottom-up, a merge taking the right run's element
  * only when it comes strictly before the left's: stable, so equal keys keep
  * their positions' order (NumPy's sort(kind="stable"), and jax.lax.top_k's
@@ -56,9 +56,10 @@ void shd_sort_rows(const void *x, void *vals, int32_t *idx, shd_dtype dt, int64_
             int64_t base = o * n * inner + i, obase = o * k * inner + i;
             for (int64_t j = 0; j < n; j++) {
                 int64_t at = base + j * inner;
-                key[j] = dt == SHD_F32 ? (double)((const float *)x)[at]
-                         : dt == SHD_F64 ? ((const double *)x)[at]
-                                         : (double)((const int32_t *)x)[at];
+                key[j] = dt == SHD_F32   ? (double)((const float *)x)[at]
+                         : dt == SHD_F64  ? ((const double *)x)[at]
+                         : dt == SHD_BF16 ? (double)shd_bf2f(((const uint16_t *)x)[at])
+                                          : (double)((const int32_t *)x)[at];
                 p[j] = (int32_t)j;
             }
             merge_sort(key, p, tmp, n, descending);
@@ -69,6 +70,7 @@ void shd_sort_rows(const void *x, void *vals, int32_t *idx, shd_dtype dt, int64_
                 case SHD_F32: ((float *)vals)[to] = ((const float *)x)[from]; break;
                 case SHD_F64: ((double *)vals)[to] = ((const double *)x)[from]; break;
                 case SHD_I32: ((int32_t *)vals)[to] = ((const int32_t *)x)[from]; break;
+                case SHD_BF16: ((uint16_t *)vals)[to] = ((const uint16_t *)x)[from]; break;
                 default: shd_fatal("sort of a %s array", shd_dtype_name(dt));
                 }
             }

@@ -7,7 +7,10 @@
  * their gradients, argmax/argmin with ties and NaNs at every lane position,
  * cumsum, and shd_reduce's fast paths (sum, max, min with NaNs).
  * argreduce_group: the global index of each row's extreme over the mesh
- * axis y, each rank holding one block of every row.
+ * axis y, each rank holding one block of every row. bf16: cumsum's f32
+ * sums rounded once per output (bit for bit, both directions, the strided
+ * path across its chunks of 256), argmax/argmin the f32 kernel's positions
+ * on the widened values (ties, NaNs), also across the mesh.
  */
 #include <math.h>
 
@@ -246,6 +249,60 @@ static void test_cumsum(void) {
     free(x); free(y);
 }
 
+static void test_bf16(void) {
+    int64_t outer = 2, n = 77, inner = 300;
+    size_t cnt = (size_t)(outer * n * inner);
+    uint16_t *x = malloc(cnt * 2), *y = malloc(cnt * 2);
+    float *xf = malloc(cnt * 4);
+    int32_t *idx = malloc((size_t)(outer * inner) * 4), *want = malloc((size_t)(outer * inner) * 4);
+    for (size_t k = 0; k < cnt; k++) {
+        x[k] = shd_f2bf((float)val((int64_t)k, 6) * (k % 3 ? 1.0f : 37.0f));
+        if (k % 11 == 0)
+            x[k] = shd_f2bf((float)(k % 4));   /* ties */
+        if (k % 1013 == 5)
+            x[k] = shd_f2bf(NAN);
+        xf[k] = shd_bf2f(x[k]);
+    }
+    for (int64_t in = 1; in <= inner; in += inner - 1) {
+        for (int rev = 0; rev < 2; rev++) {
+            shd_cumsum(x, y, SHD_BF16, rev, outer, n, in);
+            int bad = 0, differs = 0;
+            for (int64_t o = 0; o < outer; o++)
+                for (int64_t i = 0; i < in; i++) {
+                    float acc = 0, step = 0;
+                    for (int64_t jj = 0; jj < n; jj++) {
+                        int64_t at = (o * n + (rev ? n - 1 - jj : jj)) * in + i;
+                        acc += xf[at];
+                        step = shd_bfr(step + xf[at]);
+                        uint16_t w = shd_f2bf(acc);
+                        bad += y[at] != w && !(isnan(acc) && isnan(shd_bf2f(y[at])));
+                        differs += shd_f2bf(step) != w && !isnan(acc);
+                    }
+                }
+            CHECK(!bad && differs, "bf16 cumsum inner %lld rev %d: %d wrong (%d would differ per step)",
+                  (long long)in, rev, bad, differs);
+        }
+        for (int op = SHD_MAX; op <= SHD_MIN; op++) {
+            shd_argreduce(x, idx, SHD_BF16, op, outer, n, in);
+            shd_argreduce(xf, want, SHD_F32, op, outer, n, in);
+            int bad = 0;
+            for (int64_t r = 0; r < outer * in; r++)
+                bad += idx[r] != want[r];
+            CHECK(!bad, "bf16 argreduce op %d inner %lld: %d wrong", op, (long long)in, bad);
+        }
+    }
+    int axes[1] = {1};
+    for (int op = SHD_MAX; op <= SHD_MIN; op++) {
+        shd_argreduce_group(x, idx, SHD_BF16, op, outer, n, inner, axes, 1);
+        shd_argreduce_group(xf, want, SHD_F32, op, outer, n, inner, axes, 1);
+        int bad = 0;
+        for (int64_t r = 0; r < outer * inner; r++)
+            bad += idx[r] != want[r];
+        CHECK(!bad, "bf16 argreduce_group op %d: %d wrong", op, bad);
+    }
+    free(x); free(y); free(xf); free(idx); free(want);
+}
+
 static void test_reduce_fast(void) {
     int64_t shapes[][3] = {{7, 3001, 1}, {1, 5000, 1}, {3, 41, 300}, {1, 33, 517}};
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
@@ -289,6 +346,7 @@ int main(int argc, char **argv) {
     test_argreduce();
     test_argreduce_group();
     test_cumsum();
+    test_bf16();
     test_reduce_fast();
     return finish("test_k_reduce");
 }

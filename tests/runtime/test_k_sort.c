@@ -3,7 +3,8 @@
  * against a reference that orders (key, position) pairs by insertion:
  *
  * - rows along a contiguous and a strided dim, n from 1 to 37 (merge runs
- *   of every parity), f32, f64 and i32, values with many ties;
+ *   of every parity), f32, f64, i32 and bf16 (its bits moved, compared
+ *   as f32), values with many ties;
  * - ascending: NaN after every number, and -inf, +inf in their places;
  *   descending (top_k): NaN before every number; both stable (equal keys
  *   keep their positions' order), k < n keeping the first k.
@@ -21,12 +22,17 @@ static bool before(double a, double b, bool desc)
 
 static double key_at(shd_dtype dt, const void *x, int64_t i)
 {
-    return dt == SHD_F32 ? ((const float *)x)[i] : dt == SHD_F64 ? ((const double *)x)[i] : ((const int32_t *)x)[i];
+    switch (dt) {
+    case SHD_F32: return ((const float *)x)[i];
+    case SHD_F64: return ((const double *)x)[i];
+    case SHD_BF16: return shd_bf2f(((const uint16_t *)x)[i]);
+    default: return ((const int32_t *)x)[i];
+    }
 }
 
 static void test_case(shd_dtype dt, int64_t outer, int64_t n, int64_t inner, int64_t k, bool desc, unsigned seed)
 {
-    size_t es = dt == SHD_F64 ? 8 : 4;
+    size_t es = dt == SHD_F64 ? 8 : dt == SHD_BF16 ? 2 : 4;
     int64_t total = outer * n * inner, out = outer * k * inner;
     char *x = malloc((size_t)total * es), *v = malloc((size_t)out * es + 8);
     int32_t *idx = malloc((size_t)out * 4 + 8), *ref = malloc((size_t)n * 4);
@@ -39,6 +45,8 @@ static void test_case(shd_dtype dt, int64_t outer, int64_t n, int64_t inner, int
             ((float *)x)[i] = (float)val;
         else if (dt == SHD_F64)
             ((double *)x)[i] = val;
+        else if (dt == SHD_BF16)   /* -2 to 2.5 in halves: ties */
+            ((uint16_t *)x)[i] = shd_f2bf((float)(val + (rand() % 2) * 0.5));
         else
             ((int32_t *)x)[i] = (int32_t)val;
     }
@@ -71,9 +79,9 @@ static void test_case(shd_dtype dt, int64_t outer, int64_t n, int64_t inner, int
 int main(int argc, char **argv)
 {
     start_2d(&argc, &argv);
-    static const shd_dtype dts[3] = { SHD_F32, SHD_F64, SHD_I32 };
+    static const shd_dtype dts[4] = { SHD_F32, SHD_F64, SHD_I32, SHD_BF16 };
     unsigned seed = 1;
-    for (int d = 0; d < 3; d++)
+    for (int d = 0; d < 4; d++)
         for (int64_t n = 1; n <= 37; n += 3)
             for (int desc = 0; desc < 2; desc++) {
                 test_case(dts[d], 3, n, 1, n, desc, seed++);
