@@ -448,6 +448,7 @@ static void check_dtype_const(TcCtx *c, ConstDecl *cd, char *name, const char *d
   }
   Symbol *s = arena_alloc(sizeof *s);
   s->kind = SYM_TYPE;
+  s->dtype_const = true;
   s->name = name;
   s->pos = cd->name.pos;
   s->type = ty_scalar(dt);
