@@ -29,7 +29,18 @@ whether the buffer cache hands out a reused block or a fresh one), peak
 resident memory per rank (both), and shdc's peak of live arrays per rank
 as measured (SHD_TRACE=1) and as `shdc explain` predicts it.
 
-  bench/gpt.py [--shdc SHDC] [--ranks 1 2] [--steps 12] [--configs demo large llama ...] [--torch-threads] [--bind-to core]
+Each row is at one precision (--dtypes, default both): f32, or bf16 mixed
+precision (the programs built with -D DT=bf16: f32 master weights and
+AdamW, the matrix products in bf16; PyTorch's forward pass under
+torch.autocast("cpu", dtype=torch.bfloat16)). The last columns: the bytes
+one rank sends per step (`shdc plan`'s count at data=N,model=1: the
+gradients' all-reduces move 2 bytes an element in bf16), and the mixed
+step's ms less the f32 step's: what bf16 costs on a CPU without bf16
+arithmetic (each bf16 product widens its blocks to f32 and calls sgemm,
+each elementwise operation rounds its result: bench/bf16.py times the
+conversions alone).
+
+  bench/gpt.py [--shdc SHDC] [--ranks 1 2] [--steps 12] [--configs demo large llama ...] [--dtypes f32 bf16] [--torch-threads] [--bind-to core]
                [--baseline SHDC [--baseline-src [MODEL=]FILE]] [--no-torch]
 
 Configurations (CONFIGS below): GPT-2's `demo` (gpt2.shd's defaults),
@@ -118,7 +129,7 @@ CONFIGS = {
 
 
 def consts(cfg):
-    return {k: v for k, v in cfg.items() if k != "model"}
+    return {k: v for k, v in cfg.items() if k not in ("model", "DT")}
 
 
 def describe(name, cfg):
@@ -202,7 +213,10 @@ def median_ms(ts):
 # ---- shdc -------------------------------------------------------------------------------------------------------
 
 def defines(cfg):
-    return sum((["-D", "%s=%d" % kv] for kv in consts(cfg).items()), [])
+    """The sizes, and -D DT=bf16 for a mixed-precision row (f32 is the
+    programs' default: an older shdc's program has no DT)."""
+    dt = ["-D", "DT=" + cfg["DT"]] if cfg.get("DT", "f32") != "f32" else []
+    return sum((["-D", "%s=%d" % kv] for kv in consts(cfg).items()), []) + dt
 
 
 def shdc_build(name, cfg, n, d, shdc=None, src=None, tag="", hint=""):
@@ -210,7 +224,7 @@ def shdc_build(name, cfg, n, d, shdc=None, src=None, tag="", hint=""):
     shdc, default --shdc's); `hint` is added to the message when the build
     fails."""
     shdc = shdc or SHDC
-    exe = os.path.join(d, "%s_%s_%d%s" % (cfg["model"], name, n, tag))
+    exe = os.path.join(d, "%s_%s_%s_%d%s" % (cfg["model"], name, cfg.get("DT", "f32"), n, tag))
     src = src or MODELS[cfg["model"]]["src"]
     cmd = [shdc, "build", src, "--mesh", "data=%d,model=1" % n, "-o", exe] + defines(cfg)
     p = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
@@ -229,8 +243,14 @@ def step_ms(exe, n, steps, d, extra_env=None, wrap=()):
         return median_ms([m["ms"] for m in map(json.loads, f) if "ms" in m]), out
 
 
-def prebuilt(table, name, n):
-    exe = table.get("%s:%d" % (name, n))
+def exe_key(name, cfg, n):
+    """A binary's key in --build-only's manifest: NAME:N, NAME:N:bf16."""
+    dt = cfg.get("DT", "f32")
+    return "%s:%d" % (name, n) + ("" if dt == "f32" else ":" + dt)
+
+
+def prebuilt(table, name, cfg, n):
+    exe = table.get(exe_key(name, cfg, n))
     return exe and os.path.join(OPT["run_from"], exe)
 
 
@@ -238,7 +258,7 @@ def baseline_run(name, cfg, n, steps, d, base):
     """The step as the baseline shdc builds its program: ms, or None when
     --run-from's manifest has no baseline binary for this row."""
     if OPT["run_from"]:
-        exe = prebuilt(OPT["base_exes"], name, n)
+        exe = prebuilt(OPT["base_exes"], name, cfg, n)
         if not exe:
             return None
     else:
@@ -255,7 +275,7 @@ def baseline_build(name, cfg, n, d, base):
 def shdc_run(name, cfg, n, steps, d):
     src = MODELS[cfg["model"]]["src"]
     if OPT["run_from"]:
-        exe = prebuilt(OPT["exes"], name, n)
+        exe = prebuilt(OPT["exes"], name, cfg, n)
         if exe is None:
             sys.exit("%s: no binary for %s at %d ranks (build it with --build-only)" % (OPT["run_from"], name, n))
     else:
@@ -276,7 +296,18 @@ def shdc_run(name, cfg, n, steps, d):
     mpirun(n, [exe, "--steps=4", "--data=", "--val="], {"SHD_TRACE": trace})
     summ = sh([SHDC, "trace-summary", trace])
     return dict(ms=ms, rss=rss, peak=peak, explain_peak=explain_peak, gemm=gemm_share(summ), summary=summ,
-                alloc=allocated_per_step(trace, 2) / 2**20)
+                alloc=allocated_per_step(trace, 2) / 2**20, sent=sent_per_step(src, cfg, n))
+
+
+def sent_per_step(src, cfg, n):
+    """Bytes one rank sends per training step at data=n,model=1, as `shdc
+    plan` counts them (the loop's iteration, calls and the layer loop
+    included; explain counts loop bodies once)."""
+    if n == 1:
+        return 0
+    out = sh([SHDC, "plan", src, "--devices=%d" % n] + defines(cfg))
+    m = re.search(r"^\s+\d+\s+data=%d,model=1\s.*?(\d+)\s+[\d.]+ [KMG]iB" % n, out, re.M)
+    return int(m.group(1)) if m else float("nan")
 
 
 def trace_figure(out, name, exe):
@@ -355,7 +386,8 @@ ts, tx = [], []
 for s in range(steps):
     b = torch.from_numpy(rng.integers(0, V, size=(B // world, T + 1)))
     t0 = time.perf_counter()
-    loss = net(b[:, :-1], b[:, 1:])
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=%(autocast)r):
+        loss = net(b[:, :-1], b[:, 1:])
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if CLIP:
@@ -433,7 +465,8 @@ def worker_source(cfg, steps, init, threads, out_dir, wrap=DDP, prelude="", ifna
     interface has sent (its tx_bytes counter)."""
     return WORKER % dict(tests=MODELS[cfg["model"]]["tests"], cfg=json.dumps(consts(cfg)), steps=steps, init=init,
                          threads=threads, model=LLAMA_MODEL if cfg["model"] == "llama" else GPT2_MODEL,
-                         out=out_dir, wrap=wrap, prelude=prelude, ifname=ifname)
+                         out=out_dir, wrap=wrap, prelude=prelude, ifname=ifname,
+                         autocast=cfg.get("DT", "f32") == "bf16")
 
 
 def torch_run(cfg, n, steps, d, port, threads=False):
@@ -483,15 +516,17 @@ def build_only(a, base):
         mb["shdc"] = base["shdc"]
         mb["src"] = {m: os.path.abspath(s) for m, s in base["src"].items()}
     for name in a.configs:
-        cfg = CONFIGS[name]
         for n in a.ranks:
-            if cfg["B"] % n:
-                print("skipped %s at %d ranks: B=%d does not divide by %d" % (name, n, cfg["B"], n))
-                continue
-            man["exes"]["%s:%d" % (name, n)] = os.path.relpath(strip(shdc_build(name, cfg, n, d)), d)
-            if base:
-                mb["exes"]["%s:%d" % (name, n)] = os.path.relpath(strip(baseline_build(name, cfg, n, d, base)), d)
-            print("built %s at %d ranks%s" % (name, n, " (and the baseline)" if base else ""), flush=True)
+            for dt in a.dtypes:
+                cfg = dict(CONFIGS[name], DT=dt)
+                if cfg["B"] % n:
+                    print("skipped %s at %d ranks: B=%d does not divide by %d" % (name, n, cfg["B"], n))
+                    continue
+                man["exes"][exe_key(name, cfg, n)] = os.path.relpath(strip(shdc_build(name, cfg, n, d)), d)
+                if base and dt == "f32":
+                    mb["exes"][exe_key(name, cfg, n)] = os.path.relpath(strip(baseline_build(name, cfg, n, d, base)), d)
+                print("built %s %s at %d ranks%s" % (name, dt, n, " (and the baseline)" if base and dt == "f32" else ""),
+                      flush=True)
     with open(path, "w") as f:
         json.dump(man, f, indent=1)
     print("manifest: %s" % path)
@@ -530,7 +565,9 @@ def main():
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--configs", nargs="+", default=["demo", "large", "llama"], choices=list(CONFIGS))
-    ap.add_argument("--baseline", metavar="SHDC", help="also time the step as this shdc compiles it")
+    ap.add_argument("--dtypes", nargs="+", default=["f32", "bf16"], choices=["f32", "bf16"],
+                    help="the programs' DT: f32, and bf16 for mixed precision (-D DT=bf16; PyTorch under autocast)")
+    ap.add_argument("--baseline", metavar="SHDC", help="also time the step as this shdc compiles it (f32 rows)")
     ap.add_argument("--baseline-src", metavar="[MODEL=]FILE", action="append",
                     help="the program the baseline shdc builds for MODEL's configurations (gpt2 if not named)")
     ap.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
@@ -568,46 +605,57 @@ def main():
             "%s=%s" % kv for kv in sorted(dict({m: v["src"] for m, v in MODELS.items()}, **base["src"]).items()))))
     elif with_base:
         print("baseline: the binaries of %s's manifest, built by %s" % (a.run_from, man["baseline"]["shdc"]))
-    cols = ["model", "ranks", "shdc ms/step", "GFLOP/step", "achieved GFLOP/s", "sgemm GFLOP/s (per core x ranks)",
+    cols = ["model", "DT", "ranks", "shdc ms/step", "GFLOP/step", "achieved GFLOP/s", "sgemm GFLOP/s (per core x ranks)",
             "MFU vs machine"]
     if with_base:
         cols += ["baseline ms/step", "speedup"]
     if not a.no_torch:
         cols += ["PyTorch ms/step", "PyTorch / shdc"]
     cols += ["shdc share in GEMM", "MiB allocated/step", "peak RSS MiB/rank shdc%s" % ("" if a.no_torch else ", PyTorch"),
-             "shdc arrays MiB/rank measured, explain"]
+             "shdc arrays MiB/rank measured, explain", "bytes sent/rank/step (plan)", "bf16 - f32 ms/step"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     port = 29500 + os.getpid() % 1000
     with tempfile.TemporaryDirectory() as d:
         for name in a.configs:
-            cfg = CONFIGS[name]
-            desc = describe(name, cfg)
+            desc = describe(name, CONFIGS[name])
             for n in a.ranks:
-                if cfg["B"] % n:
-                    print("| %s | %d | skipped: B=%d does not divide by %d ranks |" % (desc, n, cfg["B"], n))
-                    continue
-                r0 = sgemm_rate(n, cfg, d)
-                s = shdc_run(name, cfg, n, a.steps, d)
-                r1 = sgemm_rate(n, cfg, d)
-                rate = (r0 + r1) / 2 * n
-                flops = model_flops(cfg)
-                achieved = flops / s["ms"] / 1e6
-                row = [desc, "%d" % n, "%.1f" % s["ms"], "%.2f" % (flops / 1e9), "%.1f" % achieved,
-                       "%.1f" % rate, "%.0f%%" % (100 * achieved / rate)]
-                if with_base:
-                    b = baseline_run(name, cfg, n, a.steps, d, base)
-                    row += ["%.1f" % b, "%.2f" % (b / s["ms"])] if b is not None else ["-", "-"]
-                rss = "%.0f" % s["rss"]
-                if not a.no_torch:
-                    t = torch_run(cfg, n, a.steps, d, port + n, a.torch_threads)
-                    row += ["%.1f" % t["ms"], "%.2f" % (t["ms"] / s["ms"])]
-                    rss += ", %.0f" % t["rss"]
-                row += ["%.0f%%" % (100 * s["gemm"]), "%.1f" % s["alloc"], rss,
-                        "%.1f, %.1f" % (s["peak"], s["explain_peak"])]
-                print("| " + " | ".join(row) + " |", flush=True)
-                if a.summary:
-                    print(s["summary"])
+                f32_ms = None
+                for dt in a.dtypes:
+                    cfg = dict(CONFIGS[name], DT=dt)
+                    if cfg["B"] % n:
+                        print("| %s | %s | %d | skipped: B=%d does not divide by %d ranks |" % (desc, dt, n, cfg["B"], n))
+                        continue
+                    s = bench_row(a, name, cfg, n, d, base, with_base, port, f32_ms)
+                    f32_ms = s["ms"] if dt == "f32" else f32_ms
+                    if a.summary:
+                        print(s["summary"])
+
+
+def bench_row(a, name, cfg, n, d, base, with_base, port, f32_ms):
+    """Times one configuration at one precision and rank count, prints its
+    row and returns shdc's figures."""
+    desc = describe(name, cfg)
+    r0 = sgemm_rate(n, cfg, d)
+    s = shdc_run(name, cfg, n, a.steps, d)
+    r1 = sgemm_rate(n, cfg, d)
+    rate = (r0 + r1) / 2 * n
+    flops = model_flops(cfg)
+    achieved = flops / s["ms"] / 1e6
+    row = [desc, cfg["DT"], "%d" % n, "%.1f" % s["ms"], "%.2f" % (flops / 1e9), "%.1f" % achieved,
+           "%.1f" % rate, "%.0f%%" % (100 * achieved / rate)]
+    if with_base:
+        b = baseline_run(name, cfg, n, a.steps, d, base) if cfg["DT"] == "f32" else None
+        row += ["%.1f" % b, "%.2f" % (b / s["ms"])] if b is not None else ["-", "-"]
+    rss = "%.0f" % s["rss"]
+    if not a.no_torch:
+        t = torch_run(cfg, n, a.steps, d, port + n, a.torch_threads)
+        row += ["%.1f" % t["ms"], "%.2f" % (t["ms"] / s["ms"])]
+        rss += ", %.0f" % t["rss"]
+    row += ["%.0f%%" % (100 * s["gemm"]), "%.1f" % s["alloc"], rss, "%.1f, %.1f" % (s["peak"], s["explain_peak"]),
+            "%d" % s["sent"] if s["sent"] == s["sent"] else "-", "%+.1f" % (s["ms"] - f32_ms) if cfg["DT"] != "f32" and f32_ms else "-"]
+    print("| " + " | ".join(row) + " |", flush=True)
+    return s
 
 
 if __name__ == "__main__":

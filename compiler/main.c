@@ -37,7 +37,7 @@ static const char usage_options[] =
     "\n"
     "options:\n"
     "  --mesh AXIS=N,...      override mesh axis sizes (e.g. --mesh data=2,model=1)\n"
-    "  -D NAME=VALUE          override the integer `const NAME` (repeatable; e.g. -D C=256)\n"
+    "  -D NAME=VALUE          override `const NAME` (repeatable; e.g. -D C=256, -D DT=bf16)\n"
     "  -I DIR                 where `import` looks after the importing file's directory\n"
     "                         (repeatable; then the installed library, with std/)\n"
     "  -o PROG, --output=PROG output executable (build); the file the output goes to\n"
@@ -120,11 +120,13 @@ static void check_define_syntax(const char *d) {
     ident = *p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9');
   if (!ident)
     diag_usage_error("-D expects NAME=VALUE with NAME a const of the file (e.g. -D C=256), not '%s'", d);
+  if (!strcmp(eq + 1, "f32") || !strcmp(eq + 1, "f64") || !strcmp(eq + 1, "bf16"))
+    return;   /* a dtype const's (`const DT = f32`): checked against the const once parsed */
   char *end;
   errno = 0;
   long long v = strtoll(eq + 1, &end, 10);
   if (end == eq + 1 || *end || errno == ERANGE || v < -(1ll << 53) || v > 1ll << 53)
-    diag_usage_error("-D %.*s: the value '%s' is not an integer; -D overrides integer consts (e.g. -D %.*s=8)",
+    diag_usage_error("-D %.*s: the value '%s' is not an integer; -D overrides integer consts (e.g. -D %.*s=8) and dtype consts (f32, f64 or bf16)",
                 (int)(eq - d), d, eq + 1, (int)(eq - d), d);
 }
 

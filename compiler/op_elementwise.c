@@ -457,11 +457,19 @@ static Type check_cast(TcCtx *c, Expr *e, const Type *annot) {
   if (x.kind == TY_ERROR)
     return x;
   info->x = pos[0];
-  if (pos[1]->kind != EX_TYPE || pos[1]->type->rank || pos[1]->type->nannots || pos[1]->type->ndims_written) {
-    diag_error(pos[1]->pos, "E_ARG", "cast takes a dtype (f32, f64, i32 or bool), e.g. cast(x, f64)");
+  /* A dtype written, or a name standing for one: a type parameter bound to
+   * a scalar type, or a dtype const (`const DT = f32`), resolved earlier. */
+  const TypeExpr *te = pos[1]->kind == EX_TYPE ? pos[1]->type : NULL;
+  const Type *rt = te ? te->resolved : NULL;
+  if (rt && rt->kind == TY_ERROR)
+    return ty_error();
+  if (!te || (rt ? rt->kind != TY_ARRAY || rt->rank || rt->U || rt->R || rt->V
+                 : te->rank || te->nannots || te->ndims_written)) {
+    diag_error(pos[1]->pos, "E_ARG", "cast takes a dtype (f32, f64, bf16, i32 or bool), e.g. cast(x, f64)%s%s",
+               rt ? "; this name stands for " : "", rt ? TS(rt) : "");
     return ty_error();
   }
-  info->dtype = pos[1]->type->dtype;
+  info->dtype = rt ? rt->dtype : te->dtype;
   if (x.U && !ty_is_float(info->dtype) && ty_is_float(x.dtype)) {
     Type r = x;
     r.U &= c->manual;

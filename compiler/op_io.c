@@ -253,7 +253,7 @@ static Type check_manifest(TcCtx *c, Expr *e, const Type *annot) {
   Expr *config = ast_expr(EX_LIST, e->pos);
   for (int i = 0; i < c->prog->consts.len; i++) {
     const ConstDecl *cd = c->prog->consts.data[i];
-    if (!cd->sym)
+    if (!cd->sym || cd->sym->kind != SYM_CONST)   /* a dtype const (`const DT = f32`): not a number */
       continue;
     Expr *v = ast_expr(cd->sym->is_float_const ? EX_FLOAT : EX_INT, e->pos);
     v->ival = cd->sym->ival;

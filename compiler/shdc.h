@@ -736,6 +736,7 @@ struct Symbol {
   FuncDecl *fn;
   int axis;
   bool is_float_const;
+  bool dtype_const;    /* SYM_TYPE: `const DT = f32`, also a dtype with dims (DT[8@X]) */
   bool static_int;     /* SYM_LOCAL: a let bound to a compile-time integer (ival), usable as a size */
   int64_t ival;
   double fval;

@@ -415,6 +415,47 @@ static const char *define_of(const Vec *defines, const char *name) {
   return val;
 }
 
+static bool is_int_text(const char *s) {
+  char *end;
+  strtoll(s, &end, 10);
+  return end != s && !*end;
+}
+
+/* `const DT = f32`: a const naming a float dtype (a scalar type, as a type
+ * parameter bound to it is), so `cast(x, DT)` and `zeros(DT)` follow
+ * `-D DT=bf16`; language.md "Dtype consts". */
+static void check_dtype_const(TcCtx *c, ConstDecl *cd, char *name, const char *def) {
+  const TypeExpr *te = cd->value->kind == EX_TYPE ? cd->value->type : NULL;
+  if (!te) {
+    diag_error(cd->name.pos, "E_ARG", "-D %s=%s: const %s is a compile-time number, so -D gives it an integer (e.g. "
+               "-D %s=8); a const that chooses a dtype is declared with one: `const %s = f32`, then -D %s=bf16",
+               name, def, name, name, name, name);
+    return;
+  }
+  if (te->rank || te->nannots || te->ndims_written || !ty_is_float(te->dtype)) {
+    diag_error(cd->value->pos, "E_ARG", "const %s names a dtype: f32, f64 or bf16 (a float dtype, without dims or "
+               "states), e.g. `const %s = f32`", name, name);
+    return;
+  }
+  DType dt = te->dtype;
+  if (def) {
+    if (!strcmp(def, "f32") || !strcmp(def, "f64") || !strcmp(def, "bf16")) {
+      dt = !strcmp(def, "f32") ? DT_F32 : !strcmp(def, "f64") ? DT_F64 : DT_BF16;
+    } else {
+      diag_error(cd->name.pos, "E_ARG", "-D %s=%s: const %s names a dtype (%s here); -D gives it f32, f64 or bf16 "
+                 "(e.g. -D %s=bf16)", name, def, name, ty_dtype_name(te->dtype), name);
+    }   /* (declared with its own dtype, so its uses report nothing more) */
+  }
+  Symbol *s = arena_alloc(sizeof *s);
+  s->kind = SYM_TYPE;
+  s->dtype_const = true;
+  s->name = name;
+  s->pos = cd->name.pos;
+  s->type = ty_scalar(dt);
+  cd->sym = s;
+  add_global(s);
+}
+
 /* Consts in source order; a const overridden by -D takes that integer
  * instead of its expression, and the consts after it that use it follow. */
 static void check_consts(TcCtx *c, const Vec *defines) {
@@ -427,8 +468,12 @@ static void check_consts(TcCtx *c, const Vec *defines) {
       diag_error(cd->name.pos, "E_NAME", "'%s' is already defined", name);
       continue;
     }
-    ConstVal v;
     const char *def = define_of(defines, name);
+    if (cd->value->kind == EX_TYPE || (def && !is_int_text(def))) {
+      check_dtype_const(c, cd, name, def);
+      continue;
+    }
+    ConstVal v;
     if (def)
       v = (ConstVal){false, strtoll(def, NULL, 10), (double)strtoll(def, NULL, 10)};
     else if (!const_eval(c, cd->value, &v, true))

@@ -247,6 +247,12 @@ bool tc_resolve_named(TcCtx *c, TypeExpr *te, Type *out) {
                                   "type parameter", name);
     return false;
   }
+  if (s->kind == SYM_TYPE && s->dtype_const && te->rank) {   /* DT[8@X, 4]: an array of the const's dtype */
+    TypeExpr at = *te;
+    at.named = false;
+    at.dtype = s->type.dtype;
+    return tc_up.resolve_type(c, &at, out);
+  }
   if (s->kind == SYM_TYPE) {
     if (te->rank || te->nannots) {
       diag_error(te->pos, "E_SPEC", "type parameter %s stands for a whole type; it takes no dims or annotations "

@@ -78,9 +78,10 @@ def sh(cmd, cwd=None, timeout=300, check=True):
     return p
 
 
-def build(shdc, src, mesh, exe, cfg=TINY, opt="-O0"):
-    """shdc build SRC --mesh MESH -D ... -o EXE (mesh: {'data': 2, 'model': 1})."""
-    defs = []
+def build(shdc, src, mesh, exe, cfg=TINY, opt="-O0", flags=()):
+    """shdc build SRC --mesh MESH -D ... -o EXE (mesh: {'data': 2, 'model': 1});
+    flags: more options (-D DT=bf16)."""
+    defs = list(flags)
     for k, v in cfg.items():
         defs += ["-D", "%s=%d" % (k, v)]
     m = ",".join("%s=%d" % kv for kv in mesh.items())
@@ -195,3 +196,34 @@ def checkpoint(ck, step, part="p"):
 def make_init(d, cfg=TINY, seed=0):
     ref_torch.make_init(d, cfg["V"], cfg["T"], cfg["L"], cfg["C"], seed)
     return d
+
+
+def check_mixed(name, runs, f32, ref_f32, ref_mixed, factor=3.0, floor=5e-4, mesh_tol=1e-3):
+    """Mixed precision (bf16 compute, f32 weights) against f32, as
+    PyTorch's autocast bf16 run against its own f32 run: runs is {mesh
+    tag: {S: loss}} of the mixed build (its first entry the 1-device one),
+    f32 the 1-device f32 build's losses, ref_f32 and ref_mixed PyTorch's
+    f32 and autocast runs on the same model, init and batches. Each mesh's
+    mixed losses agree with the 1-device mixed build's (bf16's sums round
+    per hop, so within mesh_tol relative); each step's |mixed - f32| is
+    within factor times PyTorch's |autocast - f32| plus floor; and the
+    mixed build differs from f32 at all (so it is not the f32 program).
+    Returns lines for the test's report."""
+    tags = list(runs)
+    one = runs[tags[0]]
+    steps = sorted(ref_f32)
+    out, moved = [], 0.0
+    for tag in tags[1:]:
+        compare("%s: mixed precision at %s against 1 device" % (name, tag), runs[tag], one, rtol=mesh_tol, atol=0)
+        out.append("%s: %.2e from 1 device's at most" % (tag, max(abs(runs[tag][s] - one[s]) for s in one)))
+    for s in steps:
+        ours, theirs = abs(one[s] - f32[s]), abs(ref_mixed[s] - ref_f32[s])
+        moved = max(moved, ours)
+        out.append("step %d: |bf16 - f32| shdc %.2e, PyTorch autocast %.2e" % (s, ours, theirs))
+        if not ours <= factor * theirs + floor:
+            raise Failure("%s: step %d's mixed-precision loss %.6f is %.2e from the f32 run's %.6f; PyTorch's "
+                          "autocast run is %.2e from its f32 run (allowed: %g x that + %g)\n%s"
+                          % (name, s, one[s], ours, f32[s], theirs, factor, floor, "\n".join(out)))
+    if moved == 0.0:
+        raise Failure("%s: the mixed-precision losses equal the f32 run's exactly: not computed in bf16" % name)
+    return out

@@ -17,6 +17,11 @@ PyTorch's bias correction) with weight decay on the matrices and
 embeddings (wte wpe qkvw attprojw fcw fcprojw) and none on biases and
 LayerNorm parameters, as docs/gpt2.md states.
 
+--autocast runs each step's forward pass (and so its backward) under
+torch.autocast("cpu", dtype=torch.bfloat16): the parameters and AdamW stay
+f32, the linear layers and matmuls compute in bf16 (test_mixed.py compares
+gpt2.shd -D DT=bf16 with it).
+
 Helpers for tests:
   --make-init=DIR --V --T --L --C --seed   GPT-2's initialisation into DIR
                                            (normal std 0.02, residual
@@ -103,7 +108,8 @@ def train(a):
     opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.999), eps=1e-8, foreach=False)
     for s in range(a.steps):
         b = torch.from_numpy(batches[s].astype(np.int64))
-        loss = gpt2_loss(torch, F, p, b[:, :-1], b[:, 1:], a.nh)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast):
+            loss = gpt2_loss(torch, F, p, b[:, :-1], b[:, 1:], a.nh)
         print("step %d loss %.7f" % (s, loss.item()), flush=True)
         opt.zero_grad()
         loss.backward()
@@ -117,6 +123,8 @@ def main():
     reflib.add_common_args(ap, steps=20, lr=1e-3, wd=0.0)
     ap.add_argument("--nh", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--autocast", action="store_true", help="the forward pass under torch.autocast(\"cpu\", "
+                    "dtype=torch.bfloat16): mixed precision, gpt2.shd's -D DT=bf16")
     ap.add_argument("--make-batches")
     ap.add_argument("--V", type=int, default=256)
     ap.add_argument("--T", type=int, default=16)

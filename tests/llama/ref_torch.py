@@ -26,6 +26,11 @@ torch.optim.AdamW step (betas 0.9, 0.999, eps 1e-8) with weight decay on
 the matrices (emb, head, wq wk wv wo w1 w2 w3) and none on the RMSNorm
 gains.
 
+--autocast runs each step's forward pass (and so its backward) under
+torch.autocast("cpu", dtype=torch.bfloat16): the parameters and AdamW stay
+f32, the linear layers and matmuls compute in bf16 (test_mixed.py compares
+llama.shd -D DT=bf16 with it).
+
 Helpers for tests:
   --make-init=DIR --V --L --C --NH --KV --F --seed   random weights into DIR
                                                     (normal std 0.1; the
@@ -131,7 +136,8 @@ def train(a):
     opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.999), eps=1e-8, foreach=False)
     for s in range(a.steps):
         b = torch.from_numpy(batches[s].astype(np.int64))
-        loss = llama_loss(torch, F, p, b[:, :-1], b[:, 1:], a.NH, a.KV)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast):
+            loss = llama_loss(torch, F, p, b[:, :-1], b[:, 1:], a.NH, a.KV)
         opt.zero_grad()
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(list(p.values()), a.clip)
@@ -151,6 +157,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--autocast", action="store_true", help="the forward pass under torch.autocast(\"cpu\", "
+                    "dtype=torch.bfloat16): mixed precision, llama.shd's -D DT=bf16")
     ap.add_argument("--V", type=int, default=256)
     ap.add_argument("--L", type=int, default=2)
     ap.add_argument("--C", type=int, default=32)
