@@ -4,7 +4,7 @@
  * order for the backward pass).
  *
  * Layout (local blocks, row-major): q, out [B, T, N, H]; k, v [B, S, K, H];
- * lse [B, T, N, 2]: each query row's max scaled score m and log l, l the
+ * lse [B, T, N, 2] (f32 for bf16 arrays): each query row's max scaled score m and log l, l the
  * sum of exp(score - m), from which the backward pass recomputes the
  * probabilities as exp((score - m) - log l). Not their sum, the
  * log-sum-exp: rounded to the dtype at a row's magnitude, that loses up to
@@ -39,6 +39,15 @@
  *
  * Numerics: scores, probabilities and the accumulator are in the array's
  * dtype (as PyTorch's CPU flash attention); row sums accumulate in double.
+ * bf16 arrays compute in f32, as PyTorch's CPU flash attention does for
+ * bf16: the forward widens each query block and each key and value block
+ * as it loads them (a block's copy in f32, leading dim H), the gradient
+ * a head's q, g, k and v; out is rounded to bf16 once, dq, dk and dv are
+ * accumulated in f32 and each rounded once (a key head's dk and dv when
+ * its group's last query head is done), and lse is f32. The kernels are
+ * written once over the storage type, through inline load/acc/flush/store
+ * helpers that are the identity for f32 and f64: their code is what it
+ * was (tests/runtime/test_k_attention.c --bench times it).
  * A NaN in a row makes that row's output and lse NaN; a row whose keys are
  * all masked cannot occur (key 0 is always visible), except with S = 0,
  * where the output is 0 and lse (0, -inf) (the empty softmax).
