@@ -400,6 +400,24 @@ static Dims dims_of(shd_dtype dt, int64_t B, int64_t T, int64_t S, int64_t N, in
 static size_t stored_size(shd_dtype dt) { return dt == SHD_F32 ? 4 : dt == SHD_BF16 ? 2 : 8; }
 static size_t compute_size(shd_dtype dt) { return dt == SHD_F64 ? 8 : 4; }
 
+/* The bf16 kernels in functions of their own, so that the f32 and f64
+ * ones are compiled alone in theirs, as before bf16 had a kernel. */
+CLONES static void attention_bf16(const void *q, const void *k, const void *v, void *out, void *lse, const Dims *d,
+                                  bool causal, float scale, void *sb, void *acc, double *mrow, double *lrow)
+{
+    int64_t bq = min64(BQ, d->T), bk = min64(BK, d->S);
+    float *qw = (float *)acc + bq * d->H, *kw = qw + bq * d->H, *vw = kw + bk * d->H;
+    forward_bf16(q, k, v, out, lse, d, causal, scale, sb, acc, mrow, lrow, qw, kw, vw);
+}
+
+CLONES static void attention_grad_bf16(const void *q, const void *k, const void *v, const void *o, const void *lse,
+                                       const void *g, void *dq, void *dk, void *dv, const Dims *d, bool causal,
+                                       float scale, void *pb, void *dpb, double *D)
+{
+    int64_t bq = min64(BQ, d->T), bk = min64(BK, d->S);
+    backward_bf16(q, k, v, o, lse, g, dq, dk, dv, d, causal, scale, pb, dpb, D, (float *)dpb + bq * bk);
+}
+
 CLONES static void attention_impl(const void *q, const void *k, const void *v, void *out, void *lse,
                                   shd_dtype dt, const Dims *d, bool causal, double scale)
 {
@@ -424,8 +442,7 @@ CLONES static void attention_impl(const void *q, const void *k, const void *v, v
     if (dt == SHD_F32) {
         forward_float(q, k, v, out, lse, d, causal, (float)scale, sb, acc, mrow, lrow, NULL, NULL, NULL);
     } else if (dt == SHD_BF16) {
-        float *qw = (float *)acc + bq * d->H, *kw = qw + bq * d->H, *vw = kw + bk * d->H;
-        forward_bf16(q, k, v, out, lse, d, causal, (float)scale, sb, acc, mrow, lrow, qw, kw, vw);
+        attention_bf16(q, k, v, out, lse, d, causal, (float)scale, sb, acc, mrow, lrow);
     } else {
         forward_double(q, k, v, out, lse, d, causal, scale, sb, acc, mrow, lrow, NULL, NULL, NULL);
     }
@@ -449,8 +466,7 @@ CLONES static void attention_grad_impl(const void *q, const void *k, const void 
     if (dt == SHD_F32)
         backward_float(q, k, v, o, lse, g, dq, dk, dv, d, causal, (float)scale, pb, dpb, D, NULL);
     else if (dt == SHD_BF16)
-        backward_bf16(q, k, v, o, lse, g, dq, dk, dv, d, causal, (float)scale, pb, dpb, D,
-                      (float *)dpb + bq * bk);
+        attention_grad_bf16(q, k, v, o, lse, g, dq, dk, dv, d, causal, (float)scale, pb, dpb, D);
     else
         backward_double(q, k, v, o, lse, g, dq, dk, dv, d, causal, scale, pb, dpb, D, NULL);
     shd_release(scratch);
