@@ -46,8 +46,10 @@
  * accumulated in f32 and each rounded once (a key head's dk and dv when
  * its group's last query head is done), and lse is f32. The kernels are
  * written once over the storage type, through inline load/acc/flush/store
- * helpers that are the identity for f32 and f64: their code is what it
- * was (tests/runtime/test_k_attention.c --bench times it).
+ * helpers that are the identity for f32 and f64, and the bf16 ones are
+ * called from functions of their own: the f32 and f64 code is what it was
+ * (the same results bit for bit, the same instruction counts;
+ * tests/runtime/test_k_attention.c --bench times f32 and bf16).
  * A NaN in a row makes that row's output and lse NaN; a row whose keys are
  * all masked cannot occur (key 0 is always visible), except with S = 0,
  * where the output is 0 and lse (0, -inf) (the empty softmax).
