@@ -15,14 +15,17 @@
  * reduced over the same axes, result reduced too). In a manual body the
  * operands' varying sets are unified by the VMA rule of 2.2 (implicit
  * pvary), as for any multi-operand operation. causal is a literal bool,
- * scale a constant (default 1/sqrt(H)).
+ * scale a constant (default 1/sqrt(H)). bf16 operands (all three: mixing
+ * dtypes is [E_DTYPE]) give a bf16 result computed in f32 (language.md
+ * §10.1): the kernel widens each block it loads, and rounds the output
+ * (and the gradient's dq, dk, dv) to bf16 once.
  *
  * IR: `attention` (args q, k, v; results out and lse [B, T, N, 2]: each
  * query row's max score and the log of its sum of exp(score - max), which
  * only the gradient reads: kept apart, not added, so that a probability
  * exp((score - max) - log sum) loses nothing where the scores are large:
  * one rounded log-sum-exp at 1e6 is off by up to 1/32, at 1e37 it has
- * lost log S altogether)
+ * lost log S altogether; f32 for bf16 operands, whose kernel computes in f32)
  * and `attention_grad` (args q, k, v, out, lse, g; results dq, dk, dv). The
  * gradient is the closed-form attention backward, linear in g, so a
  * pending (unreduced) cotangent of a reduced result stays pending; its own
@@ -84,9 +87,11 @@ static bool check_shapes(RuleCtx *c, const Type *const *ops) {
                   operand_name[i], TS(ops[i]));
   }
   const Type *q = ops[0], *k = ops[1], *v = ops[2];
-  if (q->dtype != k->dtype || q->dtype != v->dtype)
-    return fail(c, "E_DTYPE", "dot_product_attention: q, k and v must have one dtype, not %s, %s and %s; convert with cast",
-                TS(q), TS(k), TS(v));
+  if (q->dtype != k->dtype || q->dtype != v->dtype) {
+    int odd = q->dtype != k->dtype ? 1 : 2;
+    return fail(c, "E_DTYPE", "dot_product_attention: q, k and v must have one dtype, not %s, %s and %s; convert with cast, "
+                "e.g. cast(%s, %s)", TS(q), TS(k), TS(v), operand_name[odd], ty_dtype_name(q->dtype));
+  }
   for (int d = 0; d < 4; d++)
     if (k->shape[d] != v->shape[d])
       return fail(c, "E_SHAPE", "dot_product_attention: k and v must have one shape [B, S, K, H], not %s and %s", TS(k),
@@ -182,6 +187,8 @@ static Type lse_type(const Type *out) {
   Type t = *out;
   t.shape[QH] = 2;
   t.spec[QH] = (DimSpec){0};
+  if (t.dtype == DT_BF16)
+    t.dtype = DT_F32;   /* bf16 attention computes in f32: its statistics stay f32 */
   return t;
 }
 
@@ -405,14 +412,13 @@ static bool infer_attention(const Module *mod, const Inst *in, Type *out) {
   bool fwd = in->op == IR_ATTENTION;
   if (in->nargs != (fwd ? 3 : 6) || !ir_arg_is(in, 0, -1) || !ty_is_float(in->args[0]->type.dtype))
     return false;
-  for (int i = 0; i < in->nargs; i++)
-    if (!ir_arg_is(in, i, in->args[0]->type.dtype) || (i < 4 && in->args[i]->type.rank != 4))
-      return false;
   const Type *q = &in->args[0]->type;
-  if (fwd) {
-    Type lse = lse_type(q);
+  Type lse = lse_type(q);
+  for (int i = 0; i < in->nargs; i++)
+    if (!ir_arg_is(in, i, i == 4 ? lse.dtype : q->dtype) || (i < 4 && in->args[i]->type.rank != 4))
+      return false;
+  if (fwd)
     return ir_infer_shape(&out[0], q) && ir_infer_shape(&out[1], &lse);
-  }
   for (int i = 0; i < 3; i++)
     if (!ir_infer_shape(&out[i], &in->args[i]->type))
       return false;
@@ -434,7 +440,7 @@ static const OpDef ops[] = {
 };
 
 static const BuiltinDef builtins[] = {
-    {.name = "dot_product_attention", .flags = BIF_NO_BF16, .check = check_attention, .lower = lower_attention,
+    {.name = "dot_product_attention", .check = check_attention, .lower = lower_attention,
      .doc = "scaled dot-product attention"},
     {0},
 };

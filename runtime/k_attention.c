@@ -4,7 +4,7 @@
  * order for the backward pass).
  *
  * Layout (local blocks, row-major): q, out [B, T, N, H]; k, v [B, S, K, H];
- * lse [B, T, N, 2]: each query row's max scaled score m and log l, l the
+ * lse [B, T, N, 2] (f32 for bf16 arrays): each query row's max scaled score m and log l, l the
  * sum of exp(score - m), from which the backward pass recomputes the
  * probabilities as exp((score - m) - log l). Not their sum, the
  * log-sum-exp: rounded to the dtype at a row's magnitude, that loses up to
@@ -39,6 +39,17 @@
  *
  * Numerics: scores, probabilities and the accumulator are in the array's
  * dtype (as PyTorch's CPU flash attention); row sums accumulate in double.
+ * bf16 arrays compute in f32, as PyTorch's CPU flash attention does for
+ * bf16: the forward widens each query block and each key and value block
+ * as it loads them (a block's copy in f32, leading dim H), the gradient
+ * a head's q, g, k and v; out is rounded to bf16 once, dq, dk and dv are
+ * accumulated in f32 and each rounded once (a key head's dk and dv when
+ * its group's last query head is done), and lse is f32. The kernels are
+ * written once over the storage type, through inline load/acc/flush/store
+ * helpers that are the identity for f32 and f64, and the bf16 ones are
+ * called from functions of their own: the f32 and f64 code is what it was
+ * (the same results bit for bit, the same instruction counts;
+ * tests/runtime/test_k_attention.c --bench times f32 and bf16).
  * A NaN in a row makes that row's output and lse NaN; a row whose keys are
  * all masked cannot occur (key 0 is always visible), except with S = 0,
  * where the output is 0 and lse (0, -inf) (the empty softmax).
@@ -142,32 +153,115 @@ DEFINE_ROWMAX(double, vf64, vi64)
 DEFINE_ROWS(float, exp_f32)
 DEFINE_ROWS(double, exp_f64)
 
+/* ---- loading and storing by the arrays' dtype -------------------------------------- */
+
+/* The kernels below are written once for a storage type ST (float, double,
+ * bf16) and the type FT they compute in (ST itself, f32 for bf16). Rows x H
+ * elements of an array of leading dim ld are read as FT through load_ST:
+ * in place for float and double (the pointer and ld returned unchanged,
+ * which the compiler inlines to nothing, so those kernels are what they
+ * were), widened into the scratch w (leading dim H) for bf16. Results go
+ * back through acc_ST and flush_ST: float and double accumulate in the
+ * result arrays themselves; bf16 in the f32 scratch w, rounded once into
+ * the result when the head is done. */
+typedef uint16_t bf16;
+
+#define DEFINE_SAME(T)                                                                         \
+    KERNEL const T *load_##T(T *w, const T *x, int64_t rows, int64_t ld, int64_t H, int64_t *ldo) \
+    {                                                                                          \
+        (void)w, (void)rows, (void)H;                                                          \
+        *ldo = ld;                                                                             \
+        return x;                                                                              \
+    }                                                                                          \
+    KERNEL T *acc_##T(T *w, T *x, int64_t rows, int64_t ld, int64_t H, int64_t *ldo)             \
+    {                                                                                          \
+        (void)w, (void)rows, (void)H;                                                          \
+        *ldo = ld;                                                                             \
+        return x;                                                                              \
+    }                                                                                          \
+    KERNEL void flush_##T(T *x, const T *w, int64_t rows, int64_t ld, int64_t H)                 \
+    {                                                                                          \
+        (void)x, (void)w, (void)rows, (void)ld, (void)H;                                       \
+    }                                                                                          \
+    KERNEL void store_##T(T *restrict y, const T *restrict x, T mul, int64_t n)                 \
+    {                                                                                          \
+        for (int64_t h = 0; h < n; h++) y[h] = x[h] * mul;                                     \
+    }
+
+DEFINE_SAME(float)
+DEFINE_SAME(double)
+
+KERNEL const float *load_bf16(float *restrict w, const bf16 *restrict x, int64_t rows, int64_t ld, int64_t H,
+                              int64_t *ldo)
+{
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t h = 0; h < H; h++) w[i * H + h] = shd_bf2f(x[i * ld + h]);
+    *ldo = H;
+    return w;
+}
+
+KERNEL float *acc_bf16(float *w, bf16 *x, int64_t rows, int64_t ld, int64_t H, int64_t *ldo)
+{
+    (void)x, (void)ld;
+    memset(w, 0, sizeof(float) * (size_t)(rows * H));
+    *ldo = H;
+    return w;
+}
+
+KERNEL void flush_bf16(bf16 *restrict x, const float *restrict w, int64_t rows, int64_t ld, int64_t H)
+{
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t h = 0; h < H; h++) x[i * ld + h] = shd_f2bf(w[i * H + h]);
+}
+
+KERNEL void store_bf16(bf16 *restrict y, const float *restrict x, float mul, int64_t n)
+{
+    for (int64_t h = 0; h < n; h++) y[h] = shd_f2bf(x[h] * mul);
+}
+
+/* The sum of x * y over a bf16 row, in double lanes (rdot_float's). */
+KERNEL double rdot_bf16(const bf16 *restrict x, const bf16 *restrict y, int64_t n)
+{
+    double p[LANES] = { 0 };
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int k = 0; k < LANES; k++) p[k] += (double)shd_bf2f(x[j + k]) * (double)shd_bf2f(y[j + k]);
+    for (; j < n; j++) p[0] += (double)shd_bf2f(x[j]) * (double)shd_bf2f(y[j]);
+    double total = p[0];
+    for (int k = 1; k < LANES; k++) total += p[k];
+    return total;
+}
+
 /* ---- forward ----------------------------------------------------------------------- */
 
-#define DEFINE_FORWARD(FT, EXP)                                                                      \
-    KERNEL void forward_##FT(const FT *q, const FT *k, const FT *v, FT *o, FT *lse, const Dims *d,        \
-                            bool causal, FT scale, FT *restrict sb, FT *restrict acc,                   \
-                            double *restrict mrow, double *restrict lrow)                            \
+/* qw, kw, vw: bf16's widened blocks of q (BQ x H), k and v (BK x H each);
+ * unused for float and double, which read their blocks in place. */
+#define DEFINE_FORWARD(ST, FT, EXP)                                                                  \
+    KERNEL void forward_##ST(const ST *q, const ST *k, const ST *v, ST *o, FT *lse, const Dims *d,   \
+                             bool causal, FT scale, FT *restrict sb, FT *restrict acc,               \
+                             double *restrict mrow, double *restrict lrow, FT *qw, FT *kw, FT *vw)   \
     {                                                                                               \
         const int64_t H = d->H, ldq = d->N * H, ldk = d->K * H;                                     \
         for (int64_t b = 0; b < d->B; b++)                                                          \
             for (int64_t n = 0; n < d->N; n++) {                                                    \
                 int64_t kh = (d->qoff + n) / d->G;                                                  \
-                const FT *qb = q + b * d->T * ldq + n * H;                                           \
-                const FT *kb = k + b * d->S * ldk + kh * H, *vb = v + b * d->S * ldk + kh * H;       \
-                FT *ob = o + b * d->T * ldq + n * H, *lb = lse + 2 * (b * d->T * d->N + n);          \
+                const ST *qb = q + b * d->T * ldq + n * H;                                          \
+                const ST *kb = k + b * d->S * ldk + kh * H, *vb = v + b * d->S * ldk + kh * H;      \
+                ST *ob = o + b * d->T * ldq + n * H;                                                \
+                FT *lb = lse + 2 * (b * d->T * d->N + n);                                           \
                 for (int64_t t0 = 0; t0 < d->T; t0 += BQ) {                                         \
-                    int64_t bq = min64(BQ, d->T - t0);                                              \
+                    int64_t bq = min64(BQ, d->T - t0), ldqb, ldkb, ldvb;                            \
                     int64_t send = causal ? min64(d->S, t0 + bq) : d->S;                            \
+                    const FT *qp = load_##ST(qw, qb + t0 * ldq, bq, ldq, H, &ldqb);                 \
                     for (int64_t i = 0; i < bq; i++) {                                              \
                         mrow[i] = -INFINITY;                                                        \
                         lrow[i] = 0;                                                                \
                     }                                                                               \
-                    memset(acc, 0, sizeof(FT) * (size_t)(bq * H));                                   \
+                    memset(acc, 0, sizeof(FT) * (size_t)(bq * H));                                  \
                     for (int64_t s0 = 0; s0 < send; s0 += BK) {                                     \
                         int64_t bk = min64(BK, send - s0);                                          \
-                        gemm_##FT(false, true, bq, bk, H, scale, qb + t0 * ldq, ldq, kb + s0 * ldk,  \
-                                 ldk, 0, sb, bk);                                                   \
+                        const FT *kp = load_##ST(kw, kb + s0 * ldk, bk, ldk, H, &ldkb);             \
+                        gemm_##FT(false, true, bq, bk, H, scale, qp, ldqb, kp, ldkb, 0, sb, bk);    \
                         if (causal && s0 + bk - 1 > t0)                                             \
                             for (int64_t i = 0; i < bq; i++) {                                      \
                                 int64_t from = t0 + i - s0 + 1;                                     \
@@ -175,95 +269,122 @@ DEFINE_ROWS(double, exp_f64)
                                     sb[i * bk + j] = -INFINITY;                                     \
                             }                                                                       \
                         for (int64_t i = 0; i < bq; i++) {                                          \
-                            FT *row = sb + i * bk;                                                   \
-                            double mx = rowmax_##FT(row, bk), mold = mrow[i];                        \
+                            FT *row = sb + i * bk;                                                  \
+                            double mx = rowmax_##FT(row, bk), mold = mrow[i];                       \
                             double mnew = mx > mold ? mx : mold;                                    \
                             if (mnew == -INFINITY) {                                                \
-                                memset(row, 0, sizeof(FT) * (size_t)bk);                             \
+                                memset(row, 0, sizeof(FT) * (size_t)bk);                            \
                                 continue;                                                           \
                             }                                                                       \
-                            FT ms = isfinite(mnew) ? (FT)mnew : 0;                                    \
-                            double s = rexp_##FT(row, ms, bk);                                       \
-                            FT alpha = mold == -INFINITY ? 0 : (FT)exp(mold - (double)ms);            \
+                            FT ms = isfinite(mnew) ? (FT)mnew : 0;                                  \
+                            double s = rexp_##FT(row, ms, bk);                                      \
+                            FT alpha = mold == -INFINITY ? 0 : (FT)exp(mold - (double)ms);          \
                             lrow[i] = lrow[i] * (double)alpha + s;                                  \
                             mrow[i] = ms;                                                           \
                             if (alpha != 1) {                                                       \
-                                FT *ar = acc + i * H;                                                \
+                                FT *ar = acc + i * H;                                               \
                                 for (int64_t h = 0; h < H; h++) ar[h] *= alpha;                     \
                             }                                                                       \
                         }                                                                           \
-                        gemm_##FT(false, false, bq, H, bk, 1, sb, bk, vb + s0 * ldk, ldk, 1, acc, H); \
+                        const FT *vp = load_##ST(vw, vb + s0 * ldk, bk, ldk, H, &ldvb);             \
+                        gemm_##FT(false, false, bq, H, bk, 1, sb, bk, vp, ldvb, 1, acc, H);         \
                     }                                                                               \
                     for (int64_t i = 0; i < bq; i++) {                                              \
-                        FT inv = (FT)(1.0 / lrow[i]);                                                 \
-                        FT *orow = ob + (t0 + i) * ldq;                                              \
-                        const FT *ar = acc + i * H;                                                  \
-                        for (int64_t h = 0; h < H; h++) orow[h] = ar[h] * inv;                      \
-                        lb[2 * (t0 + i) * d->N] = (FT)mrow[i];                                       \
-                        lb[2 * (t0 + i) * d->N + 1] = (FT)log(lrow[i]);                              \
+                        store_##ST(ob + (t0 + i) * ldq, acc + i * H, (FT)(1.0 / lrow[i]), H);       \
+                        lb[2 * (t0 + i) * d->N] = (FT)mrow[i];                                      \
+                        lb[2 * (t0 + i) * d->N + 1] = (FT)log(lrow[i]);                             \
                     }                                                                               \
                 }                                                                                   \
             }                                                                                       \
     }
 
-DEFINE_FORWARD(float, exp_f32)
-DEFINE_FORWARD(double, exp_f64)
+DEFINE_FORWARD(float, float, exp_f32)
+DEFINE_FORWARD(double, double, exp_f64)
+DEFINE_FORWARD(bf16, float, exp_f32)
 
 /* ---- backward ---------------------------------------------------------------------- */
 
-#define DEFINE_BACKWARD(FT, EXP)                                                                     \
-    KERNEL void backward_##FT(const FT *q, const FT *k, const FT *v, const FT *o, const FT *lse,          \
-                             const FT *g, FT *dq, FT *dk, FT *dv, const Dims *d, bool causal, FT scale,  \
-                             FT *restrict pb, FT *restrict dpb, double *restrict D)                   \
+/* w: bf16's scratch, in turn a head's widened q and g (T x H each), k and v
+ * (S x H each) and its f32 accumulators of dq (T x H), dk and dv (S x H
+ * each); unused for float and double, which read in place and accumulate
+ * in dq, dk, dv. The key/value head is loaded, and its dk and dv started,
+ * when n reaches a new one (the query heads of a group are consecutive),
+ * and flushed after the group's last query head. */
+#define DEFINE_BACKWARD(ST, FT, EXP)                                                                 \
+    KERNEL void backward_##ST(const ST *q, const ST *k, const ST *v, const ST *o, const FT *lse,     \
+                              const ST *g, ST *dq, ST *dk, ST *dv, const Dims *d, bool causal,       \
+                              FT scale, FT *restrict pb, FT *restrict dpb, double *restrict D, FT *w) \
     {                                                                                               \
         const int64_t H = d->H, ldq = d->N * H, ldk = d->K * H;                                     \
-        for (int64_t b = 0; b < d->B; b++)                                                          \
+        FT *qw = w, *gw = w ? qw + d->T * H : w, *kw = w ? gw + d->T * H : w;                       \
+        FT *vw = w ? kw + d->S * H : w, *dqw = w ? vw + d->S * H : w;                               \
+        FT *dkw = w ? dqw + d->T * H : w, *dvw = w ? dkw + d->S * H : w;                            \
+        for (int64_t b = 0; b < d->B; b++) {                                                        \
+            const FT *kp = NULL, *vp = NULL;                                                        \
+            FT *dka = NULL, *dva = NULL;                                                            \
+            int64_t ldkp = 0, ldvp = 0, lddk = 0, lddv = 0, ldqp, ldgp, lddq;                       \
             for (int64_t n = 0; n < d->N; n++) {                                                    \
                 int64_t kh = (d->qoff + n) / d->G;                                                  \
                 int64_t qo = b * d->T * ldq + n * H, ko = b * d->S * ldk + kh * H;                  \
-                const FT *lb = lse + 2 * (b * d->T * d->N + n);                                      \
+                const FT *lb = lse + 2 * (b * d->T * d->N + n);                                     \
+                if (n == 0 || kh != (d->qoff + n - 1) / d->G) {                                     \
+                    kp = load_##ST(kw, k + ko, d->S, ldk, H, &ldkp);                                \
+                    vp = load_##ST(vw, v + ko, d->S, ldk, H, &ldvp);                                \
+                    dka = acc_##ST(dkw, dk + ko, d->S, ldk, H, &lddk);                              \
+                    dva = acc_##ST(dvw, dv + ko, d->S, ldk, H, &lddv);                              \
+                }                                                                                   \
+                const FT *qp = load_##ST(qw, q + qo, d->T, ldq, H, &ldqp);                          \
+                const FT *gp = load_##ST(gw, g + qo, d->T, ldq, H, &ldgp);                          \
+                FT *dqa = acc_##ST(dqw, dq + qo, d->T, ldq, H, &lddq);                              \
                 for (int64_t t = 0; t < d->T; t++)                                                  \
-                    D[t] = rdot_##FT(g + qo + t * ldq, o + qo + t * ldq, H);                         \
+                    D[t] = rdot_##ST(g + qo + t * ldq, o + qo + t * ldq, H);                        \
                 for (int64_t s0 = 0; s0 < d->S; s0 += BK) {                                         \
                     int64_t bk = min64(BK, d->S - s0);                                              \
-                    const FT *kj = k + ko + s0 * ldk, *vj = v + ko + s0 * ldk;                       \
-                    FT *dkj = dk + ko + s0 * ldk, *dvj = dv + ko + s0 * ldk;                         \
+                    const FT *kj = kp + s0 * ldkp, *vj = vp + s0 * ldvp;                            \
+                    FT *dkj = dka + s0 * lddk, *dvj = dva + s0 * lddv;                              \
                     for (int64_t t0 = causal ? s0 / BQ * BQ : 0; t0 < d->T; t0 += BQ) {             \
                         int64_t bq = min64(BQ, d->T - t0);                                          \
-                        const FT *qi = q + qo + t0 * ldq, *gi = g + qo + t0 * ldq;                   \
-                        gemm_##FT(false, true, bq, bk, H, scale, qi, ldq, kj, ldk, 0, pb, bk);       \
+                        const FT *qi = qp + t0 * ldqp, *gi = gp + t0 * ldgp;                        \
+                        gemm_##FT(false, true, bq, bk, H, scale, qi, ldqp, kj, ldkp, 0, pb, bk);    \
                         for (int64_t i = 0; i < bq; i++) {                                          \
-                            FT *row = pb + i * bk, m = lb[2 * (t0 + i) * d->N];                      \
-                            FT l = lb[2 * (t0 + i) * d->N + 1];                                      \
+                            FT *row = pb + i * bk, m = lb[2 * (t0 + i) * d->N];                     \
+                            FT l = lb[2 * (t0 + i) * d->N + 1];                                     \
                             int64_t vis = causal ? min64(bk, t0 + i - s0 + 1) : bk;                 \
                             if (vis < 0) vis = 0;                                                   \
                             for (int64_t j = 0; j < vis; j++) row[j] = EXP((row[j] - m) - l);       \
                             for (int64_t j = vis; j < bk; j++) row[j] = 0;                          \
                         }                                                                           \
-                        gemm_##FT(true, false, bk, H, bq, 1, pb, bk, gi, ldq, 1, dvj, ldk);          \
-                        gemm_##FT(false, true, bq, bk, H, 1, gi, ldq, vj, ldk, 0, dpb, bk);          \
+                        gemm_##FT(true, false, bk, H, bq, 1, pb, bk, gi, ldgp, 1, dvj, lddv);       \
+                        gemm_##FT(false, true, bq, bk, H, 1, gi, ldgp, vj, ldvp, 0, dpb, bk);       \
                         for (int64_t i = 0; i < bq; i++) {                                          \
-                            FT di = (FT)D[t0 + i], *dr = dpb + i * bk;                                \
-                            const FT *pr = pb + i * bk;                                              \
+                            FT di = (FT)D[t0 + i], *dr = dpb + i * bk;                              \
+                            const FT *pr = pb + i * bk;                                             \
                             for (int64_t j = 0; j < bk; j++) dr[j] = pr[j] * (dr[j] - di);          \
                         }                                                                           \
-                        gemm_##FT(false, false, bq, H, bk, scale, dpb, bk, kj, ldk, 1, dq + qo + t0 * ldq, \
-                                 ldq);                                                              \
-                        gemm_##FT(true, false, bk, H, bq, scale, dpb, bk, qi, ldq, 1, dkj, ldk);     \
+                        gemm_##FT(false, false, bq, H, bk, scale, dpb, bk, kj, ldkp, 1,             \
+                                  dqa + t0 * lddq, lddq);                                           \
+                        gemm_##FT(true, false, bk, H, bq, scale, dpb, bk, qi, ldqp, 1, dkj, lddk);  \
                     }                                                                               \
                 }                                                                                   \
+                flush_##ST(dq + qo, dqa, d->T, ldq, H);                                             \
+                if (n == d->N - 1 || kh != (d->qoff + n + 1) / d->G) {                              \
+                    flush_##ST(dk + ko, dka, d->S, ldk, H);                                         \
+                    flush_##ST(dv + ko, dva, d->S, ldk, H);                                         \
+                }                                                                                   \
             }                                                                                       \
+        }                                                                                           \
     }
 
-DEFINE_BACKWARD(float, exp_f32)
-DEFINE_BACKWARD(double, exp_f64)
+DEFINE_BACKWARD(float, float, exp_f32)
+DEFINE_BACKWARD(double, double, exp_f64)
+DEFINE_BACKWARD(bf16, float, exp_f32)
 
 /* ---- checks and the entry points ---------------------------------------------------- */
 
 static Dims dims_of(shd_dtype dt, int64_t B, int64_t T, int64_t S, int64_t N, int64_t K, int64_t H, int64_t G,
                     int64_t qoff, const char *what)
 {
-    if (dt != SHD_F32 && dt != SHD_F64)
+    if (dt != SHD_F32 && dt != SHD_F64 && dt != SHD_BF16)
         shd_fatal("%s: dtype %s is not a float", what, shd_dtype_name(dt));
     if (B < 0 || T < 0 || S < 0 || N < 0 || K <= 0 || H < 0 || G <= 0)
         shd_fatal("%s: bad sizes B=%lld T=%lld S=%lld N=%lld K=%lld H=%lld G=%lld", what, (long long)B,
@@ -277,31 +398,56 @@ static Dims dims_of(shd_dtype dt, int64_t B, int64_t T, int64_t S, int64_t N, in
     return (Dims){B, T, S, N, K, H, G, qoff};
 }
 
+/* The bytes of an element as stored and as computed (bf16 in f32). */
+static size_t stored_size(shd_dtype dt) { return dt == SHD_F32 ? 4 : dt == SHD_BF16 ? 2 : 8; }
+static size_t compute_size(shd_dtype dt) { return dt == SHD_F64 ? 8 : 4; }
+
+/* The bf16 kernels in functions of their own, so that the f32 and f64
+ * ones are compiled alone in theirs, as before bf16 had a kernel. */
+CLONES static void attention_bf16(const void *q, const void *k, const void *v, void *out, void *lse, const Dims *d,
+                                  bool causal, float scale, void *sb, void *acc, double *mrow, double *lrow)
+{
+    int64_t bq = min64(BQ, d->T), bk = min64(BK, d->S);
+    float *qw = (float *)acc + bq * d->H, *kw = qw + bq * d->H, *vw = kw + bk * d->H;
+    forward_bf16(q, k, v, out, lse, d, causal, scale, sb, acc, mrow, lrow, qw, kw, vw);
+}
+
+CLONES static void attention_grad_bf16(const void *q, const void *k, const void *v, const void *o, const void *lse,
+                                       const void *g, void *dq, void *dk, void *dv, const Dims *d, bool causal,
+                                       float scale, void *pb, void *dpb, double *D)
+{
+    int64_t bq = min64(BQ, d->T), bk = min64(BK, d->S);
+    backward_bf16(q, k, v, o, lse, g, dq, dk, dv, d, causal, scale, pb, dpb, D, (float *)dpb + bq * bk);
+}
+
 CLONES static void attention_impl(const void *q, const void *k, const void *v, void *out, void *lse,
                                   shd_dtype dt, const Dims *d, bool causal, double scale)
 {
-    size_t es = dt == SHD_F32 ? sizeof(float) : sizeof(double);
+    size_t es = compute_size(dt);
     int64_t rows = d->B * d->T * d->N;
     if (!rows)
         return;
     if (!d->S || !d->H) {
         /* the empty softmax: weights over no keys, or values of no size */
-        memset(out, 0, es * (size_t)(rows * d->H));
+        memset(out, 0, stored_size(dt) * (size_t)(rows * d->H));
         for (int64_t i = 0; i < rows; i++) {
             double l = d->S ? log((double)d->S) : -INFINITY;
-            if (dt == SHD_F32) ((float *)lse)[2 * i] = 0, ((float *)lse)[2 * i + 1] = (float)l;
+            if (dt != SHD_F64) ((float *)lse)[2 * i] = 0, ((float *)lse)[2 * i + 1] = (float)l;
             else ((double *)lse)[2 * i] = 0, ((double *)lse)[2 * i + 1] = l;
         }
         return;
     }
     int64_t bq = min64(BQ, d->T), bk = min64(BK, d->S);
-    char *scratch = shd_alloc((size_t)shd_attention_scratch_bytes(0, d->T, d->S, d->H, es));
+    char *scratch = shd_alloc((size_t)shd_attention_scratch_bytes(0, d->T, d->S, d->H, stored_size(dt)));
     double *mrow = (double *)scratch, *lrow = mrow + bq;
     void *sb = lrow + bq, *acc = (char *)sb + es * (size_t)(bq * bk);
-    if (dt == SHD_F32)
-        forward_float(q, k, v, out, lse, d, causal, (float)scale, sb, acc, mrow, lrow);
-    else
-        forward_double(q, k, v, out, lse, d, causal, scale, sb, acc, mrow, lrow);
+    if (dt == SHD_F32) {
+        forward_float(q, k, v, out, lse, d, causal, (float)scale, sb, acc, mrow, lrow, NULL, NULL, NULL);
+    } else if (dt == SHD_BF16) {
+        attention_bf16(q, k, v, out, lse, d, causal, (float)scale, sb, acc, mrow, lrow);
+    } else {
+        forward_double(q, k, v, out, lse, d, causal, scale, sb, acc, mrow, lrow, NULL, NULL, NULL);
+    }
     shd_release(scratch);
 }
 
@@ -309,20 +455,22 @@ CLONES static void attention_grad_impl(const void *q, const void *k, const void 
                                        const void *lse, const void *g, void *dq, void *dk, void *dv,
                                        shd_dtype dt, const Dims *d, bool causal, double scale)
 {
-    size_t es = dt == SHD_F32 ? sizeof(float) : sizeof(double);
-    memset(dq, 0, es * (size_t)(d->B * d->T * d->N * d->H));
-    memset(dk, 0, es * (size_t)(d->B * d->S * d->K * d->H));
-    memset(dv, 0, es * (size_t)(d->B * d->S * d->K * d->H));
+    size_t es = compute_size(dt), ss = stored_size(dt);
+    memset(dq, 0, ss * (size_t)(d->B * d->T * d->N * d->H));
+    memset(dk, 0, ss * (size_t)(d->B * d->S * d->K * d->H));
+    memset(dv, 0, ss * (size_t)(d->B * d->S * d->K * d->H));
     if (!d->B || !d->T || !d->S || !d->N || !d->H)
         return;
     int64_t bq = min64(BQ, d->T), bk = min64(BK, d->S);
-    char *scratch = shd_alloc((size_t)shd_attention_scratch_bytes(1, d->T, d->S, d->H, es));
+    char *scratch = shd_alloc((size_t)shd_attention_scratch_bytes(1, d->T, d->S, d->H, ss));
     double *D = (double *)scratch;
     void *pb = D + d->T, *dpb = (char *)pb + es * (size_t)(bq * bk);
     if (dt == SHD_F32)
-        backward_float(q, k, v, o, lse, g, dq, dk, dv, d, causal, (float)scale, pb, dpb, D);
+        backward_float(q, k, v, o, lse, g, dq, dk, dv, d, causal, (float)scale, pb, dpb, D, NULL);
+    else if (dt == SHD_BF16)
+        attention_grad_bf16(q, k, v, o, lse, g, dq, dk, dv, d, causal, (float)scale, pb, dpb, D);
     else
-        backward_double(q, k, v, o, lse, g, dq, dk, dv, d, causal, scale, pb, dpb, D);
+        backward_double(q, k, v, o, lse, g, dq, dk, dv, d, causal, scale, pb, dpb, D, NULL);
     shd_release(scratch);
 }
 

@@ -594,7 +594,8 @@ void shd_sort_rows(const void *x, void *vals, int32_t *idx, shd_dtype dt,
  * max) (kept apart: their sum would round away the second at large
  * scores), which the gradient needs. Query
  * head n uses key/value head (qoff + n) / group. causal hides keys s > t.
- * f32 and f64. */
+ * f32, f64 and bf16 (computed in f32, each block widened as it is loaded;
+ * lse is f32; out, and the gradient's dq, dk, dv, rounded once). */
 void shd_attention(const void *q, const void *k, const void *v, void *out,
                    void *lse, shd_dtype dt, int64_t B, int64_t T, int64_t S,
                    int64_t N, int64_t K, int64_t H, int64_t group,
