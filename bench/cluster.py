@@ -106,11 +106,13 @@ LAYOUTS = {
     "gpt2_nobucket": ("dsl-examples/gpt2.shd", "gpt2", lambda n: {"data": n, "model": 1}),
     "gpt2_zero": ("tests/gpt2/gpt2_zero.shd", "gpt2", lambda n: {"data": n, "model": 1}),
     "gpt2_fsdp_noprefetch": ("dsl-examples/gpt2_fsdp.shd", "gpt2", lambda n: {"data": n, "model": 1}),
+    "gpt2_bf16": ("dsl-examples/gpt2.shd", "gpt2", lambda n: {"data": n, "model": 1}),
 }
 # the build flags of a layout beyond its mesh: gpt2_nobucket is gpt2 with
 # each gradient all-reduced on its own when it is made (--bucket=0),
-# gpt2_fsdp_noprefetch gpt2_fsdp with each layer gathered where it is used
-FLAGS = {"gpt2_nobucket": ["--bucket=0"], "gpt2_fsdp_noprefetch": ["--prefetch=off"]}
+# gpt2_fsdp_noprefetch gpt2_fsdp with each layer gathered where it is used,
+# gpt2_bf16 gpt2 in mixed precision (bf16 products and gradients' sums)
+FLAGS = {"gpt2_nobucket": ["--bucket=0"], "gpt2_fsdp_noprefetch": ["--prefetch=off"], "gpt2_bf16": ["-D", "DT=bf16"]}
 PEERS = {"ddp": "PyTorch DDP", "fsdp": "PyTorch FSDP"}
 
 
