@@ -227,3 +227,31 @@ def check_mixed(name, runs, f32, ref_f32, ref_mixed, factor=3.0, floor=5e-4, mes
     if moved == 0.0:
         raise Failure("%s: the mixed-precision losses equal the f32 run's exactly: not computed in bf16" % name)
     return out
+
+
+MIXED_MESHES = ({"data": 1, "model": 1}, {"data": 2, "model": 1}, {"data": 2, "model": 2})
+
+
+def mixed_against_autocast(shdc, src, name, ref, args, d, cfg=TINY):
+    """The mixed-precision test of a model (tests/*/test_mixed.py): ref is
+    the PyTorch reference's command (ref_torch.py with the init and
+    batches), args the program's; PyTorch runs it in f32 and under
+    autocast, the program is built at -D DT=f32 on one device and at -D
+    DT=bf16 on MIXED_MESHES, and check_mixed compares them. Prints its
+    report."""
+    ref_f32 = losses(sh(ref).stdout)
+    ref_mixed = losses(sh(ref + ["--autocast"]).stdout)
+    if len(ref_f32) != len(ref_mixed) or not ref_f32:
+        raise Failure("the references printed %d and %d steps" % (len(ref_f32), len(ref_mixed)))
+
+    def train(dt, mesh):
+        tag = ",".join("%s=%d" % kv for kv in mesh.items())
+        exe = build(shdc, src, mesh, os.path.join(d, "%s_%s_%d_%d" % (name.split(".")[0], dt, mesh["data"],
+                                                                        mesh["model"])),
+                    cfg=cfg, flags=("-D", "DT=" + dt))
+        return tag, losses(run(exe, ranks(mesh), args, cwd=d))
+    _, f32 = train("f32", MIXED_MESHES[0])
+    runs = dict(train("bf16", m) for m in MIXED_MESHES)
+    lines = check_mixed(name + " -D DT=bf16", runs, f32, ref_f32, ref_mixed)
+    print("%s -D DT=bf16 at %s agrees with 1 device and tracks f32 as PyTorch's autocast does:\n  %s"
+          % (name, ", ".join(runs), "\n  ".join(lines)))

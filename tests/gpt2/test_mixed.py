@@ -34,23 +34,8 @@ def main():
         batches = gptlib.text_batches(os.path.join(d, "b.npy"), STEPS, TINY["B"], TINY["T"], seed=4)
         ref = [sys.executable, os.path.join(gptlib.HERE, "ref_torch.py"), "--init=" + init,
                "--batches=" + batches, "--nh=%d" % TINY["NH"]] + ARGS
-        ref_f32 = gptlib.losses(gptlib.sh(ref).stdout)
-        ref_mixed = gptlib.losses(gptlib.sh(ref + ["--autocast"]).stdout)
-        if len(ref_f32) != STEPS or len(ref_mixed) != STEPS:
-            raise Failure("the references printed %d and %d steps of %d" % (len(ref_f32), len(ref_mixed), STEPS))
-
-        def train(dt, mesh):
-            tag = ",".join("%s=%d" % kv for kv in mesh.items())
-            exe = gptlib.build(a.shdc, gptlib.GPT2, mesh, os.path.join(d, "gpt_%s_%d_%d" % (dt, mesh["data"], mesh["model"])),
-                               flags=("-D", "DT=" + dt))
-            out = gptlib.run(exe, gptlib.ranks(mesh), ["--init=" + init, "--batches=" + batches] + ARGS, cwd=d)
-            return tag, gptlib.losses(out)
-        _, f32 = train("f32", {"data": 1, "model": 1})
-        runs = dict(train("bf16", m) for m in ({"data": 1, "model": 1}, {"data": 2, "model": 1},
-                                                 {"data": 2, "model": 2}))
-        lines = gptlib.check_mixed("gpt2.shd -D DT=bf16", runs, f32, ref_f32, ref_mixed)
-    print("gpt2.shd -D DT=bf16 at %s agrees with 1 device and tracks f32 as PyTorch's autocast does:\n  %s"
-          % (", ".join(runs), "\n  ".join(lines)))
+        gptlib.mixed_against_autocast(a.shdc, gptlib.GPT2, "gpt2.shd", ref,
+                                      ["--init=" + init, "--batches=" + batches] + ARGS, d)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ each step's |loss_bf16 - loss_f32| is within 3x PyTorch's |autocast -
 f32| plus 5e-4 (gptlib.check_mixed)."""
 import argparse
 import os
-import re
 import sys
 import tempfile
 
@@ -40,23 +39,9 @@ def main():
         gptlib.sh([sys.executable, REF, "--make-init=" + init, "--seed=3"] + sizes)
         batches = gptlib.text_batches(os.path.join(d, "b.npy"), STEPS, CFG["B"], CFG["T"], seed=4)
         ref = [sys.executable, REF, "--init=" + init, "--batches=" + batches, "--steps=%d" % STEPS] + sizes + SCHED
-        ref_f32 = gptlib.losses(gptlib.sh(ref).stdout)
-        ref_mixed = gptlib.losses(gptlib.sh(ref + ["--autocast"]).stdout)
-        if len(ref_f32) != STEPS or len(ref_mixed) != STEPS:
-            raise Failure("the references printed %d and %d steps of %d" % (len(ref_f32), len(ref_mixed), STEPS))
-        base = ["--init=" + init, "--batches=" + batches, "--steps=%d" % STEPS] + SCHED
-
-        def train(dt, mesh):
-            tag = ",".join("%s=%d" % kv for kv in mesh.items())
-            exe = gptlib.build(a.shdc, LLAMA, mesh, os.path.join(d, "llama_%s_%d_%d" % (dt, mesh["data"], mesh["model"])),
-                               cfg=CFG, flags=("-D", "DT=" + dt))
-            return tag, gptlib.losses(gptlib.run(exe, gptlib.ranks(mesh), base, cwd=d))
-        _, f32 = train("f32", {"data": 1, "model": 1})
-        runs = dict(train("bf16", m) for m in ({"data": 1, "model": 1}, {"data": 2, "model": 1},
-                                                 {"data": 2, "model": 2}))
-        lines = gptlib.check_mixed("llama.shd -D DT=bf16", runs, f32, ref_f32, ref_mixed)
-    print("llama.shd -D DT=bf16 at %s agrees with 1 device and tracks f32 as PyTorch's autocast does:\n  %s"
-          % (", ".join(runs), "\n  ".join(lines)))
+        gptlib.mixed_against_autocast(a.shdc, LLAMA, "llama.shd", ref,
+                                      ["--init=" + init, "--batches=" + batches, "--steps=%d" % STEPS] + SCHED, d,
+                                      cfg=CFG)
 
 
 if __name__ == "__main__":
