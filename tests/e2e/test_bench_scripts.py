@@ -40,12 +40,20 @@ def table(out, what):
     return rows[0], rows[1:]
 
 
-def check_numbers(head, rows, what, failures):
+def check_numbers(head, rows, what, failures, other=None):
+    """Every cell after the first a number (or numbers, comma separated),
+    but the columns named in other: {column: a check of the cell and its
+    row}."""
+    other = other or {}
     for r in rows:
         if len(r) != len(head):
             failures.append("%s: row %s has %d cells, the header %d" % (what, r[0], len(r), len(head)))
             continue
         for h, c in zip(head[1:], r[1:]):
+            if h in other:
+                if not other[h](c, dict(zip(head, r))):
+                    failures.append("%s: %s, column %r is %r" % (what, r[0], h, c))
+                continue
             parts = [x.strip() for x in c.split(",")]
             if not all(NUM.match(x) for x in parts):
                 failures.append("%s: %s, column %r is %r, not a number" % (what, r[0], h, c))
@@ -57,12 +65,16 @@ def main():
 
     out = run(["bench/gpt.py", "--shdc", shdc, "--configs", "tiny", "llama-tiny", "--ranks", "1", "2", "--steps", "4"])
     head, rows = table(out, "bench/gpt.py")
-    got = [(r[0].split()[0], r[1]) for r in rows]
-    want = [("tiny", "1"), ("tiny", "2"), ("llama-tiny", "1"), ("llama-tiny", "2")]
-    if got != want:
-        failures.append("bench/gpt.py: rows %s, expected %s" % (got, want))
-    check_numbers(head, rows, "bench/gpt.py", failures)
     col = {h: i for i, h in enumerate(head)}
+    got = [(r[0].split()[0], r[col["ranks"]], r[col["DT"]]) for r in rows] if "ranks" in col and "DT" in col else []
+    want = [(m, n, dt) for m in ("tiny", "llama-tiny") for n in ("1", "2") for dt in ("f32", "bf16")]
+    if got != want:
+        failures.append("bench/gpt.py: rows (model, ranks, DT) %s, expected %s" % (got, want))
+    # DT names the row's dtype; the bf16 row's difference to the f32 one is signed, the f32 row has none
+    diff = "bf16 - f32 ms/step"
+    check_numbers(head, rows, "bench/gpt.py", failures, {
+        "DT": lambda c, row: c in ("f32", "bf16"),
+        diff: lambda c, row: c == "-" if row.get("DT") == "f32" else bool(re.match(r"^[+-]\d+(\.\d+)?$", c))})
     for name in ("shdc ms/step", "GFLOP/step", "MFU vs machine", "PyTorch ms/step"):
         if name not in col:
             failures.append("bench/gpt.py: no column %r in %s" % (name, head))
@@ -70,12 +82,13 @@ def main():
         if len(r) != len(head):
             continue
         if "shdc ms/step" in col and NUM.match(r[col["shdc ms/step"]]) and float(r[col["shdc ms/step"]]) <= 0:
-            failures.append("bench/gpt.py: %s at %s ranks: ms/step %s" % (r[0], r[1], r[col["shdc ms/step"]]))
+            failures.append("bench/gpt.py: %s %s: ms/step %s" % (r[0], r[1], r[col["shdc ms/step"]]))
         arrays = [c for h, c in zip(head, r) if "explain" in h]
         m = re.match(r"^([\d.]+), ([\d.]+)$", arrays[0]) if arrays else None
         if not m or not 0.75 <= float(m.group(2)) / max(float(m.group(1)), 1e-9) <= 1.25:
-            failures.append("bench/gpt.py: %s at %s ranks: arrays measured, explain = %s" % (r[0], r[1], arrays))
-    print("bench/gpt.py: %d rows (tiny, llama-tiny at 1 and 2 ranks, PyTorch beside), every cell a number"
+            failures.append("bench/gpt.py: %s %s: arrays measured, explain = %s" % (r[0], r[1], arrays))
+    print("bench/gpt.py: %d rows (tiny, llama-tiny at 1 and 2 ranks, f32 and bf16, PyTorch beside), every cell a "
+          "number"
           % len(rows))
 
     out = run(["bench/gpt_v2.py", "--first", shdc, os.path.join(ROOT, "tests", "gpt2", "gpt2_v1.shd"),
