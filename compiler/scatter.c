@@ -152,16 +152,20 @@ static bool push_through_add(Sc *s, Module *mod, Inst *S) {
   for (int k = 0; k < 2; k++)
     if (!ty_equal(&add->args[k]->type, &r->type))
       return false;
-  const Type *t = &S->results[0]->type;
+  Type t = r->type;   /* the sum's sharding, d split as the slice splits it */
+  t.spec[S->dim] = S->results[0]->type.spec[S->dim];
   for (int k = 0; k < 2; k++) {
-    Inst *sk = ir_emit(mod, NULL, IR_SLICE_BLOCK, S->pos, 1, &add->args[k], 1, t);
+    Inst *sk = ir_emit(mod, NULL, IR_SLICE_BLOCK, S->pos, 1, &add->args[k], 1, &t);
     ir_copy_attrs(sk, S);
     insert_before(add->parent, add, sk);
     add->args[k] = sk->results[0];
     vec_push(&s->sites, sk);
   }
-  add->results[0]->type = *t;
-  drop_slice(S, r);
+  add->results[0]->type = t;
+  if (ty_equal(&t, &S->results[0]->type))
+    drop_slice(S, r);
+  else
+    S->op = IR_RETYPE;   /* the slice's type where it drops an axis of size 1: the same block */
   return true;
 }
 
