@@ -21,6 +21,14 @@
  * Straight-line code gets the same: slice_block(all_reduce(x)) of the same
  * axes, the sum used only there, is reduce_scatter(x).
  *
+ * Mixed precision (f32 master weights cast to bf16 for the forward pass):
+ * a bf16 sum reaches the slice or the f32 accumulator through a widening
+ * cast, which is exact and elementwise and so commutes with the slice:
+ * the sum is reduce-scattered in bf16 (half the bytes) and the cast
+ * widens this rank's block. A slice of a + b (a tied weight's two
+ * gradients; a gradient's bf16 and f32 parts) is first pushed into both
+ * operands, each then a candidate.
+ *
  * The pass runs on the SPMD IR after opt_module and before overlap.c (which
  * then buckets a loop's reduce-scatters as it does its all-reduces). Global
  * shapes do not change: each rewritten value's type gains the slice's
