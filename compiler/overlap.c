@@ -186,8 +186,10 @@ static bool same_value(const Value *a, const Value *b, int depth) {
 
 /* ---- a loop's accumulators --------------------------------------------------------------------- */
 
+enum { ACC_VIEWS = 6 };   /* views between a sum and its update (reshapes of unit dims, retypes) */
+
 typedef struct {
-  Inst *ar, *widen, *view[4], *slice, *add, *update;
+  Inst *ar, *widen, *view[ACC_VIEWS], *slice, *add, *update;
   int carry;           /* the body's argument index of the carry */
   int kind;            /* 1 set, 2 add (SHD_ASYNC_) */
 } Acc;
@@ -201,13 +203,13 @@ static bool match_acc(const Ov *o, IrBlock *y, Inst *ar, Acc *m) {
   m->ar = ar;
   Value *r = ar->results[0];
   Inst *u = sole_user(o, y, r);
-  if (u && u->op == IR_CAST && r->type.dtype == DT_BF16 && u->results[0]->type.dtype == DT_F32) {
-    m->widen = u;   /* mixed precision: the bf16 copy's gradient into an f32 one (exact) */
-    r = u->results[0];
-    u = sole_user(o, y, r);
-  }
-  for (int v = 0; u && (u->op == IR_RESHAPE || u->op == IR_RETYPE) && v < 4; v++) {   /* views: the same bytes */
-    m->view[v] = u;
+  for (int v = 0; u && v < ACC_VIEWS;) {
+    if (u->op == IR_CAST && !m->widen && r->type.dtype == DT_BF16 && u->results[0]->type.dtype == DT_F32)
+      m->widen = u;   /* mixed precision: the bf16 copy's gradient into an f32 one (exact, elementwise) */
+    else if (u->op == IR_RESHAPE || u->op == IR_RETYPE)
+      m->view[v++] = u;   /* views: the same bytes */
+    else
+      break;
     r = u->results[0];
     u = sole_user(o, y, r);
   }
@@ -318,11 +320,13 @@ static Inst *start_accs(Ov *o, Inst *F, Acc *m, int n, PtrMap *gone, int *at_out
   for (int j = 0; j < n; j++) {
     Value *c = m[j].update->args[0];
     yield->args[c->index - 1] = c;
-    Inst *g[] = {m[j].update, m[j].add,     m[j].slice,   m[j].view[3], m[j].view[2],
-                 m[j].view[1], m[j].view[0], m[j].widen, m[j].ar};
-    for (int k = 0; k < 9; k++)
+    Inst *g[] = {m[j].update, m[j].add, m[j].slice, m[j].widen, m[j].ar};
+    for (int k = 0; k < 5; k++)
       if (g[k])
         ptrmap_put(gone, g[k], 1);
+    for (int k = 0; k < ACC_VIEWS; k++)
+      if (m[j].view[k])
+        ptrmap_put(gone, m[j].view[k], 1);
   }
   *at_out = after_operands(o, y, st);
   /* the wait, before the first use of the loop's results */

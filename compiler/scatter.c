@@ -21,6 +21,14 @@
  * Straight-line code gets the same: slice_block(all_reduce(x)) of the same
  * axes, the sum used only there, is reduce_scatter(x).
  *
+ * Mixed precision (f32 master weights cast to bf16 for the forward pass):
+ * a bf16 sum reaches the slice or the f32 accumulator through a widening
+ * cast, which is exact and elementwise and so commutes with the slice:
+ * the sum is reduce-scattered in bf16 (half the bytes) and the cast
+ * widens this rank's block. A slice of a + b (a tied weight's two
+ * gradients; a gradient's bf16 and f32 parts) is first pushed into both
+ * operands, each then a candidate.
+ *
  * The pass runs on the SPMD IR after opt_module and before overlap.c (which
  * then buckets a loop's reduce-scatters as it does its all-reduces). Global
  * shapes do not change: each rewritten value's type gains the slice's
@@ -79,6 +87,13 @@ static int unit_view_dim(const Type *from, const Type *to, int d) {
 
 static void reshard_dim(Value *v, int d, DimSpec sp) { v->type.spec[d] = sp; }
 
+/* A cast that widens bf16 to f32: exact and elementwise, so it commutes
+ * with the sum's slicing (mixed precision's bf16 gradients into their f32
+ * master weights' shards). */
+static bool is_widen(const Inst *in) {
+  return in && in->op == IR_CAST && in->args[0]->type.dtype == DT_BF16 && in->results[0]->type.dtype == DT_F32;
+}
+
 /* The axes of a dim's sharding that split it (size > 1). */
 static DimSpec splitting(const Mesh *m, DimSpec sp) {
   DimSpec r = {0};
@@ -120,12 +135,58 @@ static void drop_slice(Inst *S, Value *by) {
   replace_uses(b, S->results[0], by);
 }
 
+/* in goes into b just before the instruction at. */
+static void insert_before(IrBlock *b, const Inst *at, Inst *in) {
+  int k = 0;
+  while (b->insts.data[k] != at)
+    k++;
+  vec_push(&b->insts, NULL);
+  for (int i = b->insts.len - 1; i > k; i--)
+    b->insts.data[i] = b->insts.data[i - 1];
+  b->insts.data[k] = in;
+  in->parent = b;
+}
+
+/* slice_block(a + b), the sum used only there: slice_block(a) +
+ * slice_block(b), each slice then a candidate (a tied weight's two
+ * gradients, or a gradient's widened bf16 part and its f32 part). The
+ * slices are appended to sites. */
+static bool push_through_add(Sc *s, Module *mod, Inst *S) {
+  Value *r = S->args[0];
+  Inst *add = r->def;
+  if (!add || add->op != IR_BINARY || add->fn != BIN_ADD || add->nargs != 2 || add->parent != S->parent ||
+      s->uses[r->id] != 1)
+    return false;
+  for (int k = 0; k < 2; k++)
+    if (!ty_equal(&add->args[k]->type, &r->type))
+      return false;
+  Type t = r->type;   /* the sum's sharding, d split as the slice splits it */
+  t.spec[S->dim] = S->results[0]->type.spec[S->dim];
+  for (int k = 0; k < 2; k++) {
+    Inst *sk = ir_emit(mod, NULL, IR_SLICE_BLOCK, S->pos, 1, &add->args[k], 1, &t);
+    ir_copy_attrs(sk, S);
+    insert_before(add->parent, add, sk);
+    add->args[k] = sk->results[0];
+    vec_push(&s->sites, sk);
+  }
+  add->results[0]->type = t;
+  if (ty_equal(&t, &S->results[0]->type))
+    drop_slice(S, r);
+  else
+    S->op = IR_RETYPE;   /* the slice's type where it drops an axis of size 1: the same block */
+  return true;
+}
+
 /* The pattern for carry j of loop F, rewritten if it matches. */
 static bool try_carry(Sc *s, Module *mod, Inst *F, int j) {
   IrBlock *y = F->regions[0], *outer = F->parent;
   Value *c = y->args[j], *R = F->results[j - 1];
-  Inst *S = sole(s, R);
-  if (!S || S->op != IR_SLICE_BLOCK || S->parent != outer || S->args[0] != R)
+  Inst *S = sole(s, R), *wc = NULL;
+  if (is_widen(S) && S->parent == outer) {   /* a bf16 accumulator widened after the loop */
+    wc = S;
+    S = sole(s, wc->results[0]);
+  }
+  if (!S || S->op != IR_SLICE_BLOCK || S->parent != outer || S->args[0] != (wc ? wc->results[0] : R))
     return false;
   int d = S->dim, rank = c->type.rank;
   if (d < 0 || d >= rank || !splits_further(&mod->mesh, c->type.spec[d], S->results[0]->type.spec[d]) || s->uses[c->id] != 2)
@@ -152,14 +213,17 @@ static bool try_carry(Sc *s, Module *mod, Inst *F, int j) {
     return false;
   if ((win != c && !ds) || !is_zero_const(up->args[2 + d]) || win->type.shape[d] != c->type.shape[d])
     return false;
-  /* Back from the addend through views of the same bytes to the all-reduce. */
-  Inst *views[4];
+  /* Back from the addend through views of the same bytes (and a widening
+   * cast: a bf16 sum into an f32 accumulator) to the all-reduce. */
+  Inst *views[6];
   int nviews = 0, dd = d;
   Value *v = part;
-  while (v->def && v->def->parent == y && (v->def->op == IR_RESHAPE || v->def->op == IR_RETYPE) && nviews < 4) {
+  while (v->def && v->def->parent == y && (v->def->op == IR_RESHAPE || v->def->op == IR_RETYPE || is_widen(v->def)) &&
+         nviews < 6) {
     if (ty_local_dim(&mod->mesh, &v->type, dd) != local)
       return false;
-    dd = unit_view_dim(&v->def->args[0]->type, &v->type, dd);
+    if (v->def->op != IR_CAST)
+      dd = unit_view_dim(&v->def->args[0]->type, &v->type, dd);
     if (dd < 0 || s->uses[v->id] != 1)
       return false;
     views[nviews++] = v->def;
@@ -173,16 +237,12 @@ static bool try_carry(Sc *s, Module *mod, Inst *F, int j) {
   /* Rewrite: the slice moves to the accumulator's initial value. */
   DimSpec sp = S->results[0]->type.spec[d];
   Value *init = F->args[1 + j];
-  Inst *sl = ir_emit(mod, outer, IR_SLICE_BLOCK, S->pos, 1, &init, 1, &S->results[0]->type);
+  Type st = S->results[0]->type;
+  st.dtype = init->type.dtype;   /* the accumulator's (bf16 where the loop's result is widened) */
+  Inst *sl = ir_emit(mod, outer, IR_SLICE_BLOCK, S->pos, 1, &init, 1, &st);
   ir_copy_attrs(sl, S);
   outer->insts.len--;
-  int at = 0;
-  while (outer->insts.data[at] != F)
-    at++;
-  vec_push(&outer->insts, NULL);
-  for (int i = outer->insts.len - 1; i > at; i--)
-    outer->insts.data[i] = outer->insts.data[i - 1];
-  outer->insts.data[at] = sl;
+  insert_before(outer, F, sl);
   F->args[1 + j] = sl->results[0];
   reshard_dim(c, d, sp);
   reshard_dim(R, d, sp);
@@ -193,45 +253,80 @@ static bool try_carry(Sc *s, Module *mod, Inst *F, int j) {
   int vd = d;
   for (int k = 0; k < nviews; k++) {
     reshard_dim(views[k]->results[0], vd, sp);
-    vd = unit_view_dim(&views[k]->args[0]->type, &views[k]->results[0]->type, vd);
+    if (views[k]->op != IR_CAST)
+      vd = unit_view_dim(&views[k]->args[0]->type, &views[k]->results[0]->type, vd);
   }
   ar->op = IR_REDUCE_SCATTER;
   ar->dim = dd;
   reshard_dim(ar->results[0], dd, sp);
-  drop_slice(S, R);   /* the slice's users take the loop's result */
+  if (wc)
+    reshard_dim(wc->results[0], d, sp);   /* the widening applies to the block */
+  drop_slice(S, wc ? wc->results[0] : R);   /* the slice's users take the loop's result */
   return true;
 }
 
 /* slice_block(all_reduce(x) over A) of dim d over A, the sum used only
  * there: reduce_scatter(x) of d (the straight-line form, e.g. a gathered
- * parameter used outside the layer loop). */
+ * parameter used outside the layer loop). Between the sum and the slice
+ * may be retypes (the same block on each rank) and a widening cast: they
+ * apply to the block. */
 static bool try_slice(Sc *s, const Module *mod, Inst *S) {
   Value *r = S->args[0];
-  Inst *ar = r->def;
-  int d = S->dim;
-  if (!ar || ar->op != IR_ALL_REDUCE || ar->fn != RED_SUM || ar->parent != S->parent || sole(s, r) != S ||
-      ar->naxes != S->naxes || memcmp(ar->axes, S->axes, sizeof(int) * (size_t)S->naxes) ||
+  Inst *ar = r->def, *between[4];
+  int d = S->dim, n = 0;
+  bool wide = false;
+  const Value *last = r;
+  while (ar && ar->parent == S->parent && n < 4 && (ar->op == IR_RETYPE || (is_widen(ar) && !wide)) &&
+         s->uses[last->id] == 1 && ty_local_dim(&mod->mesh, &ar->args[0]->type, d) == ty_local_dim(&mod->mesh, &last->type, d) &&
+         ar->args[0]->type.rank == last->type.rank) {
+    wide |= ar->op == IR_CAST;
+    between[n++] = ar;
+    last = ar->args[0];
+    ar = last->def;
+  }
+  if (!ar || ar->op != IR_ALL_REDUCE || ar->fn != RED_SUM || ar->parent != S->parent || s->uses[last->id] != 1 ||
+      (!n && sole(s, r) != S) || ar->naxes != S->naxes ||
+      memcmp(ar->axes, S->axes, sizeof(int) * (size_t)S->naxes) ||
       ar->args[0]->type.rank != S->results[0]->type.rank ||
       ty_local_dim(&mod->mesh, &ar->args[0]->type, d) != ty_local_dim(&mod->mesh, &r->type, d) ||
       !splits_further(&mod->mesh, r->type.spec[d], S->results[0]->type.spec[d]))
     return false;
+  for (int k = 0; k < n; k++)   /* each already splits d as the sum does (the same local dim) */
+    if (memcmp(&between[k]->results[0]->type.spec[d], &r->type.spec[d], sizeof(DimSpec)))
+      return false;
+  DimSpec sp = S->results[0]->type.spec[d];
   ar->op = IR_REDUCE_SCATTER;
   ar->dim = d;
-  ar->results[0]->type = S->results[0]->type;
-  drop_slice(S, ar->results[0]);
+  reshard_dim(ar->results[0], d, sp);
+  for (int k = 0; k < n; k++)
+    reshard_dim(between[k]->results[0], d, sp);
+  drop_slice(S, r);
   return true;
+}
+
+/* The use maps of fn's values, from scratch. */
+static void count_uses(Sc *s, Module *mod, Func *fn) {
+  int n = mod->next_value + 1;   /* the maps grow with the values the pass made */
+  s->uses = mem_resize(s->uses, s->n, n, sizeof(int));
+  s->user = mem_resize(s->user, s->n, n, sizeof(Inst *));
+  s->n = n;
+  ir_clear_ids(fn->body, s->uses, sizeof(int));
+  ir_clear_ids(fn->body, s->user, sizeof(Inst *));
+  s->sites.len = 0;
+  walk(s, fn->body);
 }
 
 void scatter_accumulators(Module *mod) {
   Sc s = {0};
   for (int f = 0; f < mod->funcs.len; f++) {
     Func *fn = mod->funcs.data[f];
-    int n = mod->next_value + 1;   /* the maps grow with the values the pass made */
-    s.uses = mem_resize(s.uses, s.n, n, sizeof(int));
-    s.user = mem_resize(s.user, s.n, n, sizeof(Inst *));
-    s.n = n;
-    s.sites.len = 0;
-    walk(&s, fn->body);
+    count_uses(&s, mod, fn);
+    bool pushed = false;
+    for (int i = 0; i < s.sites.len; i++)   /* grows with the slices pushed through sums */
+      if (((Inst *)s.sites.data[i])->op == IR_SLICE_BLOCK)
+        pushed |= push_through_add(&s, mod, s.sites.data[i]);
+    if (pushed)
+      count_uses(&s, mod, fn);
     for (int i = 0; i < s.sites.len; i++) {
       Inst *F = s.sites.data[i];
       for (int j = 1; F->op == IR_FOR && j < F->regions[0]->nargs; j++)
@@ -239,10 +334,11 @@ void scatter_accumulators(Module *mod) {
     }
     for (int i = 0; i < s.sites.len; i++) {   /* after the loops: try_carry removes the slices it takes */
       Inst *S = s.sites.data[i];
-      if (S->op == IR_SLICE_BLOCK && S->args[0]->def && S->args[0]->def->op == IR_ALL_REDUCE)
+      if (S->op == IR_SLICE_BLOCK && S->args[0]->def &&
+          (S->args[0]->def->op == IR_ALL_REDUCE || S->args[0]->def->op == IR_RETYPE || is_widen(S->args[0]->def)))
         try_slice(&s, mod, S);
     }
-    n = mod->next_value + 1;
+    int n = mod->next_value + 1;
     s.uses = mem_resize(s.uses, s.n, n, sizeof(int));
     s.user = mem_resize(s.user, s.n, n, sizeof(Inst *));
     s.n = n;

@@ -686,18 +686,20 @@ static void unpack_gather(const request *r, const member *m, void *out)
     }
 }
 
-/* m's count bf16 values at src widened into r's f32 scratch. */
+/* m's bf16 values at src widened into r's f32 scratch: its count, or in
+ * a reduce-scatter this rank's block of them (1/G). */
 static void widen_member(request *r, const member *m, const char *src)
 {
     if (r->dt != SHD_BF16)
         shd_fatal("internal: a widening async member of a %s bucket", shd_dtype_name(r->dt));
-    if (m->count * sizeof(float) > r->widecap) {
-        r->wide = shd_mem(r->wide, m->count * sizeof(float), "an async bf16 member widened");
-        r->widecap = m->count * sizeof(float);
+    size_t n = r->scatter ? m->count / (size_t)r->G : m->count;
+    if (n * sizeof(float) > r->widecap) {
+        r->wide = shd_mem(r->wide, n * sizeof(float), "an async bf16 member widened");
+        r->widecap = n * sizeof(float);
     }
     const uint16_t *s = (const uint16_t *)src;
     float *w = (float *)r->wide;
-    for (size_t i = 0; i < m->count; i++)
+    for (size_t i = 0; i < n; i++)
         w[i] = shd_bf2f(s[i]);
 }
 
