@@ -69,6 +69,21 @@ Inst *ir_emit(Module *mod, IrBlock *b, int op, Pos pos, int nargs, Value **args,
   return in;
 }
 
+int ir_index_of(const IrBlock *b, const Inst *in) {
+  for (int i = 0; i < b->insts.len; i++)
+    if (b->insts.data[i] == in)
+      return i;
+  return -1;
+}
+
+void ir_insert_at(IrBlock *b, int at, Inst *in) {
+  vec_push(&b->insts, in);
+  for (int i = b->insts.len - 1; i > at; i--)
+    b->insts.data[i] = b->insts.data[i - 1];
+  b->insts.data[at] = in;
+  in->parent = b;
+}
+
 void ir_copy_attrs(Inst *dst, const Inst *src) {
   dst->fn = src->fn;
   dst->dim = src->dim;

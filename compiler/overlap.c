@@ -123,21 +123,6 @@ static int64_t local_bytes(const Ov *o, const Type *t) {
   return ty_local_count(&o->mod->mesh, t) * (int64_t)ty_dtype_size(t->dtype);
 }
 
-static int index_of(const IrBlock *b, const Inst *in) {
-  for (int i = 0; i < b->insts.len; i++)
-    if (b->insts.data[i] == in)
-      return i;
-  return -1;
-}
-
-static void insert_at(IrBlock *b, int at, Inst *in) {
-  vec_push(&b->insts, in);
-  for (int i = b->insts.len - 1; i > at; i--)
-    b->insts.data[i] = b->insts.data[i - 1];
-  b->insts.data[at] = in;
-  in->parent = b;
-}
-
 /* The one instruction of b (not nested) that uses v, or NULL (o->user:
  * the body's users, noted by overlap_loop). */
 static Inst *sole_user(const Ov *o, const IrBlock *b, const Value *v) {
@@ -186,8 +171,6 @@ static bool same_value(const Value *a, const Value *b, int depth) {
 
 /* ---- a loop's accumulators --------------------------------------------------------------------- */
 
-enum { ACC_VIEWS = 6 };   /* views between a sum and its update (reshapes of unit dims, retypes) */
-
 typedef struct {
   Inst *ar, *widen, *view[ACC_VIEWS], *slice, *add, *update;
   int carry;           /* the body's argument index of the carry */
@@ -204,7 +187,7 @@ static bool match_acc(const Ov *o, IrBlock *y, Inst *ar, Acc *m) {
   Value *r = ar->results[0];
   Inst *u = sole_user(o, y, r);
   for (int v = 0; u && v < ACC_VIEWS;) {
-    if (u->op == IR_CAST && !m->widen && r->type.dtype == DT_BF16 && u->results[0]->type.dtype == DT_F32)
+    if (!m->widen && ir_is_widen(u))
       m->widen = u;   /* mixed precision: the bf16 copy's gradient into an f32 one (exact, elementwise) */
     else if (u->op == IR_RESHAPE || u->op == IR_RETYPE)
       m->view[v++] = u;   /* views: the same bytes */
@@ -336,7 +319,7 @@ static Inst *start_accs(Ov *o, Inst *F, Acc *m, int n, PtrMap *gone, int *at_out
     res[t] = F->results[carries[t] - 1];
     types[t] = res[t]->type;
   }
-  int fi = index_of(b, F), wi = fi + 1;
+  int fi = ir_index_of(b, F), wi = fi + 1;
   while (wi < b->insts.len - 1 && !uses_value(b->insts.data[wi], (const Value *const *)res, ncarry))
     wi++;
   Inst *wt = ir_emit(o->mod, NULL, IR_ALL_REDUCE_WAIT, F->pos, ncarry, res, ncarry, types);
@@ -344,7 +327,7 @@ static Inst *start_accs(Ov *o, Inst *F, Acc *m, int n, PtrMap *gone, int *at_out
   wt->iv = arena_alloc(sizeof(int64_t));
   wt->iv[0] = 0;
   wt->niv = 1;
-  insert_at(b, wi, wt);
+  ir_insert_at(b, wi, wt);
   for (int t = 0; t < ncarry; t++) {
     wt->results[t]->name = res[t]->name;
     wt->results[t]->display = res[t]->display;
@@ -1046,7 +1029,7 @@ static const Inst *gather_work(const Module *mod, const IrBlock *b, int at, cons
 const Inst *overlap_work(const Module *mod, const Inst *start, double *dot, double *ew) {
   *dot = *ew = 0;
   const IrBlock *b = start->parent;
-  int at = index_of(b, start);
+  int at = ir_index_of(b, start);
   if (at < 0)
     return NULL;
   if (start->op == IR_ALL_GATHER_START)
@@ -1064,7 +1047,7 @@ const Inst *overlap_work(const Module *mod, const Inst *start, double *dot, doub
   for (int i = 0; i < b->insts.len; i++)
     add_work(mod, b->insts.data[i], dot, ew);
   const IrBlock *pb = loop->parent;
-  for (int i = index_of(pb, loop) + 1; i < pb->insts.len; i++) {
+  for (int i = ir_index_of(pb, loop) + 1; i < pb->insts.len; i++) {
     const Inst *in = pb->insts.data[i];
     if (is_wait_of(in, start))
       return in;

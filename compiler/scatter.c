@@ -87,13 +87,6 @@ static int unit_view_dim(const Type *from, const Type *to, int d) {
 
 static void reshard_dim(Value *v, int d, DimSpec sp) { v->type.spec[d] = sp; }
 
-/* A cast that widens bf16 to f32: exact and elementwise, so it commutes
- * with the sum's slicing (mixed precision's bf16 gradients into their f32
- * master weights' shards). */
-static bool is_widen(const Inst *in) {
-  return in && in->op == IR_CAST && in->args[0]->type.dtype == DT_BF16 && in->results[0]->type.dtype == DT_F32;
-}
-
 /* The axes of a dim's sharding that split it (size > 1). */
 static DimSpec splitting(const Mesh *m, DimSpec sp) {
   DimSpec r = {0};
@@ -135,18 +128,6 @@ static void drop_slice(Inst *S, Value *by) {
   replace_uses(b, S->results[0], by);
 }
 
-/* in goes into b just before the instruction at. */
-static void insert_before(IrBlock *b, const Inst *at, Inst *in) {
-  int k = 0;
-  while (b->insts.data[k] != at)
-    k++;
-  vec_push(&b->insts, NULL);
-  for (int i = b->insts.len - 1; i > k; i--)
-    b->insts.data[i] = b->insts.data[i - 1];
-  b->insts.data[k] = in;
-  in->parent = b;
-}
-
 /* slice_block(a + b), the sum used only there: slice_block(a) +
  * slice_block(b), each slice then a candidate (a tied weight's two
  * gradients, or a gradient's widened bf16 part and its f32 part). The
@@ -165,7 +146,7 @@ static bool push_through_add(Sc *s, Module *mod, Inst *S) {
   for (int k = 0; k < 2; k++) {
     Inst *sk = ir_emit(mod, NULL, IR_SLICE_BLOCK, S->pos, 1, &add->args[k], 1, &t);
     ir_copy_attrs(sk, S);
-    insert_before(add->parent, add, sk);
+    ir_insert_at(add->parent, ir_index_of(add->parent, add), sk);
     add->args[k] = sk->results[0];
     vec_push(&s->sites, sk);
   }
@@ -182,7 +163,7 @@ static bool try_carry(Sc *s, Module *mod, Inst *F, int j) {
   IrBlock *y = F->regions[0], *outer = F->parent;
   Value *c = y->args[j], *R = F->results[j - 1];
   Inst *S = sole(s, R), *wc = NULL;
-  if (is_widen(S) && S->parent == outer) {   /* a bf16 accumulator widened after the loop */
+  if (ir_is_widen(S) && S->parent == outer) {   /* a bf16 accumulator widened after the loop */
     wc = S;
     S = sole(s, wc->results[0]);
   }
@@ -215,11 +196,11 @@ static bool try_carry(Sc *s, Module *mod, Inst *F, int j) {
     return false;
   /* Back from the addend through views of the same bytes (and a widening
    * cast: a bf16 sum into an f32 accumulator) to the all-reduce. */
-  Inst *views[6];
+  Inst *views[ACC_VIEWS];
   int nviews = 0, dd = d;
   Value *v = part;
-  while (v->def && v->def->parent == y && (v->def->op == IR_RESHAPE || v->def->op == IR_RETYPE || is_widen(v->def)) &&
-         nviews < 6) {
+  while (v->def && v->def->parent == y && (v->def->op == IR_RESHAPE || v->def->op == IR_RETYPE || ir_is_widen(v->def)) &&
+         nviews < ACC_VIEWS) {
     if (ty_local_dim(&mod->mesh, &v->type, dd) != local)
       return false;
     if (v->def->op != IR_CAST)
@@ -242,7 +223,7 @@ static bool try_carry(Sc *s, Module *mod, Inst *F, int j) {
   Inst *sl = ir_emit(mod, outer, IR_SLICE_BLOCK, S->pos, 1, &init, 1, &st);
   ir_copy_attrs(sl, S);
   outer->insts.len--;
-  insert_before(outer, F, sl);
+  ir_insert_at(outer, ir_index_of(outer, F), sl);
   F->args[1 + j] = sl->results[0];
   reshard_dim(c, d, sp);
   reshard_dim(R, d, sp);
@@ -276,7 +257,7 @@ static bool try_slice(Sc *s, const Module *mod, Inst *S) {
   int d = S->dim, n = 0;
   bool wide = false;
   const Value *last = r;
-  while (ar && ar->parent == S->parent && n < 4 && (ar->op == IR_RETYPE || (is_widen(ar) && !wide)) &&
+  while (ar && ar->parent == S->parent && n < 4 && (ar->op == IR_RETYPE || (ir_is_widen(ar) && !wide)) &&
          s->uses[last->id] == 1 && ty_local_dim(&mod->mesh, &ar->args[0]->type, d) == ty_local_dim(&mod->mesh, &last->type, d) &&
          ar->args[0]->type.rank == last->type.rank) {
     wide |= ar->op == IR_CAST;
@@ -335,7 +316,7 @@ void scatter_accumulators(Module *mod) {
     for (int i = 0; i < s.sites.len; i++) {   /* after the loops: try_carry removes the slices it takes */
       Inst *S = s.sites.data[i];
       if (S->op == IR_SLICE_BLOCK && S->args[0]->def &&
-          (S->args[0]->def->op == IR_ALL_REDUCE || S->args[0]->def->op == IR_RETYPE || is_widen(S->args[0]->def)))
+          (S->args[0]->def->op == IR_ALL_REDUCE || S->args[0]->def->op == IR_RETYPE || ir_is_widen(S->args[0]->def)))
         try_slice(&s, mod, S);
     }
     int n = mod->next_value + 1;

@@ -808,6 +808,8 @@ enum { RED_SUM, RED_MAX, RED_MIN };
 enum { ASYNC_MEMBER_W = 5 + 2 * MAX_RANK, ASYNC_SCATTER_DIM = 4 + 2 * MAX_RANK };
 /* A member's kind (SHD_ASYNC_ order) and its flag: a bf16 sum into an f32 carry (shdrt.h's SHD_ASYNC_WIDEN). */
 enum { ASYNC_KIND = 3, ASYNC_WIDEN = 4 };
+/* The views (reshapes of unit dims, retypes) overlap.c and scatter.c follow between a sum and its use. */
+enum { ACC_VIEWS = 6 };
 /* A bucket's start (overlap.c): of all-reduces, reduce-scatters or prefetched all-gathers. */
 static inline bool ir_is_async_start(int op) {
   return op == IR_ALL_REDUCE_START || op == IR_REDUCE_SCATTER_START || op == IR_ALL_GATHER_START;
@@ -909,6 +911,14 @@ Value *ir_emit1(Module *mod, IrBlock *b, int op, Pos pos, int nargs, Value **arg
 void ir_add_region(Inst *in, IrBlock *b);
 /* Copies every attribute (not operands, results or regions). */
 void ir_copy_attrs(Inst *dst, const Inst *src);
+/* A cast widening bf16 to f32: exact and elementwise, so it commutes with
+ * a sum's slicing and bucketing (mixed precision's bf16 gradients into
+ * their f32 master weights). */
+static inline bool ir_is_widen(const Inst *in) {
+  return in && in->op == IR_CAST && in->args[0]->type.dtype == DT_BF16 && in->results[0]->type.dtype == DT_F32;
+}
+int ir_index_of(const IrBlock *b, const Inst *in);          /* in's position in b, -1 when absent */
+void ir_insert_at(IrBlock *b, int at, Inst *in);           /* in goes into b at position at */
 void ir_print_module(FILE *out, const Module *mod);
 void ir_print_func(FILE *out, const Module *mod, const Func *f);
 const char *ir_opname(int op);
