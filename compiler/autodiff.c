@@ -23,8 +23,12 @@
  * the body, carrying the cotangents of the carries and of the outer values
  * the body reads. So a layer loop communicates and multiplies matrices in
  * the backward pass exactly as an unrolled one; residual tapes that the
- * backward does not read are dropped (opt_prune_tapes). Branches
- * recompute the taken branch; under a condition that varies across devices,
+ * backward does not read are dropped (opt_prune_tapes). A branch in a
+ * taped loop saves its residuals and results on the loop's tapes (pushed
+ * when taken), and a nested loop with a constant trip count keeps its tapes
+ * beside the outer loop's (entry outer * trips + inner), so the reverse
+ * runs it backward without its forward. Elsewhere a branch is recomputed
+ * in the reverse; under a condition that varies across devices,
  * an active cast whose transpose all-reduces is an error [E_GRAD].
  * Recomputed code drops print and save.
  *
@@ -43,12 +47,23 @@
  */
 #include "ops.h"
 
-typedef struct {
+typedef struct LoopTapes LoopTapes;
+struct LoopTapes {
   Inst *loop;
+  LoopTapes *parent;    /* the loop of a nest whose entries index this one's, or NULL */
+  IrBlock *tb;          /* where the tapes are made: before the loop, or its nest */
   Value **tapes;        /* one per carry */
-  Vec saved;            /* Inst *: body instructions whose results are taped */
-  Vec saved_tapes;      /* Value **: their tapes, one per result */
-} LoopTapes;
+  Value *size;          /* entries a tape has: the trips, times the parent's entries */
+  int64_t csize;        /* ... when known at compile time, else -1 */
+  Value *idx;           /* the iteration's entry, in the forward body */
+  Value *rev_idx;       /* ... in the reverse loop's body (vjp_for) */
+};
+
+/* A forward instruction whose results are taped, and its loop. */
+typedef struct {
+  LoopTapes *lt;
+  Value **tapes;        /* one per result */
+} Saved;
 
 struct AD {
   Module *mod;
@@ -60,6 +75,9 @@ struct AD {
   bool *active;         /* by value id */
   int cap;
   Vec tapes;            /* LoopTapes * */
+  PtrMap saved_index;   /* Inst * -> its index in saved */
+  Vec saved;            /* Saved * */
+  PtrMap fwd_pushes;    /* Inst *: the forward pass's tape pushes (push_at) */
   bool failed;
   const char *fname;
   Pos grad_pos;         /* the grad call being built (notes point at it) */
@@ -366,6 +384,8 @@ void ad_add_ct_unbroadcast(AD *a, Value *primal, Value *g) {
   ad_add_ct(a, primal, ad_unbroadcast(a, g, &primal->type));
 }
 
+static bool defined_in(const Value *v, const IrBlock *root);
+
 /* ---- cloning (with inlining) ------------------------------------------------------------- */
 
 /* Cloning walks a body and, at each call, the callee's body, and at each
@@ -442,8 +462,9 @@ static void clone_one(AD *a, CloneStack *st, const Inst *in) {
   const OpDef *d = op_def(in->op);
   if (st->recompute && d && (d->flags & OPF_OUTPUT))
     return;
-  if (st->recompute && in->op == IR_TAPE_PUSH && in->parent == st->own_loop_body)
-    return;
+  if (st->recompute && in->op == IR_TAPE_PUSH && ptrmap_get(&a->fwd_pushes, in) >= 0 &&
+      !defined_in(in->args[0], st->own_loop_body))
+    return;   /* its tape, made outside the code computed again, holds the forward's entry */
   if (in->op == IR_CALL && in->fn != CALL_REMAT) {
     enter_call(a, st, in);
     return;
@@ -608,7 +629,7 @@ static bool loop_is_active(AD *a, const Inst *in) {
  * pass rather than recomputed: anything but cheap elementwise code and
  * what its OpDef says recomputes without communication (OPF_RECOMPUTE:
  * creation, broadcasts, state casts, reads), constants, retypes, control
- * flow and calls. */
+ * flow and calls. (A branch and a nested loop are saved by walk_insts.) */
 static bool is_residual(const Inst *in) {
   if (in->nresults == 0 || in->nregions)
     return false;
@@ -625,6 +646,14 @@ static bool is_residual(const Inst *in) {
     return !d || !(d->flags & (OPF_ELEMENTWISE | OPF_RECOMPUTE));
   }
   }
+}
+
+/* Whether every result of `in` (an if or a loop) is an array a tape can hold. */
+static bool all_arrays(const Inst *in) {
+  for (int k = 0; k < in->nresults; k++)
+    if (in->results[k]->type.kind != TY_ARRAY)
+      return false;
+  return in->nresults > 0;
 }
 
 /* Whether `in` reads a value marked in dep (directly, or inside its
@@ -654,76 +683,163 @@ static bool mark_dependent(const Inst *in, bool *dep) {
   return true;
 }
 
-/* One tape per result of the residual `in` of loop `lt` (created in the
- * outer block `b`, sized n), pushed right after `in` in the body. */
-static void save_residual(AD *a, LoopTapes *lt, IrBlock *b, IrBlock *body, Inst *in, Value *n, Value *idx) {
-  Value **tapes = arena_alloc(sizeof(Value *) * (size_t)in->nresults);
-  IrBlock *saved = a->b;
-  a->b = b;
-  for (int k = 0; k < in->nresults; k++) {
-    Type tt = ty_void();
-    tt.kind = TY_TAPE;
-    tt.elems = arena_alloc(sizeof(Type));
-    tt.elems[0] = in->results[k]->type;
-    tapes[k] = ad_emit1(a, IR_TAPE_NEW, 1, &n, tt);
-  }
-  a->b = saved;
-  for (int k = 0; k < in->nresults; k++)
-    ir_emit(a->mod, body, IR_TAPE_PUSH, in->pos, 3, (Value *[]){tapes[k], idx, in->results[k]}, 0, NULL);
-  vec_push(&lt->saved, in);
-  vec_push(&lt->saved_tapes, tapes);
+/* Whether v is defined inside root (in it, or in a region nested in it). */
+static bool defined_in(const Value *v, const IrBlock *root) {
+  for (const IrBlock *p = v->def ? v->def->parent : v->arg_of; p; p = p->owner ? p->owner->parent : NULL)
+    if (p == root)
+      return true;
+  return false;
 }
 
-/* Inserts, before each active loop, one tape per carry sized by the trip
- * count, and at the top of its body the pushes of the carries; and a tape
- * per residual of the body, pushed where it is computed. */
+/* A loop's trip count when its bounds are constants, else -1. */
+static int64_t const_trips(const Inst *loop) {
+  int64_t lo, hi;
+  if (!ir_const_int(loop->args[0], &lo) || !ir_const_int(loop->args[1], &hi))
+    return -1;
+  return hi > lo ? hi - lo : 0;
+}
+
+static Value *new_tape(AD *a, const Type *el, Value *n) {
+  Type tt = ty_void();
+  tt.kind = TY_TAPE;
+  tt.elems = arena_alloc(sizeof(Type));
+  tt.elems[0] = *el;
+  return ad_emit1(a, IR_TAPE_NEW, 1, &n, tt);
+}
+
+/* A push of the forward pass: the copies the reverse sweep makes of the
+ * code around it leave it out when its tape already holds the entry. */
+static void push_at(AD *a, IrBlock *blk, Pos pos, Value *tape, Value *idx, Value *v) {
+  Inst *p = ir_emit(a->mod, blk, IR_TAPE_PUSH, pos, 3, (Value *[]){tape, idx, v}, 0, NULL);
+  ptrmap_put(&a->fwd_pushes, p, 1);
+}
+
+/* One tape per result of `in` (a residual of loop lt's body, at any depth
+ * of branches in it), made where lt's tapes are and pushed right after
+ * `in` in blk at lt's entry. */
+static void save_residual(AD *a, LoopTapes *lt, IrBlock *blk, Inst *in) {
+  Value **tapes = arena_alloc(sizeof(Value *) * (size_t)in->nresults);
+  IrBlock *saved = a->b;
+  a->b = lt->tb;
+  for (int k = 0; k < in->nresults; k++)
+    tapes[k] = new_tape(a, &in->results[k]->type, lt->size);
+  a->b = saved;
+  for (int k = 0; k < in->nresults; k++)
+    push_at(a, blk, in->pos, tapes[k], lt->idx, in->results[k]);
+  Saved *s = arena_alloc(sizeof *s);
+  s->lt = lt;
+  s->tapes = tapes;
+  ptrmap_put(&a->saved_index, in, a->saved.len);
+  vec_push(&a->saved, s);
+}
+
+static LoopTapes *instrument_loop(AD *a, Inst *in, IrBlock *tb, LoopTapes *parent, bool *dep);
+static void instrument_block(AD *a, IrBlock *b);
+
+/* Walks `old`, the instructions of blk (lt's body, or a branch in it),
+ * into blk again with lt's residuals saved: the operations of
+ * is_residual, and each branch's and nested loop's results, that depend
+ * on the carries. Inside a branch the same holds (the branch's taken
+ * iterations push; the reverse takes the same branch). A nested active
+ * loop with a constant trip count keeps its tapes beside lt's, sized lt's
+ * entries times its trips (its entry lt's times its trips plus its own
+ * index), so the reverse runs it backward from them instead of running it
+ * forward again; one whose trip count is known only at run time makes its
+ * tapes in each iteration and runs again in the reverse. */
+static void walk_insts(AD *a, LoopTapes *lt, IrBlock *blk, Vec old, bool *dep) {
+  for (int j = 0; j < old.len; j++) {
+    Inst *bi = old.data[j];
+    bool d = mark_dependent(bi, dep);
+    if (bi->op == IR_FOR && loop_is_active(a, bi)) {
+      int64_t n = const_trips(bi);
+      bool nest = lt->csize >= 0 && n >= 0 && (n == 0 || lt->csize <= INT32_MAX / n);
+      instrument_loop(a, bi, nest ? lt->tb : blk, nest ? lt : NULL, nest ? dep : NULL);
+      vec_push(&blk->insts, bi);
+      bi->parent = blk;
+      if (nest && d && all_arrays(bi))
+        save_residual(a, lt, blk, bi);
+      continue;
+    }
+    vec_push(&blk->insts, bi);
+    bi->parent = blk;
+    if (bi->op == IR_IF) {
+      for (int r = 0; r < bi->nregions; r++) {
+        Vec bold = bi->regions[r]->insts;
+        bi->regions[r]->insts = (Vec){0};
+        walk_insts(a, lt, bi->regions[r], bold, dep);
+        free(bold.data);
+      }
+      if (d && all_arrays(bi))
+        save_residual(a, lt, blk, bi);
+      continue;
+    }
+    for (int r = 0; r < bi->nregions; r++)
+      instrument_block(a, bi->regions[r]);
+    if (d && is_residual(bi))
+      save_residual(a, lt, blk, bi);
+  }
+}
+
+/* Instruments the active loop `in`: one tape per carry, made in tb (before
+ * the loop, or before the outermost loop of a nest: parent), and at the
+ * top of its body the carries pushed at this iteration's entry; then its
+ * residuals (walk_insts). dep is the nest's (NULL: a new one). */
+static LoopTapes *instrument_loop(AD *a, Inst *in, IrBlock *tb, LoopTapes *parent, bool *dep) {
+  IrBlock *saved = a->b;
+  a->b = tb;
+  a->pos = in->pos;
+  LoopTapes *lt = arena_alloc(sizeof *lt);
+  memset(lt, 0, sizeof *lt);
+  lt->loop = in;
+  lt->parent = parent;
+  lt->tb = tb;
+  int64_t n = const_trips(in);
+  if (parent) {
+    lt->csize = parent->csize * n;
+    lt->size = ad_const(a, DT_I32, (double)lt->csize);
+  } else {
+    lt->csize = n;
+    lt->size = ad_bin(a, BIN_SUB, in->args[1], in->args[0]);
+  }
+  lt->tapes = arena_alloc(sizeof(Value *) * (size_t)(in->nresults + 1));
+  for (int k = 0; k < in->nresults; k++)
+    lt->tapes[k] = new_tape(a, &in->regions[0]->args[k + 1]->type, lt->size);
+  vec_push(&a->tapes, lt);
+  IrBlock *body = in->regions[0];
+  Vec bold = body->insts;
+  body->insts = (Vec){0};
+  a->b = body;
+  lt->idx = ad_bin(a, BIN_SUB, body->args[0], in->args[0]);
+  if (parent)
+    lt->idx = ad_bin(a, BIN_ADD, ad_bin(a, BIN_MUL, parent->idx, ad_const(a, DT_I32, (double)n)), lt->idx);
+  for (int k = 0; k < in->nresults; k++)
+    push_at(a, body, in->pos, lt->tapes[k], lt->idx, body->args[k + 1]);
+  bool *own = dep ? NULL : mem_calloc((size_t)a->mod->next_value + 1, sizeof(bool));
+  if (own)
+    dep = own;
+  for (int k = 1; k < body->nargs; k++)
+    dep[body->args[k]->id] = true;
+  walk_insts(a, lt, body, bold, dep);
+  free(own);
+  free(bold.data);
+  a->b = saved;
+  return lt;
+}
+
+/* Instruments each active loop of b and, inside other regions, theirs. */
 static void instrument_block(AD *a, IrBlock *b) {
   Vec old = b->insts;
   b->insts = (Vec){0};
   for (int i = 0; i < old.len; i++) {
     Inst *in = old.data[i];
     if (in->op == IR_FOR && loop_is_active(a, in)) {
-      IrBlock *saved = a->b;
-      a->b = b;
-      a->pos = in->pos;
-      Value *lo = in->args[0], *hi = in->args[1];
-      Value *n = ad_bin(a, BIN_SUB, hi, lo);
-      LoopTapes *lt = arena_alloc(sizeof *lt);
-      lt->loop = in;
-      lt->tapes = arena_alloc(sizeof(Value *) * (size_t)(in->nresults + 1));
-      for (int k = 0; k < in->nresults; k++) {
-        Type tt = ty_void();
-        tt.kind = TY_TAPE;
-        tt.elems = arena_alloc(sizeof(Type));
-        tt.elems[0] = in->regions[0]->args[k + 1]->type;
-        lt->tapes[k] = ad_emit1(a, IR_TAPE_NEW, 1, &n, tt);
-      }
-      vec_push(&a->tapes, lt);
-      IrBlock *body = in->regions[0];
-      Vec bold = body->insts;
-      body->insts = (Vec){0};
-      a->b = body;
-      Value *idx = ad_bin(a, BIN_SUB, body->args[0], lo);
-      for (int k = 0; k < in->nresults; k++)
-        ir_emit(a->mod, body, IR_TAPE_PUSH, in->pos, 3, (Value *[]){lt->tapes[k], idx, body->args[k + 1]}, 0, NULL);
-      bool *dep = mem_calloc((size_t)a->mod->next_value + 1, sizeof(bool));
-      for (int k = 1; k < body->nargs; k++)
-        dep[body->args[k]->id] = true;
-      for (int j = 0; j < bold.len; j++) {
-        Inst *bi = bold.data[j];
-        vec_push(&body->insts, bi);
-        if (mark_dependent(bi, dep) && is_residual(bi))
-          save_residual(a, lt, b, body, bi, n, idx);
-      }
-      free(dep);
-      free(bold.data);
-      a->b = saved;
-      in->parent = b;
+      instrument_loop(a, in, b, NULL, NULL);
+    } else {
+      for (int r = 0; r < in->nregions; r++)
+        instrument_block(a, in->regions[r]);
     }
     vec_push(&b->insts, in);
     in->parent = b;
-    for (int r = 0; r < in->nregions; r++)
-      instrument_block(a, in->regions[r]);
   }
   free(old.data);
 }
@@ -737,11 +853,23 @@ static LoopTapes *tapes_of(AD *a, const Inst *loop) {
   return NULL;
 }
 
-static Value **saved_tapes_of(const LoopTapes *lt, const Inst *in) {
-  for (int i = 0; i < lt->saved.len; i++)
-    if (lt->saved.data[i] == in)
-      return lt->saved_tapes.data[i];
-  return NULL;
+/* The copy of the forward instruction bi in the reverse sweep of region:
+ * a saved one's results from its tapes at its loop's entry, any other
+ * computed again (without the pushes whose tapes already hold theirs). */
+static void restore_or_clone(AD *a, const Inst *bi, const IrBlock *region) {
+  int s = ptrmap_get(&a->saved_index, bi);
+  if (s < 0) {
+    clone_inst(a, bi, true, region);
+    return;
+  }
+  const Saved *sv = a->saved.data[s];
+  for (int k = 0; k < bi->nresults; k++) {
+    Value *tape = ad_primal(a, sv->tapes[k]);
+    Inst *g = ir_emit(a->mod, a->b, IR_TAPE_GET, bi->pos, 2, (Value *[]){tape, sv->lt->rev_idx}, 1,
+                      &bi->results[k]->type);
+    grow(a);
+    a->rm[bi->results[k]->id] = g->results[0];
+  }
 }
 
 /* ---- the reverse sweep --------------------------------------------------------------------- */
@@ -846,6 +974,9 @@ static void vjp_for(AD *a, Inst *in) {
   Value *j = rb->args[0];
   Value *i = ad_bin(a, BIN_SUB, ad_bin(a, BIN_SUB, hi, ad_const(a, DT_I32, 1)), j);
   Value *idx = ad_bin(a, BIN_SUB, i, lo);
+  if (lt->parent)   /* the nest's entry: the parent's times the trips, plus ours */
+    idx = ad_bin(a, BIN_ADD, ad_bin(a, BIN_MUL, lt->parent->rev_idx, ad_const(a, DT_I32, (double)const_trips(in))), idx);
+  lt->rev_idx = idx;
   a->rm[body->args[0]->id] = i;
   for (int k = 0; k < nc; k++) {
     Value *tape = ad_primal(a, lt->tapes[k]);
@@ -855,20 +986,8 @@ static void vjp_for(AD *a, Inst *in) {
   }
   /* The residuals from their tapes, the rest of the body (without its last
    * yield) recomputed; then sweep it backwards. */
-  for (int q = 0; q + 1 < body->insts.len; q++) {
-    const Inst *bi = body->insts.data[q];
-    Value **st = saved_tapes_of(lt, bi);
-    if (!st) {
-      clone_inst(a, bi, true, body);
-      continue;
-    }
-    for (int k = 0; k < bi->nresults; k++) {
-      Value *tape = ad_primal(a, st[k]);
-      Inst *g = ir_emit(a->mod, rb, IR_TAPE_GET, bi->pos, 2, (Value *[]){tape, idx}, 1, &bi->results[k]->type);
-      grow(a);
-      a->rm[bi->results[k]->id] = g->results[0];
-    }
-  }
+  for (int q = 0; q + 1 < body->insts.len; q++)
+    restore_or_clone(a, body->insts.data[q], body);
   Value **seeds = arena_alloc(sizeof(Value *) * (size_t)(nc + 1));
   for (int k = 0; k < nc; k++)
     seeds[k] = NULL;
@@ -974,7 +1093,7 @@ static void vjp_if(AD *a, Inst *in) {
     IrBlock *saved_b = a->b;
     a->b = nb;
     for (int q = 0; q + 1 < src->insts.len; q++)
-      clone_inst(a, src->insts.data[q], true, src);
+      restore_or_clone(a, src->insts.data[q], src);
     Value **acc_out = arena_alloc(sizeof(Value *) * (size_t)(no + 1));
     backprop_region(a, src, seeds, &outer, init, acc_out, NULL);
     ir_emit(a->mod, nb, IR_YIELD, in->pos, no, acc_out, 0, NULL);
@@ -1435,12 +1554,10 @@ bool ad_module(Module *mod) {
   free(a.ct);
   free(a.rm);
   free(a.active);
-  for (int i = 0; i < a.tapes.len; i++) {
-    LoopTapes *lt = a.tapes.data[i];
-    free(lt->saved.data);
-    free(lt->saved_tapes.data);
-  }
   free(a.tapes.data);
+  free(a.saved.data);
+  ptrmap_free(&a.saved_index);
+  ptrmap_free(&a.fwd_pushes);
   free(a.nested_pushes.data);
   ptrmap_free(&a.vjp_index);
   free(a.vjps.data);

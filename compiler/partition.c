@@ -125,8 +125,12 @@ Type part_operand_target(const Type *op, const Type *res) {
 
 /* The typechecker rejects written collectives under a varying condition;
  * the ones the global rules insert for the explicit axes of a partial
- * manual body are known only here. Reports the first such collective that
- * partitioning `in` produced (instructions from index `from` of the block). */
+ * manual body are known only here. Those are checked by their axes, as
+ * diverge.c checks a callee's: the condition varies over manual axes, so
+ * every device of a group over other axes takes the branch alike (the
+ * runtime makes a group's communicator among its members). Reports the
+ * first collective over an axis the condition varies over (or the whole
+ * mesh) that partitioning `in` produced (from index `from` of the block). */
 static void check_implicit_diverge(Part *p, const Inst *in, int from) {
   if (!p->diverge || op_is_collective(in->op))
     return;
@@ -134,6 +138,11 @@ static void check_implicit_diverge(Part *p, const Inst *in, int from) {
     const Inst *n = p->b->insts.data[i];
     if (!op_is_collective(n->op))
       continue;
+    AxisSet over = 0;
+    for (int k = 0; k < n->naxes; k++)
+      over |= 1u << n->axes[k];
+    if (n->naxes && !(over & ir_varying_axes(p->diverge)))
+      continue;   /* every device of its group takes the branch alike (diverge.c) */
     Str ax = {0};
     for (int k = 0; k < n->naxes; k++)
       str_printf(&ax, "%s%s", k ? "," : "", p->m->names[n->axes[k]]);

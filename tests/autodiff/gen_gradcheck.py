@@ -613,6 +613,26 @@ control = [
          "var h = x\nfor i in 0..2 {\n    h = looped_layer(h, w) + h\n}\nreturn sum(h * h)", wrt=(0, 1),
          helpers="fn looped_layer(x: f64[8@X, 4], w: f64[4, 4]) -> f64[8@X, 4] {\n    var y = x\n"
                  "    for j in 0..2 {\n        y = tanh(y @ w) * x\n    }\n    return y\n}"),
+    # nests whose inner tapes sit beside the outer loop's (constant trip
+    # counts), with a branch and a loop inside the branch; and the forms
+    # that keep the inner tapes per outer iteration (a run-time bound)
+    Case("nest3_branch", [("x", V8, N(V8, 174)), ("w", "f64[4, 4]", N("f64[4, 4]", 175))],
+         "var h = x\nfor i in 0..3 {\n    var g = h\n    if i != 1 {\n        for j in 0..2 {\n"
+         "            for k in 0..2 {\n                g = sin(g @ w) + g * 0.5\n            }\n"
+         "            g = tanh(g)\n        }\n    } else {\n        g = g @ w\n    }\n    h = h * g\n}\n"
+         "return sum(h)", wrt=(0, 1)),
+    Case("nest_zero_inner", [("x", V8, N(V8, 176)), ("w", "f64[4, 4]", N("f64[4, 4]", 177))],
+         "var h = x\nfor i in 0..2 {\n    var g = h\n    for j in 0..0 {\n        g = sin(g @ w)\n    }\n"
+         "    for j in 0..2 {\n        g = cos(g @ w) * g\n    }\n    h = h + g\n}\nreturn sum(h * h)", wrt=(0, 1)),
+    Case("nest_runtime_outer", [("x", V8, N(V8, 178)), ("w", "f64[4, 4]", N("f64[4, 4]", 179)),
+                                ("n", "i32", 'arg("trips", 3)')],
+         "var h = x\nfor i in 0..n {\n    var g = h\n    for j in 0..2 {\n        g = sin(g @ w) + g\n    }\n"
+         "    h = h * g * 0.5\n}\nreturn sum(h)", wrt=(0, 1)),
+    Case("nest_runtime_inner", [("x", V8, N(V8, 180)), ("w", "f64[4, 4]", N("f64[4, 4]", 181)),
+                                ("n", "i32", 'arg("trips", 2)')],
+         "var h = x\nfor i in 0..2 {\n    var g = h\n    for j in 0..n {\n        if j == 0 {\n"
+         "            g = sin(g @ w) + g\n        }\n        g = tanh(g @ w)\n    }\n    h = h * g\n}\n"
+         "return sum(h)", wrt=(0, 1)),
     Case("calls", [("x", V8, N(V8, 163)), ("w", "f64[4, 4]", N("f64[4, 4]", 164))],
          "let (a, b) = two(x, w)\nreturn sum(layer(a, w) * b)", wrt=(0, 1),
          helpers="fn layer(x: f64[8@X, 4], w: f64[4, 4]) -> f64[8@X, 4] {\n    return tanh(x @ w)\n}\n\n"
