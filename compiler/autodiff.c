@@ -37,69 +37,18 @@
  * meets only reduced partners and stays pending: no VJP communicates
  * beyond what the types ask for.
  *
- * This file holds the machinery (activity, accumulation, inlining, tapes,
- * loops, branches) and the builders that the families' VJPs use; each
+ * This file holds the machinery (activity, accumulation, tapes, loops,
+ * branches; copying code with inlining is ad_clone.c's) and the builders that the families' VJPs use; each
  * operation's own VJP is its OpDef.vjp, in its family's file.
  *
  * A grad inside a differentiated function is built first and inlined like
  * any call: second derivatives work, except through a loop (the inner
  * gradient's tape is not differentiated: [E_GRAD]).
  */
-#include "ops.h"
-
-typedef struct LoopTapes LoopTapes;
-struct LoopTapes {
-  Inst *loop;
-  LoopTapes *parent;    /* the loop of a nest whose entries index this one's, or NULL */
-  IrBlock *tb;          /* where the tapes are made: before the loop, or its nest */
-  Value **tapes;        /* one per carry */
-  Value *size;          /* entries a tape has: the trips, times the parent's entries */
-  int64_t csize;        /* ... when known at compile time, else -1 */
-  Value *idx;           /* the iteration's entry, in the forward body */
-  Value *rev_idx;       /* ... in the reverse loop's body (vjp_for) */
-};
-
-/* A forward instruction whose results are taped, and its loop. */
-typedef struct {
-  LoopTapes *lt;
-  Value **tapes;        /* one per result */
-} Saved;
-
-struct AD {
-  Module *mod;
-  const Mesh *m;
-  IrBlock *b;           /* where instructions go */
-  Pos pos;
-  Value **ct;           /* by value id: the cotangent accumulated so far */
-  Value **rm;           /* by value id: the copy of a value in the current code */
-  bool *active;         /* by value id */
-  int cap;
-  Vec tapes;            /* LoopTapes * */
-  PtrMap saved_index;   /* Inst * -> its index in saved */
-  Vec saved;            /* Saved * */
-  PtrMap fwd_pushes;    /* Inst *: the forward pass's tape pushes (push_at) */
-  bool failed;
-  const char *fname;
-  Pos grad_pos;         /* the grad call being built (notes point at it) */
-  Pos nested;           /* while inlining a generated gradient: the call's place */
-  bool in_nested;
-  Vec nested_pushes;    /* NestedPush *: tape pushes copied from a generated gradient */
-  long cloned;          /* instructions copied for all gradients so far */
-  bool too_big;         /* ... more than MAX_CLONED: autodiff is abandoned */
-  PtrMap vjp_index;     /* Func * called by remat -> index in vjps */
-  Vec vjps;             /* Func *: each one's VJP function (build_vjp) */
-};
-
-/* A tape push of a gradient function that is itself being differentiated
- * (grad of a function that calls grad): differentiating through a tape is not
- * supported, so an active push is an error at the inner grad call. */
-typedef struct {
-  const Inst *push;
-  Pos site, loop;
-} NestedPush;
+#include "ad_internal.h"
 
 /* The by-id arrays, grown together (new entries zero) to every value id. */
-static void grow(AD *a) {
+void ad_grow(AD *a) {
   int old = a->cap;
   a->ct = mem_grow(a->ct, &a->cap, a->mod->next_value + 1, sizeof *a->ct);
   if (a->cap == old)
@@ -122,7 +71,7 @@ const Mesh *ad_mesh(AD *a) { return a->m; }
 
 /* The value a primal value has in the code being emitted. */
 Value *ad_primal(AD *a, Value *v) {
-  grow(a);
+  ad_grow(a);
   return a->rm[v->id] ? a->rm[v->id] : v;
 }
 
@@ -130,7 +79,7 @@ Value *ad_primal(AD *a, Value *v) {
 
 Inst *ad_emit(AD *a, int op, int n, Value **args, Type t) {
   Inst *in = ir_emit(a->mod, a->b, op, a->pos, n, args, 1, &t);
-  grow(a);
+  ad_grow(a);
   return in;
 }
 
@@ -138,7 +87,7 @@ Value *ad_emit1(AD *a, int op, int n, Value **args, Type t) { return ad_emit(a, 
 
 Inst *ad_emit_n(AD *a, int op, int n, Value **args, int nresults, const Type *types) {
   Inst *in = ir_emit(a->mod, a->b, op, a->pos, n, args, nresults, types);
-  grow(a);
+  ad_grow(a);
   return in;
 }
 
@@ -252,7 +201,7 @@ static bool is_float_value(const Value *v) { return v->type.kind == TY_ARRAY && 
 /* ---- accumulation -------------------------------------------------------------------- */
 
 void ad_add_ct(AD *a, Value *primal, Value *c) {
-  grow(a);
+  ad_grow(a);
   if (!a->active[primal->id] || !is_float_value(primal))
     return;
   Type want = ty_ct(&primal->type);
@@ -270,7 +219,7 @@ void ad_add_ct(AD *a, Value *primal, Value *c) {
 /* Replaces the cotangent accumulated for primal by ct, which already
  * includes it (a VJP that adds its part in place, e.g. into a window). */
 void ad_set_ct(AD *a, Value *primal, Value *ct) {
-  grow(a);
+  ad_grow(a);
   if (!a->active[primal->id] || !is_float_value(primal))
     return;
   Type want = ty_ct(&primal->type);
@@ -278,12 +227,12 @@ void ad_set_ct(AD *a, Value *primal, Value *ct) {
 }
 
 Value *ad_ct(AD *a, Value *primal) {
-  grow(a);
+  ad_grow(a);
   return a->ct[primal->id];
 }
 
 static Value *ct_or_zero(AD *a, Value *primal) {
-  grow(a);
+  ad_grow(a);
   if (a->ct[primal->id])
     return a->ct[primal->id];
   Type t = ty_ct(&primal->type);
@@ -375,185 +324,13 @@ Value *ad_gate(AD *a, Value *g, Value *cond) {
  * is never active; its own unbroadcast would even be ill-typed (a varying
  * cotangent summed to an invariant literal's type). */
 bool ad_wants_ct(AD *a, const Value *primal) {
-  grow(a);
+  ad_grow(a);
   return a->active[primal->id] && is_float_value(primal);
 }
 
 /* Adds g, summed over the dims that broadcasting stretched, to primal. */
 void ad_add_ct_unbroadcast(AD *a, Value *primal, Value *g) {
   ad_add_ct(a, primal, ad_unbroadcast(a, g, &primal->type));
-}
-
-static bool defined_in(const Value *v, const IrBlock *root);
-
-/* ---- cloning (with inlining) ------------------------------------------------------------- */
-
-/* Cloning walks a body and, at each call, the callee's body, and at each
- * for/if its regions. A call chain may be as long as the program, so the
- * walk keeps its own stack of frames on the heap instead of recursing:
- * each frame is a block being copied into `target`, and a callee's frame
- * maps its return values to the call's results when it ends. Every call is
- * inlined, so a function called from k places is copied k times; the
- * copies all gradients together may make are capped (MAX_CLONED), since a
- * program of functions that each call the next twice would otherwise
- * double with every level. */
-#define MAX_CLONED 1000000
-
-typedef struct {
-  const IrBlock *src;
-  int next;             /* src's next instruction */
-  IrBlock *target;      /* where the copies go */
-  const Inst *call;     /* the call whose callee src is the body of; NULL for a region */
-  Pos saved_nested;
-  bool saved_in_nested;
-} CloneFrame;
-
-typedef struct {
-  CloneFrame *f;
-  int n, cap;
-  bool recompute;
-  const IrBlock *own_loop_body;
-} CloneStack;
-
-static CloneFrame *push_frame(CloneStack *st, const IrBlock *src, IrBlock *target, const Inst *call) {
-  st->f = mem_grow(st->f, &st->cap, st->n + 1, sizeof *st->f);
-  CloneFrame *fr = &st->f[st->n++];
-  memset(fr, 0, sizeof *fr);
-  fr->src = src;
-  fr->target = target;
-  fr->call = call;
-  return fr;
-}
-
-static Value *retype_to(AD *a, Value *v, const Type *t) {
-  if (ty_equal(&v->type, t))
-    return v;
-  return ad_emit1(a, IR_RETYPE, 1, &v, *t);
-}
-
-/* A call: its arguments become the callee's parameters, and its body is
- * copied next (a generated gradient inlined into another one marks where
- * its tape pushes came from). */
-static void enter_call(AD *a, CloneStack *st, const Inst *in) {
-  const Func *f = in->callee;
-  for (int k = 0; k < f->body->nargs; k++)
-    a->rm[f->body->args[k]->id] = retype_to(a, ad_primal(a, in->args[k]), &f->body->args[k]->type);
-  CloneFrame *fr = push_frame(st, f->body, a->b, in);
-  fr->saved_nested = a->nested;
-  fr->saved_in_nested = a->in_nested;
-  if (f->generated && !a->in_nested) {
-    a->nested = in->pos;
-    a->in_nested = true;
-  }
-}
-
-static void leave_frame(AD *a, CloneStack *st) {
-  CloneFrame *fr = &st->f[--st->n];
-  if (fr->call) {
-    a->nested = fr->saved_nested;
-    a->in_nested = fr->saved_in_nested;
-  }
-}
-
-/* Copies one instruction; a call or a region pushes frames instead. */
-static void clone_one(AD *a, CloneStack *st, const Inst *in) {
-  grow(a);
-  a->pos = in->pos;
-  const OpDef *d = op_def(in->op);
-  if (st->recompute && d && (d->flags & OPF_OUTPUT))
-    return;
-  if (st->recompute && in->op == IR_TAPE_PUSH && ptrmap_get(&a->fwd_pushes, in) >= 0 &&
-      !defined_in(in->args[0], st->own_loop_body))
-    return;   /* its tape, made outside the code computed again, holds the forward's entry */
-  if (in->op == IR_CALL && in->fn != CALL_REMAT) {
-    enter_call(a, st, in);
-    return;
-  }   /* remat(f)(args) stays a call: f's inside values are not kept (vjp_remat) */
-  if (in->op == IR_GRAD) {
-    ad_fail(a, in->pos, "this grad is part of the function %s that is being differentiated, and its own gradient "
-                     "could not be built first (a call cycle?) [not supported yet]", a->fname);
-    for (int k = 0; k < in->nresults; k++)
-      a->rm[in->results[k]->id] = ad_zeros(a, &in->results[k]->type);
-    return;
-  }
-  Value **args = arena_alloc(sizeof(Value *) * (size_t)(in->nargs + 1));
-  for (int i = 0; i < in->nargs; i++)
-    args[i] = ad_primal(a, in->args[i]);
-  Type *rt = arena_alloc(sizeof(Type) * (size_t)(in->nresults + 1));
-  for (int i = 0; i < in->nresults; i++)
-    rt[i] = in->results[i]->type;
-  Inst *n = ir_emit(a->mod, a->b, in->op, in->pos, in->nargs, args, in->nresults, rt);
-  grow(a);
-  ir_copy_attrs(n, in);
-  for (int i = 0; i < in->nresults; i++) {
-    a->rm[in->results[i]->id] = n->results[i];
-    ir_copy_name(n->results[i], in->results[i]);
-  }
-  if (in->op == IR_TAPE_PUSH && a->in_nested) {
-    NestedPush *np = arena_alloc(sizeof *np);
-    np->push = n;
-    np->site = a->nested;
-    np->loop = in->pos;
-    vec_push(&a->nested_pushes, np);
-  }
-  IrBlock *nbs[2];
-  for (int r = 0; r < in->nregions; r++) {
-    const IrBlock *src = in->regions[r];
-    Type *ts = arena_alloc(sizeof(Type) * (size_t)(src->nargs + 1));
-    for (int k = 0; k < src->nargs; k++)
-      ts[k] = src->args[k]->type;
-    nbs[r] = ir_block(src->nargs, ts, a->mod);
-    grow(a);
-    ir_add_region(n, nbs[r]);
-    for (int k = 0; k < src->nargs; k++)
-      a->rm[src->args[k]->id] = nbs[r]->args[k];
-  }
-  for (int r = in->nregions - 1; r >= 0; r--)   /* region 0 is copied first */
-    push_frame(st, in->regions[r], nbs[r], NULL);
-}
-
-/* Runs the frames until the stack is empty; a->b is where it was. */
-static void clone_drain(AD *a, CloneStack *st) {
-  IrBlock *saved = a->b;
-  while (st->n > 0 && !a->too_big) {
-    CloneFrame *fr = &st->f[st->n - 1];
-    if (fr->next == fr->src->insts.len) {
-      leave_frame(a, st);
-      continue;
-    }
-    const Inst *in = fr->src->insts.data[fr->next++];
-    a->b = fr->target;
-    if (fr->call && in->op == IR_RETURN) {
-      for (int k = 0; k < in->nargs; k++)
-        a->rm[fr->call->results[k]->id] = retype_to(a, ad_primal(a, in->args[k]), &fr->call->results[k]->type);
-      fr->next = fr->src->insts.len;
-      continue;
-    }
-    if (++a->cloned > MAX_CLONED) {
-      a->too_big = true;
-      ad_fail(a, a->grad_pos, "differentiating %s copies more than %d instructions: every call inside it is "
-                           "inlined, once per call site; call fewer functions from several places, or split the "
-                           "computation into several gradients", a->fname, MAX_CLONED);
-      break;
-    }
-    clone_one(a, st, in);
-  }
-  while (st->n > 0)
-    leave_frame(a, st);
-  free(st->f);
-  a->b = saved;
-}
-
-static void inline_call(AD *a, const Inst *in, bool recompute) {
-  CloneStack st = {NULL, 0, 0, recompute, NULL};
-  enter_call(a, &st, in);
-  clone_drain(a, &st);
-}
-
-static void clone_inst(AD *a, const Inst *in, bool recompute, const IrBlock *own_loop_body) {
-  CloneStack st = {NULL, 0, 0, recompute, own_loop_body};
-  clone_one(a, &st, in);
-  clone_drain(a, &st);
 }
 
 /* ---- activity ------------------------------------------------------------------------------ */
@@ -681,14 +458,6 @@ static bool mark_dependent(const Inst *in, bool *dep) {
   for (int k = 0; k < in->nresults; k++)
     dep[in->results[k]->id] = true;
   return true;
-}
-
-/* Whether v is defined inside root (in it, or in a region nested in it). */
-static bool defined_in(const Value *v, const IrBlock *root) {
-  for (const IrBlock *p = v->def ? v->def->parent : v->arg_of; p; p = p->owner ? p->owner->parent : NULL)
-    if (p == root)
-      return true;
-  return false;
 }
 
 /* A loop's trip count when its bounds are constants, else -1. */
@@ -859,7 +628,7 @@ static LoopTapes *tapes_of(AD *a, const Inst *loop) {
 static void restore_or_clone(AD *a, const Inst *bi, const IrBlock *region) {
   int s = ptrmap_get(&a->saved_index, bi);
   if (s < 0) {
-    clone_inst(a, bi, true, region);
+    ad_clone_inst(a, bi, true, region);
     return;
   }
   const Saved *sv = a->saved.data[s];
@@ -867,7 +636,7 @@ static void restore_or_clone(AD *a, const Inst *bi, const IrBlock *region) {
     Value *tape = ad_primal(a, sv->tapes[k]);
     Inst *g = ir_emit(a->mod, a->b, IR_TAPE_GET, bi->pos, 2, (Value *[]){tape, sv->lt->rev_idx}, 1,
                       &bi->results[k]->type);
-    grow(a);
+    ad_grow(a);
     a->rm[bi->results[k]->id] = g->results[0];
   }
 }
@@ -966,7 +735,7 @@ static void vjp_for(AD *a, Inst *in) {
   Type *rtypes = types + 1;
   Inst *rev = ir_emit(a->mod, a->b, IR_FOR, in->pos, ncar + 2, args, ncar, rtypes);
   IrBlock *rb = ir_block(ncar + 1, types, a->mod);
-  grow(a);
+  ad_grow(a);
   ir_add_region(rev, rb);
   IrBlock *saved_b = a->b;
   a->b = rb;
@@ -981,7 +750,7 @@ static void vjp_for(AD *a, Inst *in) {
   for (int k = 0; k < nc; k++) {
     Value *tape = ad_primal(a, lt->tapes[k]);
     Inst *g = ir_emit(a->mod, rb, IR_TAPE_GET, in->pos, 2, (Value *[]){tape, idx}, 1, &body->args[k + 1]->type);
-    grow(a);
+    ad_grow(a);
     a->rm[body->args[k + 1]->id] = g->results[0];
   }
   /* The residuals from their tapes, the rest of the body (without its last
@@ -1082,7 +851,7 @@ static void vjp_if(AD *a, Inst *in) {
     types[q] = init[q]->type;
   }
   Inst *nif = ir_emit(a->mod, a->b, IR_IF, in->pos, 1, &cond, no, types);
-  grow(a);
+  ad_grow(a);
   Value **seeds = arena_alloc(sizeof(Value *) * (size_t)(in->nresults + 1));
   for (int k = 0; k < in->nresults; k++)
     seeds[k] = a->active[in->results[k]->id] ? a->ct[in->results[k]->id] : NULL;
@@ -1109,7 +878,7 @@ static void vjp_if(AD *a, Inst *in) {
 static void vjp_remat(AD *a, Inst *in);
 
 static void vjp(AD *a, Inst *in) {
-  grow(a);
+  ad_grow(a);
   a->pos = in->pos;
   if (in->op == IR_CALL && in->fn == CALL_REMAT) {
     vjp_remat(a, in);
@@ -1280,7 +1049,7 @@ static Func *build_grad(AD *a, GradKey *k) {
   g->sig_params = ptypes;
   g->sig_results = g->results;
   a->fname = ir_func_label(f);
-  grow(a);
+  ad_grow(a);
   for (int i = 0; i < np; i++)
     ir_copy_name(g->body->args[i], f->body->args[i]);
   /* Forward: f's body, inlined, up to its return. */
@@ -1291,10 +1060,10 @@ static Func *build_grad(AD *a, GradKey *k) {
   fake.nargs = np;
   fake.args = g->body->args;
   Value *loss_slot = ir_value(a->mod, loss_t);
-  grow(a);
+  ad_grow(a);
   fake.nresults = 1;
   fake.results = &loss_slot;
-  inline_call(a, &fake, false);
+  ad_inline_call(a, &fake, false);
   if (a->too_big)
     return g;
   Value *loss = ad_primal(a, loss_slot);
@@ -1370,7 +1139,7 @@ static Func *build_vjp(AD *a, Func *f) {
   g->sig_results = g->results;
   ptrmap_put(&a->vjp_index, f, a->vjps.len);
   vec_push(&a->vjps, g);
-  grow(a);
+  ad_grow(a);
   for (int k = 0; k < np; k++)
     ir_copy_name(g->body->args[k], f->body->args[k]);
   a->fname = ir_func_label(f);
@@ -1383,10 +1152,10 @@ static Func *build_vjp(AD *a, Func *f) {
   Value **slots = arena_alloc(sizeof(Value *) * (size_t)(nr + 1));
   for (int k = 0; k < nr; k++)
     slots[k] = ir_value(a->mod, rtypes[k]);
-  grow(a);
+  ad_grow(a);
   fake.nresults = nr;
   fake.results = slots;
-  inline_call(a, &fake, false);
+  ad_inline_call(a, &fake, false);
   if (!a->too_big) {
     for (int k = 0; k < np; k++)
       a->active[g->body->args[k]->id] = is_float_value(g->body->args[k]);
@@ -1446,7 +1215,7 @@ static void vjp_remat(AD *a, Inst *in) {
     args[np + k] = a->ct[in->results[k]->id] ? ad_to_type(a, a->ct[in->results[k]->id], &g->body->args[np + k]->type)
                                             : ad_zeros(a, &g->body->args[np + k]->type);
   Inst *call = ir_emit(a->mod, a->b, IR_CALL, in->pos, np + nr, args, g->nresults, g->results);
-  grow(a);
+  ad_grow(a);
   call->callee = g;
   for (int k = 0, j = 0; k < np; k++)
     if (is_float_value(f->body->args[k]))

@@ -1,0 +1,69 @@
+/* ad_internal.h: the state of the autodiff pass, shared by autodiff.c (the
+ * pass: activity, tapes, the reverse sweep) and ad_clone.c (copying code,
+ * with inlining). */
+#ifndef AD_INTERNAL_H
+#define AD_INTERNAL_H
+
+#include "ops.h"
+
+typedef struct LoopTapes LoopTapes;
+struct LoopTapes {
+  Inst *loop;
+  LoopTapes *parent;    /* the loop of a nest whose entries index this one's, or NULL */
+  IrBlock *tb;          /* where the tapes are made: before the loop, or its nest */
+  Value **tapes;        /* one per carry */
+  Value *size;          /* entries a tape has: the trips, times the parent's entries */
+  int64_t csize;        /* ... when known at compile time, else -1 */
+  Value *idx;           /* the iteration's entry, in the forward body */
+  Value *rev_idx;       /* ... in the reverse loop's body (vjp_for) */
+};
+
+/* A forward instruction whose results are taped, and its loop. */
+typedef struct {
+  LoopTapes *lt;
+  Value **tapes;        /* one per result */
+} Saved;
+
+struct AD {
+  Module *mod;
+  const Mesh *m;
+  IrBlock *b;           /* where instructions go */
+  Pos pos;
+  Value **ct;           /* by value id: the cotangent accumulated so far */
+  Value **rm;           /* by value id: the copy of a value in the current code */
+  bool *active;         /* by value id */
+  int cap;
+  Vec tapes;            /* LoopTapes * */
+  PtrMap saved_index;   /* Inst * -> its index in saved */
+  Vec saved;            /* Saved * */
+  PtrMap fwd_pushes;    /* Inst *: the forward pass's tape pushes (push_at) */
+  bool failed;
+  const char *fname;
+  Pos grad_pos;         /* the grad call being built (notes point at it) */
+  Pos nested;           /* while inlining a generated gradient: the call's place */
+  bool in_nested;
+  Vec nested_pushes;    /* NestedPush *: tape pushes copied from a generated gradient */
+  long cloned;          /* instructions copied for all gradients so far */
+  bool too_big;         /* ... more than MAX_CLONED: autodiff is abandoned */
+  PtrMap vjp_index;     /* Func * called by remat -> index in vjps */
+  Vec vjps;             /* Func *: each one's VJP function (build_vjp) */
+};
+
+/* A tape push of a gradient function that is itself being differentiated
+ * (grad of a function that calls grad): differentiating through a tape is not
+ * supported, so an active push is an error at the inner grad call. */
+typedef struct {
+  const Inst *push;
+  Pos site, loop;
+} NestedPush;
+
+void ad_grow(AD *a);   /* the by-id arrays, grown to every value id */
+bool ad_defined_in(const Value *v, const IrBlock *root);   /* in root or a region nested in it */
+/* Copies of code into a->b: a call's callee inlined (recompute: for the
+ * reverse sweep, without outputs and the forward's pushes), and one
+ * instruction with its regions and calls (own_loop_body: the region being
+ * computed again). */
+void ad_inline_call(AD *a, const Inst *in, bool recompute);
+void ad_clone_inst(AD *a, const Inst *in, bool recompute, const IrBlock *own_loop_body);
+
+#endif
