@@ -243,7 +243,9 @@ static bool check_path_first(TcCtx *c, Expr *e, const char *usage) {
 
 /* manifest(PATH, key=value, ...). The program's consts (their values
  * after -D) go with the call, as name=literal keywords of a list in
- * TcInfo.value, for the manifest's "config". */
+ * TcInfo.value, for the manifest's "config": a number const as an int or
+ * float literal, a dtype const (`const DT = f32`) as a string literal of
+ * the dtype's name with the DType in ival. */
 static Type check_manifest(TcCtx *c, Expr *e, const Type *annot) {
   static const char *const reserved[] = {"program", "shdc", "ranks", "mesh", "config", "args", NULL};
   if (!global_view_only(c, e) || !check_path_first(c, e, "manifest(dir + \"/manifest.json\", step=step)"))
@@ -253,11 +255,13 @@ static Type check_manifest(TcCtx *c, Expr *e, const Type *annot) {
   Expr *config = ast_expr(EX_LIST, e->pos);
   for (int i = 0; i < c->prog->consts.len; i++) {
     const ConstDecl *cd = c->prog->consts.data[i];
-    if (!cd->sym || cd->sym->kind != SYM_CONST)   /* a dtype const (`const DT = f32`): not a number */
+    bool dtype = cd->sym && cd->sym->kind == SYM_TYPE && cd->sym->dtype_const;
+    if (!cd->sym || (cd->sym->kind != SYM_CONST && !dtype))
       continue;
-    Expr *v = ast_expr(cd->sym->is_float_const ? EX_FLOAT : EX_INT, e->pos);
-    v->ival = cd->sym->ival;
+    Expr *v = ast_expr(dtype ? EX_STRING : cd->sym->is_float_const ? EX_FLOAT : EX_INT, e->pos);
+    v->ival = dtype ? cd->sym->type.dtype : cd->sym->ival;
     v->fval = cd->sym->fval;
+    v->str = dtype ? (char *)ty_dtype_name(cd->sym->type.dtype) : NULL;
     Expr *kv = ast_expr(EX_KWARG, e->pos);
     kv->str = (char *)cd->sym->name;
     kv->lhs = v;
@@ -566,9 +570,12 @@ static Value *lower_metrics(Lower *L, Expr *e) {
 }
 
 /* IR_MANIFEST: the path, then one operand per key (keys as IR_METRICS, in
- * Inst.str); after the keys Inst.str holds each const's name, and Inst.iv
- * its value (Inst.dim of them; a float const's as the bits of a double,
- * flagged in Inst.mask's bit k for const k < 32, else rounded). */
+ * Inst.str); after the keys Inst.str holds each const's kind and name
+ * ("iN", "fSCALE", "dDT": MANIFEST_INT, _FLOAT, _DTYPE, then the name) and
+ * Inst.iv its value (Inst.dim of them): an int const's int64, a float
+ * const's double as its bits, a dtype const's DType. */
+enum { MANIFEST_INT = 'i', MANIFEST_FLOAT = 'f', MANIFEST_DTYPE = 'd' };
+
 static Value *lower_manifest(Lower *L, Expr *e) {
   int n = e->args.len;
   Value **args = arena_alloc(sizeof(Value *) * (size_t)n);
@@ -583,24 +590,21 @@ static Value *lower_manifest(Lower *L, Expr *e) {
   }
   int nc = config->args.len;
   int64_t *vals = arena_alloc(sizeof(int64_t) * (size_t)(nc + 1));
-  unsigned floats = 0;
   for (int i = 0; i < nc; i++) {
     Expr *kv = config->args.data[i];
-    str_printf(&keys, "%s", kv->str);
+    int kind = kv->lhs->kind == EX_FLOAT ? MANIFEST_FLOAT : kv->lhs->kind == EX_STRING ? MANIFEST_DTYPE : MANIFEST_INT;
+    str_printf(&keys, "%c%s", kind, kv->str);
     str_putc(&keys, '\0');
-    if (kv->lhs->kind == EX_FLOAT && i < 32) {
-      floats |= 1u << i;
+    if (kind == MANIFEST_FLOAT)
       memcpy(&vals[i], &kv->lhs->fval, sizeof(double));
-    } else {
-      vals[i] = kv->lhs->kind == EX_FLOAT ? (int64_t)kv->lhs->fval : kv->lhs->ival;
-    }
+    else
+      vals[i] = kv->lhs->ival;
   }
   Inst *in = lower_emit0(L, IR_MANIFEST, e->pos, n, args);
   in->str = keys.len ? arena_strndup(keys.buf, keys.len) : "";
   in->niv = n - 1;
   in->iv = vals;
   in->dim = nc;
-  in->mask = floats;
   free(keys.buf);
   return NULL;
 }
@@ -790,6 +794,23 @@ static void emit_metrics(Emit *e, const Inst *in) {
   emit_line(e, "}");
 }
 
+/* One const of a manifest's table (lower_manifest): {name, kind, integer,
+ * number, text}, every name and text an escaped C string literal. */
+static void emit_manifest_const(Str *table, const char *kname, int64_t v) {
+  const char *name = str_lit(kname + 1);
+  if (*kname == MANIFEST_FLOAT) {
+    double f;
+    memcpy(&f, &v, sizeof f);
+    str_printf(table, "{%s, 'f', 0, %s, NULL}, ", name, emit_flit(DT_F64, f));
+  } else if (*kname == MANIFEST_DTYPE) {
+    str_printf(table, "{%s, 'd', 0, 0.0, %s}, ", name, str_lit(ty_dtype_name((DType)v)));
+  } else if (v == INT64_MIN) {
+    str_printf(table, "{%s, 'i', -9223372036854775807LL - 1, 0.0, NULL}, ", name);
+  } else {
+    str_printf(table, "{%s, 'i', %lldLL, 0.0, NULL}, ", name, (long long)v);
+  }
+}
+
 /* manifest(PATH, ...): operand 0 is the path; the consts after the keys
  * (lower_manifest) become a table of the call. */
 static void emit_manifest(Emit *e, const Inst *in) {
@@ -797,17 +818,11 @@ static void emit_manifest(Emit *e, const Inst *in) {
   for (int k = 0; k < in->niv; k++)
     name += strlen(name) + 1;
   Str table = {0};
-  for (int k = 0; k < in->dim; k++, name += strlen(name) + 1) {
-    double v;
-    bool is_float = k < 32 && (in->mask >> k & 1);
-    if (is_float)
-      memcpy(&v, &in->iv[k], sizeof v);
-    str_printf(&table, "{%s, %s, %s}, ", str_lit(name), is_float ? emit_flit(DT_F64, v) : arena_printf("%lld.0",
-               (long long)in->iv[k]), is_float ? "false" : "true");
-  }
+  for (int k = 0; k < in->dim; k++, name += strlen(name) + 1)
+    emit_manifest_const(&table, name, in->iv[k]);
   emit_line(e, "{");
   emit_indent(e, 2);
-  emit_line(e, "static const shd_const consts[] = {%s{NULL, 0.0, false}};", table.len ? str_cstr(&table) : "");
+  emit_line(e, "static const shd_const consts[] = {%s{NULL, 0, 0, 0.0, NULL}};", table.len ? str_cstr(&table) : "");
   emit_line(e, "shd_manifest_begin(%s, consts, %d);", str_lit(drv_version_full()), in->dim);
   free(table.buf);
   emit_line(e, "if (shd_world_rank() == 0) {");

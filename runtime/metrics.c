@@ -22,8 +22,10 @@
  *
  * A manifest is one JSON object written to PATH through a temporary beside
  * it, renamed into place once complete: the program's name, the shdc that
- * built it, the mesh, its integer consts (after -D), the value of every
- * arg() as this run has it, then the keys of the call. Rank 0 writes it;
+ * built it, the mesh, its consts (after -D: an integer as such, a float as
+ * the shortest decimal that reads back exactly, a dtype as its name, a
+ * string), the value of every arg() as this run has it, then the keys of
+ * the call. Rank 0 writes it;
  * every rank takes part in the verdict (shd_agree), so a manifest that
  * cannot be written stops every rank at that statement.
  *
@@ -307,13 +309,15 @@ void shd_manifest_begin(const char *shdc, const shd_const *consts, int n)
     shd_json_close();
     shd_json_open("config");
     for (int i = 0; i < n; i++) {
-        if (consts[i].integer) {
+        if (consts[i].kind == 'i') {
             char t[32];
             key(consts[i].name);
-            snprintf(t, sizeof t, "%.0f", consts[i].value);
+            snprintf(t, sizeof t, "%lld", consts[i].integer);
             puts_(t);
+        } else if (consts[i].kind == 'd') {
+            shd_json_text(consts[i].name, consts[i].text);
         } else {
-            shd_json_float(consts[i].name, consts[i].value, false);
+            shd_json_float(consts[i].name, consts[i].number, false);
         }
     }
     shd_json_close();

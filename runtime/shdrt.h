@@ -432,11 +432,15 @@ void shd_json_str(const char *key, const struct shd_str *v);
 void shd_metrics_begin(void);
 void shd_metrics_end(int line);
 
-/* A const of the program (its value after -D) for a manifest. */
+/* A const of the program (its value after -D) for a manifest, by kind:
+ * 'i' an integer const (integer), 'f' a float const (number), 'd' a dtype
+ * const (text: its dtype's name, "f32", "f64" or "bf16"). */
 typedef struct {
     const char *name;
-    double value;
-    bool integer;
+    char kind;
+    long long integer;
+    double number;
+    const char *text;
 } shd_const;
 /* Collective: begin (rank 0 starts the object with "program", "shdc" (the
  * compiler that built the program), "ranks", "mesh", "config": the n

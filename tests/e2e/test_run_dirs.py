@@ -11,6 +11,12 @@ tests/e2e/run_dirs.shd at 2 ranks:
   built it (as `shdc --version` names it), the ranks and mesh, its consts
   (with a -D override), every argument's value in this run, then the
   call's keys in order; no temporary is left;
+- the config holds every const, of every kind, exactly (issue: dtype
+  consts were left out, float consts past the 32nd rounded): a program of
+  a dtype const and 40 number consts, built with and without -D DT=bf16
+  (and a -D of an int const past the 32nd), has "DT": "f32" resp. "bf16",
+  each int const an int (2^53 + 1 too), each float const (0.125, 1e-3,
+  0.1, -2.5e-7 at indices past 32) the same double, in source order;
 - a directory that cannot be made (a file in the way) stops every rank
   before the first step with the path and the cause; a prefix with '/' and
   a count of 0 given at run time stop every rank with the line.
@@ -27,6 +33,56 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 import testlib  # noqa: E402
 
 SRC = os.path.join(ROOT, "tests", "e2e", "run_dirs.shd")
+
+
+# Index -> the literal of a float const of check_config's program (the
+# others are ints; C35 is given by -D, C37 is 2^53 + 1, past a double's ints).
+FLOATS = {5: "0.75", 33: "0.125", 34: "1e-3", 36: "0.1", 38: "-2.5e-7", 39: "3.0"}
+
+
+def config_program():
+    """A program of a dtype const and 40 number consts, and the config its
+    manifest should hold at -D C35=7 (without the DT entry)."""
+    lines = ["// consts of every kind in a manifest's config", "mesh {X: 2}", "", "const DT = f32"]
+    want = {}
+    for i in range(40):
+        if i in FLOATS:
+            lines.append("const C%d = %s" % (i, FLOATS[i]))
+            want["C%d" % i] = float(FLOATS[i])
+        elif i == 37:
+            lines.append("const C37 = 4398046511104 * 2048 + 1")
+            want["C37"] = 2 ** 53 + 1
+        else:
+            lines.append("const C%d = %d" % (i, -i))
+            want["C%d" % i] = 7 if i == 35 else -i
+    lines += ["", "fn main() {", "    let x: f32[8@X] = ones()", "    let y = cast(x, DT) * 2.0",
+              "    manifest(\"m.json\", total=sum(cast(y, f32)))", "}"]
+    return "\n".join(lines) + "\n", want
+
+
+def check_config(shdc, d, env, failures):
+    text, want = config_program()
+    src = os.path.join(d, "consts.shd")
+    with open(src, "w") as f:
+        f.write(text)
+    for dt in ("f32", "bf16"):
+        flags = ["--mesh", "X=1", "-D", "C35=7"] + (["-D", "DT=" + dt] if dt != "f32" else [])
+        exe = testlib.build(shdc, src, os.path.join(d, "consts_" + dt), *flags)
+        run = os.path.join(d, "consts_run_" + dt)
+        os.makedirs(run)
+        p = subprocess.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "1", exe], cwd=run, env=env,
+                           capture_output=True, text=True, timeout=120)
+        if p.returncode:
+            failures.append("consts (DT=%s) failed: %s%s" % (dt, p.stdout, p.stderr))
+            continue
+        with open(os.path.join(run, "m.json")) as f:
+            config = json.load(f)["config"]
+        full = dict({"DT": dt}, **want)
+        wrong = [k for k in full if k not in config or config[k] != full[k]
+                 or isinstance(full[k], int) and type(config[k]) is not int
+                 or isinstance(full[k], str) and not isinstance(config[k], str)]
+        if wrong or list(config) != list(full):
+            failures.append("consts (DT=%s): config %s, expected %s (wrong: %s)" % (dt, config, full, wrong))
 
 
 def main():
@@ -60,6 +116,7 @@ def main():
                 "step": 4, "total": 0.125, "tag": "run", "done": True}
         if m != want or list(m) != list(want):
             failures.append("manifest.json:\n%s\nexpected\n%s" % (json.dumps(m, indent=1), json.dumps(want, indent=1)))
+        check_config(shdc, d, env, failures)
         tmp = [f for _, _, fs in os.walk(run) for f in fs if "tmp" in f or "probe" in f]
         if tmp:
             failures.append("temporaries left: %s" % tmp)
@@ -80,8 +137,8 @@ def main():
     if failures:
         print("\n".join(failures))
         sys.exit(1)
-    print("mkdir, keep_last (links not followed, other names untouched) and manifest as documented; bad paths, "
-          "prefixes and counts stop every rank")
+    print("mkdir, keep_last (links not followed, other names untouched) and manifest as documented (its config "
+          "every const exactly: dtype, int, float past the 32nd); bad paths, prefixes and counts stop every rank")
 
 
 if __name__ == "__main__":

@@ -238,7 +238,8 @@ def mixed_against_autocast(shdc, src, name, ref, args, d, cfg=TINY):
     batches), args the program's; PyTorch runs it in f32 and under
     autocast, the program is built at -D DT=f32 on one device and at -D
     DT=bf16 on MIXED_MESHES, and check_mixed compares them. Prints its
-    report."""
+    report; returns the mixed builds' losses, {mesh tag: {S: loss}}, and
+    the 1-device f32 build's, {S: loss}."""
     ref_f32 = losses(sh(ref).stdout)
     ref_mixed = losses(sh(ref + ["--autocast"]).stdout)
     if len(ref_f32) != len(ref_mixed) or not ref_f32:
@@ -255,3 +256,4 @@ def mixed_against_autocast(shdc, src, name, ref, args, d, cfg=TINY):
     lines = check_mixed(name + " -D DT=bf16", runs, f32, ref_f32, ref_mixed)
     print("%s -D DT=bf16 at %s agrees with 1 device and tracks f32 as PyTorch's autocast does:\n  %s"
           % (name, ", ".join(runs), "\n  ".join(lines)))
+    return runs, f32

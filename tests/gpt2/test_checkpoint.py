@@ -39,7 +39,9 @@ from gptlib import TINY, Failure
 NAMES = gptlib.ref_torch.NAMES
 
 
-def check_files(ck, step, mesh, args):
+def check_files(ck, step, mesh, args, dtype="f32"):
+    """dtype: the program's dtype const DT as its manifest records it (None:
+    the program has none, as gpt2_fsdp.shd)."""
     C, L = TINY["C"], TINY["L"]
     shapes = gptlib.ref_torch.shapes(TINY["V"], TINY["T"], L, C)
     sd = gptlib.state_dir(ck, step)
@@ -61,6 +63,8 @@ def check_files(ck, step, mesh, args):
     shdc = m.get("shdc", "")
     want = {"ranks": mesh["data"] * mesh["model"], "mesh": mesh, "step": step,
             "config": dict(TINY, HS=TINY["C"] // TINY["NH"], C3=3 * C, C4=4 * C, T1=TINY["T"] + 1)}
+    if dtype:
+        want["config"]["DT"] = dtype
     if any(m.get(k) != v for k, v in want.items()) or not re.match(r"shdc \d+\.\d+\.\d+ \(git \S+\)$", shdc) or \
             not isinstance(m.get("loss"), float) or any(m["args"].get(k) != v for k, v in args.items()):
         raise Failure("%s/manifest.json: %s, expected %s, the args %s, a loss and the shdc version" %
@@ -127,7 +131,7 @@ def main():
                   (os.path.basename(src), dm, mm))
         fck = ckdir("ck_fsdp")
         gptlib.run(exe(gptlib.FSDP, 4, 1), 4, base + ["--steps=3", "--save=" + fck, "--save-every=3"], cwd=d)
-        check_files(fck, 3, {"data": 4, "model": 1}, {"steps": 3})
+        check_files(fck, 3, {"data": 4, "model": 1}, {"steps": 3}, dtype=None)
         out = gptlib.run(exe(gptlib.GPT2, 1, 1), 1, base + ["--steps=6", "--resume=" + fck], cwd=d)
         gptlib.compare("written by gpt2_fsdp.shd at data=4, resumed by gpt2.shd on one device", gptlib.losses(out),
                        {s: want[s] for s in (3, 4, 5)})

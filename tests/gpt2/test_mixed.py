@@ -11,7 +11,13 @@ data=2,model=2 (tensor and sequence parallel: bf16 all-gathers and
 reduce-scatters). Every mesh's mixed losses agree with the 1-device mixed
 build's (bf16's sums over devices round per hop: 1e-3 relative), and each
 step's |loss_bf16 - loss_f32| is within 3x PyTorch's |autocast - f32| plus
-5e-4 (gptlib.check_mixed)."""
+5e-4 (gptlib.check_mixed).
+
+tests/gpt2/gpt2_zero.shd (ZeRO-1/2: the master weights and AdamW's moments
+as their shards over data, the bf16 gradients reduce-scattered in bf16)
+trains at -D DT=bf16 on 1 device and at data=2 with the losses of
+gpt2.shd's mixed run at data=2 and of its own 1-device build (1e-3
+relative), nearer the first than gpt2.shd's f32 run (so computed in bf16)."""
 import argparse
 import os
 import sys
@@ -34,8 +40,33 @@ def main():
         batches = gptlib.text_batches(os.path.join(d, "b.npy"), STEPS, TINY["B"], TINY["T"], seed=4)
         ref = [sys.executable, os.path.join(gptlib.HERE, "ref_torch.py"), "--init=" + init,
                "--batches=" + batches, "--nh=%d" % TINY["NH"]] + ARGS
-        gptlib.mixed_against_autocast(a.shdc, gptlib.GPT2, "gpt2.shd", ref,
-                                      ["--init=" + init, "--batches=" + batches] + ARGS, d)
+        args = ["--init=" + init, "--batches=" + batches] + ARGS
+        runs, f32 = gptlib.mixed_against_autocast(a.shdc, gptlib.GPT2, "gpt2.shd", ref, args, d)
+        check_zero(a.shdc, runs, f32, args, d)
+
+
+def check_zero(shdc, runs, f32, args, d):
+    """gpt2_zero.shd at -D DT=bf16, 1 device and data=2, against gpt2.shd's
+    mixed runs and f32 run (runs, f32: mixed_against_autocast's) and its own
+    1-device build."""
+    zero = {}
+    for mesh in ({"data": 1, "model": 1}, {"data": 2, "model": 1}):
+        exe = gptlib.build(shdc, gptlib.ZERO, mesh, os.path.join(d, "zero_bf16_%d" % mesh["data"]),
+                           flags=("-D", "DT=bf16"))
+        zero[mesh["data"]] = gptlib.losses(gptlib.run(exe, gptlib.ranks(mesh), args, cwd=d))
+    gpt2 = runs["data=2,model=1"]
+    gptlib.compare("gpt2_zero.shd -D DT=bf16 at data=2 against gpt2.shd's at data=2", zero[2], gpt2,
+                   rtol=1e-3, atol=0)
+    gptlib.compare("gpt2_zero.shd -D DT=bf16 at data=2 against its 1-device build", zero[2], zero[1],
+                   rtol=1e-3, atol=0)
+    to_mixed = max(abs(zero[2][s] - gpt2[s]) for s in gpt2)
+    to_f32 = max(abs(zero[2][s] - f32[s]) for s in f32)
+    if not to_mixed < 0.5 * to_f32:   # f32 is within 1e-3 too: the bf16 run must be nearer the mixed one
+        raise Failure("gpt2_zero.shd -D DT=bf16 at data=2 is %.2e from gpt2.shd's mixed run, %.2e from its f32 "
+                      "run: not computed in bf16" % (to_mixed, to_f32))
+    print("gpt2_zero.shd -D DT=bf16 at data=2: %.2e from gpt2.shd's mixed run at data=2 (%.2e from its f32 run), "
+          "%.2e from its own 1-device build at most" % (to_mixed, to_f32,
+                                                        max(abs(zero[2][s] - zero[1][s]) for s in zero[1])))
 
 
 if __name__ == "__main__":
