@@ -30,7 +30,7 @@
 /* The ABI version: bumped whenever a declaration below changes meaning.
  * Generated C checks it (#error on a mismatch), and `shdc --version`
  * prints the one its compiler emits for. */
-#define SHD_ABI_VERSION 5
+#define SHD_ABI_VERSION 6
 
 #define SHD_MAX_AXES 8
 #define SHD_MAX_RANK 8
