@@ -151,10 +151,11 @@ $(B)/runtime/%.o: runtime/%.c runtime/shdrt.h | $(B)/stamp-deps
 	@mkdir -p $(@D)
 	$(MPICC) $(CFLAGS_C) $(RT_FLAGS) $(BLAS_INC) -Iruntime -c -o $@ $<
 
-# The row kernels are written for the loop vectoriser (k_reduce.c, k_attention.c); libm's
+# The row kernels are written for the loop vectoriser (k_reduce.c, k_attention.c, and
+# kernels.c's bf16 conversions around a gemm); libm's
 # log needs no errno, no code here reads floating-point exception flags, and
 # its 32-byte vector helpers are always inlined (no ABI to warn about).
-$(B)/runtime/k_reduce.o $(B)/runtime/k_attention.o: RT_FLAGS := -O3 -fno-math-errno -fno-trapping-math -Wno-psabi
+$(B)/runtime/k_reduce.o $(B)/runtime/k_attention.o $(B)/runtime/kernels.o: RT_FLAGS := -O3 -fno-math-errno -fno-trapping-math -Wno-psabi
 
 $(B)/libshdrt.a: $(RUNTIME_OBJ)
 	rm -f $@

@@ -26,6 +26,7 @@
 
 #include "shdrt_internal.h"
 #include "gemm.h"
+#include "k_rows.h"   /* CLONES */
 
 /* ---- gemm ---------------------------------------------------------------- */
 
@@ -87,11 +88,21 @@ static void gemm_i32(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
 }
 
 /* rows x cols of a bf16 matrix (leading dim ld) widened into a dense f32 w. */
-static void widen_bf16(float *w, const uint16_t *x, int64_t rows, int64_t cols, int64_t ld)
+/* The conversions around a bf16 gemm, vectorised (-O3, Makefile) once per
+ * instruction set: scalar they took about a third of a small bf16
+ * product's time (the demo GPT-2's). */
+CLONES static void widen_bf16(float *w, const uint16_t *x, int64_t rows, int64_t cols, int64_t ld)
 {
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++)
             w[i * cols + j] = shd_bf2f(x[i * ld + j]);
+}
+
+CLONES static void narrow_bf16(uint16_t *x, int64_t ld, const float *w, int64_t rows, int64_t cols)
+{
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            x[i * ld + j] = shd_f2bf(w[i * cols + j]);
 }
 
 /* Rows of a bf16 gemm's panel (gemm.h): P rows of A and C widened at once. */
@@ -124,9 +135,7 @@ static void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double 
             widen_bf16(c, C + i0 * ldc, p, N, ldc);
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)p, (int)N,
                     (int)K, (float)alpha, a, (int)(ta ? p : K), b, (int)(tb ? K : N), (float)beta, c, (int)N);
-        for (int64_t i = 0; i < p; i++)
-            for (int64_t j = 0; j < N; j++)
-                C[(i0 + i) * ldc + j] = shd_f2bf(c[i * N + j]);
+        narrow_bf16(C + i0 * ldc, ldc, c, p, N);
     }
     shd_release(a);
     shd_release(b);
