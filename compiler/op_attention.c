@@ -429,13 +429,27 @@ static const char *const variants[] = {"full", "causal", NULL};
 
 /* ---- the tables ------------------------------------------------------------------- */
 
+/* For plan and the overlap pass: the scores and the weighted sum, 2 T S H
+ * multiply-adds each per batch row and query head on this rank (half of
+ * them under causal=true); the gradient computes the scores again and four
+ * products of the same size (dp, dq, dk, dv). bf16 operands are widened
+ * block by block inside the kernel: no separate pass. */
+static void work_attention(const Module *mod, const Inst *in, double *dot, double *ew) {
+  double S = (double)ty_local_dim(&mod->mesh, &in->args[1]->type, 1);
+  double q = (double)ty_local_count(&mod->mesh, &in->args[0]->type);   /* B T N H */
+  double f = 2 * 2 * q * S * (in->fn ? 0.5 : 1);
+  *dot += in->op == IR_ATTENTION ? f : 2.5 * f;
+  double H = (double)ty_local_dim(&mod->mesh, &in->args[0]->type, 3);
+  *ew += q / (H > 0 ? H : 1) * S * (in->fn ? 0.5 : 1) * (in->op == IR_ATTENTION ? 1 : 2);   /* the scores' exps */
+}
+
 static const OpDef ops[] = {
     {.op = IR_ATTENTION, .name = "attention", .variant = variant, .variants = variants, .print = print_scale,
      .vjp = vjp_attention, .partition = part_attention, .emit = emit_attention, .temp_bytes = temp_bytes,
-     .infer = infer_attention},
+     .infer = infer_attention, .work = work_attention},
     {.op = IR_ATTENTION_GRAD, .name = "attention_grad", .variant = variant, .variants = variants,
      .print = print_scale, .vjp = vjp_attention_grad, .partition = part_attention_grad, .emit = emit_attention,
-     .temp_bytes = temp_bytes, .infer = infer_attention},
+     .temp_bytes = temp_bytes, .infer = infer_attention, .work = work_attention},
     {0},
 };
 

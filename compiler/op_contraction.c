@@ -1051,12 +1051,18 @@ static bool infer_dot(const Module *mod, const Inst *in, Type *out) {
 }
 
 /* 2 M N K for each rank's block: the result's local elements times the
- * local length of the contracted dims. */
+ * local length of the contracted dims. A bf16 product's gemm widens both
+ * operands to f32 and rounds the result (runtime/kernels.c: there is no
+ * bf16 gemm), one elementwise operation per element each. */
 static void work_dot(const Module *mod, const Inst *in, double *dot, double *ew) {
   double k = 1;
   for (int i = 0; i < in->dot.ncontract; i++)
     k *= (double)ty_local_dim(&mod->mesh, &in->args[0]->type, in->dot.lhs_contract[i]);
-  *dot += 2 * (double)ty_local_count(&mod->mesh, &in->results[0]->type) * k;
+  double n = (double)ty_local_count(&mod->mesh, &in->results[0]->type);
+  *dot += 2 * n * k;
+  if (in->results[0]->type.dtype == DT_BF16)
+    *ew += n + (double)ty_local_count(&mod->mesh, &in->args[0]->type) +
+           (double)ty_local_count(&mod->mesh, &in->args[1]->type);
 }
 
 /* The axes the contracting dims are split over, alike on both operands

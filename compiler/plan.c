@@ -10,9 +10,11 @@
  * For the others the estimate is, per rank:
  *
  *   compute        the FLOPs of the contractions (2 M N K of each local
- *                  product) at --flops, and of the elementwise work (one
- *                  operation per element of each elementwise result and of
- *                  each reduction's operand) at the second rate of --flops;
+ *                  product, attention's products) at --flops, and of the
+ *                  elementwise work (one operation per element of each
+ *                  elementwise result and of each reduction's operand, two
+ *                  in bf16; a bf16 product's conversions) at the second
+ *                  rate of --flops: each family's OpDef.work;
  *   communication  explain --network's cost of each collective
  *                  (net_collective_seconds, the same code) and its bytes
  *                  (net_bytes_sent);
