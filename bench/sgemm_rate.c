@@ -11,14 +11,22 @@
  * GEMM runs once. TA/TB (0 or 1) transpose A (M x K) and B (K x N) as
  * cblas_sgemm's flags do; row-major, leading dims the natural ones. Run
  * under mpirun -np R it measures R copies at once, each on its core, so
- * that the cores share the memory system as the ranks of a step do.
+ * that the cores share the memory system as the ranks of a step do. Where
+ * OpenBLAS chose generic kernels for this CPU it runs again with the
+ * kernels a shdc program asks for (runtime/openblas_core.h), and prints
+ * which it used: `sgemm kernels NAME`.
  */
-#define _POSIX_C_SOURCE 199309L
+#define _GNU_SOURCE
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+#include "../runtime/openblas_core.h"
+
+char *openblas_get_corename(void);
 
 static double now(void) {
   struct timespec t;
@@ -31,6 +39,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: sgemm_rate SECONDS M,N,K[,TA,TB] ...\n");
     return 2;
   }
+  const char *core = openblas_get_corename(), *want = shd_better_core();
+  __builtin_cpu_init();
+  if (!getenv("OPENBLAS_CORETYPE") && core && want && shd_generic_core(core, __builtin_cpu_supports("avx2"))) {
+    setenv("OPENBLAS_CORETYPE", want, 1);
+    execv("/proc/self/exe", argv);   /* on failure: the generic kernels, said below */
+  }
+  printf("sgemm kernels %s\n", openblas_get_corename());
   double budget = atof(argv[1]) / (argc - 2), flops = 0, secs = 0;
   for (int a = 2; a < argc; a++) {
     long M, N, K;

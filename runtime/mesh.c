@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "shdrt_internal.h"
+#include "openblas_core.h"
 
 char *openblas_get_corename(void);
 void openblas_set_num_threads(int num_threads);
@@ -103,32 +104,6 @@ bool shd_shape_bytes(int rank, const int64_t *shape, size_t elem, int64_t *bytes
 
 /* ---- OpenBLAS kernel choice (before MPI_Init) ------------------------- */
 
-/* Kernels OpenBLAS falls back to when it does not know the CPU: all predate
- * AVX2, so on a CPU with AVX2 or AVX-512 they waste most of the FPU. */
-static bool generic_core(const char *name, bool has_avx2)
-{
-    static const char *const old[] = {
-        "prescott", "core2", "penryn", "dunnington", "nehalem", "atom",
-        "katmai", "coppermine", "northwood", "banias", "generic", "unknown",
-        "athlon", "opteron", "barcelona",
-    };
-    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++)
-        if (strcasecmp(name, old[i]) == 0)
-            return true;
-    return has_avx2 && strcasecmp(name, "sandybridge") == 0;
-}
-
-static const char *better_core(void)
-{
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-        return "SkylakeX";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return "Haswell";
-    return NULL;
-}
-
 /* Sets OPENBLAS_CORETYPE and re-executes when OpenBLAS chose generic
  * kernels; returns only when no re-exec happened. */
 static void fix_openblas(char **argv, bool mpi_started)
@@ -144,11 +119,11 @@ static void fix_openblas(char **argv, bool mpi_started)
         !argv || !argv[0])
         return;
     const char *core = openblas_get_corename();
-    const char *want = better_core();
+    const char *want = shd_better_core();
     if (!core || !want)
         return;
     __builtin_cpu_init();
-    if (!generic_core(core, __builtin_cpu_supports("avx2")))
+    if (!shd_generic_core(core, __builtin_cpu_supports("avx2")))
         return;
     setenv("OPENBLAS_CORETYPE", want, 1);
     setenv(REEXEC_MARKER, core, 1);
