@@ -114,8 +114,8 @@ static int64_t bf16_panel_rows(int64_t M, int64_t N, int64_t K)
 
 /* bf16 operands accumulate in f32 (language.md §10.1): B widened whole,
  * then A and C a panel of rows at a time, sgemm'd, each product rounded
- * once. Debian's OpenBLAS 0.3.21 is built without sbgemm, and this CPU has
- * no bf16 units, so widening is what sbgemm would do here. */
+ * once. Debian's OpenBLAS 0.3.21 is built without sbgemm (even where the
+ * CPU has AVX512-BF16 or AMX), so this widening is what sbgemm would do. */
 static void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const uint16_t *A,
                       int64_t lda, const uint16_t *B, int64_t ldb, double beta, uint16_t *C, int64_t ldc)
 {
