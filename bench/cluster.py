@@ -53,14 +53,17 @@ recipe (bench/gpt.py). Per row:
   to tell waiting from communicating, and the ranks send their timelines
   to rank 0 at the end, so it is not the timed run):
   communication plus waiting per step, of the rank with the most (the
-  runtime overlaps nothing with compute yet, so all of it is exposed; a
-  summary with an `exposed` column is read from that);
+  timeline's `exposed` column where the summary has one: a bucket's
+  communication overlapping compute is not in it);
 - plan ms/step (comm): `shdc plan --devices=N --mesh LAYOUT --flops=F,E
   --network=FILE`'s estimate and its communication part, the network file
   describing the emulated link (`* BANDWIDTH LATENCY`: the unshaped link's
   bandwidth and the latency as bench/netcal.c measures them across the
   hosts, a shaped link's bandwidth its tbf rate; `reduce`: the measured
-  local reduction speed);
+  local reduction speed), and the rates F,E (`--flops`, default `fit`:
+  the non-negative least-squares fit of bench/plan.py to the one-device
+  steps of gpt2 in f32 and in bf16, run here first, against plan's
+  contraction FLOPs and elementwise operations of those builds);
 - DDP / this: PyTorch DDP's step of the same model on the same link over
   this row's.
 
@@ -70,7 +73,7 @@ the two rows' half interquartile ranges of their steps) and whether plan's
 estimates order them the same way.
 
   bench/cluster.py [--hosts 2 4] [--rates unshaped 1gbit 300mbit] [--layouts gpt2 llama gpt2_fsdp gpt2_2d ddp fsdp]
-                   [--steps 10] [--repeat 1] [-D NAME=VALUE ...] [--flops F,E] [--quick] [--shdc SHDC]
+                   [--steps 10] [--repeat 1] [-D NAME=VALUE ...] [--flops fit|F,E] [--quick] [--shdc SHDC]
 
 --quick: 2 hosts, unshaped and 300mbit, small models (C=64 T=16 L=2 NH=4
 B=8), 4 steps: a check of the benchmark, not a
@@ -463,6 +466,36 @@ def torch_version():
     return p.stdout.strip() or "?"
 
 
+# the one-device builds plan's rates are fitted to: two mixes of
+# contractions and elementwise work (f32, and bf16's conversions)
+FIT_LAYOUTS = ("gpt2", "gpt2_bf16")
+
+
+def fit_rates(b):
+    """--flops=fit: plan's two rates, the non-negative least-squares fit
+    (bench/plan.py's) of the one-device steps of FIT_LAYOUTS (median ms of
+    --steps, run here, one rank) to plan's contraction FLOPs and elementwise
+    operations of the same builds. Returns "F,E" for --flops."""
+    import numpy as np
+    import plan as planbench
+    rows, ys = [], []
+    for layout in FIT_LAYOUTS:
+        prog, model, meshf = LAYOUTS[layout]
+        mesh = {ax: 1 for ax in meshf(2)}
+        exe, _ = b.build(layout, 1, mesh)
+        ms, _ = gpt.step_ms(exe, 1, b.a.steps, b.d)
+        p = subprocess.run([b.shdc, "plan", program_path(prog), "--devices=1", "--mesh", b.mesh_arg(mesh), "--json",
+                            "--flops=1G"] + gpt.defines(b.sizes[model]) + FLAGS.get(layout, []),
+                           capture_output=True, text=True, env=gpt.ENV)
+        lay = [x for x in json.loads(p.stdout)["layouts"] if x["type_checks"]][0]
+        rows.append([lay["contraction_flops"], lay["elementwise_flops"]])
+        ys.append(ms / 1e3)
+        print("  one device, %s: %.1f ms/step; plan: %.3g contraction FLOPs, %.3g elementwise operations"
+              % (layout, ms, lay["contraction_flops"], lay["elementwise_flops"]), flush=True)
+    inv = planbench.fit_inverse_rates(np.array(rows, dtype=float), np.array(ys))
+    return "%.4g,%.4g" % (1 / inv[0], 1 / inv[1])
+
+
 def calibrate(b, cl):
     """The unshaped link across the hosts: bench/netcal.c on the first two."""
     exe = os.path.join(b.d, "netcal")
@@ -577,9 +610,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("-D", dest="defs", action="append", default=[], metavar="NAME=VALUE",
                     help="a size of every model that has it (C, T, L, NH, B, V; KV and F: LLaMA)")
-    ap.add_argument("--flops", default="60G,1G",
-                    help="plan's rates of contractions and elementwise work per rank (default 60G,1G: this 2-core "
-                         "machine's order of magnitude, docs/performance.md)")
+    ap.add_argument("--flops", default="fit",
+                    help="plan's rates of contractions and elementwise work per rank, F,E (default fit: fitted to "
+                         "the one-device steps of gpt2 in f32 and bf16, run here first)")
     ap.add_argument("--quick", action="store_true", help="2 hosts, unshaped and 300mbit, tiny models, 4 steps")
     a = ap.parse_args()
     a.hosts = a.hosts or ([2] if a.quick else [2, 4])
@@ -612,10 +645,17 @@ def main():
     print("bench/cluster.py on %s, %s; load average %s (%d CPUs)" % (
         cpu_name(), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), loadavg(), os.cpu_count()))
     print("sizes: " + "; ".join(gpt.describe(m, c) for m, c in sizes.items()) +
-          "; %d steps, %d run(s) a row; plan's rates --flops=%s" % (a.steps, a.repeat, a.flops), flush=True)
+          "; %d steps, %d run(s) a row" % (a.steps, a.repeat), flush=True)
     rows, checks = [], []
     with tempfile.TemporaryDirectory(prefix="shd-cluster-") as d:
         b = Bench(a, d, os.path.abspath(a.shdc), sizes)
+        if a.flops == "fit":
+            try:
+                a.flops = fit_rates(b)
+            except (RunFailed, SystemExit, ValueError, KeyError, IndexError) as e:
+                a.flops = "60G,1G"
+                print("note: plan's rates could not be fitted (%s); --flops=%s" % (str(e)[:300], a.flops))
+        print("plan's rates: --flops=%s" % a.flops, flush=True)
         for n in a.hosts:
             try:
                 hosts_set(b, n, a.rates, rows, checks)
