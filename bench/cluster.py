@@ -473,9 +473,10 @@ FIT_LAYOUTS = ("gpt2", "gpt2_bf16")
 
 def fit_rates(b):
     """--flops=fit: plan's two rates, the non-negative least-squares fit
-    (bench/plan.py's) of the one-device steps of FIT_LAYOUTS (median ms of
-    --steps, run here, one rank) to plan's contraction FLOPs and elementwise
-    operations of the same builds. Returns "F,E" for --flops."""
+    (bench/plan.py's) of the one-device steps of FIT_LAYOUTS (the least
+    median ms of --steps over max(2, --repeat) runs here, one rank) to
+    plan's contraction FLOPs and elementwise operations of the same builds.
+    Returns "F,E" for --flops."""
     import numpy as np
     import plan as planbench
     rows, ys = [], []
@@ -483,7 +484,9 @@ def fit_rates(b):
         prog, model, meshf = LAYOUTS[layout]
         mesh = {ax: 1 for ax in meshf(2)}
         exe, _ = b.build(layout, 1, mesh)
-        ms, _ = gpt.step_ms(exe, 1, b.a.steps, b.d)
+        # the least of the runs' medians: a run slowed by another process
+        # on the machine would misplace the fit
+        ms = min(gpt.step_ms(exe, 1, b.a.steps, b.d)[0] for _ in range(max(2, b.a.repeat)))
         p = subprocess.run([b.shdc, "plan", program_path(prog), "--devices=1", "--mesh", b.mesh_arg(mesh), "--json",
                             "--flops=1G"] + gpt.defines(b.sizes[model]) + FLAGS.get(layout, []),
                            capture_output=True, text=True, env=gpt.ENV)
