@@ -33,7 +33,7 @@ typedef struct {
   CloneFrame *f;
   int n, cap;
   bool recompute;
-  const IrBlock *own_loop_body;
+  const IrBlock *region;
 } CloneStack;
 
 static CloneFrame *push_frame(CloneStack *st, const IrBlock *src, IrBlock *target, const Inst *call) {
@@ -84,7 +84,7 @@ static void clone_one(AD *a, CloneStack *st, const Inst *in) {
   if (st->recompute && d && (d->flags & OPF_OUTPUT))
     return;
   if (st->recompute && in->op == IR_TAPE_PUSH && ptrmap_get(&a->fwd_pushes, in) >= 0 &&
-      !ad_defined_in(in->args[0], st->own_loop_body))
+      !ad_defined_in(in->args[0], st->region))
     return;   /* its tape, made outside the code computed again, holds the forward's entry */
   if (in->op == IR_CALL && in->fn != CALL_REMAT) {
     enter_call(a, st, in);
@@ -165,14 +165,14 @@ static void clone_drain(AD *a, CloneStack *st) {
   a->b = saved;
 }
 
-void ad_inline_call(AD *a, const Inst *in, bool recompute) {
-  CloneStack st = {NULL, 0, 0, recompute, NULL};
+void ad_inline_call(AD *a, const Inst *in) {
+  CloneStack st = {NULL, 0, 0, false, NULL};
   enter_call(a, &st, in);
   clone_drain(a, &st);
 }
 
-void ad_clone_inst(AD *a, const Inst *in, bool recompute, const IrBlock *own_loop_body) {
-  CloneStack st = {NULL, 0, 0, recompute, own_loop_body};
+void ad_recompute(AD *a, const Inst *in, const IrBlock *region) {
+  CloneStack st = {NULL, 0, 0, true, region};
   clone_one(a, &st, in);
   clone_drain(a, &st);
 }

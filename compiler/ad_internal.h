@@ -14,6 +14,7 @@ struct LoopTapes {
   Value **tapes;        /* one per carry */
   Value *size;          /* entries a tape has: the trips, times the parent's entries */
   int64_t csize;        /* ... when known at compile time, else -1 */
+  int64_t trips;        /* the loop's trip count when constant, else -1 */
   Value *idx;           /* the iteration's entry, in the forward body */
   Value *rev_idx;       /* ... in the reverse loop's body (vjp_for) */
 };
@@ -34,6 +35,7 @@ struct AD {
   bool *active;         /* by value id */
   int cap;
   Vec tapes;            /* LoopTapes * */
+  PtrMap tapes_index;   /* Inst * (a loop) -> its index in tapes */
   PtrMap saved_index;   /* Inst * -> its index in saved */
   Vec saved;            /* Saved * */
   PtrMap fwd_pushes;    /* Inst *: the forward pass's tape pushes (push_at) */
@@ -59,11 +61,13 @@ typedef struct {
 
 void ad_grow(AD *a);   /* the by-id arrays, grown to every value id */
 bool ad_defined_in(const Value *v, const IrBlock *root);   /* in root or a region nested in it */
-/* Copies of code into a->b: a call's callee inlined (recompute: for the
- * reverse sweep, without outputs and the forward's pushes), and one
- * instruction with its regions and calls (own_loop_body: the region being
- * computed again). */
-void ad_inline_call(AD *a, const Inst *in, bool recompute);
-void ad_clone_inst(AD *a, const Inst *in, bool recompute, const IrBlock *own_loop_body);
+/* Copies of code into a->b. ad_inline_call: a call, its callee's body
+ * inlined (the forward pass of a gradient). ad_recompute: one instruction
+ * of region (a loop body or a branch being computed again in the reverse
+ * sweep), with its regions and calls inlined, without outputs (print,
+ * save) and without the forward pass's pushes onto tapes made outside
+ * region, which already hold their entries. */
+void ad_inline_call(AD *a, const Inst *in);
+void ad_recompute(AD *a, const Inst *in, const IrBlock *region);
 
 #endif

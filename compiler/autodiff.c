@@ -38,8 +38,9 @@
  * beyond what the types ask for.
  *
  * This file holds the machinery (activity, accumulation, tapes, loops,
- * branches; copying code with inlining is ad_clone.c's) and the builders that the families' VJPs use; each
- * operation's own VJP is its OpDef.vjp, in its family's file.
+ * branches; copying code with inlining is ad_clone.c's) and the builders
+ * that the families' VJPs use; each operation's own VJP is its OpDef.vjp,
+ * in its family's file.
  *
  * A grad inside a differentiated function is built first and inlined like
  * any call: second derivatives work, except through a loop (the inner
@@ -402,17 +403,22 @@ static bool loop_is_active(AD *a, const Inst *in) {
   return false;
 }
 
+/* Whether every result of `in` is an array a tape can hold. */
+static bool all_arrays(const Inst *in) {
+  for (int k = 0; k < in->nresults; k++)
+    if (in->results[k]->type.kind != TY_ARRAY)
+      return false;
+  return in->nresults > 0;
+}
+
 /* Whether a loop body's instruction is a residual, saved for the backward
  * pass rather than recomputed: anything but cheap elementwise code and
  * what its OpDef says recomputes without communication (OPF_RECOMPUTE:
  * creation, broadcasts, state casts, reads), constants, retypes, control
  * flow and calls. (A branch and a nested loop are saved by walk_insts.) */
 static bool is_residual(const Inst *in) {
-  if (in->nresults == 0 || in->nregions)
+  if (in->nregions || !all_arrays(in))
     return false;
-  for (int k = 0; k < in->nresults; k++)
-    if (in->results[k]->type.kind != TY_ARRAY)
-      return false;
   switch (in->op) {
   case IR_CALL:   /* a remat call's results are kept: its inside is what is computed again */
     return in->fn == CALL_REMAT;
@@ -423,14 +429,6 @@ static bool is_residual(const Inst *in) {
     return !d || !(d->flags & (OPF_ELEMENTWISE | OPF_RECOMPUTE));
   }
   }
-}
-
-/* Whether every result of `in` (an if or a loop) is an array a tape can hold. */
-static bool all_arrays(const Inst *in) {
-  for (int k = 0; k < in->nresults; k++)
-    if (in->results[k]->type.kind != TY_ARRAY)
-      return false;
-  return in->nresults > 0;
 }
 
 /* Whether `in` reads a value marked in dep (directly, or inside its
@@ -461,11 +459,9 @@ static bool mark_dependent(const Inst *in, bool *dep) {
 }
 
 /* A loop's trip count when its bounds are constants, else -1. */
-static int64_t const_trips(const Inst *loop) {
-  int64_t lo, hi;
-  if (!ir_const_int(loop->args[0], &lo) || !ir_const_int(loop->args[1], &hi))
-    return -1;
-  return hi > lo ? hi - lo : 0;
+static int64_t trips_or_none(const Inst *loop) {
+  int64_t n;
+  return ir_const_trips(loop, &n) ? n : -1;
 }
 
 static Value *new_tape(AD *a, const Type *el, Value *n) {
@@ -520,7 +516,7 @@ static void walk_insts(AD *a, LoopTapes *lt, IrBlock *blk, Vec old, bool *dep) {
     Inst *bi = old.data[j];
     bool d = mark_dependent(bi, dep);
     if (bi->op == IR_FOR && loop_is_active(a, bi)) {
-      int64_t n = const_trips(bi);
+      int64_t n = trips_or_none(bi);
       bool nest = lt->csize >= 0 && n >= 0 && (n == 0 || lt->csize <= INT32_MAX / n);
       instrument_loop(a, bi, nest ? lt->tb : blk, nest ? lt : NULL, nest ? dep : NULL);
       vec_push(&blk->insts, bi);
@@ -562,7 +558,7 @@ static LoopTapes *instrument_loop(AD *a, Inst *in, IrBlock *tb, LoopTapes *paren
   lt->loop = in;
   lt->parent = parent;
   lt->tb = tb;
-  int64_t n = const_trips(in);
+  int64_t n = lt->trips = trips_or_none(in);
   if (parent) {
     lt->csize = parent->csize * n;
     lt->size = ad_const(a, DT_I32, (double)lt->csize);
@@ -573,6 +569,7 @@ static LoopTapes *instrument_loop(AD *a, Inst *in, IrBlock *tb, LoopTapes *paren
   lt->tapes = arena_alloc(sizeof(Value *) * (size_t)(in->nresults + 1));
   for (int k = 0; k < in->nresults; k++)
     lt->tapes[k] = new_tape(a, &in->regions[0]->args[k + 1]->type, lt->size);
+  ptrmap_put(&a->tapes_index, in, a->tapes.len);
   vec_push(&a->tapes, lt);
   IrBlock *body = in->regions[0];
   Vec bold = body->insts;
@@ -614,12 +611,8 @@ static void instrument_block(AD *a, IrBlock *b) {
 }
 
 static LoopTapes *tapes_of(AD *a, const Inst *loop) {
-  for (int i = 0; i < a->tapes.len; i++) {
-    LoopTapes *lt = a->tapes.data[i];
-    if (lt->loop == loop)
-      return lt;
-  }
-  return NULL;
+  int i = ptrmap_get(&a->tapes_index, loop);
+  return i < 0 ? NULL : a->tapes.data[i];
 }
 
 /* The copy of the forward instruction bi in the reverse sweep of region:
@@ -628,7 +621,7 @@ static LoopTapes *tapes_of(AD *a, const Inst *loop) {
 static void restore_or_clone(AD *a, const Inst *bi, const IrBlock *region) {
   int s = ptrmap_get(&a->saved_index, bi);
   if (s < 0) {
-    ad_clone_inst(a, bi, true, region);
+    ad_recompute(a, bi, region);
     return;
   }
   const Saved *sv = a->saved.data[s];
@@ -653,17 +646,7 @@ static void outer_uses(AD *a, const IrBlock *blk, const IrBlock *root, Vec *out)
       Value *v = in->args[k];
       if (!a->active[v->id] || !is_float_value(v))
         continue;
-      /* defined inside root? */
-      const IrBlock *p = v->def ? v->def->parent : v->arg_of;
-      bool inside = false;
-      while (p) {
-        if (p == root) {
-          inside = true;
-          break;
-        }
-        p = p->owner ? p->owner->parent : NULL;
-      }
-      if (inside)
+      if (ad_defined_in(v, root))
         continue;
       bool seen = false;
       for (int j = 0; j < out->len; j++)
@@ -744,7 +727,7 @@ static void vjp_for(AD *a, Inst *in) {
   Value *i = ad_bin(a, BIN_SUB, ad_bin(a, BIN_SUB, hi, ad_const(a, DT_I32, 1)), j);
   Value *idx = ad_bin(a, BIN_SUB, i, lo);
   if (lt->parent)   /* the nest's entry: the parent's times the trips, plus ours */
-    idx = ad_bin(a, BIN_ADD, ad_bin(a, BIN_MUL, lt->parent->rev_idx, ad_const(a, DT_I32, (double)const_trips(in))), idx);
+    idx = ad_bin(a, BIN_ADD, ad_bin(a, BIN_MUL, lt->parent->rev_idx, ad_const(a, DT_I32, (double)lt->trips)), idx);
   lt->rev_idx = idx;
   a->rm[body->args[0]->id] = i;
   for (int k = 0; k < nc; k++) {
@@ -1063,7 +1046,7 @@ static Func *build_grad(AD *a, GradKey *k) {
   ad_grow(a);
   fake.nresults = 1;
   fake.results = &loss_slot;
-  ad_inline_call(a, &fake, false);
+  ad_inline_call(a, &fake);
   if (a->too_big)
     return g;
   Value *loss = ad_primal(a, loss_slot);
@@ -1155,7 +1138,7 @@ static Func *build_vjp(AD *a, Func *f) {
   ad_grow(a);
   fake.nresults = nr;
   fake.results = slots;
-  ad_inline_call(a, &fake, false);
+  ad_inline_call(a, &fake);
   if (!a->too_big) {
     for (int k = 0; k < np; k++)
       a->active[g->body->args[k]->id] = is_float_value(g->body->args[k]);
@@ -1324,6 +1307,7 @@ bool ad_module(Module *mod) {
   free(a.rm);
   free(a.active);
   free(a.tapes.data);
+  ptrmap_free(&a.tapes_index);
   free(a.saved.data);
   ptrmap_free(&a.saved_index);
   ptrmap_free(&a.fwd_pushes);

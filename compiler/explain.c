@@ -290,11 +290,10 @@ static void sim_call(Sim *s, const Inst *in) {
 /* The iterations a for runs, when its bounds are known at compile time;
  * otherwise the two the simulation follows. */
 static int64_t trip_count(const Inst *in) {
-  int64_t lo, hi;
-  if (!ir_const_int(in->args[0], &lo) || !ir_const_int(in->args[1], &hi))
+  int64_t n;
+  if (!ir_const_trips(in, &n))
     return 2;
-  double n = (double)hi - (double)lo;
-  return n < 0 ? 0 : n > 1e15 ? (int64_t)1e15 : (int64_t)n;
+  return n > (int64_t)1e15 ? (int64_t)1e15 : n;
 }
 
 /* The simulation follows two iterations; the tapes a loop pushes on (a

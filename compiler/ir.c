@@ -647,3 +647,11 @@ bool ir_const_int(const Value *v, int64_t *out) {
   return !(d->fn == BIN_ADD ? __builtin_add_overflow(a, b, out)
            : d->fn == BIN_SUB ? __builtin_sub_overflow(a, b, out) : __builtin_mul_overflow(a, b, out));
 }
+
+bool ir_const_trips(const Inst *loop, int64_t *trips) {
+  int64_t lo, hi;
+  if (!ir_const_int(loop->args[0], &lo) || !ir_const_int(loop->args[1], &hi))
+    return false;
+  *trips = hi > lo ? hi - lo : 0;   /* both within 9e15: no overflow */
+  return true;
+}

@@ -290,14 +290,6 @@ typedef struct {
   bool approx;         /* an inner loop with a run-time bound, counted once */
 } Step;
 
-static bool const_trips(const Inst *loop, double *trips) {
-  int64_t lo, hi;
-  if (!ir_const_int(loop->args[0], &lo) || !ir_const_int(loop->args[1], &hi))
-    return false;
-  *trips = hi > lo ? (double)hi - (double)lo : 0;
-  return true;
-}
-
 /* trips: the innermost loop's (times counts them), 0 outside one. */
 static void step_block(Step *s, const IrBlock *b, double times, int depth, double trips) {
   for (int i = 0; i < b->insts.len; i++) {
@@ -312,9 +304,10 @@ static void step_block(Step *s, const IrBlock *b, double times, int depth, doubl
     } else if (in->op == IR_CALL && depth < 64) {
       step_block(s, in->callee->body, times, depth + 1, 0);
     } else if (in->op == IR_FOR) {
-      double n = 1;
-      if (!const_trips(in, &n))
-        s->approx = true;
+      int64_t t;
+      bool known = ir_const_trips(in, &t);
+      double n = known ? (double)t : 1;
+      s->approx |= !known;
       step_block(s, in->regions[0], times * (n > 0 ? n : 1), depth, n > 0 ? n : 1);
     } else {
       for (int r = 0; r < in->nregions; r++)   /* if: both branches, an upper bound */

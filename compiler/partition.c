@@ -11,15 +11,17 @@
  *      (an all-reduce for a replicated sum, a reduce-scatter for a sharded
  *      one, nothing for an unreduced one...).
  *
- * This file holds the machinery (values, blocks, control flow, divergence)
- * and the builders the families' rules use; each operation's rule is its
+ * This file holds the machinery (values, blocks, control flow) and the
+ * builders the families' rules use; each operation's rule is its
  * OpDef.partition, in its family's file.
  *
  * Manual function bodies are already per-device along their manual axes:
  * their collectives pass through, and their explicit axes are partitioned
- * by the same rules. A collective those rules insert under an if or for
- * whose condition varies across devices is reported ([E_DIVERGE]): the
- * typechecker cannot see it.
+ * by the same rules. A collective those rules insert is over explicit axes
+ * only, over which a condition in the body (varying over manual axes) is
+ * invariant: under a varying if or for every device of its group takes the
+ * branch alike, and the runtime makes a group's communicator among its
+ * members, so it needs no check (a callee's collectives do: diverge.c).
  */
 #include "ops.h"
 
@@ -29,7 +31,6 @@ struct Part {
   Value **map;         /* old value id -> new value */
   int cap;
   IrBlock *b;          /* the block being built */
-  const Inst *diverge; /* innermost if/for of a manual body whose condition varies */
 };
 
 static Value *get(Part *p, Value *old) {
@@ -119,55 +120,11 @@ Type part_operand_target(const Type *op, const Type *res) {
   return t;
 }
 
-/* ---- divergence ------------------------------------------------------------------------------ */
-
-
-
-/* The typechecker rejects written collectives under a varying condition;
- * the ones the global rules insert for the explicit axes of a partial
- * manual body are known only here. Those are checked by their axes, as
- * diverge.c checks a callee's: the condition varies over manual axes, so
- * every device of a group over other axes takes the branch alike (the
- * runtime makes a group's communicator among its members). Reports the
- * first collective over an axis the condition varies over (or the whole
- * mesh) that partitioning `in` produced (from index `from` of the block). */
-static void check_implicit_diverge(Part *p, const Inst *in, int from) {
-  if (!p->diverge || op_is_collective(in->op))
-    return;
-  for (int i = from; i < p->b->insts.len; i++) {
-    const Inst *n = p->b->insts.data[i];
-    if (!op_is_collective(n->op))
-      continue;
-    AxisSet over = 0;
-    for (int k = 0; k < n->naxes; k++)
-      over |= 1u << n->axes[k];
-    if (n->naxes && !(over & ir_varying_axes(p->diverge)))
-      continue;   /* every device of its group takes the branch alike (diverge.c) */
-    Str ax = {0};
-    for (int k = 0; k < n->naxes; k++)
-      str_printf(&ax, "%s%s", k ? "," : "", p->m->names[n->axes[k]]);
-    if (!n->naxes)
-      str_printf(&ax, "the whole mesh");
-    diag_error(in->pos, "E_DIVERGE",
-               "this %s needs %s %s over %s (an explicit axis of this partial manual function), and it is reached "
-               "under a %s that varies across devices (over %s); every device must reach every collective: "
-               "compute it before the %s, or make the condition invariant",
-               ir_opname(in->op), strchr("aeiou", ir_opname(n->op)[0]) ? "an" : "a", ir_opname(n->op), str_cstr(&ax), p->diverge->op == IR_IF ? "condition" : "loop bound",
-               ty_axes_str(p->m, ir_varying_axes(p->diverge)), p->diverge->op == IR_IF ? "branch" : "loop");
-    diag_note(p->diverge->pos, "the varying %s is here", p->diverge->op == IR_IF ? "condition" : "loop bound");
-    free(ax.buf);
-    return;
-  }
-}
-
 /* ---- blocks --------------------------------------------------------------------------------- */
 
 static void part_block_into(Part *p, IrBlock *old, IrBlock *nb);
 
 static void part_region_inst(Part *p, Inst *in, Value **args) {
-  const Inst *saved = p->diverge;
-  if (ir_varying_axes(in))
-    p->diverge = in;
   Inst *n = part_copy(p, in, args);
   for (int r = 0; r < in->nregions; r++) {
     IrBlock *ob = in->regions[r];
@@ -180,7 +137,6 @@ static void part_region_inst(Part *p, Inst *in, Value **args) {
       part_put(p, ob->args[i], nb->args[i]);
     part_block_into(p, ob, nb);
   }
-  p->diverge = saved;
 }
 
 static void part_inst(Part *p, Inst *in) {
@@ -207,11 +163,8 @@ static void part_inst(Part *p, Inst *in) {
 static void part_block_into(Part *p, IrBlock *old, IrBlock *nb) {
   IrBlock *saved = p->b;
   p->b = nb;
-  for (int i = 0; i < old->insts.len; i++) {
-    int from = nb->insts.len;
+  for (int i = 0; i < old->insts.len; i++)
     part_inst(p, old->insts.data[i]);
-    check_implicit_diverge(p, old->insts.data[i], from);
-  }
   p->b = saved;
 }
 

@@ -150,14 +150,6 @@ static void inst_cost(const Walk *w, const Inst *in, Cost *c) {
   }
 }
 
-static bool const_trips(const Inst *loop, double *trips) {
-  int64_t lo, hi;
-  if (!ir_const_int(loop->args[0], &lo) || !ir_const_int(loop->args[1], &hi))
-    return false;
-  *trips = hi > lo ? (double)hi - (double)lo : 0;
-  return true;
-}
-
 /* Nested blocks recurse (their depth is bounded by the parser); calls take
  * the callee's cost, computed before (callees first); an if its cheaper
  * branch. */
@@ -169,9 +161,10 @@ static void block_cost(const Walk *w, const IrBlock *b, double times, Cost *c, d
       if (k >= 0)
         cost_add(c, &w->incl[k], times);
     } else if (in->op == IR_FOR) {
-      double n = 1;
-      if (!const_trips(in, &n))
-        c->approx = true;
+      int64_t t;
+      bool known = ir_const_trips(in, &t);
+      double n = known ? (double)t : 1;
+      c->approx |= !known;
       block_cost(w, in->regions[0], times * n, c, n);
     } else if (in->op == IR_IF) {
       Cost br[2];

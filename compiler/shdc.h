@@ -976,6 +976,9 @@ bool ir_infer(const Module *mod, const Inst *in, Type *out);
 /* An integer scalar known at compile time (a constant, or +, -, * of such):
  * a loop's trip count. */
 bool ir_const_int(const Value *v, int64_t *out);
+/* A for loop's trip count when both bounds are such constants (0 when the
+ * upper is not above the lower). */
+bool ir_const_trips(const Inst *loop, int64_t *trips);
 
 /* ---- ops.c: the operation registry, as the stages see it -------------- */
 
