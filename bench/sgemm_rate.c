@@ -39,9 +39,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: sgemm_rate SECONDS M,N,K[,TA,TB] ...\n");
     return 2;
   }
-  const char *core = openblas_get_corename(), *want = shd_better_core();
-  __builtin_cpu_init();
-  if (!getenv("OPENBLAS_CORETYPE") && core && want && shd_generic_core(core, __builtin_cpu_supports("avx2"))) {
+  const char *want = shd_openblas_core_wanted(openblas_get_corename());
+  if (!getenv("OPENBLAS_CORETYPE") && want) {
     setenv("OPENBLAS_CORETYPE", want, 1);
     execv("/proc/self/exe", argv);   /* on failure: the generic kernels, said below */
   }

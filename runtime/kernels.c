@@ -87,10 +87,11 @@ static void gemm_i32(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
     free(row);
 }
 
-/* rows x cols of a bf16 matrix (leading dim ld) widened into a dense f32 w. */
 /* The conversions around a bf16 gemm, vectorised (-O3, Makefile) once per
  * instruction set: scalar they took about a third of a small bf16
- * product's time (the demo GPT-2's). */
+ * product's time (the demo GPT-2's). widen_bf16: rows x cols of a bf16
+ * matrix (leading dim ld) into a dense f32 w; narrow_bf16 the reverse,
+ * each element rounded once. */
 CLONES static void widen_bf16(float *w, const uint16_t *x, int64_t rows, int64_t cols, int64_t ld)
 {
     for (int64_t i = 0; i < rows; i++)

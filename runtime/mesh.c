@@ -119,11 +119,8 @@ static void fix_openblas(char **argv, bool mpi_started)
         !argv || !argv[0])
         return;
     const char *core = openblas_get_corename();
-    const char *want = shd_better_core();
-    if (!core || !want)
-        return;
-    __builtin_cpu_init();
-    if (!shd_generic_core(core, __builtin_cpu_supports("avx2")))
+    const char *want = shd_openblas_core_wanted(core);
+    if (!want)
         return;
     setenv("OPENBLAS_CORETYPE", want, 1);
     setenv(REEXEC_MARKER, core, 1);

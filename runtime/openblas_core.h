@@ -24,9 +24,13 @@ static inline bool shd_generic_core(const char *name, bool has_avx2)
     return has_avx2 && strcasecmp(name, "sandybridge") == 0;
 }
 
-static inline const char *shd_better_core(void)
+/* The OPENBLAS_CORETYPE to ask for when OpenBLAS chose `core`: NULL when
+ * core suits this CPU (or nothing better does). */
+static inline const char *shd_openblas_core_wanted(const char *core)
 {
     __builtin_cpu_init();
+    if (!core || !shd_generic_core(core, __builtin_cpu_supports("avx2")))
+        return NULL;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
         return "SkylakeX";
