@@ -436,11 +436,12 @@ static const char *const variants[] = {"full", "causal", NULL};
  * block by block inside the kernel: no separate pass. */
 static void work_attention(const Module *mod, const Inst *in, double *dot, double *ew) {
   double S = (double)ty_local_dim(&mod->mesh, &in->args[1]->type, 1);
-  double q = (double)ty_local_count(&mod->mesh, &in->args[0]->type);   /* B T N H */
-  double f = 2 * 2 * q * S * (in->fn ? 0.5 : 1);
-  *dot += in->op == IR_ATTENTION ? f : 2.5 * f;
   double H = (double)ty_local_dim(&mod->mesh, &in->args[0]->type, 3);
-  *ew += q / (H > 0 ? H : 1) * S * (in->fn ? 0.5 : 1) * (in->op == IR_ATTENTION ? 1 : 2);   /* the scores' exps */
+  double q = (double)ty_local_count(&mod->mesh, &in->args[0]->type);   /* B T N H */
+  double scores = (H > 0 ? q / H : 0) * S * (in->fn ? 0.5 : 1);        /* B T N S, half of them causal */
+  bool fwd = in->op == IR_ATTENTION;
+  *dot += 2 * 2 * scores * H * (fwd ? 1 : 2.5);
+  *ew += scores * (fwd ? 1 : 2);   /* their exps */
 }
 
 static const OpDef ops[] = {

@@ -629,7 +629,7 @@ control = [
          "var h = x\nfor i in 0..n {\n    var g = h\n    for j in 0..2 {\n        g = sin(g @ w) + g\n    }\n"
          "    h = h * g * 0.5\n}\nreturn sum(h)", wrt=(0, 1)),
     Case("nest_runtime_inner", [("x", V8, N(V8, 180)), ("w", "f64[4, 4]", N("f64[4, 4]", 181)),
-                                ("n", "i32", 'arg("trips", 2)')],
+                                ("n", "i32", 'arg("inner-trips", 2)')],
          "var h = x\nfor i in 0..2 {\n    var g = h\n    for j in 0..n {\n        if j == 0 {\n"
          "            g = sin(g @ w) + g\n        }\n        g = tanh(g @ w)\n    }\n    h = h * g\n}\n"
          "return sum(h)", wrt=(0, 1)),

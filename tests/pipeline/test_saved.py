@@ -18,15 +18,16 @@ built with L=8 layers over pipe=4 (2 a stage) and MB=8 microbatches:
 """
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import testlib  # noqa: E402
 from run import mpirun_cmd, run, Failure  # noqa: E402
+from test_peak import peaks  # noqa: E402  (explain's peak per rank of named manual functions)
 
 SRC = os.path.join(ROOT, "tests", "pipeline", "library.shd")
 P, L, MB = 4, 8, 8
@@ -66,21 +67,6 @@ def traced_counts(shdc, d):
     return out
 
 
-def peaks(shdc, mb):
-    p = testlib.run_shdc(shdc, "explain", SRC, "--mesh", "pipe=%d" % P, "-D", "L=%d" % L, "-D", "MB=%d" % mb,
-                         "-D", "B=%d" % B, "-D", "D=%d" % D, timeout=300)
-    if p.returncode:
-        raise Failure("shdc explain: exit %d\n%s" % (p.returncode, p.stderr))
-    out = {}
-    for name in ("gpipe", "gpipe_saved"):
-        m = re.search(r"^fn %s \(manual over pipe\)\n(?:  .*\n)*?  peak live arrays per rank: (\d+) bytes" % name,
-                      p.stdout, re.M)
-        if not m:
-            raise Failure("no peak for fn %s in:\n%s" % (name, p.stdout))
-        out[name] = int(m.group(1))
-    return out
-
-
 def main():
     shdc = testlib.shdc_option(__doc__)
     bad = []
@@ -95,7 +81,9 @@ def main():
               "(forward once, gradient twice)" % (rank, saved, 3 * MB * per))
         check(remat == 4 * MB * per, "rank %d: gpipe ran the layer's product %d times, not 4 * MB * L/P = %d "
               "(forward, forward again, gradient)" % (rank, remat, 4 * MB * per))
-    p8, p16 = peaks(shdc, 8), peaks(shdc, 16)
+    defs = ["L=%d" % L, "B=%d" % B, "D=%d" % D]
+    p8, p16 = (peaks(shdc, os.path.relpath(SRC, ROOT), "pipe=%d" % P, defs, mb, ("gpipe", "gpipe_saved"))
+               for mb in (8, 16))
     act = B * D * 4
     gs, gr = p16["gpipe_saved"] - p8["gpipe_saved"], p16["gpipe"] - p8["gpipe"]
     print("peak per rank from 8 to 16 microbatches: gpipe_saved %d -> %d (+%d), gpipe %d -> %d (+%d)"
