@@ -20,9 +20,13 @@ For each host count, link and layout (--layouts):
              gathered where they are used, not an iteration ahead
   gpt2_2d    dsl-examples/gpt2.shd over data x model (data=N/2,model=2)
   gpt2_nobucket  gpt2 built with --bucket=0: each gradient all-reduced when it is made
+  gpt2_reduce_bf16  gpt2 built with --reduce-dtype=bf16: f32 training, its gradient
+             buckets sent as bf16 (half the bytes)
   gpt2_zero  tests/gpt2/gpt2_zero.shd, a sharded optimizer (ZeRO-1/2): the parameters
              and moments kept as shards over data, gathered once a step
   ddp        PyTorch DistributedDataParallel (gloo) of bench/gpt.py's GPT-2 (and LLaMA, when llama runs)
+  ddp_fp16   the same GPT-2 with DDP's fp16_compress_hook (gradients sent as fp16: gloo has
+             no bf16 sum, and bf16_compress_hook needs NCCL), gpt2_reduce_bf16's peer
   fsdp       PyTorch FullyShardedDataParallel (gloo) of the same GPT-2
 
 the GPT-2 sizes C=384 T=256 L=4 NH=6 B=8 (bench/gpt.py's `large`) and the
@@ -65,7 +69,7 @@ recipe (bench/gpt.py). Per row:
   steps of gpt2 in f32 and in bf16, run here first, against plan's
   contraction FLOPs and elementwise operations of those builds);
 - DDP / this: PyTorch DDP's step of the same model on the same link over
-  this row's.
+  this row's (gpt2_reduce_bf16's: DDP's with fp16_compress_hook).
 
 Then, for each host count and link, every pair of shdc GPT-2 layouts
 whose measured steps differ by more than the run-to-run noise (the sum of
@@ -110,13 +114,18 @@ LAYOUTS = {
     "gpt2_zero": ("tests/gpt2/gpt2_zero.shd", "gpt2", lambda n: {"data": n, "model": 1}),
     "gpt2_fsdp_noprefetch": ("dsl-examples/gpt2_fsdp.shd", "gpt2", lambda n: {"data": n, "model": 1}),
     "gpt2_bf16": ("dsl-examples/gpt2.shd", "gpt2", lambda n: {"data": n, "model": 1}),
+    "gpt2_reduce_bf16": ("dsl-examples/gpt2.shd", "gpt2", lambda n: {"data": n, "model": 1}),
 }
 # the build flags of a layout beyond its mesh: gpt2_nobucket is gpt2 with
 # each gradient all-reduced on its own when it is made (--bucket=0),
 # gpt2_fsdp_noprefetch gpt2_fsdp with each layer gathered where it is used,
-# gpt2_bf16 gpt2 in mixed precision (bf16 products and gradients' sums)
-FLAGS = {"gpt2_nobucket": ["--bucket=0"], "gpt2_fsdp_noprefetch": ["--prefetch=off"], "gpt2_bf16": ["-D", "DT=bf16"]}
-PEERS = {"ddp": "PyTorch DDP", "fsdp": "PyTorch FSDP"}
+# gpt2_bf16 gpt2 in mixed precision (bf16 products and gradients' sums),
+# gpt2_reduce_bf16 gpt2 in f32 with its gradient buckets sent as bf16
+FLAGS = {"gpt2_nobucket": ["--bucket=0"], "gpt2_fsdp_noprefetch": ["--prefetch=off"], "gpt2_bf16": ["-D", "DT=bf16"],
+         "gpt2_reduce_bf16": ["--reduce-dtype=bf16"]}
+PEERS = {"ddp": "PyTorch DDP", "ddp_fp16": "PyTorch DDP fp16_compress_hook", "fsdp": "PyTorch FSDP"}
+# the peer a layout's "DDP / this" compares with (default ddp): the same bytes on the wire
+DDP_PEER = {"gpt2_reduce_bf16": "ddp_fp16"}
 
 
 def program_path(prog):
@@ -151,6 +160,17 @@ def _fsdp(model):   # the optimizer's two groups need FSDP's original parameters
         return net, [{"params": list(net.parameters()), "weight_decay": 0.1}]
 """
 FSDP_WRAP = "_fsdp(model)"
+
+# DDP whose gradient buckets are sent as fp16 (DDP's own compression hook)
+DDP_FP16_PRELUDE = r"""
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as _hooks
+def _ddp_fp16(model):
+    m = torch.nn.parallel.DistributedDataParallel(model)
+    m.register_comm_hook(None, _hooks.fp16_compress_hook)
+    return m
+"""
+DDP_FP16_WRAP = "(_ddp_fp16(model), param_groups(model))"
+WRAPS = {"ddp": (gpt.DDP, ""), "ddp_fp16": (DDP_FP16_WRAP, DDP_FP16_PRELUDE), "fsdp": (FSDP_WRAP, FSDP_PRELUDE)}
 
 
 # ---- helpers (tests/cluster/test_clusterbench.py checks them) ----------------------------------------------------
@@ -416,8 +436,7 @@ class Bench:
             os.makedirs(out_dir)
             self.port += 1
             src = gpt.worker_source(cfg, self.a.steps, "tcp://%s:%d" % (cl.h.addrs[0], self.port), 1, out_dir,
-                                    wrap=gpt.DDP if peer == "ddp" else FSDP_WRAP,
-                                    prelude=FSDP_PRELUDE if peer == "fsdp" else "", ifname="eth0")
+                                    wrap=WRAPS[peer][0], prelude=WRAPS[peer][1], ifname="eth0")
             path = os.path.join(self.d, "worker_%s.py" % peer)
             with open(path, "w") as f:
                 f.write(src)
@@ -587,7 +606,7 @@ def table_row(n, label, key, r, base, here):
         p, model = key.split(":")
         name = "%s %s" % (PEERS[p], model)
     ratio = fmt(r["ms"] / base["ms"], "%.2f") if base and "ms" in base else "-"
-    ddp = here.get("ddp:" + model)
+    ddp = here.get("%s:%s" % (DDP_PEER.get(key, "ddp"), model))
     vs = fmt(ddp["ms"] / r["ms"], "%.2f") if key in LAYOUTS and ddp and "ms" in ddp else "-"
     f = "%.1f (%.1f)" if r.get("plan") is not None and r["plan"] < 0.1 else "%.0f (%.0f)"
     plan = "-" if r.get("plan") is None else f % (r["plan"] * 1e3, r["plan_comm"] * 1e3)

@@ -398,6 +398,9 @@ for s in range(steps):
 # each rank its own file: mpirun may join two ranks' lines on one
 with open(os.path.join(%(out)r, "torch_rank%%d.json" %% rank), "w") as f:
     json.dump({"rank": rank, "ms": ts, "tx": tx, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}, f)
+if world > 1:   # gloo's threads stopped before exit (a communication hook's would abort it)
+    dist.barrier()
+    dist.destroy_process_group()
 """
 
 # gpt2.shd's model and initialisation; AdamW's groups; no clipping (gpt2.shd has none).

@@ -129,11 +129,13 @@ typedef struct {
   Module *mod;
   int64_t bucket;      /* the overlap pass's cap (Options.bucket, or the default) */
   bool prefetch;       /* !Options.no_prefetch */
+  bool narrow;         /* Options.reduce_bf16 */
 } Compilation;
 
 static bool front(Compilation *c, const char *path, const Options *o) {
   c->bucket = o->bucket_given ? o->bucket : OVERLAP_BUCKET;
   c->prefetch = !o->no_prefetch;
+  c->narrow = o->reduce_bf16;
   c->prog = parse_file(c->src);
   if (!diag_error_count())
     import_program(c->prog, &o->incdirs);
@@ -166,7 +168,7 @@ static bool middle(Compilation *c, bool partition) {
   ir_verify(c->mod);
   scatter_accumulators(c->mod);
   ir_verify(c->mod);
-  overlap_module(c->mod, c->bucket, c->prefetch);
+  overlap_module(c->mod, c->bucket, c->prefetch, c->narrow);
   ir_verify(c->mod);
   sched_module(c->mod);
   ir_verify(c->mod);

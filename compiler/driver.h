@@ -39,6 +39,7 @@ typedef struct {
   int64_t bucket;              /* --bucket: the overlap pass's bucket cap in bytes (0: off) */
   bool bucket_given;
   bool no_prefetch;            /* --prefetch=off: a layer loop's all-gathers not started an iteration ahead */
+  bool reduce_bf16;            /* --reduce-dtype=bf16: the buckets' f32 sums move as bf16 */
   bool warning_options;        /* a -W or -w was given (check and build take them) */
 } Options;
 

@@ -52,8 +52,11 @@ static const char *shapes_after(const Report *r, const Inst *in) {
   int n = in->niv / ASYNC_MEMBER_W;
   double dot, ew;
   const Inst *wait = overlap_work(r->mod, in, &dot, &ew);
-  return arena_printf("... (a bucket of %d array%s, overlapped with %.3g GFLOP and %.3g M element operations "
-                      "before its wait at line %d)", n, n == 1 ? "" : "s", dot / 1e9, ew / 1e6,
+  DType wire = async_wire_dtype(in);
+  const char *as = wire != in->args[in->op == IR_ALL_GATHER_START ? 1 : 0]->type.dtype
+                       ? arena_printf(", sent as %s", ty_dtype_name(wire)) : "";
+  return arena_printf("... (a bucket of %d array%s%s, overlapped with %.3g GFLOP and %.3g M element operations "
+                      "before its wait at line %d)", n, n == 1 ? "" : "s", as, dot / 1e9, ew / 1e6,
                       wait ? wait->pos.line : 0);
 }
 
@@ -569,11 +572,7 @@ static void sim_bucket(Sim *s, const Inst *in) {
     b = buf_entry(s, 0, NULL);
     ptrmap_put(&s->sites, key, b);
   }
-  int64_t bytes = 0;
-  for (int j = 0; j < in->niv / ASYNC_MEMBER_W && in->op != IR_ALL_GATHER_START; j++)
-    bytes += local_bytes(s->mod, &in->args[j]->type);
-  if (in->op == IR_ALL_GATHER_START)
-    bytes = gather_bytes(s, in);
+  int64_t bytes = in->op == IR_ALL_GATHER_START ? gather_bytes(s, in) : async_bucket_bytes(s->mod, in);
   s->bytes[b] += bytes;
   add_live(s, bytes, in->pos);
   bump(s);

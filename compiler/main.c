@@ -59,6 +59,8 @@ static const char usage_options[] =
     "                         moved while the program computes (default 25MiB; 0: off)\n"
     "  --prefetch=on|off      build, explain, plan: start a layer loop's all-gathers of\n"
     "                         its layer's parameters an iteration ahead (default on)\n"
+    "  --reduce-dtype=f32|bf16  build, explain, plan: the dtype the buckets' f32 sums\n"
+    "                         move in (bf16: half the bytes, rounded; default f32)\n"
     "  --max-memory=BYTES     build, check: an error where a rank's peak bytes of live\n"
     "                         arrays exceed BYTES (80GB, 80GiB, 512MiB)\n"
     "  --devices=N            plan: the number of devices to lay the mesh over\n"
@@ -569,7 +571,7 @@ static int run_pipeline(CommandLine *cl, const Command *c) {
  * any prefix that names only it. */
 enum {
   LO_MESH = 256, LO_ISA, LO_KEEP_C, LO_GLOBAL, LO_NETWORK, LO_MAX_MEMORY, LO_MEMORY, LO_JSON, LO_DEVICES,
-  LO_FLOPS, LO_DIAGNOSTICS, LO_MAX_ERRORS, LO_COLOR, LO_BUCKET, LO_PREFETCH,
+  LO_FLOPS, LO_DIAGNOSTICS, LO_MAX_ERRORS, LO_COLOR, LO_BUCKET, LO_PREFETCH, LO_REDUCE_DTYPE,
 };
 
 static const struct option long_options[] = {
@@ -591,6 +593,7 @@ static const struct option long_options[] = {
     {"color", required_argument, NULL, LO_COLOR},
     {"bucket", required_argument, NULL, LO_BUCKET},
     {"prefetch", required_argument, NULL, LO_PREFETCH},
+    {"reduce-dtype", required_argument, NULL, LO_REDUCE_DTYPE},
     {NULL, 0, NULL, 0},
 };
 #define SHORT_OPTIONS ":ho:D:I:O:VW:w"
@@ -612,6 +615,7 @@ static const char *option_value(int opt) {
   case LO_FLOPS: return "--flops needs FLOP/s per device, e.g. --flops=100G";
   case LO_BUCKET: return "--bucket needs a number of bytes, e.g. 25MiB (0: no buckets, no overlap)";
   case LO_PREFETCH: return "--prefetch needs on or off";
+  case LO_REDUCE_DTYPE: return "--reduce-dtype needs f32 or bf16";
   case LO_DIAGNOSTICS: return "--diagnostics needs plain, json or sarif";
   case LO_COLOR: return "--color needs auto, always or never";
   default: return "--max-errors needs a count, e.g. --max-errors=20";
@@ -753,6 +757,11 @@ static void take_option(CommandLine *cl, int opt, const char *v) {
       diag_usage_error("--prefetch expects on or off, not '%s'", v);
     o->no_prefetch = !strcmp(v, "off");
     break;
+  case LO_REDUCE_DTYPE:
+    if (strcmp(v, "f32") != 0 && strcmp(v, "bf16") != 0)
+      diag_usage_error("--reduce-dtype expects f32 or bf16 (the dtype the buckets' f32 sums move in), not '%s'", v);
+    o->reduce_bf16 = !strcmp(v, "bf16");
+    break;
   case LO_DEVICES: take_count("--devices", v, 1, 1 << 20, &n); o->devices = n; break;
   case LO_FLOPS: take_flops(o, v); break;
   case LO_DIAGNOSTICS: take_diagnostics(o, v); break;
@@ -814,6 +823,9 @@ static int drv_main(int argc, char **argv) {
   int rc = parse_command_line(argc, argv, &cl);
   if (rc >= 0)
     return rc;
+  if (cl.o.reduce_bf16 && cl.o.bucket_given && cl.o.bucket == 0)
+    diag_usage_error("--reduce-dtype=bf16 sends the buckets' sums as bf16, and --bucket=0 turns the buckets off: "
+                     "give one of them");
   if (!cl.o.cmd) {
     fputs(usage_text(), stderr);
     return 2;

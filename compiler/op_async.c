@@ -12,7 +12,9 @@
  * member, its operand's type (the buffer its reduced values land in).
  * Attributes: axes, fn (RED_SUM), ival the site (a number of the module),
  * iv MEMBER_W integers a member: its kind (SHD_ASYNC_ order: plain, set,
- * add; with ASYNC_WIDEN a bf16 member set or added into an f32 carry), the wait's destination index of a window member, the window's
+ * add; with ASYNC_WIDEN a bf16 member set or added into an f32 carry, and
+ * with ASYNC_NARROW too an f32 member sent as bf16: --reduce-dtype=bf16,
+ * the bucket then bf16, async_wire_dtype), the wait's destination index of a window member, the window's
  * rank, its `aligned` mask (shd_update_window's), then its sizes (global,
  * MAX_RANK) and the update's local shape (MAX_RANK).
  *
@@ -50,12 +52,16 @@ static int async_members(const Inst *in) { return in->niv / ASYNC_MEMBER_W; }
 
 static const int64_t *member(const Inst *in, int j) { return in->iv + (size_t)j * ASYNC_MEMBER_W; }
 
+/* A window member (set or added into a carry's window), not a plain one. */
+static bool is_window(const Inst *in, int j) { return (member(in, j)[0] & ASYNC_KIND) != 0; }
+
+
 /* The operand index of window member j's first start index, and of its
  * carry. */
 static int first_index(const Inst *in, int j) {
   int n = async_members(in), at = n;
   for (int k = 0; k < j; k++)
-    if (member(in, k)[0] != 0)
+    if (is_window(in, k))
       at += (int)member(in, k)[2];
   return at;
 }
@@ -63,21 +69,13 @@ static int first_index(const Inst *in, int j) {
 static int carry_arg(const Inst *in, int j) {
   int n = async_members(in), idx = 0, w = 0;
   for (int k = 0; k < n; k++)
-    if (member(in, k)[0] != 0)
+    if (is_window(in, k))
       idx += (int)member(in, k)[2];
   for (int k = 0; k < j; k++)
-    w += member(in, k)[0] != 0;
+    w += is_window(in, k);
   return n + idx + w;
 }
 
-static int64_t bucket_bytes(const Module *mod, const Inst *in) {
-  int64_t n = 0;
-  for (int j = 0; j < async_members(in); j++) {
-    const Type *t = &in->args[j]->type;
-    n += ty_local_count(&mod->mesh, t) * (int64_t)ty_dtype_size(t->dtype);
-  }
-  return n;
-}
 
 static int64_t group_size(const Module *mod, const Inst *in) {
   int64_t g = 1;
@@ -89,18 +87,18 @@ static int64_t group_size(const Module *mod, const Inst *in) {
 /* ---- C ------------------------------------------------------------------------------------ */
 
 static void emit_start(Emit *e, const Inst *in) {
-  const Value *x0 = in->args[0];
   emit_trace_at(e, in->pos);
   emit_line(e, "shd_async_begin%s(%lld, %s, SHD_SUM, %s);", in->op == IR_REDUCE_SCATTER_START ? "_scatter" : "",
-            (long long)in->ival, emit_dtconst(x0->type.dtype), emit_axes_lit(in->axes, in->naxes));
+            (long long)in->ival, emit_dtconst(async_wire_dtype(in)), emit_axes_lit(in->axes, in->naxes));
   int res = 0;
   for (int j = 0; j < async_members(in); j++) {
     const int64_t *m = member(in, j);
     const Value *x = in->args[j];
-    if (m[0] == 0) {
+    if (!is_window(in, j)) {
       const Value *r = in->results[res++];
       emit_def_array(e, r, false);
-      emit_line(e, "shd_async_add(%s, %s, %lld);", emit_vname(x), emit_vname(r), (long long)emit_local_count(e, &x->type));
+      emit_line(e, "shd_async_add%s(%s, %s, %lld);", m[0] & ASYNC_NARROW ? "_narrow" : "", emit_vname(x), emit_vname(r),
+                (long long)emit_local_count(e, &x->type));
       continue;
     }
     int rank = (int)m[2];
@@ -198,7 +196,7 @@ static double gather_start_seconds(const NetCost *c, const Inst *in, const char 
 }
 
 static int64_t start_bytes(const Module *mod, const Inst *in) {
-  int64_t n = bucket_bytes(mod, in), g = group_size(mod, in);
+  int64_t n = async_bucket_bytes(mod, in), g = group_size(mod, in);
   if (in->op == IR_REDUCE_SCATTER_START)   /* (G-1)/G of the bucket */
     return (int64_t)((__int128)(g - 1) * n / g);
   return op_allreduce_bytes(n, g);
@@ -229,10 +227,12 @@ static void print_start(FILE *out, const Module *mod, const Inst *in) {
   fprintf(out, " site=%lld", (long long)in->ival);
   for (int j = 0; j < async_members(in); j++) {
     const int64_t *m = member(in, j);
-    if (m[0] != 0)
+    if (is_window(in, j))
       fprintf(out, " %%%d->%s%s[%lld]", in->args[j]->id, (m[0] & ASYNC_KIND) == 2 ? "add" : "set",
               m[0] & ASYNC_WIDEN ? ".f32" : "", (long long)m[1]);
   }
+  if (async_wire_dtype(in) != in->args[0]->type.dtype)
+    fprintf(out, " wire=%s", ty_dtype_name(async_wire_dtype(in)));
 }
 
 static void print_wait(FILE *out, const Module *mod, const Inst *in) { fprintf(out, " site=%lld", (long long)in->ival); }
@@ -252,7 +252,7 @@ static bool infer_start(const Module *mod, const Inst *in, Type *out) {
   if (n < 1 || in->niv != n * ASYNC_MEMBER_W)
     return false;
   for (int j = 0; j < n; j++)
-    if (member(in, j)[0] == 0) {
+    if (!is_window(in, j)) {
       if (res >= in->nresults || !ir_infer_shape(&out[res++], &in->args[j]->type))
         return false;
     }

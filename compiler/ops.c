@@ -10,7 +10,8 @@
  * direct index, a builtin name or an operator (its syntax, code and
  * operand kind) through a linear search of a hundred entries (done once
  * per call site or operator by the typechecker). It also knows the forms
- * (grad, value_and_grad) and prints the whole registry (shdc list-ops).
+ * (grad, value_and_grad), prints the whole registry (shdc list-ops) and
+ * reads a bucket's members for its two families and explain.
  *
  * The stages reach the families only through here, and the families reach
  * the stages only through their builders (tests/tools/test_layering.py).
@@ -203,4 +204,24 @@ const char *const *op_builtin_names(void) {
   if (!ready)
     build();
   return names;
+}
+
+/* ---- a bucket's members (overlap.c's format: shdc.h's ASYNC_) ---------------------------- */
+
+/* The dtype a reduction bucket's values move in: its members' own, or
+ * bf16 for the f32 members of --reduce-dtype=bf16 (ASYNC_NARROW; a
+ * bucket's members share their dtype, and so the flag). */
+DType async_wire_dtype(const Inst *in) {
+  bool gather = in->op == IR_ALL_GATHER_START;
+  DType dt = in->args[gather ? 1 : 0]->type.dtype;
+  return !gather && in->niv >= ASYNC_MEMBER_W && (in->iv[0] & ASYNC_NARROW) ? DT_BF16 : dt;
+}
+
+/* The bytes of a reduction bucket's staging buffer (what a rank's ring
+ * moves 2(G-1)/G of): its members' elements in the wire's dtype. */
+int64_t async_bucket_bytes(const Module *mod, const Inst *in) {
+  int64_t n = 0;
+  for (int j = 0; j < in->niv / ASYNC_MEMBER_W; j++)
+    n += ty_local_count(&mod->mesh, &in->args[j]->type);
+  return n * (int64_t)ty_dtype_size(async_wire_dtype(in));
 }

@@ -43,7 +43,13 @@
  *    same message.)
  *
  * The bucket cap (build's --bucket=BYTES; 0 turns the pass off) bounds
- * the bytes a bucket waits for before it starts. A window member's bucket
+ * the bytes a bucket waits for before it starts (its members' own bytes).
+ * With --reduce-dtype=bf16 (DDP's bf16_compress_hook, FSDP's
+ * reduce_dtype) a bucket of f32 sums over more than one device moves as
+ * bf16: its members rounded to bf16 as they are staged, the sums widened
+ * into their f32 results at the wait (ASYNC_NARROW; the ring's additions
+ * are in f32, each rounded to bf16). Only the buckets change: a sum the
+ * pass leaves alone stays f32, and so these forms are no longer exact. A window member's bucket
  * never spans two loops or two iterations.
  *
  * Invariants: every start has its wait in the same function, after it on
@@ -70,6 +76,7 @@ typedef struct {
   int *need;           /* by value id: the first prefetch bucket whose blocks need it, or -1 */
   Value **clone;       /* by value id: its copy for another iteration (prefetch) */
   bool prefetch;
+  bool narrow;         /* --reduce-dtype=bf16: f32 sums move as bf16 */
 } Ov;
 
 static int g_site;     /* sites are numbered over the module */
@@ -142,6 +149,16 @@ static bool uses_value(const Inst *in, const Value *const *vs, int n) {
       if (uses_value(in->regions[r]->insts.data[i], vs, n))
         return true;
   return false;
+}
+
+/* The flags of a member summed by ar: with --reduce-dtype=bf16, an f32
+ * sum over more than one device is sent as bf16 (rounded at the start,
+ * widened at the wait: ASYNC_NARROW). */
+static int narrow_flags(const Ov *o, const Inst *ar) {
+  int64_t g = 1;
+  for (int i = 0; i < ar->naxes; i++)
+    g *= o->mod->mesh.sizes[ar->axes[i]];
+  return o->narrow && g > 1 && ar->args[0]->type.dtype == DT_F32 ? ASYNC_NARROW | ASYNC_WIDEN : 0;
 }
 
 static bool has_flag(const Inst *in, unsigned f) {
@@ -273,7 +290,7 @@ static Inst *start_accs(Ov *o, Inst *F, Acc *m, int n, PtrMap *gone, int *at_out
     if (t == ncarry)
       carries[ncarry++] = m[j].carry;
     int64_t *w = iv + (size_t)j * ASYNC_MEMBER_W;
-    w[0] = m[j].kind | (m[j].widen ? ASYNC_WIDEN : 0);
+    w[0] = m[j].kind | (m[j].widen ? ASYNC_WIDEN : 0) | narrow_flags(o, m[j].ar);
     w[1] = t;
     w[2] = rt->rank;
     w[ASYNC_SCATTER_DIM] = m[j].ar->op == IR_REDUCE_SCATTER ? m[j].ar->dim : -1;
@@ -459,6 +476,7 @@ static Inst *make_bucket(Ov *o, Inst **mem, int n, const Marks *mk, int last, in
   for (int j = 0; j < n; j++) {
     args[j] = mem[j]->args[0];
     types[j] = mem[j]->results[0]->type;
+    iv[(size_t)j * ASYNC_MEMBER_W] = narrow_flags(o, mem[j]);
     iv[(size_t)j * ASYNC_MEMBER_W + ASYNC_SCATTER_DIM] = -1;
   }
   Inst *st = ir_emit(o->mod, NULL, IR_ALL_REDUCE_START, mem[n - 1]->pos, n, args, n, types);
@@ -943,11 +961,11 @@ static void replace_all(Ov *o, IrBlock *b) {
   }
 }
 
-void overlap_module(Module *mod, int64_t bucket_bytes, bool prefetch) {
+void overlap_module(Module *mod, int64_t bucket_bytes, bool prefetch, bool narrow) {
   g_site = 0;
   if (bucket_bytes <= 0)
     return;
-  Ov o = {.mod = mod, .cap = bucket_bytes, .prefetch = prefetch};
+  Ov o = {.mod = mod, .cap = bucket_bytes, .prefetch = prefetch, .narrow = narrow};
   for (int i = 0; i < mod->funcs.len; i++) {
     o.f = mod->funcs.data[i];
     /* Each phase plans on the function's use counts taken before it (a

@@ -806,8 +806,9 @@ enum { RED_SUM, RED_MAX, RED_MIN };
 /* IR_ALL_REDUCE_START's iv: this many integers a member (op_async.c); the
  * last is the operand's dim a reduce-scatter bucket splits (-1: none). */
 enum { ASYNC_MEMBER_W = 5 + 2 * MAX_RANK, ASYNC_SCATTER_DIM = 4 + 2 * MAX_RANK };
-/* A member's kind (SHD_ASYNC_ order) and its flag: a bf16 sum into an f32 carry (shdrt.h's SHD_ASYNC_WIDEN). */
-enum { ASYNC_KIND = 3, ASYNC_WIDEN = 4 };
+/* A member's kind (SHD_ASYNC_ order) and its flags (shdrt.h's): a bf16 sum into an f32 carry (SHD_ASYNC_WIDEN);
+ * with it, an f32 member sent as bf16 (SHD_ASYNC_NARROW, --reduce-dtype=bf16). */
+enum { ASYNC_KIND = 3, ASYNC_WIDEN = 4, ASYNC_NARROW = 8 };
 /* The views (reshapes of unit dims, retypes) overlap.c and scatter.c follow between a sum and its use. */
 enum { ACC_VIEWS = 6 };
 /* A bucket's start (overlap.c): of all-reduces, reduce-scatters or prefetched all-gathers. */
@@ -900,6 +901,11 @@ typedef struct {
   int next_value;
   bool numbered;       /* emit_number_values ran: the module can be emitted */
 } Module;
+
+/* op_async.c: the dtype a reduction bucket's values move in (bf16 for --reduce-dtype=bf16's narrowed
+ * members), and its staging buffer's bytes. */
+DType async_wire_dtype(const Inst *in);
+int64_t async_bucket_bytes(const Module *mod, const Inst *in);
 
 Module *ir_module(const Mesh *m);
 Func *ir_func(Module *mod, const char *name, int nparams, const Type *params, int nresults, const Type *results);
@@ -1139,7 +1145,7 @@ void scatter_accumulators(Module *mod);
  * IR_ALL_GATHER_WAIT: FSDP's prefetch). The default cap (--bucket) is
  * PyTorch DDP's. */
 enum { OVERLAP_BUCKET = 25 << 20 };
-void overlap_module(Module *mod, int64_t bucket_bytes, bool prefetch);
+void overlap_module(Module *mod, int64_t bucket_bytes, bool prefetch, bool narrow);
 /* The work a bucket's start can hide behind (contraction FLOPs and
  * elementwise operations per rank): what runs between it and its wait, and
  * for a loop's bucket one iteration of the loop's body (the next one runs

@@ -33,6 +33,13 @@
  *    end of each span of the generated code), and a wait;
  *  - sync (0): each bucket in the main thread when it is started.
  *
+ * A bf16 bucket of f32 members (--reduce-dtype=bf16: SHD_ASYNC_NARROW,
+ * shd_async_add_narrow) rounds each member to bf16 (nearest even) as it
+ * is staged and widens the sums (exactly) into the f32 destinations at the
+ * wait: half the bytes on the wire, each value rounded once at the start
+ * and once at each of the ring's G-1 additions (PyTorch DDP's
+ * bf16_compress_hook, FSDP's reduce_dtype).
+ *
  * A reduce-scatter bucket (shd_async_begin_scatter, shd_async_add_scatter)
  * is packed at its start so that chunk k holds every member's block k
  * along its split dim, and runs only the ring's first half: rank g keeps
@@ -503,12 +510,36 @@ void shd_async_begin_scatter(int site, shd_dtype dt, shd_redop op, const int *ax
     g_as.open->scatter = true;
 }
 
+/* count elements of src into the staging buffer at element off: copied,
+ * or with SHD_ASYNC_NARROW f32 values rounded into a bf16 bucket. */
+static void stage(request *r, size_t off, const void *src, size_t count, int kind)
+{
+    if (!(kind & SHD_ASYNC_NARROW)) {
+        memcpy(r->buf + off * shd_dtype_size(r->dt), src, count * shd_dtype_size(r->dt));
+        return;
+    }
+    if (r->dt != SHD_BF16 || !(kind & SHD_ASYNC_WIDEN))
+        shd_fatal("internal: a narrowed async member of a %s bucket", shd_dtype_name(r->dt));
+    uint16_t *d = (uint16_t *)r->buf + off;
+    const float *f = (const float *)src;
+    for (size_t i = 0; i < count; i++)
+        d[i] = shd_f2bf(f[i]);
+}
+
 void shd_async_add(const void *src, void *dst, size_t count)
 {
     member *m = add_member(count);
     m->kind = SHD_ASYNC_PLAIN;
     m->dst = dst;
-    memcpy(g_as.open->buf + m->off * shd_dtype_size(g_as.open->dt), src, count * shd_dtype_size(g_as.open->dt));
+    stage(g_as.open, m->off, src, count, m->kind);
+}
+
+void shd_async_add_narrow(const float *src, float *dst, size_t count)
+{
+    member *m = add_member(count);
+    m->kind = SHD_ASYNC_PLAIN | SHD_ASYNC_WIDEN | SHD_ASYNC_NARROW;
+    m->dst = dst;
+    stage(g_as.open, m->off, src, count, m->kind);
 }
 
 /* A window member of count elements in the staging buffer: where its
@@ -533,7 +564,7 @@ void shd_async_add_window(const void *src, int kind, int target, int rank, const
 {
     size_t count = (size_t)shd_shape_count(rank, src_shape);
     member *m = add_window_member(count, kind, target, rank, dst_shape, src_shape, start, size, dst_off, aligned);
-    memcpy(g_as.open->buf + m->off * shd_dtype_size(g_as.open->dt), src, count * shd_dtype_size(g_as.open->dt));
+    stage(g_as.open, m->off, src, count, kind);
 }
 
 /* A reduce-scatter bucket's staging: chunk k (each rank's, csum
@@ -548,11 +579,11 @@ static void pack(request *r)
             outer *= (size_t)m->full[d];
         for (int d = m->sdim + 1; d < m->frank; d++)
             inner *= (size_t)m->full[d];
-        size_t blk = mid / G * inner;
+        size_t blk = mid / G * inner, ses = m->kind & SHD_ASYNC_NARROW ? sizeof(float) : es;
         for (size_t k = 0; k < G; k++)
             for (size_t o = 0; o < outer; o++)
-                memcpy(r->buf + (k * r->csum + m->poff + o * blk) * es,
-                       (const char *)m->src + (o * mid * inner + k * blk) * es, blk * es);
+                stage(r, k * r->csum + m->poff + o * blk, (const char *)m->src + (o * mid * inner + k * blk) * ses,
+                      blk, m->kind);
     }
 }
 
@@ -714,8 +745,12 @@ static void finish(request *r, void *const *dst, int ndst)
     for (int i = 0; i < r->n && !r->gather; i++) {
         const member *m = &r->m[i];
         const char *src = r->buf + (r->scatter ? (size_t)r->g * r->csum + m->poff : m->off) * es;
-        if (m->kind == SHD_ASYNC_PLAIN) {
-            memcpy(m->dst, src, m->count * es);
+        if ((m->kind & SHD_ASYNC_KIND) == SHD_ASYNC_PLAIN) {
+            if (m->kind & SHD_ASYNC_WIDEN)   /* a narrowed f32 member: its sums widened (exact) */
+                for (size_t e = 0; e < m->count; e++)
+                    ((float *)m->dst)[e] = shd_bf2f(((const uint16_t *)src)[e]);
+            else
+                memcpy(m->dst, src, m->count * es);
             continue;
         }
         if (m->target < 0 || m->target >= ndst)

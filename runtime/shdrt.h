@@ -30,7 +30,7 @@
 /* The ABI version: bumped whenever a declaration below changes meaning.
  * Generated C checks it (#error on a mismatch), and `shdc --version`
  * prints the one its compiler emits for. */
-#define SHD_ABI_VERSION 6
+#define SHD_ABI_VERSION 7
 
 #define SHD_MAX_AXES 8
 #define SHD_MAX_RANK 8
@@ -269,11 +269,15 @@ void shd_reshape_move(const void *in, void *out, size_t elem, const shd_layout *
  * every outstanding bucket of the site, oldest first. shd_async_enable
  * before shd_init: the program has such sites. A window member's kind
  * may carry SHD_ASYNC_WIDEN: the bucket is bf16, the destination f32 (the
- * values widened, exactly, as they are set or added). */
-enum { SHD_ASYNC_PLAIN, SHD_ASYNC_SET, SHD_ASYNC_ADD, SHD_ASYNC_KIND = 3, SHD_ASYNC_WIDEN = 4 };
+ * values widened, exactly, as they are set or added); and with it
+ * SHD_ASYNC_NARROW: the operand is f32 too, rounded to bf16 (nearest even)
+ * into the bucket at its start (--reduce-dtype=bf16: half the bytes).
+ * shd_async_add_narrow is a plain member's both. */
+enum { SHD_ASYNC_PLAIN, SHD_ASYNC_SET, SHD_ASYNC_ADD, SHD_ASYNC_KIND = 3, SHD_ASYNC_WIDEN = 4, SHD_ASYNC_NARROW = 8 };
 void shd_async_enable(void);
 void shd_async_begin(int site, shd_dtype dt, shd_redop op, const int *axes, int naxes);
 void shd_async_add(const void *src, void *dst, size_t count);
+void shd_async_add_narrow(const float *src, float *dst, size_t count);
 void shd_async_add_window(const void *src, int kind, int target, int rank, const int64_t *dst_shape,
                           const int64_t *src_shape, const int64_t *start, const int64_t *size, const int64_t *dst_off,
                           unsigned aligned);

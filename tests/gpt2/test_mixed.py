@@ -17,7 +17,12 @@ tests/gpt2/gpt2_zero.shd (ZeRO-1/2: the master weights and AdamW's moments
 as their shards over data, the bf16 gradients reduce-scattered in bf16)
 trains at -D DT=bf16 on 1 device and at data=2 with the losses of
 gpt2.shd's mixed run at data=2 and of its own 1-device build (1e-3
-relative), nearer the first than gpt2.shd's f32 run (so computed in bf16)."""
+relative), nearer the first than gpt2.shd's f32 run (so computed in bf16).
+
+gpt2.shd in f32 with --reduce-dtype=bf16 (its gradient buckets sent as
+bf16, DDP's bf16_compress_hook) at data=2 tracks its 1-device f32 run
+within 1e-3 relative, and is not its f32 data=2 run (the buckets were
+rounded)."""
 import argparse
 import os
 import sys
@@ -43,6 +48,7 @@ def main():
         args = ["--init=" + init, "--batches=" + batches] + ARGS
         runs, f32 = gptlib.mixed_against_autocast(a.shdc, gptlib.GPT2, "gpt2.shd", ref, args, d)
         check_zero(a.shdc, runs, f32, args, d)
+        check_reduce_dtype(a.shdc, f32, args, d)
 
 
 def check_zero(shdc, runs, f32, args, d):
@@ -67,6 +73,22 @@ def check_zero(shdc, runs, f32, args, d):
     print("gpt2_zero.shd -D DT=bf16 at data=2: %.2e from gpt2.shd's mixed run at data=2 (%.2e from its f32 run), "
           "%.2e from its own 1-device build at most" % (to_mixed, to_f32,
                                                         max(abs(zero[2][s] - zero[1][s]) for s in zero[1])))
+
+
+def check_reduce_dtype(shdc, f32, args, d):
+    """gpt2.shd at -D DT=f32, data=2, with --reduce-dtype=bf16 and without,
+    against its 1-device f32 run (f32)."""
+    mesh = {"data": 2, "model": 1}
+    got = {}
+    for tag, flags in (("bf16", ("-D", "DT=f32", "--reduce-dtype=bf16")), ("f32", ("-D", "DT=f32"))):
+        exe = gptlib.build(shdc, gptlib.GPT2, mesh, os.path.join(d, "gpt2_reduce_%s" % tag), flags=flags)
+        got[tag] = gptlib.losses(gptlib.run(exe, 2, args, cwd=d))
+    gptlib.compare("gpt2.shd --reduce-dtype=bf16 at data=2 against its 1-device f32 build", got["bf16"], f32,
+                   rtol=1e-3, atol=0)
+    if got["bf16"] == got["f32"]:
+        raise Failure("gpt2.shd --reduce-dtype=bf16 at data=2 gives the f32 buckets' losses exactly: not rounded")
+    print("gpt2.shd --reduce-dtype=bf16 at data=2: %.2e from its 1-device f32 build at most (f32 buckets: %.2e)" %
+          (max(abs(got["bf16"][s] - f32[s]) for s in f32), max(abs(got["f32"][s] - f32[s]) for s in f32)))
 
 
 if __name__ == "__main__":
