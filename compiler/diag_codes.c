@@ -348,7 +348,8 @@ static const DiagCode codes[] = {
      "}\n", NULL},
     {"E_ARG", "Argument", "a wrong argument to a call or builtin",
      "The call has the wrong number of arguments, an unknown keyword, a value that must be a compile-time constant "
-     "or string literal, or a tuple where one value is expected.",
+     "or string literal, a tuple where one value is expected, or an arg(\"name\", ...) of a name another arg "
+     "call reads with a different default or type (one name is one value on the command line).",
      // the example and its fix
      "mesh {X: 2}\n"
      "fn main() {\n"

@@ -44,6 +44,8 @@
  * (Inst.str is then NULL), arg("name", "default") gives a str whose default
  * is its operand, and print prints str values as text.
  */
+#include <ctype.h>
+
 #include "ops.h"
 
 #define TS(t) ty_str(c->mesh, (t))
@@ -674,9 +676,108 @@ static const char *arg_name_help(Expr *e) {
   return s;
 }
 
+/* One name is one value on the command line, with one default and one
+ * type (--help lists it once): a later arg of a name must read it as the
+ * first did. The calls of one lowering, which sees every function, imported
+ * or a generic's instance, once; an instance repeats its generic's call at
+ * the same place, which is the same call, checked once. A lowering is
+ * known by its module's mesh (lower_mesh). */
+typedef struct {
+  const Expr *call;
+  double value;                  /* a number's default, folded */
+} ArgSeen;
+
+static struct {
+  const Mesh *of;
+  Vec calls;                     /* ArgSeen * */
+} args_seen;
+
+static const char *arg_name(const Expr *call) { return ((Expr *)call->args.data[0])->str; }
+static bool same_pos(Pos a, Pos b) { return a.file == b.file && a.line == b.line && a.col == b.col; }
+
+/* A default's value as source text: "out", 3, 0.1, true. */
+static const char *default_value(const Expr *call, double v) {
+  const Expr *d = ((TcInfo *)call->tc)->value;
+  if (d->kind == EX_STRING)
+    return emit_str_lit(d->str, (size_t)d->ival);
+  if (call->ty->dtype == DT_BOOL)
+    return v != 0 ? "true" : "false";
+  int prec = 1;   /* the shortest that reads back as v */
+  while (prec < 17 && strtod(arena_printf("%.*g", prec, v), NULL) != v)
+    prec++;
+  return arena_printf("%.*g", prec, v);
+}
+
+/* A default as the call wrote it (its value when it has no source text). */
+static const char *default_source(const Expr *call, double v) {
+  const char *src = diag_expr_source(((TcInfo *)call->tc)->value);
+  return src ? src : default_value(call, v);
+}
+
+/* The same, with the value where it is a name or arithmetic: 3, N (= 3). */
+static const char *default_text(const Expr *call, double v) {
+  const Expr *d = ((TcInfo *)call->tc)->value;
+  const char *src = default_source(call, v), *val = default_value(call, v);
+  bool lit = d->kind == EX_INT || d->kind == EX_FLOAT || d->kind == EX_BOOL || d->kind == EX_STRING;
+  return lit || !strcmp(src, val) ? src : arena_printf("%s (= %s)", src, val);
+}
+
+static const char *arg_kind(const Expr *call) {
+  return call->ty->kind == TY_STRING ? "str" : ty_dtype_name(call->ty->dtype);
+}
+
+static bool same_default(const ArgSeen *a, const Expr *call, double value) {
+  if (strcmp(arg_kind(a->call), arg_kind(call)))
+    return false;
+  if (call->ty->kind != TY_STRING)
+    return a->value == value;
+  const Expr *x = ((TcInfo *)a->call->tc)->value, *y = ((TcInfo *)call->tc)->value;
+  return x->ival == y->ival && !memcmp(x->str, y->str, (size_t)x->ival);
+}
+
+/* A let's name for an arg's value: its name with what an identifier cannot
+ * hold made '_'. */
+static const char *let_name(const char *arg) {
+  char *s = arena_printf("%s%s", isdigit((unsigned char)arg[0]) ? "a_" : "", arg);
+  for (char *p = s; *p; p++)
+    if (!isalnum((unsigned char)*p))
+      *p = '_';
+  return s;
+}
+
+static void check_arg_once(Lower *L, Expr *e, double value) {
+  if (args_seen.of != lower_mesh(L)) {
+    args_seen.of = lower_mesh(L);
+    args_seen.calls.len = 0;
+  }
+  const ArgSeen *first = NULL;
+  for (int i = 0; i < args_seen.calls.len; i++) {
+    const ArgSeen *a = args_seen.calls.data[i];
+    if (strcmp(arg_name(a->call), arg_name(e)))
+      continue;
+    if (same_pos(a->call->pos, e->pos))
+      return;   /* another instance of a generic's call: checked (and reported) once */
+    first = first ? first : a;
+  }
+  ArgSeen *a = arena_alloc(sizeof *a);
+  *a = (ArgSeen){e, value};
+  vec_push(&args_seen.calls, a);
+  if (!first || same_default(first, e, value))
+    return;
+  Pos p = first->call->pos;
+  diag_error(e->pos, "E_ARG", "arg: %s is read here as %s with default %s, but at %s:%d:%d as %s with default %s; "
+             "one name is one value on the command line: give both calls the same default%s, or read it once into "
+             "a let (let %s = arg(%s, %s)) and use that", str_lit(arg_name(e)), arg_kind(e), default_text(e, value),
+             p.file ? p.file->name : "?", p.line, p.col, arg_kind(first->call), default_text(first->call, first->value),
+             strcmp(arg_kind(e), arg_kind(first->call)) ? " and type" : "", let_name(arg_name(e)),
+             str_lit(arg_name(e)), default_source(first->call, first->value));
+  diag_note(p, "the first arg(%s, ...) is here", str_lit(arg_name(e)));
+}
+
 static Value *lower_arg(Lower *L, Expr *e) {
   TcInfo *info = e->tc;
   if (e->ty->kind == TY_STRING) {
+    check_arg_once(L, e, 0);
     Value *def = lower_expr(L, info->value);
     Inst *in = lower_emit(L, IR_ARG, e->pos, 1, &def, *e->ty);
     in->str = arg_name_help(e);
@@ -686,6 +787,7 @@ static Value *lower_arg(Lower *L, Expr *e) {
   in->str = arg_name_help(e);
   in->fval = lower_fold(L, info->value);
   in->ival = (int64_t)in->fval;
+  check_arg_once(L, e, in->fval);
   return in->results[0];
 }
 

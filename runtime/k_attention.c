@@ -194,8 +194,7 @@ DEFINE_SAME(double)
 KERNEL const float *load_bf16(float *restrict w, const bf16 *restrict x, int64_t rows, int64_t ld, int64_t H,
                               int64_t *ldo)
 {
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t h = 0; h < H; h++) w[i * H + h] = shd_bf2f(x[i * ld + h]);
+    bf16_widen_rows(w, x, rows, H, ld);
     *ldo = H;
     return w;
 }
@@ -210,8 +209,7 @@ KERNEL float *acc_bf16(float *w, bf16 *x, int64_t rows, int64_t ld, int64_t H, i
 
 KERNEL void flush_bf16(bf16 *restrict x, const float *restrict w, int64_t rows, int64_t ld, int64_t H)
 {
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t h = 0; h < H; h++) x[i * ld + h] = shd_f2bf(w[i * H + h]);
+    bf16_narrow_rows(x, ld, w, rows, H);
 }
 
 KERNEL void store_bf16(bf16 *restrict y, const float *restrict x, float mul, int64_t n)

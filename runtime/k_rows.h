@@ -1,4 +1,5 @@
-/* k_rows.h: what the row kernels of k_reduce.c and k_attention.c share.
+/* k_rows.h: what the row kernels of k_reduce.c and k_attention.c (and
+ * kernels.c's conversions around a bf16 gemm) share.
  *
  * Each .c file compiles its exported functions once per instruction set
  * (CLONES: default, AVX2, AVX-512, the loader choosing) and inlines the
@@ -51,5 +52,23 @@ static inline double exp_f64(double x) { return exp(x); }
 
 DEFINE_RDOT(float)
 DEFINE_RDOT(double)
+
+/* The conversions of a bf16 operand computed in f32 (shdrt.h's):
+ * bf16_widen_rows copies rows x cols of x (leading dim ld) into the dense
+ * w, exactly; bf16_narrow_rows rounds them back from w into x, each element
+ * once. Inlined into each clone, they become its vector code (vpmovzxwd and
+ * vpslld widen 8 or 16 at once): scalar, they took about a third of a
+ * small bf16 product's time. */
+KERNEL void bf16_widen_rows(float *restrict w, const uint16_t *restrict x, int64_t rows, int64_t cols, int64_t ld)
+{
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) w[i * cols + j] = shd_bf2f(x[i * ld + j]);
+}
+
+KERNEL void bf16_narrow_rows(uint16_t *restrict x, int64_t ld, const float *restrict w, int64_t rows, int64_t cols)
+{
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) x[i * ld + j] = shd_f2bf(w[i * cols + j]);
+}
 
 #endif

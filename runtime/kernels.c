@@ -26,7 +26,7 @@
 
 #include "shdrt_internal.h"
 #include "gemm.h"
-#include "k_rows.h"   /* CLONES */
+#include "k_rows.h"   /* CLONES, the bf16 row conversions */
 
 /* ---- gemm ---------------------------------------------------------------- */
 
@@ -87,23 +87,18 @@ static void gemm_i32(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
     free(row);
 }
 
-/* The conversions around a bf16 gemm, vectorised (-O3, Makefile) once per
- * instruction set: scalar they took about a third of a small bf16
- * product's time (the demo GPT-2's). widen_bf16: rows x cols of a bf16
- * matrix (leading dim ld) into a dense f32 w; narrow_bf16 the reverse,
+/* The conversions around a bf16 gemm (k_rows.h's, as attention's), compiled
+ * (-O3, Makefile) once per instruction set: widen_bf16, rows x cols of a
+ * bf16 matrix (leading dim ld) into a dense f32 w; narrow_bf16 the reverse,
  * each element rounded once. */
 CLONES static void widen_bf16(float *w, const uint16_t *x, int64_t rows, int64_t cols, int64_t ld)
 {
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < cols; j++)
-            w[i * cols + j] = shd_bf2f(x[i * ld + j]);
+    bf16_widen_rows(w, x, rows, cols, ld);
 }
 
 CLONES static void narrow_bf16(uint16_t *x, int64_t ld, const float *w, int64_t rows, int64_t cols)
 {
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < cols; j++)
-            x[i * ld + j] = shd_f2bf(w[i * cols + j]);
+    bf16_narrow_rows(x, ld, w, rows, cols);
 }
 
 /* Rows of a bf16 gemm's panel (gemm.h): P rows of A and C widened at once. */

@@ -2,7 +2,9 @@
 """A built program's command line (issue 11, item 5; issue 17, item 2).
 
 `--help` lists the program's args with their types, help texts and
-defaults (at any rank count) and exits 0. A value follows '=' or is the next
+defaults (at any rank count) and exits 0; an arg read by two calls (with
+one default: tests/errors/arg_twice.shd) is listed once, and both read the
+value given. A value follows '=' or is the next
 word (`--steps 3`), a bool's only after '='. An unknown or malformed flag, a
 bare word, a missing value, a value that does not parse and one out of range
 for its type (2^31 for an i32, 1e99 for an f32, 1e999 for an f64, inf and nan for either float) are each
@@ -27,13 +29,14 @@ import testlib  # noqa: E402
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2"]
 
 PROGRAM = """mesh {X: 2}
+fn steps_again() -> i32 { return arg("steps", 10, help="training steps") }
 fn main() {
     let steps = arg("steps", 10, help="training steps")
     let lr: f32 = arg("lr", 0.001)
     let scale: f64 = arg("scale", 2.5)
     let flag = arg("flag", false)
     let name = arg("name", "run")
-    print("values", steps, lr, scale, flag, name)
+    print("values", steps, lr, scale, flag, name, steps_again())
 }
 """
 
@@ -88,13 +91,14 @@ def main():
                     r"^  --steps=i32  training steps \(default 10\)$", r"^  --lr=f32     \(default 0\.001\)$",
                     r"^  --scale=f64  \(default 2\.5\)$", r"^  --flag=bool  \(default false\)$",
                     r'^  --name=str   \(default "run"\)$']
-            if not p or p.returncode != 0 or not all(re.search(w, p.stdout, re.M) for w in want):
+            if not p or p.returncode != 0 or not all(re.search(w, p.stdout, re.M) for w in want) \
+                    or p.stdout.count("--steps=") != 1:
                 failures.append("%s --help: %s" % (" ".join(launch[-1:]), p and (p.returncode, p.stdout, p.stderr)))
         for good in (["--steps=12", "--lr=0.5", "--scale=-1e300", "--flag", "--name=a b"],
                      ["--steps", "12", "--lr", "0.5", "--scale", "-1e300", "--flag", "--name", "a b"],
                      ["--flag=true", "--steps=12", "--lr", "5e-1", "--scale=-1e300", "--name", "a b"]):
             p = run(MPIRUN + [exe] + good, cwd=d, env=env)
-            if not p or p.returncode != 0 or "values 12 0.5 -1e+300 True a b" not in p.stdout:
+            if not p or p.returncode != 0 or "values 12 0.5 -1e+300 True a b 12" not in p.stdout:
                 failures.append("good arguments %s: %s" % (good, p and (p.returncode, p.stdout, p.stderr)))
         # --version: the shdc that built it, its mesh and the runtime ABI, on rank 0 only
         version = subprocess.run([shdc, "--version"], capture_output=True, text=True).stdout.split("\n")[0]

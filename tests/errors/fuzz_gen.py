@@ -61,6 +61,7 @@ class Gen:
         self.losses = []       # [(name, [Ty])]: scalar f32 functions of float arrays
         self.out = []
         self.saved = 0
+        self.argnames = set()  # the arg names read so far
 
     # ---- version 2: a struct, a generic function ------------------------------------------
 
@@ -323,6 +324,9 @@ class Gen:
             argname = bytes(r.choice(NAME_BYTES) for _ in range(r.randint(1, 10)))
             if argname == b"help":
                 argname = b"help2"
+            while argname in self.argnames:   # a name read again must repeat its default: one each
+                argname += b"_"
+            self.argnames.add(argname)
             default = {"i32": str(r.randint(0, 2147483647)), "f32": "%.3g" % r.uniform(0, 3e38),
                        "f64": "%.3g" % r.uniform(0, 1e300), "bool": r.choice(["true", "false"])}[dt]
             lines.append("%slet %s: %s = arg(%s, %s)" % (pad, name, dt, esc(argname), default))

@@ -10,7 +10,9 @@
   looked), a library that declares a mesh (at the import, a note at the
   mesh), a cyclic import, a name declared twice across files (at the later
   declaration, a note at the first, in the other file), and an error
-  inside an imported file (reported in that file); at run time, an index
+  inside an imported file (reported in that file), an arg of the program
+  with another default than the library's arg of that name (at the
+  program's call, naming the library's); at run time, an index
   out of range inside an imported function (named with that file's line,
   and the generated C's comments quote that file), and the timeline
   (SHD_TRACE) names its spans by that file and line.
@@ -135,6 +137,19 @@ fn main() {
     print("mm", sum(mm(a)))
 }
 """,
+    # an arg read in a library and in the program with another default:
+    # one [E_ARG], at the program's call (the library's, lowered first, is
+    # the first), naming the library's; the generic's call, in two
+    # instances, and the same default elsewhere are no error
+    "argtwice.shd": """mesh {X: 2}
+import "lib/steps.shd"
+fn main() {
+    print(lib_steps() + every(1.0) + every(1) + arg("every", 2) + arg("steps", 5))
+}
+""",
+    "lib/steps.shd": """fn lib_steps() -> i32 { return arg("steps", 4) }
+fn every<T>(x: T) -> i32 { return arg("every", 2) }
+""",
     "lib/mm.shd": """// a product and a pass over it
 fn mm(a: f32[8@X, 4]) -> f32[8@X, 4] {
     let w = ones(f32[4, 4])
@@ -153,6 +168,8 @@ ERRORS = [
     ("cycle.shd", "b.shd", 1, "E_IMPORT", r'cyclic import'),
     ("twice.shd", "twice.shd", 3, "E_NAME", r"'scale' is already defined"),
     ("inner.shd", "bad.shd", 2, "E_SHAPE", r"@"),
+    ("argtwice.shd", "argtwice.shd", 4, "E_ARG", r'"steps" is read here as i32 with default 5, but at \S*lib/steps\.shd:1:32 '
+     r'as i32 with default 4'),
 ]
 
 
