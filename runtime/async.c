@@ -520,10 +520,7 @@ static void stage(request *r, size_t off, const void *src, size_t count, int kin
     }
     if (r->dt != SHD_BF16 || !(kind & SHD_ASYNC_WIDEN))
         shd_fatal("internal: a narrowed async member of a %s bucket", shd_dtype_name(r->dt));
-    uint16_t *d = (uint16_t *)r->buf + off;
-    const float *f = (const float *)src;
-    for (size_t i = 0; i < count; i++)
-        d[i] = shd_f2bf(f[i]);
+    shd_narrow_bf16((uint16_t *)r->buf + off, (int64_t)count, (const float *)src, 1, (int64_t)count);
 }
 
 void shd_async_add(const void *src, void *dst, size_t count)
@@ -728,10 +725,7 @@ static void widen_member(request *r, const member *m, const char *src)
         r->wide = shd_mem(r->wide, n * sizeof(float), "an async bf16 member widened");
         r->widecap = n * sizeof(float);
     }
-    const uint16_t *s = (const uint16_t *)src;
-    float *w = (float *)r->wide;
-    for (size_t i = 0; i < n; i++)
-        w[i] = shd_bf2f(s[i]);
+    shd_widen_bf16((float *)r->wide, (const uint16_t *)src, 1, (int64_t)n, (int64_t)n);
 }
 
 /* Writes r's members where they belong (dst: the wait's destinations). */
@@ -747,8 +741,7 @@ static void finish(request *r, void *const *dst, int ndst)
         const char *src = r->buf + (r->scatter ? (size_t)r->g * r->csum + m->poff : m->off) * es;
         if ((m->kind & SHD_ASYNC_KIND) == SHD_ASYNC_PLAIN) {
             if (m->kind & SHD_ASYNC_WIDEN)   /* a narrowed f32 member: its sums widened (exact) */
-                for (size_t e = 0; e < m->count; e++)
-                    ((float *)m->dst)[e] = shd_bf2f(((const uint16_t *)src)[e]);
+                shd_widen_bf16(m->dst, (const uint16_t *)src, 1, (int64_t)m->count, (int64_t)m->count);
             else
                 memcpy(m->dst, src, m->count * es);
             continue;

@@ -88,15 +88,16 @@ static void gemm_i32(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
 }
 
 /* The conversions around a bf16 gemm (k_rows.h's, as attention's), compiled
- * (-O3, Makefile) once per instruction set: widen_bf16, rows x cols of a
- * bf16 matrix (leading dim ld) into a dense f32 w; narrow_bf16 the reverse,
- * each element rounded once. */
-CLONES static void widen_bf16(float *w, const uint16_t *x, int64_t rows, int64_t cols, int64_t ld)
+ * (-O3, Makefile) once per instruction set: shd_widen_bf16, rows x cols of a
+ * bf16 matrix (leading dim ld) into a dense f32 w; shd_narrow_bf16 the
+ * reverse, each element rounded once. The async buckets' conversions
+ * (async.c) are theirs too. */
+CLONES void shd_widen_bf16(float *w, const uint16_t *x, int64_t rows, int64_t cols, int64_t ld)
 {
     bf16_widen_rows(w, x, rows, cols, ld);
 }
 
-CLONES static void narrow_bf16(uint16_t *x, int64_t ld, const float *w, int64_t rows, int64_t cols)
+CLONES void shd_narrow_bf16(uint16_t *x, int64_t ld, const float *w, int64_t rows, int64_t cols)
 {
     bf16_narrow_rows(x, ld, w, rows, cols);
 }
@@ -120,18 +121,18 @@ static void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double 
     float *b = shd_alloc((size_t)(K * N) * sizeof(float));
     float *a = shd_alloc((size_t)(P * (K + N)) * sizeof(float));
     float *c = a + P * K;
-    widen_bf16(b, B, tb ? N : K, tb ? K : N, ldb);
+    shd_widen_bf16(b, B, tb ? N : K, tb ? K : N, ldb);
     for (int64_t i0 = 0; i0 < M; i0 += P) {
         int64_t p = M - i0 < P ? M - i0 : P;
         if (ta)   /* A is K x M: columns i0.. of it, as a K x p block */
-            widen_bf16(a, A + i0, K, p, lda);
+            shd_widen_bf16(a, A + i0, K, p, lda);
         else
-            widen_bf16(a, A + i0 * lda, p, K, lda);
+            shd_widen_bf16(a, A + i0 * lda, p, K, lda);
         if (beta != 0)
-            widen_bf16(c, C + i0 * ldc, p, N, ldc);
+            shd_widen_bf16(c, C + i0 * ldc, p, N, ldc);
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)p, (int)N,
                     (int)K, (float)alpha, a, (int)(ta ? p : K), b, (int)(tb ? K : N), (float)beta, c, (int)N);
-        narrow_bf16(C + i0 * ldc, ldc, c, p, N);
+        shd_narrow_bf16(C + i0 * ldc, ldc, c, p, N);
     }
     shd_release(a);
     shd_release(b);

@@ -190,4 +190,9 @@ bool shd_reduce_fast(const void *in, void *out, shd_dtype dt, shd_redop op,
 void shd_reduce_generic(const void *in, void *out, shd_dtype dt, shd_redop op,
                         int rank, const int64_t *shape, unsigned dims_mask);
 
+/* kernels.c: rows x cols of bf16 x (leading dim ld) widened into the dense
+ * f32 w, exactly; and rounded back (nearest even), vector code per ISA. */
+void shd_widen_bf16(float *w, const uint16_t *x, int64_t rows, int64_t cols, int64_t ld);
+void shd_narrow_bf16(uint16_t *x, int64_t ld, const float *w, int64_t rows, int64_t cols);
+
 #endif

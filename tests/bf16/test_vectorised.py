@@ -2,8 +2,8 @@
 """The bf16 row conversions are vector code in every clone that uses them.
 
 runtime/k_rows.h's bf16_widen_rows and bf16_narrow_rows are inlined into
-the per-instruction-set clones (CLONES) of the bf16 gemm's widen_bf16 and
-narrow_bf16 (kernels.c) and of attention's bf16 kernels (k_attention.c:
+the per-instruction-set clones (CLONES) of the bf16 gemm's shd_widen_bf16
+and shd_narrow_bf16 (kernels.c; the async buckets' conversions too) and of attention's bf16 kernels (k_attention.c:
 attention_bf16, attention_grad_bf16, which widen their blocks and round
 the results back). Each AVX2 and AVX-512 clone must widen with vpmovzxwd
 and vpslld (16 bits up, 8 or 16 at once) and round with vpsrld (the
@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 import testlib  # noqa: E402
 
 WIDEN, NARROW = ("vpmovzxwd", "vpslld"), ("vpsrld",)
-FUNCS = {"widen_bf16": WIDEN, "narrow_bf16": NARROW, "attention_bf16": WIDEN + NARROW,
+FUNCS = {"shd_widen_bf16": WIDEN, "shd_narrow_bf16": NARROW, "attention_bf16": WIDEN + NARROW,
          "attention_grad_bf16": WIDEN + NARROW}
 
 
