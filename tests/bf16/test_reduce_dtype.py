@@ -3,8 +3,8 @@
 runtime/async.c; PyTorch DDP's bf16_compress_hook, FSDP's reduce_dtype).
 
 For an f32 program's gradients, summed over `data` in the overlap pass's
-buckets (a layer loop's all-reduce accumulators; ZeRO's reduce-scatter
-ones), each member is rounded to bf16 as it is staged, the ring adds in f32
+buckets (a layer loop's all-reduce accumulators, a straight-line bucket's
+plain member; ZeRO's reduce-scatter accumulators), each member is rounded to bf16 as it is staged, the ring adds in f32
 and rounds each sum to bf16, and the wait widens the sums into the f32
 results. So, at 2 and 4 ranks:
   - the IR's bucket starts say `wire=bf16`, explain says "sent as bf16",
@@ -33,16 +33,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import testlib  # noqa: E402
 
-# A layer loop's gradients (64 KiB and more: bucketed) and a small one
-# (16 KiB: all-reduced on its own, f32).
+# A layer loop's gradients (a bucket a layer: window members), the head's
+# (64 KiB, summed while the layers' backward runs: a straight-line bucket,
+# a plain member) and a small one (256 bytes: all-reduced on its own, f32).
 DP = """mesh {data: 4}
 
 const D = 64; const F = 256; const B = 16; const L = 3
 struct Blk { w1: f32[D, F], w2: f32[F, D] }
-struct P { blk: Blk[L], out: f32[D, D] }
+struct P { blk: Blk[L], out: f32[D, F], b: f32[D] }
 
 fn loss(p: P, x: f32[B@data, D]) -> f32 {
-    var h = x
+    var h = x + p.b
     for i in 0..L {
         h = h + relu(h @ p.blk[i].w1) @ p.blk[i].w2
     }
@@ -57,6 +58,7 @@ fn main() {
     save("g_w1.npy", g.blk.w1)
     save("g_w2.npy", g.blk.w2)
     save("g_out.npy", g.out)
+    save("g_b.npy", g.b)
 }
 """
 
@@ -66,12 +68,12 @@ ZERO = """mesh {data: 4}
 
 const D = 64; const F = 256; const B = 16; const L = 3
 struct Blk { w1: f32[D, F], w2: f32[F, D] }
-struct P { blk: Blk[L], out: f32[D, D] }
+struct P { blk: Blk[L], out: f32[D, F], b: f32[D] }
 struct BlkS { w1: f32[D@data, F], w2: f32[F@data, D] }
-struct S { blk: BlkS[L], out: f32[D, D@data] }
+struct S { blk: BlkS[L], out: f32[D, F@data], b: f32[D@data] }
 
 fn loss(p: P, x: f32[B@data, D]) -> f32<U:data> {
-    var h = x
+    var h = x + p.b
     for i in 0..L {
         h = h + relu(h @ p.blk[i].w1) @ p.blk[i].w2
     }
@@ -89,18 +91,21 @@ fn main() {
     let g = grad(zero_loss)(ps, x)
     save("g_w1.npy", reshard(g.blk.w1, f32[L, D, F]))
     save("g_w2.npy", reshard(g.blk.w2, f32[L, F, D]))
-    save("g_out.npy", reshard(g.out, f32[D, D]))
+    save("g_out.npy", reshard(g.out, f32[D, F]))
+    save("g_b.npy", reshard(g.b, f32[D]))
 }
 """
 
-# The two ranks' partial gradients of DP at data=2: each half of the batch's.
+# The two ranks' partial gradients of DP at data=2: each half of the batch's,
+# of the bucketed leaves.
+EMULATED = (("w1", "blk.w1"), ("w2", "blk.w2"), ("out", "out"))
 PARTIALS = (DP.replace("mesh {data: 4}", "mesh {data: 1}").replace("x: f32[B@data, D]) -> f32", "x: f32[8, D]) -> f32")
             .replace("let x: f32[B@data, D]", "let x: f32[B, D]")
             .replace("let g = grad(loss)(p, x)", "let a = grad(loss)(p, x[0:8])\n    let b = grad(loss)(p, x[8:16])"))
 PARTIALS = PARTIALS[:PARTIALS.index('    save("g_w1.npy"')] + "".join(
-    '    save("%s_%s.npy", %s.blk.%s)\n' % (h, w, h, w) for h in "ab" for w in ("w1", "w2")) + "}\n"
+    '    save("%s_%s.npy", %s.%s)\n' % (h, w, h, f) for h in "ab" for w, f in EMULATED) + "}\n"
 
-NAMES = ("g_w1.npy", "g_w2.npy", "g_out.npy")
+NAMES = ("g_w1.npy", "g_w2.npy", "g_out.npy", "g_b.npy")
 
 
 def bf16_round(x):
@@ -110,14 +115,14 @@ def bf16_round(x):
 
 
 def two_rank_reference(shdc, d):
-    """NumPy's bf16 sum of the two ranks' partials: w1's and w2's."""
+    """NumPy's bf16 sum of the two ranks' partials, of EMULATED's leaves."""
     src = os.path.join(d, "partials.shd")
     with open(src, "w") as f:
         f.write(PARTIALS)
     exe = testlib.build(shdc, src, os.path.join(d, "partials"))
     subprocess.run([exe], check=True, cwd=d, env=dict(os.environ, SHD_QUIET="1"), timeout=300)
     return [bf16_round(bf16_round(np.load(os.path.join(d, "a_%s.npy" % w))) +
-                       bf16_round(np.load(os.path.join(d, "b_%s.npy" % w)))) for w in ("w1", "w2")]
+                       bf16_round(np.load(os.path.join(d, "b_%s.npy" % w)))) for w, _ in EMULATED]
 
 
 def run(exe, np_, d):
@@ -149,7 +154,8 @@ def explain_bytes(shdc, src, mesh, kind, *flags):
     return tuple(got), grad
 
 
-def program(shdc, name, text, kind, d, failures):
+def program(shdc, name, text, kind, bucketed, d, failures):
+    """The checks for one program; bucketed: the saved gradients its buckets sum."""
     check = testlib.checker(failures)
     src = os.path.join(d, name + ".shd")
     with open(src, "w") as f:
@@ -177,18 +183,18 @@ def program(shdc, name, text, kind, d, failures):
         bf, bf_trace = run(build("bf16_%d" % n, "data=%d" % n, "--reduce-dtype=bf16"), n, d)
         tag = "%s, %d ranks" % (name, n)
         if emulated and n == 2:
-            for w, g, e in zip(("w1", "w2"), bf, emulated):
+            for (w, _), g, e in zip(EMULATED, bf, emulated):
                 check(np.array_equal(g.view(np.uint32), e.view(np.uint32)),
                       "%s: g_%s differs from NumPy's bf16 sum of the partials in %d of %d values (by up to %g)" %
                       (tag, w, int((g != e).sum()), g.size, np.abs(g - e).max()))
         for fname, g, g32, ref in zip(NAMES, bf, f32, one):
-            bucketed = fname != "g_out.npy"
+            in_bucket = fname in bucketed
             # a sum of n bf16 partials rounds n times (the staging's and the ring's n-1): a few ulps (2^-8)
-            tol = (2 * n * 2.0 ** -8 if bucketed else 1e-5) * np.abs(ref).max()
+            tol = (2 * n * 2.0 ** -8 if in_bucket else 1e-5) * np.abs(ref).max()
             err = np.abs(g - ref).max()
             check(err <= tol, "%s: %s off the 1-device build's by %g (tolerance %g)" % (tag, fname, err, tol))
             low = (g.view(np.uint32) & 0xFFFF) != 0
-            if bucketed:
+            if in_bucket:
                 check(not low.any(), "%s: %s has %d values that are not bf16 (a bucket moved as f32?)" %
                       (tag, fname, int(low.sum())))
                 check(np.abs(g32 - ref).max() <= 1e-5 * np.abs(ref).max(), "%s: the f32 build's %s is off" %
@@ -225,8 +231,8 @@ def main():
     shdc = testlib.shdc_option()
     failures = []
     with tempfile.TemporaryDirectory() as d:
-        program(shdc, "dp", DP, "all_reduce", d, failures)
-        program(shdc, "zero", ZERO, "reduce_scatter", d, failures)
+        program(shdc, "dp", DP, "all_reduce", ("g_w1.npy", "g_w2.npy", "g_out.npy"), d, failures)
+        program(shdc, "zero", ZERO, "reduce_scatter", ("g_w1.npy", "g_w2.npy"), d, failures)
         usage_errors(shdc, d, failures)
     if failures:
         sys.exit("FAIL:\n" + "\n".join(failures))
