@@ -70,4 +70,20 @@ bool ad_defined_in(const Value *v, const IrBlock *root);   /* in root or a regio
 void ad_inline_call(AD *a, const Inst *in);
 void ad_recompute(AD *a, const Inst *in, const IrBlock *region);
 
+/* autodiff.c's machinery, for ad_saved.c: activity, a loop body's
+ * residuals saved on lt's tapes (ad_walk_insts over the instructions old,
+ * into blk; dep marks what depends on the varying inputs), a tape and a
+ * forward push, a forward instruction's copy in the reverse sweep, and one
+ * instruction's VJP. */
+bool ad_propagate_block(AD *a, const IrBlock *b);
+void ad_walk_insts(AD *a, LoopTapes *lt, IrBlock *blk, Vec old, bool *dep);
+Value *ad_new_tape(AD *a, const Type *el, Value *n);
+void ad_push_at(AD *a, IrBlock *blk, Pos pos, Value *tape, Value *idx, Value *v);
+void ad_restore_or_clone(AD *a, const Inst *bi, const IrBlock *region);
+Value *ad_ct_or_zero(AD *a, Value *primal);
+void ad_vjp(AD *a, Inst *in);
+void ad_free(AD *a);
+/* ad_saved.c: vjp_save and vjp_load expanded, in every function. */
+bool ad_saved_module(Module *mod);
+
 #endif

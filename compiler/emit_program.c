@@ -246,9 +246,11 @@ static void emit_tape(Emit *e, const Inst *in) {
     return;
   }
   case IR_TAPE_PUSH:
-    emit_line(e, "%s[%s] = %s;", vname(in->args[0]), vname(in->args[1]), vname(in->args[2]));
-    if (is_array(in->args[2]))
+    if (is_array(in->args[2])) {   /* an entry written again (vjp_save's slots) drops the one it replaces */
       emit_line(e, "shd_retain(%s);", vname(in->args[2]));
+      emit_line(e, "shd_release(%s[%s]);", vname(in->args[0]), vname(in->args[1]));
+    }
+    emit_line(e, "%s[%s] = %s;", vname(in->args[0]), vname(in->args[1]), vname(in->args[2]));
     return;
   default:   /* IR_TAPE_GET */
     if (is_array(r)) {

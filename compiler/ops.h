@@ -90,6 +90,8 @@ typedef struct {
   int64_t *wrt;                  /* grad: the wrt positions in order */
   int nwrt;
   int psum_invariant;            /* psum of an invariant value: multiply by this */
+  int64_t slots;                 /* vjp_save: its tapes' entries */
+  Expr *slot;                    /* vjp_save, vjp_load: the entry */
 } TcInfo;
 
 typedef struct Scope {
