@@ -166,6 +166,11 @@ static void expand(AD *a, Site *sv, Site *ld, Value **map) {
   for (int k = 0; k < nr; k++)
     map[save->results[k]->id] = outs[k];
   free(fins.data);
+  for (int i = 0; i < pre->insts.len; i++) {   /* rings: their entries are written again (explain's peak) */
+    Inst *t = pre->insts.data[i];
+    if (t->op == IR_TAPE_NEW)
+      t->ival = 1;
+  }
   splice(loop, pre, true);
   splice(save, fwd, false);
   splice(load, rev, false);
