@@ -52,11 +52,13 @@ struct AD {
 };
 
 /* A tape push of a gradient function that is itself being differentiated
- * (grad of a function that calls grad): differentiating through a tape is not
- * supported, so an active push is an error at the inner grad call. */
+ * (grad of a function that calls grad), or of a vjp_save: differentiating
+ * through a tape is not supported, so an active push is an error at the
+ * inner grad call (at the gradient, for a vjp_save's). */
 typedef struct {
   const Inst *push;
   Pos site, loop;
+  bool ring;            /* a vjp_save's push (ad_saved.c), in a function being differentiated */
 } NestedPush;
 
 void ad_grow(AD *a);   /* the by-id arrays, grown to every value id */

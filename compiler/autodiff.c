@@ -930,6 +930,14 @@ static bool check_nested_pushes(AD *a) {
     NestedPush *np = a->nested_pushes.data[i];
     if (!a->active[np->push->args[2]->id])
       continue;
+    if (np->ring) {
+      ad_fail(a, np->site, "cannot differentiate through this vjp_save: the function being differentiated keeps "
+              "its call's residuals on tapes that a vjp_load reads, and a gradient does not follow values through "
+              "them; differentiate a function without vjp_save and vjp_load (the stage itself, or a schedule "
+              "written with grad), or take this function's results as they are");
+      a->nested_pushes.len = 0;
+      return false;
+    }
     ad_fail(a, np->site,
          "cannot differentiate this gradient again (a second derivative): the function it differentiates has a "
          "loop whose carries depend on the differentiated values, and differentiating through the loop's tape is "
