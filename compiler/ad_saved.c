@@ -91,11 +91,15 @@ static void expand(AD *a, Site *sv, Site *ld, Value **map) {
   lt.trips = -1;
   a->b = pre;
   lt.size = ad_const(a, DT_I32, (double)save->ival);
-  lt.idx = save->args[np];
-  lt.rev_idx = load->args[load->nargs - 1];
-  /* The forward: f inlined, its residuals pushed at entry slot. */
+  /* The forward: f inlined, its residuals pushed at entry slot (NumPy's
+   * slot % S, in 0..S whatever slot is). */
   IrBlock *fwd = ir_block(0, NULL, a->mod);
   a->b = fwd;
+  lt.idx = ad_bin(a, BIN_MOD, save->args[np], ad_const(a, DT_I32, (double)save->ival));
+  int nhead = fwd->insts.len;   /* the entry's code, which the reverse computes from the load's slot */
+  const Inst **head = arena_alloc(sizeof(Inst *) * (size_t)(nhead + 1));
+  for (int i = 0; i < nhead; i++)
+    head[i] = fwd->insts.data[i];
   Inst fake = {0};
   fake.op = IR_CALL;
   fake.callee = f;
@@ -131,8 +135,13 @@ static void expand(AD *a, Site *sv, Site *ld, Value **map) {
     if (kept[k])
       ad_push_at(a, fwd, save->pos, kept[k], lt.idx, save->args[k]);
   Vec fins = {0};   /* the forward's instructions, for the sweep */
-  for (int i = 0; i < fwd->insts.len; i++)
-    vec_push(&fins, fwd->insts.data[i]);
+  for (int i = 0; i < fwd->insts.len; i++) {
+    bool entry = false;
+    for (int k = 0; k < nhead; k++)
+      entry |= head[k] == fwd->insts.data[i];
+    if (!entry)
+      vec_push(&fins, fwd->insts.data[i]);
+  }
   Value **outs = arena_alloc(sizeof(Value *) * (size_t)(nr + 1));
   for (int k = 0; k < nr; k++)
     outs[k] = ad_primal(a, save->results[k]);
@@ -140,6 +149,7 @@ static void expand(AD *a, Site *sv, Site *ld, Value **map) {
   IrBlock *rev = ir_block(0, NULL, a->mod);
   a->b = rev;
   a->pos = load->pos;
+  lt.rev_idx = ad_bin(a, BIN_MOD, load->args[load->nargs - 1], ad_const(a, DT_I32, (double)save->ival));
   a->rm[lt.idx->id] = lt.rev_idx;   /* a nested loop's entries are computed from it */
   for (int k = 0; k < np; k++) {
     if (!kept[k])

@@ -481,6 +481,11 @@ typedef struct {
 } VjpSave;
 static Vec vjp_saves;   /* VjpSave * */
 
+void tc_vjp_reset(void) {
+  free(vjp_saves.data);
+  vjp_saves = (Vec){0};
+}
+
 static bool same_dims(const Type *a, const Type *b) {
   bool same = a->rank == b->rank;
   for (int d = 0; same && d < a->rank; d++)
