@@ -599,6 +599,11 @@ static Type check_vjp_load(TcCtx *c, Expr *e) {
       return ty_error();
     }
   }
+  if (!f->params.len) {
+    diag_error(pos[0]->pos, "E_ARG", "vjp_load(%s, ...): %s has no parameters, so there is no cotangent to give; "
+               "call %s() without vjp_save and vjp_load", pos[0]->str, tok_str(f->name), tok_str(f->name));
+    return ty_error();
+  }
   Type *outs = arena_alloc(sizeof(Type) * (size_t)(f->params.len + 1));
   for (int i = 0; i < f->params.len; i++) {
     const Type *pt = &f->param_types[i];
