@@ -100,29 +100,45 @@ static void expand(AD *a, Site *sv, Site *ld, Value **map) {
   const Inst **head = arena_alloc(sizeof(Inst *) * (size_t)(nhead + 1));
   for (int i = 0; i < nhead; i++)
     head[i] = fwd->insts.data[i];
+  /* One value a parameter, so that each has a cotangent of its own: an
+   * argument passed twice (f(x, x)) is passed as a retype each time. */
+  Value **args = arena_alloc(sizeof(Value *) * (size_t)(np + 1));
+  for (int k = 0; k < np; k++) {
+    args[k] = save->args[k];
+    bool twice = false;
+    for (int j = 0; j < np; j++)
+      twice |= j != k && save->args[j] == save->args[k];
+    if (twice)
+      args[k] = ad_emit1(a, IR_RETYPE, 1, &args[k], args[k]->type);
+  }
   Inst fake = {0};
   fake.op = IR_CALL;
   fake.callee = f;
   fake.nargs = np;
-  fake.args = save->args;
+  fake.args = args;
   fake.nresults = nr;
   fake.results = save->results;
   ad_inline_call(a, &fake);
   if (a->too_big)
     return;
   for (int k = 0; k < np; k++)
-    a->active[save->args[k]->id] = is_float_value(save->args[k]);
+    a->active[args[k]->id] = is_float_value(args[k]);
   for (int guard = 0; guard < 64 && ad_propagate_block(a, fwd); guard++)
     ;
   bool *dep = mem_calloc((size_t)a->mod->next_value + 1, sizeof(bool));
   const IrBlock *body = loop->regions[0];
   Value **kept = arena_alloc(sizeof(Value *) * (size_t)(np + 1));
-  for (int k = 0; k < np; k++) {
+  for (int k = 0; k < np; k++) {   /* each argument computed in the loop, once */
     Value *v = save->args[k];
     kept[k] = NULL;
     if (!ad_defined_in(v, body) || v->type.kind != TY_ARRAY)
       continue;
-    dep[v->id] = true;
+    dep[v->id] = dep[args[k]->id] = true;
+    bool seen = false;
+    for (int j = 0; j < k; j++)
+      seen |= save->args[j] == v;
+    if (seen)
+      continue;
     a->b = pre;
     kept[k] = ad_new_tape(a, &v->type, lt.size);
   }
@@ -169,7 +185,7 @@ static void expand(AD *a, Site *sv, Site *ld, Value **map) {
   for (int i = fins.len - 1; i >= 0 && !a->failed; i--)
     ad_vjp(a, fins.data[i]);
   for (int k = 0; k < np; k++) {
-    Value *p = save->args[k];
+    Value *p = args[k];
     const Type *want = &load->results[k]->type;
     map[load->results[k]->id] = a->ct[p->id] ? ad_to_type(a, a->ct[p->id], want) : ad_zeros(a, want);
   }
