@@ -58,7 +58,7 @@ def traced_counts(shdc, d):
     trace = os.path.join(d, "t.json")
     r = run(mpirun_cmd(P) + [exe], cwd=d, timeout=300, env={"SHD_TRACE": trace})
     if r.rc:
-        raise Failure("the traced run failed (exit %d)\n%s" % (r.rc, r.stderr[-2000:]), [r.shell])
+        raise Failure("the traced run failed (exit %d)\n%s" % (r.rc, (r.out + r.err)[-2000:]), [r.shell])
     with open(trace) as f:
         ev = json.load(f)["traceEvents"]
     line = layer_line()
