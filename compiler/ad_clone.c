@@ -110,11 +110,14 @@ static void clone_one(AD *a, CloneStack *st, const Inst *in) {
     a->rm[in->results[i]->id] = n->results[i];
     ir_copy_name(n->results[i], in->results[i]);
   }
-  if (in->op == IR_TAPE_PUSH && a->in_nested) {
+  const Inst *tape = in->op == IR_TAPE_PUSH ? in->args[0]->def : NULL;
+  bool ring = tape && tape->op == IR_TAPE_NEW && tape->ival;   /* a vjp_save's (ad_saved.c) */
+  if (in->op == IR_TAPE_PUSH && (a->in_nested || ring)) {
     NestedPush *np = arena_alloc(sizeof *np);
     np->push = n;
-    np->site = a->nested;
+    np->site = ring ? in->pos : a->nested;
     np->loop = in->pos;
+    np->ring = ring;
     vec_push(&a->nested_pushes, np);
   }
   IrBlock *nbs[2];

@@ -52,11 +52,13 @@ struct AD {
 };
 
 /* A tape push of a gradient function that is itself being differentiated
- * (grad of a function that calls grad): differentiating through a tape is not
- * supported, so an active push is an error at the inner grad call. */
+ * (grad of a function that calls grad), or of a vjp_save: differentiating
+ * through a tape is not supported, so an active push is an error at the
+ * inner grad call (at the gradient, for a vjp_save's). */
 typedef struct {
   const Inst *push;
   Pos site, loop;
+  bool ring;            /* a vjp_save's push (ad_saved.c), in a function being differentiated */
 } NestedPush;
 
 void ad_grow(AD *a);   /* the by-id arrays, grown to every value id */
@@ -69,5 +71,21 @@ bool ad_defined_in(const Value *v, const IrBlock *root);   /* in root or a regio
  * region, which already hold their entries. */
 void ad_inline_call(AD *a, const Inst *in);
 void ad_recompute(AD *a, const Inst *in, const IrBlock *region);
+
+/* autodiff.c's machinery, for ad_saved.c: activity, a loop body's
+ * residuals saved on lt's tapes (ad_walk_insts over the instructions old,
+ * into blk; dep marks what depends on the varying inputs), a tape and a
+ * forward push, a forward instruction's copy in the reverse sweep, and one
+ * instruction's VJP. */
+bool ad_propagate_block(AD *a, const IrBlock *b);
+void ad_walk_insts(AD *a, LoopTapes *lt, IrBlock *blk, Vec old, bool *dep);
+Value *ad_new_tape(AD *a, const Type *el, Value *n);
+void ad_push_at(AD *a, IrBlock *blk, Pos pos, Value *tape, Value *idx, Value *v);
+void ad_restore_or_clone(AD *a, const Inst *bi, const IrBlock *region);
+Value *ad_ct_or_zero(AD *a, Value *primal);
+void ad_vjp(AD *a, Inst *in);
+void ad_free(AD *a);
+/* ad_saved.c: vjp_save and vjp_load expanded, in every function. */
+bool ad_saved_module(Module *mod);
 
 #endif

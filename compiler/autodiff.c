@@ -232,7 +232,7 @@ Value *ad_ct(AD *a, Value *primal) {
   return a->ct[primal->id];
 }
 
-static Value *ct_or_zero(AD *a, Value *primal) {
+Value *ad_ct_or_zero(AD *a, Value *primal) {
   ad_grow(a);
   if (a->ct[primal->id])
     return a->ct[primal->id];
@@ -343,7 +343,7 @@ static bool any_active_arg(AD *a, const Inst *in, int from) {
   return false;
 }
 
-static bool propagate_block(AD *a, const IrBlock *b);
+bool ad_propagate_block(AD *a, const IrBlock *b);
 
 static bool propagate_inst(AD *a, const Inst *in) {
   bool changed = false;
@@ -353,7 +353,7 @@ static bool propagate_inst(AD *a, const Inst *in) {
       if (a->active[in->args[k + 2]->id] && is_float_value(body->args[k + 1]) && !a->active[body->args[k + 1]->id])
         a->active[body->args[k + 1]->id] = changed = true;
     for (int guard = 0; guard < 64; guard++) {
-      propagate_block(a, body);
+      ad_propagate_block(a, body);
       const Inst *y = body->insts.data[body->insts.len - 1];
       bool more = false;
       for (int k = 0; k < y->nargs; k++)
@@ -370,7 +370,7 @@ static bool propagate_inst(AD *a, const Inst *in) {
   }
   if (in->op == IR_IF) {
     for (int r = 0; r < 2; r++) {
-      propagate_block(a, in->regions[r]);
+      ad_propagate_block(a, in->regions[r]);
       const Inst *y = in->regions[r]->insts.data[in->regions[r]->insts.len - 1];
       for (int k = 0; k < y->nargs; k++)
         if (a->active[y->args[k]->id] && is_float_value(in->results[k]) && !a->active[in->results[k]->id])
@@ -387,7 +387,7 @@ static bool propagate_inst(AD *a, const Inst *in) {
   return changed;
 }
 
-static bool propagate_block(AD *a, const IrBlock *b) {
+bool ad_propagate_block(AD *a, const IrBlock *b) {
   bool changed = false;
   for (int i = 0; i < b->insts.len; i++)
     changed |= propagate_inst(a, b->insts.data[i]);
@@ -415,7 +415,7 @@ static bool all_arrays(const Inst *in) {
  * pass rather than recomputed: anything but cheap elementwise code and
  * what its OpDef says recomputes without communication (OPF_RECOMPUTE:
  * creation, broadcasts, state casts, reads), constants, retypes, control
- * flow and calls. (A branch and a nested loop are saved by walk_insts.) */
+ * flow and calls. (A branch and a nested loop are saved by ad_walk_insts.) */
 static bool is_residual(const Inst *in) {
   if (in->nregions || !all_arrays(in))
     return false;
@@ -464,7 +464,7 @@ static int64_t trips_or_none(const Inst *loop) {
   return ir_const_trips(loop, &n) ? n : -1;
 }
 
-static Value *new_tape(AD *a, const Type *el, Value *n) {
+Value *ad_new_tape(AD *a, const Type *el, Value *n) {
   Type tt = ty_void();
   tt.kind = TY_TAPE;
   tt.elems = arena_alloc(sizeof(Type));
@@ -474,7 +474,7 @@ static Value *new_tape(AD *a, const Type *el, Value *n) {
 
 /* A push of the forward pass: the copies the reverse sweep makes of the
  * code around it leave it out when its tape already holds the entry. */
-static void push_at(AD *a, IrBlock *blk, Pos pos, Value *tape, Value *idx, Value *v) {
+void ad_push_at(AD *a, IrBlock *blk, Pos pos, Value *tape, Value *idx, Value *v) {
   Inst *p = ir_emit(a->mod, blk, IR_TAPE_PUSH, pos, 3, (Value *[]){tape, idx, v}, 0, NULL);
   ptrmap_put(&a->fwd_pushes, p, 1);
 }
@@ -487,10 +487,10 @@ static void save_residual(AD *a, LoopTapes *lt, IrBlock *blk, Inst *in) {
   IrBlock *saved = a->b;
   a->b = lt->tb;
   for (int k = 0; k < in->nresults; k++)
-    tapes[k] = new_tape(a, &in->results[k]->type, lt->size);
+    tapes[k] = ad_new_tape(a, &in->results[k]->type, lt->size);
   a->b = saved;
   for (int k = 0; k < in->nresults; k++)
-    push_at(a, blk, in->pos, tapes[k], lt->idx, in->results[k]);
+    ad_push_at(a, blk, in->pos, tapes[k], lt->idx, in->results[k]);
   Saved *s = arena_alloc(sizeof *s);
   s->lt = lt;
   s->tapes = tapes;
@@ -511,7 +511,7 @@ static void instrument_block(AD *a, IrBlock *b);
  * index), so the reverse runs it backward from them instead of running it
  * forward again; one whose trip count is known only at run time makes its
  * tapes in each iteration and runs again in the reverse. */
-static void walk_insts(AD *a, LoopTapes *lt, IrBlock *blk, Vec old, bool *dep) {
+void ad_walk_insts(AD *a, LoopTapes *lt, IrBlock *blk, Vec old, bool *dep) {
   for (int j = 0; j < old.len; j++) {
     Inst *bi = old.data[j];
     bool d = mark_dependent(bi, dep);
@@ -531,7 +531,7 @@ static void walk_insts(AD *a, LoopTapes *lt, IrBlock *blk, Vec old, bool *dep) {
       for (int r = 0; r < bi->nregions; r++) {
         Vec bold = bi->regions[r]->insts;
         bi->regions[r]->insts = (Vec){0};
-        walk_insts(a, lt, bi->regions[r], bold, dep);
+        ad_walk_insts(a, lt, bi->regions[r], bold, dep);
         free(bold.data);
       }
       if (d && all_arrays(bi))
@@ -548,7 +548,7 @@ static void walk_insts(AD *a, LoopTapes *lt, IrBlock *blk, Vec old, bool *dep) {
 /* Instruments the active loop `in`: one tape per carry, made in tb (before
  * the loop, or before the outermost loop of a nest: parent), and at the
  * top of its body the carries pushed at this iteration's entry; then its
- * residuals (walk_insts). dep is the nest's (NULL: a new one). */
+ * residuals (ad_walk_insts). dep is the nest's (NULL: a new one). */
 static LoopTapes *instrument_loop(AD *a, Inst *in, IrBlock *tb, LoopTapes *parent, bool *dep) {
   IrBlock *saved = a->b;
   a->b = tb;
@@ -568,7 +568,7 @@ static LoopTapes *instrument_loop(AD *a, Inst *in, IrBlock *tb, LoopTapes *paren
   }
   lt->tapes = arena_alloc(sizeof(Value *) * (size_t)(in->nresults + 1));
   for (int k = 0; k < in->nresults; k++)
-    lt->tapes[k] = new_tape(a, &in->regions[0]->args[k + 1]->type, lt->size);
+    lt->tapes[k] = ad_new_tape(a, &in->regions[0]->args[k + 1]->type, lt->size);
   ptrmap_put(&a->tapes_index, in, a->tapes.len);
   vec_push(&a->tapes, lt);
   IrBlock *body = in->regions[0];
@@ -579,13 +579,13 @@ static LoopTapes *instrument_loop(AD *a, Inst *in, IrBlock *tb, LoopTapes *paren
   if (parent)
     lt->idx = ad_bin(a, BIN_ADD, ad_bin(a, BIN_MUL, parent->idx, ad_const(a, DT_I32, (double)n)), lt->idx);
   for (int k = 0; k < in->nresults; k++)
-    push_at(a, body, in->pos, lt->tapes[k], lt->idx, body->args[k + 1]);
+    ad_push_at(a, body, in->pos, lt->tapes[k], lt->idx, body->args[k + 1]);
   bool *own = dep ? NULL : mem_calloc((size_t)a->mod->next_value + 1, sizeof(bool));
   if (own)
     dep = own;
   for (int k = 1; k < body->nargs; k++)
     dep[body->args[k]->id] = true;
-  walk_insts(a, lt, body, bold, dep);
+  ad_walk_insts(a, lt, body, bold, dep);
   free(own);
   free(bold.data);
   a->b = saved;
@@ -618,7 +618,7 @@ static LoopTapes *tapes_of(AD *a, const Inst *loop) {
 /* The copy of the forward instruction bi in the reverse sweep of region:
  * a saved one's results from its tapes at its loop's entry, any other
  * computed again (without the pushes whose tapes already hold theirs). */
-static void restore_or_clone(AD *a, const Inst *bi, const IrBlock *region) {
+void ad_restore_or_clone(AD *a, const Inst *bi, const IrBlock *region) {
   int s = ptrmap_get(&a->saved_index, bi);
   if (s < 0) {
     ad_recompute(a, bi, region);
@@ -678,11 +678,11 @@ static void backprop_region(AD *a, const IrBlock *src, Value **seeds, Vec *outer
   backprop(a, src, src->insts.len - 1);
   for (int j = 0; j < outer->len; j++) {
     Value *o = outer->data[j];
-    acc_out[j] = ct_or_zero(a, o);
+    acc_out[j] = ad_ct_or_zero(a, o);
     a->ct[o->id] = saved[j];
   }
   for (int k = 0; arg_ct && k < src->nargs; k++)
-    arg_ct[k] = a->active[src->args[k]->id] ? ct_or_zero(a, src->args[k]) : NULL;
+    arg_ct[k] = a->active[src->args[k]->id] ? ad_ct_or_zero(a, src->args[k]) : NULL;
 }
 
 static void vjp_for(AD *a, Inst *in) {
@@ -708,11 +708,11 @@ static void vjp_for(AD *a, Inst *in) {
   args[1] = trips;
   types[0] = ty_scalar(DT_I32);
   for (int j = 0; j < na; j++) {
-    args[j + 2] = ct_or_zero(a, in->results[act[j]]);
+    args[j + 2] = ad_ct_or_zero(a, in->results[act[j]]);
     types[j + 1] = args[j + 2]->type;
   }
   for (int j = 0; j < outer.len; j++) {
-    args[na + j + 2] = ct_or_zero(a, outer.data[j]);
+    args[na + j + 2] = ad_ct_or_zero(a, outer.data[j]);
     types[na + j + 1] = args[na + j + 2]->type;
   }
   Type *rtypes = types + 1;
@@ -739,7 +739,7 @@ static void vjp_for(AD *a, Inst *in) {
   /* The residuals from their tapes, the rest of the body (without its last
    * yield) recomputed; then sweep it backwards. */
   for (int q = 0; q + 1 < body->insts.len; q++)
-    restore_or_clone(a, body->insts.data[q], body);
+    ad_restore_or_clone(a, body->insts.data[q], body);
   Value **seeds = arena_alloc(sizeof(Value *) * (size_t)(nc + 1));
   for (int k = 0; k < nc; k++)
     seeds[k] = NULL;
@@ -753,7 +753,7 @@ static void vjp_for(AD *a, Inst *in) {
   backprop_region(a, body, seeds, &outer, acc, acc_out, arg_ct);
   Value **ys = arena_alloc(sizeof(Value *) * (size_t)(ncar + 1));
   for (int jj = 0; jj < na; jj++)
-    ys[jj] = arg_ct[act[jj] + 1] ? arg_ct[act[jj] + 1] : ct_or_zero(a, body->args[act[jj] + 1]);
+    ys[jj] = arg_ct[act[jj] + 1] ? arg_ct[act[jj] + 1] : ad_ct_or_zero(a, body->args[act[jj] + 1]);
   for (int q = 0; q < outer.len; q++)
     ys[na + q] = acc_out[q];
   ir_emit(a->mod, rb, IR_YIELD, in->pos, ncar, ys, 0, NULL);
@@ -830,7 +830,7 @@ static void vjp_if(AD *a, Inst *in) {
   Type *types = arena_alloc(sizeof(Type) * (size_t)(no + 1));
   Value **init = arena_alloc(sizeof(Value *) * (size_t)(no + 1));
   for (int q = 0; q < no; q++) {
-    init[q] = ct_or_zero(a, outer.data[q]);
+    init[q] = ad_ct_or_zero(a, outer.data[q]);
     types[q] = init[q]->type;
   }
   Inst *nif = ir_emit(a->mod, a->b, IR_IF, in->pos, 1, &cond, no, types);
@@ -845,7 +845,7 @@ static void vjp_if(AD *a, Inst *in) {
     IrBlock *saved_b = a->b;
     a->b = nb;
     for (int q = 0; q + 1 < src->insts.len; q++)
-      restore_or_clone(a, src->insts.data[q], src);
+      ad_restore_or_clone(a, src->insts.data[q], src);
     Value **acc_out = arena_alloc(sizeof(Value *) * (size_t)(no + 1));
     backprop_region(a, src, seeds, &outer, init, acc_out, NULL);
     ir_emit(a->mod, nb, IR_YIELD, in->pos, no, acc_out, 0, NULL);
@@ -860,7 +860,7 @@ static void vjp_if(AD *a, Inst *in) {
 
 static void vjp_remat(AD *a, Inst *in);
 
-static void vjp(AD *a, Inst *in) {
+void ad_vjp(AD *a, Inst *in) {
   ad_grow(a);
   a->pos = in->pos;
   if (in->op == IR_CALL && in->fn == CALL_REMAT) {
@@ -917,7 +917,7 @@ static void vjp(AD *a, Inst *in) {
 
 static void backprop(AD *a, const IrBlock *b, int n) {
   for (int i = n - 1; i >= 0; i--)
-    vjp(a, b->insts.data[i]);
+    ad_vjp(a, b->insts.data[i]);
 }
 
 /* ---- building the gradient function --------------------------------------------------------- */
@@ -930,6 +930,14 @@ static bool check_nested_pushes(AD *a) {
     NestedPush *np = a->nested_pushes.data[i];
     if (!a->active[np->push->args[2]->id])
       continue;
+    if (np->ring) {
+      ad_fail(a, np->site, "cannot differentiate through this vjp_save: the function being differentiated keeps "
+              "its call's residuals on tapes that a vjp_load reads, and a gradient does not follow values through "
+              "them; differentiate a function without vjp_save and vjp_load (the stage itself, or a schedule "
+              "written with grad), or take this function's results as they are");
+      a->nested_pushes.len = 0;
+      return false;
+    }
     ad_fail(a, np->site,
          "cannot differentiate this gradient again (a second derivative): the function it differentiates has a "
          "loop whose carries depend on the differentiated values, and differentiating through the loop's tape is "
@@ -1053,7 +1061,7 @@ static Func *build_grad(AD *a, GradKey *k) {
   /* Activity, tapes, seed, sweep. */
   for (int i = 0; i < k->norder; i++)
     a->active[g->body->args[k->order[i]]->id] = is_float_value(g->body->args[k->order[i]]);
-  for (int guard = 0; guard < 64 && propagate_block(a, g->body); guard++)
+  for (int guard = 0; guard < 64 && ad_propagate_block(a, g->body); guard++)
     ;
   if (!check_nested_pushes(a))
     return g;
@@ -1142,7 +1150,7 @@ static Func *build_vjp(AD *a, Func *f) {
   if (!a->too_big) {
     for (int k = 0; k < np; k++)
       a->active[g->body->args[k]->id] = is_float_value(g->body->args[k]);
-    for (int guard = 0; guard < 64 && propagate_block(a, g->body); guard++)
+    for (int guard = 0; guard < 64 && ad_propagate_block(a, g->body); guard++)
       ;
     if (check_nested_pushes(a)) {
       instrument_block(a, g->body);
@@ -1266,6 +1274,8 @@ static GradKey *grad_key(AD *a, Vec *keys, Inst *in) {
  * of a gradient (a second derivative) inlines the inner gradient function
  * and differentiates it like any other code. */
 bool ad_module(Module *mod) {
+  if (!ad_saved_module(mod))
+    return false;
   AD a;
   memset(&a, 0, sizeof a);
   a.mod = mod;
@@ -1303,16 +1313,21 @@ bool ad_module(Module *mod) {
   ir_call_graph_free(&cg);
   free(grads.data);
   free(keys.data);
-  free(a.ct);
-  free(a.rm);
-  free(a.active);
-  free(a.tapes.data);
-  ptrmap_free(&a.tapes_index);
-  free(a.saved.data);
-  ptrmap_free(&a.saved_index);
-  ptrmap_free(&a.fwd_pushes);
-  free(a.nested_pushes.data);
-  ptrmap_free(&a.vjp_index);
-  free(a.vjps.data);
+  ad_free(&a);
   return !a.failed;
+}
+
+/* The pass's state, freed. */
+void ad_free(AD *a) {
+  free(a->ct);
+  free(a->rm);
+  free(a->active);
+  free(a->tapes.data);
+  ptrmap_free(&a->tapes_index);
+  free(a->saved.data);
+  ptrmap_free(&a->saved_index);
+  ptrmap_free(&a->fwd_pushes);
+  free(a->nested_pushes.data);
+  ptrmap_free(&a->vjp_index);
+  free(a->vjps.data);
 }

@@ -246,12 +246,18 @@ static void emit_tape(Emit *e, const Inst *in) {
     return;
   }
   case IR_TAPE_PUSH:
-    emit_line(e, "%s[%s] = %s;", vname(in->args[0]), vname(in->args[1]), vname(in->args[2]));
-    if (is_array(in->args[2]))
+    if (is_array(in->args[2])) {   /* an entry written again (vjp_save's slots) drops the one it replaces */
       emit_line(e, "shd_retain(%s);", vname(in->args[2]));
+      emit_line(e, "shd_release(%s[%s]);", vname(in->args[0]), vname(in->args[1]));
+    }
+    emit_line(e, "%s[%s] = %s;", vname(in->args[0]), vname(in->args[1]), vname(in->args[2]));
     return;
   default:   /* IR_TAPE_GET */
     if (is_array(r)) {
+      const Inst *t = in->args[0]->def;
+      if (t && t->op == IR_TAPE_NEW && t->ival)   /* a vjp_save's: a load may read an entry no save wrote */
+        emit_line(e, "if (!%s[%s]) shd_fatal(\"%%s: vjp_load reads entry %%d, which no vjp_save wrote\", %s, (int)%s);",
+                  vname(in->args[0]), vname(in->args[1]), emit_where_lit(e, in->pos), vname(in->args[1]));
       emit_line(e, "%s *%s = %s[%s];", ctype(&r->type), vname(r), vname(in->args[0]), vname(in->args[1]));
       emit_line(e, "shd_retain(%s);", vname(r));
     } else {

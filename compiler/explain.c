@@ -166,6 +166,7 @@ typedef struct {
    * later iterations reach. */
   int *steal_of;       /* by buffer: the loop depth whose later iterations take it, or 0 */
   bool *taped;         /* by buffer: already pushed on a tape (its bytes are the tape's) */
+  int64_t *cap;        /* by buffer: a tape whose entries are written again (vjp_save's): its most bytes, else -1 */
   Schedule *plan;      /* the emitter's plan: fusion, loop groups, last uses (sched.c) */
   int depth;
   int64_t stolen, peak2;
@@ -232,7 +233,9 @@ static int buf_entry(Sim *s, int64_t bytes, const Value *v) {
     s->val = mem_resize(s->val, old, s->capbufs, sizeof *s->val);
     s->steal_of = mem_resize(s->steal_of, old, s->capbufs, sizeof *s->steal_of);
     s->taped = mem_resize(s->taped, old, s->capbufs, sizeof *s->taped);
+    s->cap = mem_resize(s->cap, old, s->capbufs, sizeof *s->cap);
   }
+  s->cap[s->nbufs] = -1;
   s->bytes[s->nbufs] = bytes;
   s->refs[s->nbufs] = 1;
   s->val[s->nbufs] = v;
@@ -317,8 +320,19 @@ static void tape_iterations(Sim *s, const Inst *in, int push0) {
   for (int64_t i = push0; i < end; i++) {
     int bt = (int)s->pushes[2 * i];
     int64_t bytes = s->pushes[2 * i + 1], rest, later;
-    if (__builtin_mul_overflow(bytes, n - 1, &rest) || __builtin_mul_overflow(bytes, n - 2, &later) ||
-        __builtin_add_overflow(grow, later, &grow)) {
+    if (__builtin_mul_overflow(bytes, n - 1, &rest) || __builtin_mul_overflow(bytes, n - 2, &later)) {
+      if (!s->overflow)
+        diag_error(in->pos, "E_SHAPE", "explain: the bytes this loop keeps for its gradient do not fit in 64 bits");
+      s->overflow = true;
+      return;
+    }
+    if (s->cap[bt] >= 0 && rest > s->cap[bt] - s->bytes[bt]) {
+      /* a tape of S entries written again: it holds S at most (the
+       * second iteration's push, in its net bytes, replaces one) */
+      rest = s->cap[bt] > s->bytes[bt] ? s->cap[bt] - s->bytes[bt] : 0;
+      later = rest > bytes ? rest - bytes : 0;
+    }
+    if (__builtin_add_overflow(grow, later, &grow)) {
       if (!s->overflow)
         diag_error(in->pos, "E_SHAPE", "explain: the bytes this loop keeps for its gradient do not fit in 64 bits");
       s->overflow = true;
@@ -599,7 +613,14 @@ static void sim_inst(Sim *s, const Inst *in, int i, int *yield_bufs) {
   if (ir_is_async_start(in->op) || in->op == IR_ALL_REDUCE_WAIT)
     sim_bucket(s, in);
   switch (in->op) {
-  case IR_TAPE_NEW: s->buf_of[in->results[0]->id] = buf_entry(s, 0, in->results[0]); break;
+  case IR_TAPE_NEW: {
+    int bt = s->buf_of[in->results[0]->id] = buf_entry(s, 0, in->results[0]);
+    int64_t n;
+    const Type *el = &in->results[0]->type.elems[0];
+    if (in->ival && ir_const_int(in->args[0], &n) && el->rank)
+      s->cap[bt] = n * local_bytes(s->mod, el);
+    break;
+  }
   case IR_TAPE_PUSH: sim_tape_push(s, in); break;
   case IR_CALL: sim_call(s, in); break;
   case IR_FOR: sim_for(s, in); break;
@@ -741,6 +762,7 @@ static Sim *sim_module(const Module *mod) {
   free(s->val);
   free(s->steal_of);
   free(s->taped);
+  free(s->cap);
   free(s->buf_of);
   sched_free(s->plan);
   free(s->dead_next);

@@ -206,7 +206,7 @@ static void print_attrs(FILE *out, const Module *mod, const Inst *in) {
       fprintf(out, " %lld", (long long)in->ival);
     break;
   case IR_CALL:
-    fprintf(out, " @%s%s", in->callee->name, in->fn == CALL_REMAT ? " remat" : "");
+    fprintf(out, " @%s%s", in->callee->name, in->fn == CALL_REMAT ? " remat" : in->fn == CALL_VJP_SAVE ? " vjp_save" : in->fn == CALL_VJP_LOAD ? " vjp_load" : "");
     break;
   case IR_GRAD:
     fprintf(out, " @%s wrt=[", in->callee->name);

@@ -314,15 +314,34 @@ static Inst *lower_call(Lower *L, Expr *e) {
   for (int i = 0; i < f->params.len; i++)
     nargs += ty_nleaves(&f->param_types[i]);
   Value **args = arena_alloc(sizeof(Value *) * (size_t)(nargs + 1));
-  int n = lower_call_args(L, e, f, args);
+  int n = e->vjp == FORM_VJP_LOAD ? 0 : lower_call_args(L, e, f, args);
   bool grad = e->grad != 0;
   int nr = ty_nleaves(e->ty);
   Type *rt = arena_alloc(sizeof(Type) * (size_t)(nr + 1));
   ty_flatten(e->ty, rt);
+  if (e->vjp) {   /* the cotangents (a load's), then the entry */
+    TcInfo *info = e->tc;
+    if (e->vjp == FORM_VJP_LOAD) {
+      int nl = 0;
+      for (int i = 0; i < f->nresults; i++)
+        nl += ty_nleaves(&f->result_types[i]);
+      args = arena_alloc(sizeof(Value *) * (size_t)(nl + 2));
+      n = 0;
+      for (int i = 0; i < e->args.len; i++) {
+        Type want = ty_ct(&f->result_types[i]);
+        n += lower_value_to(L, e->args.data[i], &want, args + n);
+      }
+    }
+    args[n++] = lower_to(L, info->slot, info->slot->ty);
+  }
   Inst *in = ir_emit(L->mod, L->block, grad ? IR_GRAD : IR_CALL, e->pos, n, args, nr, rt);
   in->callee = func_of(L, f);
   if (e->remat)
     in->fn = CALL_REMAT;
+  if (e->vjp) {
+    in->fn = e->vjp == FORM_VJP_SAVE ? CALL_VJP_SAVE : CALL_VJP_LOAD;
+    in->ival = e->vjp == FORM_VJP_SAVE ? ((TcInfo *)e->tc)->slots : 0;
+  }
   if (grad) {
     TcInfo *info = e->tc;
     in->ival = info->with_value;
@@ -382,7 +401,7 @@ static int lower_inline(Lower *L, Expr *e, Value **out) {
 
 /* The results of a call of a user function (or of grad), as leaves. */
 static int lower_call_values(Lower *L, Expr *e, Value **out) {
-  if (!e->grad && !e->remat && e->fn->generic && !e->fn->manual)   /* generic or called from a manual body */
+  if (!e->grad && !e->remat && !e->vjp && e->fn->generic && !e->fn->manual)   /* generic or called from a manual body */
     return lower_inline(L, e, out);
   Inst *in = lower_call(L, e);
   memcpy(out, in->results, sizeof(Value *) * (size_t)in->nresults);

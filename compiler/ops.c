@@ -35,7 +35,7 @@ static const OpFamily *const families[] = {
 };
 
 /* Forms that make a function of a function (tc_expr.c types them). */
-static const char *const forms[] = {"grad", "value_and_grad", "remat", NULL};
+static const char *const forms[] = {"grad", "value_and_grad", "remat", "vjp_save", "vjp_load", NULL};
 
 static const OpDef *by_opcode[IR__LIMIT];
 static const char **names;
@@ -83,6 +83,8 @@ const OpFamily *const *op_families(void) { return families; }
 int op_form(const char *name) {
   return !strcmp(name, "grad") ? GRAD_PLAIN : !strcmp(name, "value_and_grad") ? GRAD_WITH_VALUE
          : !strcmp(name, "remat")                                      ? FORM_REMAT
+         : !strcmp(name, "vjp_save")                                   ? FORM_VJP_SAVE
+         : !strcmp(name, "vjp_load")                                   ? FORM_VJP_LOAD
                                                                        : 0;
 }
 

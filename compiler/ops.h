@@ -90,6 +90,8 @@ typedef struct {
   int64_t *wrt;                  /* grad: the wrt positions in order */
   int nwrt;
   int psum_invariant;            /* psum of an invariant value: multiply by this */
+  int64_t slots;                 /* vjp_save: its tapes' entries */
+  Expr *slot;                    /* vjp_save, vjp_load: the entry */
 } TcInfo;
 
 typedef struct Scope {
@@ -148,6 +150,7 @@ Type tc_expr_annot(TcCtx *c, Expr *e, const Type *annot, const char *where);
 Type tc_expr_unannotated(TcCtx *c, Expr *e);
 bool tc_is_annotatable(TcCtx *c, Expr *e);
 Type tc_call_user(TcCtx *c, Expr *e, FuncDecl *f, Vec *args, int first_arg);
+void tc_vjp_reset(void);   /* forgets the vjp_saves seen (a new program: tc_program) */
 void tc_split_args(Expr *call, Expr **pos, int maxpos, int *npos, Expr **kw, const char **kwnames, int nkw, bool *ok);
 /* tc_args.c: the forms of builtin arguments, for the families' checks */
 Type tc_builtin(TcCtx *c, Expr *e, const Type *annot);    /* dispatches to e->bi->check */

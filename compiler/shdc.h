@@ -351,6 +351,7 @@ struct Expr {
   const struct BuiltinDef *bi; /* a builtin call's or an operator's row (ops.c), else NULL */
   int grad;            /* EX_CALL of grad(f, ...)(...): GRAD_PLAIN or GRAD_WITH_VALUE */
   bool remat;          /* EX_CALL of remat(f)(...) */
+  int vjp;             /* EX_CALL of vjp_save(f, ...)(...) or vjp_load(f, ...)(...): FORM_VJP_SAVE or _LOAD */
   FuncDecl *fn;        /* EX_CALL of a user function, or grad's function */
   void *tc;            /* builtin-specific facts for lowering (tc_*.c) */
   /* A struct-valued operation (arithmetic, creation, indexing, load of a
@@ -752,7 +753,7 @@ bool tc_program(Program *p, Mesh *mesh_out, const char *mesh_override, const Vec
 /* `shdc types`: FUNCTION.NAME: TYPE for every binding in source order. */
 void tc_print_bindings(FILE *out, const Program *p, const Mesh *m);
 
-enum { GRAD_PLAIN = 1, GRAD_WITH_VALUE = 2, FORM_REMAT = 3 };   /* Expr.grad (FORM_REMAT: op_form only) */
+enum { GRAD_PLAIN = 1, GRAD_WITH_VALUE = 2, FORM_REMAT = 3, FORM_VJP_SAVE = 4, FORM_VJP_LOAD = 5 };   /* Expr.grad (the others: op_form only) */
 
 /* ---- ir.c: the IR (global view before partitioning, SPMD after) --------- */
 
@@ -816,7 +817,10 @@ static inline bool ir_is_async_start(int op) {
   return op == IR_ALL_REDUCE_START || op == IR_REDUCE_SCATTER_START || op == IR_ALL_GATHER_START;
 }
 static inline bool ir_is_async_wait(int op) { return op == IR_ALL_REDUCE_WAIT || op == IR_ALL_GATHER_WAIT; }
-enum { CALL_PLAIN, CALL_REMAT };   /* IR_CALL's fn: remat(f)(args) (language.md §9.8) */
+/* IR_CALL's fn: remat(f)(args) (language.md §9.8); vjp_save(f, slot,
+ * slots=S)(args), its args then slot (ival: S), and vjp_load(f, slot)(gy),
+ * its args the cotangents then slot: both expanded by the autodiff. */
+enum { CALL_PLAIN, CALL_REMAT, CALL_VJP_SAVE, CALL_VJP_LOAD };
 enum { PCAST_VARYING, PCAST_UNREDUCED, PCAST_REDUCED };
 
 /* The dims of a dot_general: an instruction's (Inst.dot) and the

@@ -1104,6 +1104,7 @@ bool tc_program(Program *p, Mesh *mesh_out, const char *mesh_override, const Vec
     return false;
   tc_structs(&c);
   tc_instances_reset();
+  tc_vjp_reset();
   int nwritten = p->funcs.len;
   for (int i = 0; i < nwritten; i++) {
     FuncDecl *f = p->funcs.data[i];

@@ -67,7 +67,8 @@ static Type check_name(TcCtx *c, Expr *e) {
   }
   if (!s && op_form(e->str)) {
     diag_error(e->pos, "E_ARG", "'%s' makes a function, it is not a value; call it: %s(f%s)(args...)", e->str, e->str,
-               op_form(e->str) == FORM_REMAT ? "" : ", wrt=...");
+               op_form(e->str) == FORM_REMAT ? "" : op_form(e->str) == FORM_VJP_SAVE ? ", slot, slots=S"
+               : op_form(e->str) == FORM_VJP_LOAD ? ", slot" : ", wrt=...");
     return ty_error();
   }
   if (!s) {
@@ -468,6 +469,161 @@ static Type check_remat(TcCtx *c, Expr *e) {
   return tc_call_user(c, e, s->fn, &e->args, 0);
 }
 
+/* vjp_save(f, slot, slots=S)(args) and vjp_load(f, slot)(gy) (language.md
+ * §9.8): f's call with its residuals kept at entry slot of S, and f's
+ * reverse sweep from that entry. The saves seen so far, per function being
+ * checked: a load takes its function's instance (and so its types) from
+ * the last save of the same name before it. */
+typedef struct {
+  const FuncDecl *in;
+  const char *name;
+  Expr *save;
+} VjpSave;
+static Vec vjp_saves;   /* VjpSave * */
+
+void tc_vjp_reset(void) {
+  free(vjp_saves.data);
+  vjp_saves = (Vec){0};
+}
+
+static bool same_dims(const Type *a, const Type *b) {
+  bool same = a->rank == b->rank;
+  for (int d = 0; same && d < a->rank; d++)
+    same = a->shape[d] == b->shape[d];
+  return same;
+}
+
+/* The function f names in form(f, slot, ...), and its slot typed; NULL
+ * after reporting. */
+static Symbol *vjp_form_args(TcCtx *c, Expr *r, const char *form, Expr **pos, Expr **kw, const char **kwn, int nkw) {
+  int npos;
+  bool ok = true;
+  tc_split_args(r, pos, 2, &npos, kw, kwn, nkw, &ok);
+  if (!ok)
+    return NULL;
+  const char *usage = nkw ? "vjp_save(f, slot, slots=S)(args...)" : "vjp_load(f, slot)(cotangents...)";
+  if (npos != 2 || pos[0]->kind != EX_NAME) {
+    diag_error(r->pos, "E_ARG", "%s takes a function name and an entry: %s", form, usage);
+    return NULL;
+  }
+  Symbol *s = tc_lookup(c, pos[0]->str);
+  if (!s || s->kind != SYM_FUNC) {
+    diag_error(pos[0]->pos, s ? "E_ARG" : "E_NAME", s ? "%s: '%s' is not a function" : "%s: unknown function '%s'",
+               form, pos[0]->str);
+    return NULL;
+  }
+  if (s->fn->manual) {
+    diag_error(pos[0]->pos, "E_ARG", "%s of the manual function %s: name a global-view function (which may call it)",
+               form, pos[0]->str);
+    return NULL;
+  }
+  Type st = tc_expr(c, pos[1]);
+  if (st.kind == TY_ERROR)
+    return NULL;
+  if (st.kind != TY_ARRAY || st.rank != 0 || st.dtype != DT_I32) {
+    diag_error(pos[1]->pos, "E_ARG", "%s: the entry (slot) is an integer scalar, not %s: %s", form, TS(&st), usage);
+    return NULL;
+  }
+  return s;
+}
+
+static Type check_vjp_save(TcCtx *c, Expr *e) {
+  Expr *pos[2], *kw[1];
+  const char *kwn[1] = {"slots"};
+  Symbol *s = vjp_form_args(c, e->callee, "vjp_save", pos, kw, kwn, 1);
+  if (!s)
+    return ty_error();
+  int64_t n = 0;
+  if (!kw[0]) {
+    diag_error(e->callee->pos, "E_ARG", "vjp_save needs slots=S, the number of entries its tapes keep (a "
+               "compile-time integer): vjp_save(%s, slot, slots=S)(args...)", pos[0]->str);
+    return ty_error();
+  }
+  if (!tc_const_int(c, kw[0], &n))
+    return ty_error();
+  if (n < 1 || n > INT32_MAX) {
+    diag_error(kw[0]->pos, "E_ARG", "vjp_save: slots=%lld; the tapes keep at least one entry (slots=1 or more)",
+               (long long)n);
+    return ty_error();
+  }
+  Type t = tc_call_user(c, e, s->fn, &e->args, 0);
+  if (t.kind == TY_ERROR)
+    return t;
+  TcInfo *info = tc_info(e);
+  info->slots = n;
+  info->slot = pos[1];
+  e->vjp = FORM_VJP_SAVE;
+  VjpSave *v = arena_alloc(sizeof *v);
+  v->in = c->fn;
+  v->name = pos[0]->str;
+  v->save = e;
+  vec_push(&vjp_saves, v);
+  return t;
+}
+
+static Type check_vjp_load(TcCtx *c, Expr *e) {
+  Expr *pos[2];
+  if (!vjp_form_args(c, e->callee, "vjp_load", pos, NULL, NULL, 0))
+    return ty_error();
+  const VjpSave *v = NULL;
+  for (int i = vjp_saves.len - 1; i >= 0 && !v; i--) {
+    const VjpSave *w = vjp_saves.data[i];
+    if (w->in == c->fn && !strcmp(w->name, pos[0]->str))
+      v = w;
+  }
+  if (!v) {
+    diag_error(pos[0]->pos, "E_ARG", "vjp_load(%s, ...) reads what a vjp_save(%s, ...) kept, but none comes before it "
+               "in this function: write `let y = vjp_save(%s, slot, slots=S)(args...)` at the forward call, earlier "
+               "in the same loop body", pos[0]->str, pos[0]->str, pos[0]->str);
+    return ty_error();
+  }
+  FuncDecl *f = v->save->fn;
+  if (e->args.len != f->nresults) {
+    diag_error(e->pos, "E_ARG", "vjp_load(%s, ...) takes the cotangent of each result of %s: %d, not %d",
+               pos[0]->str, tok_str(f->name), f->nresults, e->args.len);
+    return ty_error();
+  }
+  for (int k = 0; k < e->args.len; k++) {
+    Expr *a = e->args.data[k];
+    Type want = ty_ct(&f->result_types[k]);
+    Type t = a->kind == EX_KWARG ? ty_error() : tc_expr(c, a);
+    if (a->kind == EX_KWARG) {
+      diag_error(a->pos, "E_ARG", "vjp_load takes positional arguments only");
+      return ty_error();
+    }
+    if (t.kind == TY_ERROR)
+      return t;
+    if (t.kind != want.kind || t.dtype != want.dtype || !same_dims(&t, &want)) {
+      diag_error(a->pos, "E_ARG", "vjp_load(%s, ...): cotangent %d is %s, but %s's result %d is %s: give a value of "
+                 "its shape and dtype", pos[0]->str, k, TS(&t), tok_str(f->name), k, TS(&f->result_types[k]));
+      return ty_error();
+    }
+  }
+  if (!f->params.len) {
+    diag_error(pos[0]->pos, "E_ARG", "vjp_load(%s, ...): %s has no parameters, so there is no cotangent to give; "
+               "call %s() without vjp_save and vjp_load", pos[0]->str, tok_str(f->name), tok_str(f->name));
+    return ty_error();
+  }
+  Type *outs = arena_alloc(sizeof(Type) * (size_t)(f->params.len + 1));
+  for (int i = 0; i < f->params.len; i++) {
+    const Type *pt = &f->param_types[i];
+    bool flt = pt->kind == TY_ARRAY && ty_is_float(pt->dtype);
+    for (int k = 0; pt->kind == TY_STRUCT && k < pt->nelems; k++)
+      flt = ty_is_float(pt->elems[k].dtype);
+    if (!flt) {
+      diag_error(pos[0]->pos, "E_GRAD", "vjp_load(%s, ...): parameter %d of %s is %s; vjp_load gives a cotangent "
+                 "for every parameter, so each must be a float (f32, f64, bf16) or a struct of floats: pass the "
+                 "others through a wrapper function's body instead", pos[0]->str, i, tok_str(f->name), TS(pt));
+      return ty_error();
+    }
+    outs[i] = ty_ct(pt);
+  }
+  e->fn = f;
+  e->vjp = FORM_VJP_LOAD;
+  tc_info(e)->slot = pos[1];
+  return f->params.len == 1 ? outs[0] : ty_tuple(f->params.len, outs);
+}
+
 static Type check_call(TcCtx *c, Expr *e, const Type *annot) {
   Expr *callee = e->callee;
   const Type *aannot = annot && annot->kind == TY_STRUCT ? NULL : annot;
@@ -480,6 +636,10 @@ static Type check_call(TcCtx *c, Expr *e, const Type *annot) {
   int form = callee->kind == EX_CALL && callee->callee->kind == EX_NAME ? op_form(callee->callee->str) : 0;
   if (form == FORM_REMAT)
     return check_remat(c, e);
+  if (form == FORM_VJP_SAVE)
+    return check_vjp_save(c, e);
+  if (form == FORM_VJP_LOAD)
+    return check_vjp_load(c, e);
   if (form)
     return check_grad(c, e);
   if (callee->kind != EX_NAME) {
@@ -505,6 +665,10 @@ static Type check_call(TcCtx *c, Expr *e, const Type *annot) {
   const char *sug = suggest(c, callee->str);
   if (op_form(callee->str) == FORM_REMAT)
     diag_error(e->pos, "E_ARG", "remat(f) makes a function; call it: remat(f)(args...)");
+  else if (op_form(callee->str) >= FORM_VJP_SAVE)
+    diag_error(e->pos, "E_ARG", "%s makes a function; call it: %s", callee->str,
+               op_form(callee->str) == FORM_VJP_SAVE ? "vjp_save(f, slot, slots=S)(args...)"
+                                                     : "vjp_load(f, slot)(cotangents...)");
   else if (op_form(callee->str))
     diag_error(e->pos, "E_ARG", "%s(f, wrt=...) makes a function; call it: %s(f, wrt=0)(args...)", callee->str,
                callee->str);

@@ -42,7 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import testlib  # noqa: E402
 
-STAGES = ("import", "tc", "tc_args", "tc_expr", "tc_manual", "tc_struct", "instance", "lower", "autodiff", "ad_clone",
+STAGES = ("import", "tc", "tc_args", "tc_expr", "tc_manual", "tc_struct", "instance", "lower", "autodiff", "ad_clone", "ad_saved",
           "partition",
           "reshard", "optimize", "sched", "fuse", "emit_c", "emit_group", "emit_program", "emit_parts", "explain",
           "netmodel", "plan", "show", "ir", "driver", "main")

@@ -32,7 +32,7 @@ syn keyword shdBuiltin exp log sin cos tanh sqrt abs relu sigmoid erf rsqrt squa
 syn keyword shdBuiltin maximum minimum where sum mean max min cumsum argmax argmin softmax log_softmax logsumexp dot_product_attention sort argsort top_k segment_sum
 syn keyword shdBuiltin transpose reshape expand_dims squeeze einsum cast reshard zeros ones full iota normal uniform one_hot
 syn keyword shdBuiltin take take_along_axis dynamic_slice dynamic_update_slice concatenate stack split pad
-syn keyword shdBuiltin print metrics manifest mkdir keep_last save load load_dim arg clock stop_requested grad value_and_grad chr size exists remat
+syn keyword shdBuiltin print metrics manifest mkdir keep_last save load load_dim arg clock stop_requested grad value_and_grad chr size exists remat vjp_save vjp_load
 " str is also the type of strings: a builtin only where it is called.
 syn match   shdBuiltin "\<str\ze\s*("
 " Collectives: only inside manual functions.
