@@ -1,5 +1,5 @@
 /* ad_saved.c: vjp_save(f, slot, slots=S)(args) and vjp_load(f, slot)(gy)
- * (language.md §9.8), expanded before the gradients are built.
+ * (docs/language.md, "Saved VJPs"), expanded before the gradients are built.
  *
  * A save and a load of the same f sit in the body of the same loop (at any
  * depth of branches in it, not in a nested loop). The save becomes f's
