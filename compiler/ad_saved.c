@@ -80,7 +80,7 @@ static void expand(AD *a, Site *sv, Site *ld, Value **map) {
   Func *f = save->callee;
   int np = f->body->nargs, nr = f->nresults;
   a->fname = ir_func_label(f);
-  a->pos = save->pos;
+  a->pos = a->grad_pos = save->pos;   /* ad_fail's errors (too many instructions inlined) point at the save */
   ad_grow(a);
   /* The tapes, made before the loop. */
   IrBlock *pre = ir_block(0, NULL, a->mod);
